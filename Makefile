@@ -1,0 +1,69 @@
+# mongomem — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,local-embeddings]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install mongomem with its dev tools
+
+test: setup ## Run every test tier (starts its own Kafka and MongoDB-compatible servers)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: setup ## Unit tests only (no servers)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-property: setup ## Hypothesis property tests only (no servers)
+	$(PY) -m pytest tests/property $(PYTEST_ARGS)
+
+test-integration: setup ## Integration tests against real servers
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test-e2e: setup ## End-to-end tests: stages as processes, faults injected
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+lint: setup ## ruff (lint + format check) and mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup ## Apply ruff's formatting and safe fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+infra-up: setup ## Start the local Kafka and MongoDB-compatible servers (kept running)
+	$(VENV)/bin/mongomem infra up
+
+infra-down: setup ## Stop the local servers
+	$(VENV)/bin/mongomem infra down
+
+infra-status: setup ## Show whether the local servers run
+	$(VENV)/bin/mongomem infra status
+
+run: setup ## Start servers and every stage, run the demo conversation, keep running
+	$(VENV)/bin/mongomem up
+
+stop: setup ## Stop every stage and the local servers
+	$(VENV)/bin/mongomem down
+
+bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
+	$(PY) -m bench
+
+clean: ## Remove the virtualenv, caches and local server state
+	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help setup test test-unit test-property test-integration test-e2e lint format \
+	infra-up infra-down infra-status run stop bench clean

@@ -1,0 +1,162 @@
+"""The one error tree of mongomem.
+
+Every error the package raises on purpose is a :class:`MongomemError`. Each
+class says whether trying the same operation again can help
+(``retriable``), so retry loops ask the error instead of listing classes.
+Errors of pymongo, aiokafka and openai are translated at the adapter boundary
+(``raise StorageError(...) from exc``) and never leak past it.
+
+::
+
+    MongomemError
+    ├── ConfigError                  bad settings or project-config.yaml   (final)
+    ├── InputError                   a caller's bad input; nothing stored  (final)
+    │   └── MessageDecodeError       bytes on a topic that are not ours    (final)
+    ├── InfraError                   a local server could not be started   (final)
+    ├── StorageError                 MongoDB unreachable / failed write    (retriable)
+    ├── BrokerError                  Kafka unreachable / produce failed    (retriable)
+    ├── ChangeFeedError              the change stream broke               (retriable)
+    │   └── ResumeTokenLost          the stored token left the oplog       (final: backfill)
+    ├── ExtractionError              the LLM step failed                   (retriable)
+    │   ├── LLMRateLimited           429; carries ``retry_after``          (retriable)
+    │   ├── LLMUnavailable           5xx, timeout, connection refused      (retriable)
+    │   └── LLMOutputInvalid         not JSON / fails the schema           (retriable)
+    ├── EmbeddingError               the embedding provider failed         (retriable)
+    ├── ReconciliationError          a memory write could not be applied   (final)
+    │   └── WriteConflict            a concurrent writer won; re-plan      (retriable)
+    ├── NotReady                     a dependency is missing at start      (final)
+    └── ScopeError                   identity or scope violation           (final)
+        └── AuthError                missing or wrong API key              (final)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AuthError",
+    "BrokerError",
+    "ChangeFeedError",
+    "ConfigError",
+    "EmbeddingError",
+    "ExtractionError",
+    "InfraError",
+    "InputError",
+    "LLMOutputInvalid",
+    "LLMRateLimited",
+    "LLMUnavailable",
+    "MessageDecodeError",
+    "MongomemError",
+    "NotReady",
+    "ReconciliationError",
+    "ResumeTokenLost",
+    "ScopeError",
+    "StorageError",
+    "WriteConflict",
+]
+
+
+class MongomemError(Exception):
+    """Root of every error mongomem raises on purpose."""
+
+    retriable: ClassVar[bool] = False
+
+
+class ConfigError(MongomemError):
+    """A setting or ``project-config.yaml`` is wrong; the message names field and source."""
+
+
+class InputError(MongomemError):
+    """A caller passed bad input. Nothing was stored.
+
+    ``field`` names the offending argument so an API can point at it.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class MessageDecodeError(InputError):
+    """Bytes read from a topic are not a message this version understands."""
+
+
+class InfraError(MongomemError):
+    """A local server (Kafka, MongoDB-compatible) could not be fetched or started."""
+
+
+class StorageError(MongomemError):
+    """MongoDB could not be reached or refused an operation that may succeed later."""
+
+    retriable = True
+
+
+class BrokerError(MongomemError):
+    """Kafka could not be reached or did not acknowledge a write."""
+
+    retriable = True
+
+
+class ChangeFeedError(MongomemError):
+    """The change stream broke; reopening it from the stored token may help."""
+
+    retriable = True
+
+
+class ResumeTokenLost(ChangeFeedError):
+    """The stored resume token is no longer usable (history lost).
+
+    Not retriable as such: the watcher must back-fill from the collection.
+    """
+
+    retriable = False
+
+
+class ExtractionError(MongomemError):
+    """The LLM step of a memory type failed."""
+
+    retriable = True
+
+
+class LLMRateLimited(ExtractionError):
+    """The endpoint answered 429. ``retry_after`` is in seconds when it said so."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMUnavailable(ExtractionError):
+    """5xx, a timeout or a refused connection."""
+
+
+class LLMOutputInvalid(ExtractionError):
+    """The model's answer was not JSON or did not fit the schema."""
+
+
+class EmbeddingError(MongomemError):
+    """The embedding provider failed."""
+
+    retriable = True
+
+
+class ReconciliationError(MongomemError):
+    """A memory write could not be applied."""
+
+
+class WriteConflict(ReconciliationError):
+    """A concurrent writer changed the memory first; plan again and retry."""
+
+    retriable = True
+
+
+class NotReady(MongomemError):
+    """A component refuses to start: the message says which dependency is missing."""
+
+
+class ScopeError(MongomemError):
+    """A read or write would cross a user's or a project's scope."""
+
+
+class AuthError(ScopeError):
+    """The API key is missing, unknown, or not allowed for this project."""

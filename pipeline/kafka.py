@@ -1,0 +1,176 @@
+"""Kafka plumbing shared by every stage: topic names, topic creation,
+producers with safe defaults, and the dead-letter record.
+
+Topics (all prefixed with ``MONGOMEM_KAFKA_TOPIC_PREFIX``):
+
+==================  =======================  ==================================
+topic               key                      value
+==================  =======================  ==================================
+``turns``           project/user/session     ``Turn`` (+ windowing ticks)
+``snapshots``       project/user/session     ``Snapshot``
+``candidates``      project[/user]           ``MemoryCandidate``
+``dlq.<stage>``     the original key         ``DeadLetter`` (original bytes)
+==================  =======================  ==================================
+
+aiokafka errors are translated to :class:`~pipeline.errors.BrokerError` here.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from pipeline.codec import encode, register
+from pipeline.errors import BrokerError, MongomemError
+from pipeline.models import utcnow
+from pipeline.settings import KafkaSettings
+
+__all__ = [
+    "CANDIDATES",
+    "SNAPSHOTS",
+    "TURNS",
+    "DeadLetter",
+    "dead_letter_topic",
+    "ensure_topics",
+    "make_producer",
+    "pipeline_topics",
+    "send_dead_letter",
+]
+
+TURNS = "turns"
+SNAPSHOTS = "snapshots"
+CANDIDATES = "candidates"
+
+
+def dead_letter_topic(settings: KafkaSettings, stage: str) -> str:
+    return settings.topic(f"dlq.{stage}")
+
+
+def pipeline_topics(settings: KafkaSettings, stages: Iterable[str] = ()) -> list[str]:
+    """The data topics plus a dead-letter topic per named stage."""
+    names = [settings.topic(t) for t in (TURNS, SNAPSHOTS, CANDIDATES)]
+    return names + [dead_letter_topic(settings, s) for s in stages]
+
+
+async def ensure_topics(
+    settings: KafkaSettings, topics: Iterable[str], *, partitions: int | None = None
+) -> None:
+    """Create the topics that do not exist yet (idempotent)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=_bootstrap(settings),
+        request_timeout_ms=int(settings.request_timeout_s * 1000),
+    )
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(
+                name=name,
+                num_partitions=partitions or settings.partitions,
+                replication_factor=settings.replication_factor,
+            )
+            for name in dict.fromkeys(topics)
+            if name not in existing
+        ]
+        if wanted:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(wanted)
+    except KafkaError as exc:
+        raise BrokerError(f"could not create topics on {_bootstrap(settings)}: {exc}") from exc
+    finally:
+        await admin.close()
+
+
+def _bootstrap(settings: KafkaSettings) -> str:
+    if not settings.bootstrap:
+        raise BrokerError("no Kafka bootstrap servers: set MONGOMEM_KAFKA_BOOTSTRAP")
+    return settings.bootstrap
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> AIOKafkaProducer:
+    """An idempotent producer that waits for all in-sync replicas (not started)."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": _bootstrap(settings),
+        "acks": "all",
+        "enable_idempotence": True,
+        "linger_ms": 5,
+        "request_timeout_ms": int(settings.request_timeout_s * 1000),
+    }
+    options.update(overrides)
+    return AIOKafkaProducer(**options)
+
+
+class DeadLetter(BaseModel):
+    """A message a stage could not process, kept whole so nothing is lost.
+
+    ``value_b64``/``key_b64`` are the original bytes; the source position lets
+    an operator find (and replay) it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    key_b64: str | None
+    value_b64: str | None
+    error_class: str
+    error: str
+    retriable: bool
+    attempts: int
+    failed_at: AwareDatetime
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        stage: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        error: BaseException,
+        attempts: int,
+        at: datetime | None = None,
+    ) -> DeadLetter:
+        return cls(
+            stage=stage,
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            key_b64=base64.b64encode(key).decode() if key is not None else None,
+            value_b64=base64.b64encode(value).decode() if value is not None else None,
+            error_class=type(error).__name__,
+            error=str(error)[:4000],
+            retriable=isinstance(error, MongomemError) and error.retriable,
+            attempts=attempts,
+            failed_at=at or utcnow(),
+        )
+
+    def original_value(self) -> bytes | None:
+        return base64.b64decode(self.value_b64) if self.value_b64 is not None else None
+
+
+register("dead-letter", DeadLetter)
+
+
+async def send_dead_letter(
+    producer: AIOKafkaProducer, settings: KafkaSettings, letter: DeadLetter, key: bytes | None
+) -> None:
+    """Publish ``letter`` to its stage's dead-letter topic and wait for the ack."""
+    try:
+        await producer.send_and_wait(
+            dead_letter_topic(settings, letter.stage), encode(letter), key=key
+        )
+    except KafkaError as exc:
+        raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc

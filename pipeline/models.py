@@ -1,0 +1,286 @@
+"""Events and records of the pipeline, as frozen pydantic models.
+
+``Turn`` → (windowing) → ``Snapshot`` → (extraction) → ``MemoryCandidate`` →
+(reconciliation) → ``MemoryVersion``. Every id that a stage derives is
+deterministic, so that reprocessing the same input yields the same output and
+MongoDB upserts on those ids are idempotent. Encoding to and from Kafka bytes
+lives in :mod:`pipeline.codec`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "BUILTIN_MEMORY_TYPES",
+    "Action",
+    "Evidence",
+    "Identifier",
+    "MemoryCandidate",
+    "MemoryScope",
+    "MemoryStatus",
+    "MemoryType",
+    "MemoryVersion",
+    "Role",
+    "ScopeKind",
+    "SessionKey",
+    "Snapshot",
+    "SnapshotTurn",
+    "Turn",
+    "check_identifier",
+    "stable_id",
+    "utcnow",
+]
+
+
+def check_identifier(value: str) -> str:
+    """Return ``value`` if it is a valid id, else raise ``ValueError`` saying why.
+
+    Ids are 1–128 characters with no control characters (NUL included), no
+    leading ``$``, no leading/trailing ``.`` or ``..`` runs, and no whitespace
+    at either end.
+    """
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value) > 128:
+        raise ValueError("must be at most 128 characters")
+    if value != value.strip():
+        raise ValueError("must not start or end with whitespace")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError("must not contain control characters")
+    if value.startswith("$"):
+        raise ValueError("must not start with '$'")
+    if value.startswith(".") or value.endswith(".") or ".." in value:
+        raise ValueError("must not start or end with '.' or contain '..'")
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(check_identifier)]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(UTC)
+
+
+def stable_id(prefix: str, *parts: object) -> str:
+    """A deterministic id: ``prefix_`` + 24 hex digits of SHA-256 over the parts.
+
+    Parts are joined with NUL, which no identifier may contain, so different
+    tuples never collide by concatenation.
+    """
+    digest = hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()
+    return f"{prefix}_{digest[:24]}"
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class MemoryType(StrEnum):
+    """The built-in memory types. Custom types are plain names (see project config)."""
+
+    SEMANTIC = "semantic"
+    EPISODIC = "episodic"
+    PROCEDURAL = "procedural"
+    TAXONOMIC = "taxonomic"
+
+
+BUILTIN_MEMORY_TYPES: tuple[str, ...] = tuple(t.value for t in MemoryType)
+
+
+class ScopeKind(StrEnum):
+    USER = "user"  # (project, user)
+    PROJECT = "project"  # shared by every user of the project
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SessionKey(_Frozen):
+    """Who is talking where: the partitioning key of turns and snapshots."""
+
+    project_id: Identifier
+    user_id: Identifier
+    session_id: Identifier
+
+    def kafka_key(self) -> bytes:
+        return "\x00".join((self.project_id, self.user_id, self.session_id)).encode()
+
+
+class Turn(_Frozen):
+    """One message of a conversation, as stored in ``turns`` and sent on Kafka."""
+
+    turn_id: str
+    project_id: Identifier
+    user_id: Identifier
+    session_id: Identifier
+    seq: int = Field(ge=1)
+    role: Role
+    content: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: AwareDatetime
+
+    @staticmethod
+    def make_id(project_id: str, user_id: str, session_id: str, seq: int) -> str:
+        return stable_id("turn", project_id, user_id, session_id, seq)
+
+    @model_validator(mode="after")
+    def _id_matches(self) -> Turn:
+        if self.turn_id != Turn.make_id(self.project_id, self.user_id, self.session_id, self.seq):
+            raise ValueError("turn_id does not match (project, user, session, seq)")
+        return self
+
+    @property
+    def session(self) -> SessionKey:
+        return SessionKey(
+            project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
+        )
+
+
+class SnapshotTurn(_Frozen):
+    """A turn as carried inside a snapshot."""
+
+    turn_id: str
+    seq: int = Field(ge=1)
+    role: Role
+    content: str
+    created_at: AwareDatetime
+
+
+class Snapshot(_Frozen):
+    """One contiguous run of one session's turns, promoted together."""
+
+    snapshot_id: str
+    project_id: Identifier
+    user_id: Identifier
+    session_id: Identifier
+    first_seq: int = Field(ge=1)
+    last_seq: int = Field(ge=1)
+    turns: tuple[SnapshotTurn, ...] = Field(min_length=1)
+    reason: Literal["count", "idle", "gap"]
+    closed_at: AwareDatetime
+
+    @staticmethod
+    def make_id(session: SessionKey, first_seq: int, last_seq: int) -> str:
+        return stable_id(
+            "snap", session.project_id, session.user_id, session.session_id, first_seq, last_seq
+        )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Snapshot:
+        seqs = [t.seq for t in self.turns]
+        if seqs != sorted(set(seqs)):
+            raise ValueError("turns must be in strictly increasing seq order")
+        if seqs[0] != self.first_seq or seqs[-1] != self.last_seq:
+            raise ValueError("first_seq/last_seq must match the turns")
+        if self.snapshot_id != Snapshot.make_id(self.session, self.first_seq, self.last_seq):
+            raise ValueError("snapshot_id does not match (session, first_seq, last_seq)")
+        return self
+
+    @property
+    def session(self) -> SessionKey:
+        return SessionKey(
+            project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
+        )
+
+
+class MemoryScope(_Frozen):
+    """Where a memory lives: (project, user) or the whole project."""
+
+    project_id: Identifier
+    user_id: Identifier | None = None
+
+    @property
+    def kind(self) -> ScopeKind:
+        return ScopeKind.PROJECT if self.user_id is None else ScopeKind.USER
+
+    def kafka_key(self) -> bytes:
+        return "\x00".join((self.project_id, self.user_id or "")).encode()
+
+
+class Evidence(_Frozen):
+    """Where a memory was learned or confirmed."""
+
+    source: Literal["snapshot", "direct"]
+    ref: str  # snapshot id, or the candidate id of a direct write
+    session_id: str | None = None
+    text: str | None = None
+    at: AwareDatetime
+
+
+class MemoryCandidate(_Frozen):
+    """A memory extracted from one snapshot (or written directly), before reconciliation.
+
+    ``key`` is the natural key of the type (label, title, procedure name,
+    ``domain/term``); ``fields`` holds the type's structured fields; ``text``
+    is what was embedded.
+    """
+
+    candidate_id: str
+    memory_type: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
+    scope: MemoryScope
+    key: str = Field(min_length=1, max_length=512)
+    fields: dict[str, Any]
+    text: str = Field(min_length=1)
+    embedding: tuple[float, ...] = Field(min_length=1)
+    evidence: Evidence
+    prompt_version: str = "direct"
+    model: str | None = None
+    created_at: AwareDatetime
+
+    @staticmethod
+    def make_id(snapshot_id: str, memory_type: str, prompt_version: str, position: int) -> str:
+        return stable_id("cand", snapshot_id, memory_type, prompt_version, position)
+
+
+class Action(StrEnum):
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    REINFORCE = "REINFORCE"
+
+
+class MemoryStatus(StrEnum):
+    CURRENT = "current"
+    SUPERSEDED = "superseded"
+
+
+class MemoryVersion(_Frozen):
+    """One version of one long-term memory, as stored in ``memories``.
+
+    ``memory_id`` is stable across versions; ``version_id`` is
+    ``stable_id(memory_id, version)``. Exactly one version of a memory is
+    ``current``.
+    """
+
+    version_id: str
+    memory_id: str
+    version: int = Field(ge=1)
+    memory_type: str
+    scope: MemoryScope
+    key: str
+    fields: dict[str, Any]
+    text: str
+    embedding: tuple[float, ...]
+    status: MemoryStatus
+    action: Action
+    reinforcement_count: int = Field(ge=1)
+    evidence: tuple[Evidence, ...]
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    superseded_at: AwareDatetime | None = None
+    superseded_by: str | None = None
+    reason: str | None = None
+
+    @staticmethod
+    def make_version_id(memory_id: str, version: int) -> str:
+        return stable_id("ver", memory_id, version)

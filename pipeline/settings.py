@@ -1,0 +1,260 @@
+"""Settings: one pydantic-settings root, nested per dependency.
+
+Everything is read from the environment with the ``MONGOMEM_`` prefix (and an
+optional ``.env`` file); nothing else in mongomem reads ``os.environ``. A bad
+value fails at start with a :class:`~pipeline.errors.ConfigError` naming the
+variable. ``project-config.yaml`` (see :mod:`pipeline.project_config`) is read
+when ``MONGOMEM_PROJECT_CONFIG`` points at it.
+
+=====================================  ==========================================
+variable                               meaning
+=====================================  ==========================================
+MONGOMEM_MONGODB_URI                   MongoDB URI; unset → local server selection
+MONGOMEM_MONGODB_DATABASE              database name (``mongomem``)
+MONGOMEM_KAFKA_BOOTSTRAP               bootstrap servers; unset → local selection
+MONGOMEM_KAFKA_TOPIC_PREFIX            prefix of every topic (``mongomem``)
+MONGOMEM_KAFKA_PARTITIONS              partitions per topic (6)
+MONGOMEM_KAFKA_REPLICATION_FACTOR      replication factor (1)
+MONGOMEM_WINDOW_MAX_MESSAGES           turns that close a window (20)
+MONGOMEM_WINDOW_IDLE_TIMEOUT_S         idle seconds that close a window (300)
+MONGOMEM_WINDOW_TICK_INTERVAL_S        live idle-tick period (5)
+MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
+MONGOMEM_LLM_BASE_URL / _API_KEY       OpenAI-compatible endpoint and key
+MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
+MONGOMEM_EMBEDDING_PROVIDER            ``openai`` | ``local`` | ``stand-in``
+MONGOMEM_EMBEDDING_MODEL / _DIMENSIONS embedding model and vector size
+MONGOMEM_PROJECT_CONFIG                path of project-config.yaml
+=====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "EmbeddingSettings",
+    "ExtractionSettings",
+    "InfraSettings",
+    "KafkaSettings",
+    "LLMSettings",
+    "MongoSettings",
+    "ServiceSettings",
+    "Settings",
+    "WindowingSettings",
+    "load_settings",
+]
+
+TYPE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+def _group(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(
+        env_prefix=prefix,
+        env_file=".env",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+
+class MongoSettings(BaseSettings):
+    """Where short- and long-term memory live."""
+
+    model_config = _group("MONGOMEM_MONGODB_")
+
+    uri: str | None = None
+    database: str = Field(default="mongomem", min_length=1, max_length=63)
+    server_selection_timeout_s: float = Field(default=10.0, gt=0)
+
+
+class KafkaSettings(BaseSettings):
+    """The broker and the topics of the pipeline."""
+
+    model_config = _group("MONGOMEM_KAFKA_")
+
+    bootstrap: str | None = None
+    topic_prefix: str = Field(default="mongomem", pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    partitions: int = Field(default=6, ge=1, le=1024)
+    replication_factor: int = Field(default=1, ge=1, le=16)
+    request_timeout_s: float = Field(default=30.0, gt=0)
+
+    def topic(self, name: str) -> str:
+        """The full name of one of the pipeline's topics (``turns``, ``snapshots`` …)."""
+        return f"{self.topic_prefix}.{name}"
+
+
+class WindowingSettings(BaseSettings):
+    """When a session's turns become a snapshot (defaults; projects may override)."""
+
+    model_config = _group("MONGOMEM_WINDOW_")
+
+    max_messages: int = Field(default=20, ge=1, le=10_000)
+    idle_timeout_s: float = Field(default=300.0, gt=0)
+    tick_interval_s: float = Field(default=5.0, gt=0)
+
+    @property
+    def idle_timeout(self) -> timedelta:
+        return timedelta(seconds=self.idle_timeout_s)
+
+    @property
+    def tick_interval(self) -> timedelta:
+        return timedelta(seconds=self.tick_interval_s)
+
+
+class ExtractionSettings(BaseSettings):
+    """Which memory types are extracted in the background, and how hard to try."""
+
+    model_config = _group("MONGOMEM_EXTRACTION_")
+
+    enabled: Annotated[tuple[str, ...] | None, NoDecode] = Field(
+        default=None,
+        validation_alias=AliasChoices("MONGOMEM_ENABLED_EXTRACTIONS", "enabled"),
+    )
+    max_attempts: int = Field(default=4, ge=1, le=50)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    concurrency: int = Field(default=4, ge=1, le=256)
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("enabled")
+    @classmethod
+    def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        for name in value:
+            if not TYPE_NAME.fullmatch(name):
+                raise ValueError(f"not a memory type name (a-z, 0-9, - and _): {name!r}")
+        return tuple(dict.fromkeys(value))
+
+
+class LLMSettings(BaseSettings):
+    """The OpenAI-compatible endpoint used for extraction (and the optional judge)."""
+
+    model_config = _group("MONGOMEM_LLM_")
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    timeout_s: float = Field(default=60.0, gt=0)
+    use_stand_in: bool = Field(
+        default=False,
+        description="Run the local scripted stand-in (NOT a model) when no endpoint is set.",
+    )
+
+
+class EmbeddingSettings(BaseSettings):
+    """The embedding provider."""
+
+    model_config = _group("MONGOMEM_EMBEDDING_")
+
+    provider: Literal["openai", "local", "stand-in"] | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "text-embedding-3-small"
+    dimensions: int = Field(default=384, ge=8, le=8192)
+
+
+class ServiceSettings(BaseSettings):
+    """The standalone HTTP memory service."""
+
+    model_config = _group("MONGOMEM_SERVICE_")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+
+class InfraSettings(BaseSettings):
+    """How local development servers are chosen and run (see :mod:`pipeline.infra`)."""
+
+    model_config = _group("MONGOMEM_INFRA_")
+
+    mode: Literal["auto", "uri", "containers", "local"] = "auto"
+    kafka_port: int = Field(default=9092, ge=1, le=65535)
+    mongo_port: int = Field(default=27017, ge=1, le=65535)
+    state_dir: Path = Path(".mongomem")
+    persistent: bool = False
+    docker_host: str | None = Field(
+        default=None, validation_alias=AliasChoices("DOCKER_HOST", "docker_host")
+    )
+
+
+class Settings(BaseSettings):
+    """The root of all settings."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MONGOMEM_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    mongodb: MongoSettings = Field(default_factory=MongoSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    windowing: WindowingSettings = Field(default_factory=WindowingSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    infra: InfraSettings = Field(default_factory=InfraSettings)
+    project_config: Path | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid settings in {source}:"]
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(root)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, failing with a :class:`ConfigError`.
+
+    ``overrides`` replace whole groups (``kafka=KafkaSettings(...)``) or root
+    fields, for tests and embedding applications.
+    """
+    groups: dict[str, type[BaseSettings]] = {
+        "mongodb": MongoSettings,
+        "kafka": KafkaSettings,
+        "windowing": WindowingSettings,
+        "extraction": ExtractionSettings,
+        "llm": LLMSettings,
+        "embedding": EmbeddingSettings,
+        "service": ServiceSettings,
+        "infra": InfraSettings,
+    }
+    values: dict[str, Any] = {}
+    for name, cls in groups.items():
+        if name in overrides:
+            continue
+        prefix = cls.model_config.get("env_prefix", "")
+        try:
+            values[name] = cls()
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, f"environment variables {prefix}*")) from exc
+    values.update(overrides)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, "environment variables MONGOMEM_*")) from exc

@@ -1,0 +1,88 @@
+"""Shared fixtures.
+
+``servers`` (session scope) finds or starts a real Kafka broker and a real
+MongoDB-compatible server with change streams — the selection order lives in
+:mod:`pipeline.infra`. Only tests that ask for it (integration, e2e) start
+servers; unit and property tests run without any.
+
+``settings`` gives each test its own database and topic prefix on those
+servers, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from pymongo import AsyncMongoClient
+
+from pipeline.infra import Servers, start_servers
+from pipeline.mongo import Document, connect
+from pipeline.settings import KafkaSettings, MongoSettings, Settings, load_settings
+
+_SERVERS: list[Servers] = []
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return "mongomem servers: started on first use by integration tests (see summary)"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for servers in _SERVERS:
+        terminalreporter.write_sep("-", "servers the integration tests ran against")
+        terminalreporter.write_line(servers.describe())
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    started = start_servers(load_settings(), for_tests=True)
+    _SERVERS.append(started)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40]
+
+
+@pytest.fixture
+def settings(servers: Servers, request: pytest.FixtureRequest) -> Settings:
+    """Settings on the test servers, with a database and topic prefix of this test's own."""
+    unique = f"{_slug(request.node.name)}-{uuid.uuid4().hex[:8]}"
+    return load_settings(
+        mongodb=MongoSettings(uri=servers.mongodb_uri, database=f"t-{unique}"[:60]),
+        kafka=KafkaSettings(
+            bootstrap=servers.kafka_bootstrap, topic_prefix=f"t.{unique}", partitions=3
+        ),
+    )
+
+
+@pytest.fixture
+async def mongo(settings: Settings) -> AsyncIterator[AsyncMongoClient[Document]]:
+    client = connect(settings.mongodb)
+    try:
+        yield client
+    finally:
+        await client.drop_database(settings.mongodb.database)
+        await client.close()
+
+
+@pytest.fixture
+def subprocess_env(settings: Settings) -> dict[str, str]:
+    """Environment for a stage run as a real subprocess, pointing at the test servers."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "MONGOMEM_MONGODB_URI": settings.mongodb.uri or "",
+            "MONGOMEM_MONGODB_DATABASE": settings.mongodb.database,
+            "MONGOMEM_KAFKA_BOOTSTRAP": settings.kafka.bootstrap or "",
+            "MONGOMEM_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
+            "MONGOMEM_KAFKA_PARTITIONS": str(settings.kafka.partitions),
+        }
+    )
+    return env
