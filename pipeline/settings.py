@@ -220,10 +220,12 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
 
-def _describe(exc: ValidationError, source: str) -> str:
+def _describe(exc: ValidationError, source: str, prefix: str = "") -> str:
     lines = [f"invalid settings in {source}:"]
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"]) or "(root)"
+        if prefix and not where.startswith("MONGOMEM_") and not where.startswith("DOCKER_"):
+            where = f"{prefix}{where}".upper()
         lines.append(f"  {where}: {err['msg']}")
     return "\n".join(lines)
 
@@ -252,7 +254,7 @@ def load_settings(**overrides: Any) -> Settings:
         try:
             values[name] = cls()
         except ValidationError as exc:
-            raise ConfigError(_describe(exc, f"environment variables {prefix}*")) from exc
+            raise ConfigError(_describe(exc, f"environment variables {prefix}*", prefix)) from exc
     values.update(overrides)
     try:
         return Settings(**values)

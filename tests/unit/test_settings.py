@@ -1,0 +1,129 @@
+"""Settings and project-config.yaml: good values load, bad ones name field and source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.project_config import enabled_types, load_project_config
+from pipeline.settings import ExtractionSettings, load_settings
+
+
+def test_defaults_load_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MONGOMEM_ENABLED_EXTRACTIONS", raising=False)
+    settings = load_settings()
+    assert settings.kafka.topic("turns") == "mongomem.turns"
+    assert settings.windowing.max_messages == 20
+    assert enabled_types(settings) == ("semantic", "episodic", "procedural", "taxonomic")
+
+
+def test_environment_values_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "broker:9092")
+    monkeypatch.setenv("MONGOMEM_MONGODB_URI", "mongodb://db:27017")
+    monkeypatch.setenv("MONGOMEM_WINDOW_MAX_MESSAGES", "7")
+    monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic, taxonomic")
+    monkeypatch.setenv("MONGOMEM_LLM_API_KEY", "sk-secret")
+    settings = load_settings()
+    assert settings.kafka.bootstrap == "broker:9092"
+    assert settings.mongodb.uri == "mongodb://db:27017"
+    assert settings.windowing.max_messages == 7
+    assert settings.extraction.enabled == ("semantic", "taxonomic")
+    assert settings.llm.api_key is not None
+    assert "sk-secret" not in repr(settings)
+
+
+def test_bad_value_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONGOMEM_KAFKA_PARTITIONS", "zero")
+    with pytest.raises(ConfigError, match=r"MONGOMEM_KAFKA_PARTITIONS: .*integer"):
+        load_settings()
+
+
+def test_bad_type_name_in_env_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic,$bad")
+    with pytest.raises(ConfigError, match=r"MONGOMEM_ENABLED_EXTRACTIONS: .*\$bad"):
+        load_settings()
+
+
+def test_unknown_type_in_env_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MONGOMEM_ENABLED_EXTRACTIONS", raising=False)
+    settings = load_settings(extraction=ExtractionSettings(enabled=("semantic", "gossip")))
+    with pytest.raises(ConfigError, match="gossip"):
+        enabled_types(settings)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "project-config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_project_config_enables_types_and_custom_type(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+memory:
+  extraction:
+    enabled: [semantic, preference]
+    custom:
+      - name: preference
+        scope: user
+        key: [topic]
+        fields: {topic: "what it is about", value: "the preference"}
+        instructions: "Extract stated preferences."
+  windowing:
+    max_messages: 5
+    projects:
+      support: {idle_timeout_s: 30}
+""",
+    )
+    config = load_project_config(path)
+    assert config.memory.extraction.enabled == ("semantic", "preference")
+    custom = config.custom_type("preference")
+    assert custom is not None
+    assert custom.key == ("topic",)
+    assert config.memory.windowing.projects["support"].idle_timeout_s == 30
+    settings = load_settings(extraction=ExtractionSettings(), project_config=path)
+    assert enabled_types(settings) == ("semantic", "preference")
+
+
+def test_env_wins_over_project_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, "memory: {extraction: {enabled: [semantic]}}\n")
+    settings = load_settings(
+        extraction=ExtractionSettings(enabled=("episodic",)), project_config=path
+    )
+    assert enabled_types(settings) == ("episodic",)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("memory: {extraction: {enabled: [gossip]}}\n", "memory.extraction"),
+        ("memory: {windowing: {max_messages: 0}}\n", "memory.windowing.max_messages"),
+        ("memory: {extraktion: {}}\n", "memory.extraktion"),
+        ("- a list\n", "top level"),
+        ("memory: [\n", "not valid YAML"),
+        (
+            "memory: {extraction: {custom: [{name: semantic, fields: {a: b}, key: [a], "
+            "instructions: x}]}}\n",
+            "built-in",
+        ),
+        (
+            "memory: {extraction: {custom: [{name: pref, fields: {a: b}, key: [z], "
+            "instructions: x}]}}\n",
+            "key fields",
+        ),
+    ],
+)
+def test_bad_project_config_names_file_and_field(tmp_path: Path, text: str, where: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_project_config(path)
+    assert str(path) in str(info.value)
+    assert where in str(info.value)
+
+
+def test_missing_project_config_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_project_config(tmp_path / "nope.yaml")
