@@ -125,6 +125,7 @@ class LocalServer:
     port: int
     state_dir: Path
     cache_dir: Path
+    env: dict[str, str] | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -176,6 +177,7 @@ class LocalServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=self.env,
         )
         self.pid_file.write_text(str(self.process.pid))
         deadline = time.monotonic() + timeout_s
