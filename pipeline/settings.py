@@ -24,6 +24,9 @@ MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
 MONGOMEM_EMBEDDING_PROVIDER            ``openai`` | ``local`` | ``stand-in``
 MONGOMEM_EMBEDDING_MODEL / _DIMENSIONS embedding model and vector size
 MONGOMEM_PROJECT_CONFIG                path of project-config.yaml
+MONGOMEM_STM_MAX_CONTENT_BYTES         largest turn content, UTF-8 bytes (256 KiB)
+MONGOMEM_STM_MAX_METADATA_BYTES        largest turn metadata, as JSON (64 KiB)
+MONGOMEM_STM_WATCHER_BATCH_MAX         turns per watcher flush/checkpoint (500)
 =====================================  ==========================================
 """
 
@@ -48,6 +51,7 @@ __all__ = [
     "MongoSettings",
     "ServiceSettings",
     "Settings",
+    "StmSettings",
     "WindowingSettings",
     "load_settings",
 ]
@@ -200,6 +204,19 @@ class InfraSettings(BaseSettings):
     )
 
 
+class StmSettings(BaseSettings):
+    """Short-term memory: the limits of a turn, and how the watcher batches them."""
+
+    model_config = _group("MONGOMEM_STM_")
+
+    max_content_bytes: int = Field(default=256 * 1024, ge=1, le=8 * 1024 * 1024)
+    max_metadata_bytes: int = Field(default=64 * 1024, ge=2, le=4 * 1024 * 1024)
+    max_recent_turns: int = Field(default=1000, ge=1, le=100_000)
+    watcher_batch_max: int = Field(default=500, ge=1, le=100_000)
+    watcher_flush_interval_s: float = Field(default=0.05, gt=0, le=60)
+    watcher_poll_interval_s: float = Field(default=0.02, gt=0, le=10)
+
+
 class Settings(BaseSettings):
     """The root of all settings."""
 
@@ -215,6 +232,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     infra: InfraSettings = Field(default_factory=InfraSettings)
+    stm: StmSettings = Field(default_factory=StmSettings)
     project_config: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -245,6 +263,7 @@ def load_settings(**overrides: Any) -> Settings:
         "embedding": EmbeddingSettings,
         "service": ServiceSettings,
         "infra": InfraSettings,
+        "stm": StmSettings,
     }
     values: dict[str, Any] = {}
     for name, cls in groups.items():
