@@ -236,6 +236,7 @@ class Settings(BaseSettings):
     project_config: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
 
 
 def _describe(exc: ValidationError, source: str, prefix: str = "") -> str:

@@ -291,7 +291,7 @@ class LocalKafka(LocalServer):
             cluster_id = _kafka_cluster_id()
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+                 f"--cluster-id={cluster_id}", "-c", str(config), "--ignore-formatted"],
                 capture_output=True, check=False,
             )  # fmt: skip
             if fmt.returncode != 0:

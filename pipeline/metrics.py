@@ -1,0 +1,70 @@
+"""Prometheus metrics shared by the stages (SPEC I5).
+
+Each stage process serves its own registry on ``MONGOMEM_METRICS_PORT`` (when
+set) at ``/metrics``. The names:
+
+==========================================  ========================================
+metric                                      labels
+==========================================  ========================================
+``mongomem_messages_total``                 stage, outcome (ok, duplicate, dead_letter)
+``mongomem_dead_letters_total``             stage
+``mongomem_consumer_lag``                   stage, topic, partition
+``mongomem_llm_latency_seconds``            memory_type
+``mongomem_llm_tokens_total``               memory_type, kind (prompt, completion)
+``mongomem_reconcile_actions_total``        memory_type, action (ADD, UPDATE, REINFORCE, NOOP)
+``mongomem_stage_batch_seconds``            stage
+==========================================  ========================================
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+
+__all__ = [
+    "CONSUMER_LAG",
+    "DEAD_LETTERS",
+    "LLM_LATENCY",
+    "LLM_TOKENS",
+    "MESSAGES",
+    "RECONCILE_ACTIONS",
+    "STAGE_BATCH_SECONDS",
+    "serve_metrics",
+]
+
+MESSAGES = Counter(
+    "mongomem_messages", "Messages handled by a stage", ["stage", "outcome"], registry=REGISTRY
+)
+DEAD_LETTERS = Counter(
+    "mongomem_dead_letters", "Messages sent to a dead-letter topic", ["stage"], registry=REGISTRY
+)
+CONSUMER_LAG = Gauge(
+    "mongomem_consumer_lag",
+    "Records between the committed position and the end of a partition",
+    ["stage", "topic", "partition"],
+    registry=REGISTRY,
+)
+LLM_LATENCY = Histogram(
+    "mongomem_llm_latency_seconds",
+    "Latency of one LLM extraction call",
+    ["memory_type"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+LLM_TOKENS = Counter(
+    "mongomem_llm_tokens", "LLM tokens used", ["memory_type", "kind"], registry=REGISTRY
+)
+RECONCILE_ACTIONS = Counter(
+    "mongomem_reconcile_actions",
+    "Reconciliation decisions applied",
+    ["memory_type", "action"],
+    registry=REGISTRY,
+)
+STAGE_BATCH_SECONDS = Histogram(
+    "mongomem_stage_batch_seconds", "Time to handle one batch", ["stage"], registry=REGISTRY
+)
+
+
+def serve_metrics(port: int | None, host: str = "127.0.0.1") -> None:
+    """Serve ``/metrics`` on ``host:port`` (no-op when ``port`` is ``None``)."""
+    if port is not None:
+        start_http_server(port, addr=host)

@@ -1,0 +1,143 @@
+"""Operating the pipeline: consumer lag, dead-letter counts, replay positions.
+
+Consumer groups are named ``<topic prefix>.<stage>[<suffix>]`` (see
+:func:`consumer_group`); a replay runs a stage in a *new* group (a suffix)
+whose start position is set here before the stage starts, so the live group
+is never disturbed and the replay's writes meet the stages' idempotent sinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from pipeline.errors import BrokerError
+from pipeline.kafka import dead_letter_topic
+from pipeline.settings import KafkaSettings
+
+__all__ = [
+    "GroupLag",
+    "consumer_group",
+    "dead_letter_counts",
+    "group_lag",
+    "set_group_position",
+]
+
+
+def consumer_group(settings: KafkaSettings, stage: str, suffix: str = "") -> str:
+    """The consumer group of ``stage`` (``extractor.semantic``, ``reconciler`` …)."""
+    return f"{settings.topic_prefix}.{stage}{suffix}"
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    group: str
+    topic: str
+    committed: int
+    end: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - self.committed)
+
+
+async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [
+            TopicPartition(topic, p) for topic in topics for p in await _partitions(settings, topic)
+        ]
+        if not partitions:
+            return {}
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(partitions)
+        return ends
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(settings: KafkaSettings, topic: str) -> list[int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(
+        int(part["partition"])
+        for entry in described
+        if entry.get("topic") == topic and not entry.get("error_code")
+        for part in entry.get("partitions", [])
+    )
+
+
+async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag:
+    """Committed position and end of ``topic`` for ``group``, summed over partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    try:
+        await admin.start()
+        offsets = await admin.list_consumer_group_offsets(group)
+        ends = await _end_offsets(settings, [topic])
+    except KafkaError as exc:
+        raise BrokerError(f"could not read the lag of {group}: {exc}") from exc
+    finally:
+        await admin.close()
+    committed = sum(max(meta.offset, 0) for tp, meta in offsets.items() if tp.topic == topic)
+    return GroupLag(group=group, topic=topic, committed=committed, end=sum(ends.values()))
+
+
+async def dead_letter_counts(settings: KafkaSettings, stages: Iterable[str]) -> dict[str, int]:
+    """Records ever written to each stage's dead-letter topic (0 if it has none)."""
+    counts: dict[str, int] = {}
+    try:
+        ends = await _end_offsets(settings, [dead_letter_topic(settings, s) for s in stages])
+    except KafkaError as exc:
+        raise BrokerError(f"could not read dead-letter topics: {exc}") from exc
+    for stage in stages:
+        topic = dead_letter_topic(settings, stage)
+        counts[stage] = sum(v for tp, v in ends.items() if tp.topic == topic)
+    return counts
+
+
+async def set_group_position(
+    settings: KafkaSettings,
+    group: str,
+    topic: str,
+    *,
+    offset: int | None = None,
+    since: datetime | None = None,
+) -> dict[int, int]:
+    """Commit a start position for a (new) group: an offset, or the first record at ``since``.
+
+    Returns the committed offset per partition. With neither argument the
+    group starts at the beginning of the topic.
+    """
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in await _partitions(settings, topic)]
+        if not partitions:
+            raise BrokerError(f"topic {topic} does not exist")
+        consumer.assign(partitions)
+        starts: dict[TopicPartition, int]
+        if since is not None:
+            stamp = int(since.timestamp() * 1000)
+            found = await consumer.offsets_for_times({tp: stamp for tp in partitions})
+            ends = await consumer.end_offsets(partitions)
+            starts = {tp: (found[tp].offset if found[tp] else ends[tp]) for tp in partitions}
+        else:
+            begins = await consumer.beginning_offsets(partitions)
+            starts = {tp: max(offset or 0, begins[tp]) for tp in partitions}
+        await consumer.commit(starts)
+        return {tp.partition: off for tp, off in starts.items()}
+    except KafkaError as exc:
+        raise BrokerError(f"could not set the position of {group}: {exc}") from exc
+    finally:
+        await consumer.stop()
