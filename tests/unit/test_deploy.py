@@ -1,0 +1,56 @@
+"""Deployment manifests stay in step with the CLI: every stage is deployed, every command parses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.cli import STAGES, _parser
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
+    return data
+
+
+def _k8s() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((DEPLOY / "k8s" / "mongomem.yaml").read_text()))
+
+
+def _commands() -> list[list[str]]:
+    compose = [s["command"] for s in _compose()["services"].values() if "command" in s]
+    compose = [c for c in compose if c and c[0] == "run"]
+    k8s = [
+        d["spec"]["template"]["spec"]["containers"][0]["args"]
+        for d in _k8s()
+        if d["kind"] == "Deployment"
+    ]
+    return compose + k8s
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_every_stage_is_deployed(stage: str) -> None:
+    stages = {cmd[1] for cmd in _commands()}
+    assert stage in stages
+
+
+def test_every_deployed_command_parses() -> None:
+    for command in _commands():
+        args = _parser().parse_args(command)
+        assert args.stage in STAGES
+
+
+def test_watcher_runs_as_a_single_replica() -> None:
+    (watcher,) = [d for d in _k8s() if d["metadata"]["name"] == "watcher"]
+    assert watcher["spec"]["replicas"] == 1
+    assert watcher["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_image_entrypoint_is_the_cli() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["mongomem"]' in dockerfile
