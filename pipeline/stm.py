@@ -1,0 +1,458 @@
+"""Short-term memory (SPEC A1–A3): the ``turns`` collection.
+
+A turn is written with one ``insert_one`` and the caller never waits for the
+pipeline; the change-stream watcher (:mod:`stages.watcher`) carries it on.
+
+Sequence numbers
+----------------
+Each session's turns are numbered 1, 2, 3 … strictly increasing and gap-free,
+also with concurrent writers in many processes, and without transactions.
+**The insert itself is the allocation**: a turn's ``_id`` is
+``Turn.make_id(project, user, session, seq)`` and a unique index covers
+(project, user, session, seq), so inserting seq *n* succeeds for exactly one
+writer. A writer tries ``last + 1``; on a duplicate-key error it reads the
+session's current last seq and tries again (with jittered back-off once it
+has lost a few times). Because a writer only ever tries ``last_seen + 1`` and
+turns are never deleted, no number is skipped: there is no counter that could
+be advanced by a writer that then dies before its insert, so the
+"allocated but never written" gap cannot happen.
+
+Within one :class:`ShortTermMemory` the writes of one session are serialised
+by a per-session lock and the last seq is cached, so a process that owns a
+session (the usual agent) pays one round trip per turn; the cache is only a
+hint — being behind costs one conflict and one read, never a wrong number.
+
+If the connection drops during the insert, the outcome is unknown; the turn
+is looked up by its id and returned if it was stored, otherwise
+:class:`~pipeline.errors.StorageError` (retriable) is raised and nothing was
+stored. Turns are append-only: deleting single turns would break the
+numbering (a deleted *session* restarts at 1 only in processes that have not
+cached it).
+
+Validation (A3) happens before anything is sent to MongoDB; a bad argument
+raises :class:`~pipeline.errors.InputError` whose ``field`` names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pymongo import ASCENDING, DESCENDING
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
+
+from pipeline.errors import InputError, StorageError
+from pipeline.models import Role, SessionKey, Turn, check_identifier, utcnow
+from pipeline.mongo import TURNS, Document
+from pipeline.settings import StmSettings
+
+__all__ = [
+    "SESSION_SEQ_INDEX",
+    "SessionSummary",
+    "ShortTermMemory",
+    "session_key",
+    "turn_document",
+    "turn_from_document",
+    "validate_content",
+    "validate_limit",
+    "validate_metadata",
+    "validate_role",
+]
+
+SESSION_SEQ_INDEX = "session_seq_unique"
+_MAX_ATTEMPTS = 64
+_MAX_DEPTH = 32
+_INT64 = 2**63
+_CACHE_SIZE = 10_000
+_ALLOWED_ROLES = ", ".join(r.value for r in Role)
+
+
+class SessionSummary(BaseModel):
+    """One session of a user, as listed by :meth:`ShortTermMemory.list_sessions`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    project_id: str
+    user_id: str
+    session_id: str
+    turn_count: int
+    last_seq: int
+    last_activity: AwareDatetime
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _identifier(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{field} must be a string, got {type(value).__name__}", field=field)
+    try:
+        return check_identifier(value)
+    except ValueError as exc:
+        raise InputError(f"{field} {exc}: {value[:40]!r}", field=field) from None
+
+
+def session_key(project_id: object, user_id: object, session_id: object) -> SessionKey:
+    """A :class:`SessionKey`, or :class:`InputError` naming the bad id."""
+    return SessionKey(
+        project_id=_identifier(project_id, "project_id"),
+        user_id=_identifier(user_id, "user_id"),
+        session_id=_identifier(session_id, "session_id"),
+    )
+
+
+def _check_key(key: object) -> SessionKey:
+    if not isinstance(key, SessionKey):
+        raise InputError(f"key must be a SessionKey, got {type(key).__name__}", field="key")
+    # A SessionKey built with model_construct() skips validation: check again.
+    return session_key(key.project_id, key.user_id, key.session_id)
+
+
+def validate_role(role: object) -> Role:
+    if isinstance(role, Role):
+        return role
+    if isinstance(role, str):
+        try:
+            return Role(role)
+        except ValueError:
+            pass
+    shown = repr(role)[:40]
+    raise InputError(f"role must be one of {_ALLOWED_ROLES}, got {shown}", field="role")
+
+
+def _utf8_len(text: str, where: str, field: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"{where} is not valid Unicode text (unpaired surrogate at {exc.start})", field=field
+        ) from None
+
+
+def validate_content(content: object, max_bytes: int) -> str:
+    if not isinstance(content, str):
+        raise InputError(f"content must be a string, got {type(content).__name__}", field="content")
+    size = _utf8_len(content, "content", "content")
+    if size > max_bytes:
+        raise InputError(
+            f"content is {size} bytes (UTF-8); the limit is {max_bytes}", field="content"
+        )
+    return content
+
+
+def _json_value(value: object, path: str, depth: int) -> Any:
+    """``value`` as plain JSON types (tuples become lists), or :class:`InputError`."""
+    if depth > _MAX_DEPTH:
+        raise InputError(f"{path} nests deeper than {_MAX_DEPTH} levels", field="metadata")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise InputError(f"{path} is an integer outside 64 bits", field="metadata")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{path} is {value}, which JSON cannot hold", field="metadata")
+        return float(value)
+    if isinstance(value, str):
+        _utf8_len(value, path, "metadata")
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out[_metadata_key(k, path)] = _json_value(v, f"{path}.{k}", depth + 1)
+        return out
+    raise InputError(
+        f"{path} is not JSON-serialisable (a {type(value).__name__})", field="metadata"
+    )
+
+
+def _metadata_key(key: object, path: str) -> str:
+    if not isinstance(key, str):
+        raise InputError(
+            f"{path} has a key that is not a string ({type(key).__name__})", field="metadata"
+        )
+    shown = repr(key)[:40]
+    if not key:
+        raise InputError(f"{path} has an empty key", field="metadata")
+    _utf8_len(key, f"{path} key {shown}", "metadata")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in key):
+        raise InputError(f"{path} key {shown} contains control characters", field="metadata")
+    if key.startswith("$") or "." in key:
+        raise InputError(
+            f"{path} key {shown} must not start with '$' or contain '.'", field="metadata"
+        )
+    return key
+
+
+def validate_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
+    """Plain-JSON metadata (a new dict), or :class:`InputError` naming the path."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InputError(
+            f"metadata must be a mapping, got {type(metadata).__name__}", field="metadata"
+        )
+    plain: dict[str, Any] = _json_value(metadata, "metadata", 0)
+    size = len(json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise InputError(
+            f"metadata is {size} bytes as JSON; the limit is {max_bytes}", field="metadata"
+        )
+    return plain
+
+
+def validate_limit(limit: object, maximum: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InputError(f"limit must be an integer from 1 to {maximum}", field="limit")
+    return limit
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def turn_document(turn: Turn) -> Document:
+    """The ``turns`` document of a turn (``_id`` is the turn id)."""
+    return {
+        "_id": turn.turn_id,
+        "project_id": turn.project_id,
+        "user_id": turn.user_id,
+        "session_id": turn.session_id,
+        "seq": turn.seq,
+        "role": turn.role.value,
+        "content": turn.content,
+        "metadata": turn.metadata,
+        "created_at": turn.created_at,
+    }
+
+
+def turn_from_document(doc: Mapping[str, Any]) -> Turn:
+    """The turn stored in ``doc`` (naive datetimes are read as UTC).
+
+    Raises :class:`pydantic.ValidationError` when the document is not a turn.
+    """
+    fields = {k: v for k, v in doc.items() if k != "_id"}
+    created = fields.get("created_at")
+    if isinstance(created, datetime) and created.tzinfo is None:
+        fields["created_at"] = created.replace(tzinfo=UTC)
+    return Turn.model_validate({"turn_id": doc.get("_id"), **fields})
+
+
+def _millis(at: datetime) -> datetime:
+    """BSON dates hold milliseconds: truncate so the stored turn equals the returned one."""
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def _filter(key: SessionKey) -> Document:
+    return {"project_id": key.project_id, "user_id": key.user_id, "session_id": key.session_id}
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+class ShortTermMemory:
+    """Record and read the turns of sessions (SPEC A1–A3).
+
+    ``db`` should come from :func:`pipeline.mongo.connect` (tz-aware client).
+    """
+
+    def __init__(
+        self,
+        db: AsyncDatabase[Document],
+        limits: StmSettings | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._turns = db[TURNS]
+        self._limits = limits or StmSettings()
+        self._clock = clock
+        self._last: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
+
+    @property
+    def limits(self) -> StmSettings:
+        return self._limits
+
+    async def ensure_indexes(self) -> None:
+        """The unique (project, user, session, seq) index; it also serves every read."""
+        try:
+            await self._turns.create_index(
+                [
+                    ("project_id", ASCENDING),
+                    ("user_id", ASCENDING),
+                    ("session_id", ASCENDING),
+                    ("seq", ASCENDING),
+                ],
+                unique=True,
+                name=SESSION_SEQ_INDEX,
+            )
+        except PyMongoError as exc:
+            raise StorageError(f"could not create the indexes of {TURNS!r}: {exc}") from exc
+
+    async def record_turn(
+        self,
+        key: SessionKey,
+        role: Role | str,
+        content: str,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Turn:
+        """Store one turn with the session's next seq and return it."""
+        key = _check_key(key)
+        role_ = validate_role(role)
+        text = validate_content(content, self._limits.max_content_bytes)
+        meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
+        slot = (key.project_id, key.user_id, key.session_id)
+        async with self._session_lock(slot):
+            last = self._last.get(slot)
+            if last is None:
+                last = await self._read_last_seq(key)
+            for attempt in range(_MAX_ATTEMPTS):
+                seq = last + 1
+                turn = Turn(
+                    turn_id=Turn.make_id(*slot, seq),
+                    project_id=key.project_id,
+                    user_id=key.user_id,
+                    session_id=key.session_id,
+                    seq=seq,
+                    role=role_,
+                    content=text,
+                    metadata=meta,
+                    created_at=_millis(self._clock()),
+                )
+                if await self._insert(turn):
+                    self._remember(slot, seq)
+                    return turn
+                # Another writer holds ``seq``: catch up and try the next number.
+                if attempt >= 2:
+                    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                last = max(seq, await self._read_last_seq(key))
+        raise StorageError(
+            f"could not allocate a seq for session {key.session_id!r} after {_MAX_ATTEMPTS} "
+            "conflicts with concurrent writers; try again"
+        )
+
+    async def recent_turns(self, key: SessionKey, limit: int = 50) -> list[Turn]:
+        """The last ``limit`` turns of the session, oldest first."""
+        key = _check_key(key)
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        try:
+            cursor = self._turns.find(_filter(key)).sort("seq", DESCENDING).limit(limit)
+            docs = await cursor.to_list(length=limit)
+        except PyMongoError as exc:
+            raise StorageError(f"could not read turns: {exc}") from exc
+        return [_parse(doc) for doc in reversed(docs)]
+
+    async def list_sessions(
+        self, project_id: str, user_id: str, limit: int = 100
+    ) -> list[SessionSummary]:
+        """The user's sessions in the project, most recently active first."""
+        project = _identifier(project_id, "project_id")
+        user = _identifier(user_id, "user_id")
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        pipeline: list[Document] = [
+            {"$match": {"project_id": project, "user_id": user}},
+            {
+                "$group": {
+                    "_id": "$session_id",
+                    "turn_count": {"$sum": 1},
+                    "last_seq": {"$max": "$seq"},
+                    "last_activity": {"$max": "$created_at"},
+                }
+            },
+            {"$sort": {"last_activity": -1, "_id": 1}},
+            {"$limit": limit},
+        ]
+        try:
+            cursor = await self._turns.aggregate(pipeline)
+            rows = await cursor.to_list(length=limit)
+        except PyMongoError as exc:
+            raise StorageError(f"could not list sessions: {exc}") from exc
+        out = []
+        for row in rows:
+            at = row["last_activity"]
+            if isinstance(at, datetime) and at.tzinfo is None:
+                at = at.replace(tzinfo=UTC)
+            out.append(
+                SessionSummary(
+                    project_id=project,
+                    user_id=user,
+                    session_id=row["_id"],
+                    turn_count=row["turn_count"],
+                    last_seq=row["last_seq"],
+                    last_activity=at,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    async def _insert(self, turn: Turn) -> bool:
+        """True when stored; False when ``turn.seq`` is taken (duplicate key)."""
+        doc = turn_document(turn)
+        try:
+            await self._turns.insert_one(doc)
+        except DuplicateKeyError:
+            return False
+        except ConnectionFailure as exc:
+            # The insert may or may not have been applied: look.
+            try:
+                found = await self._turns.find_one({"_id": turn.turn_id})
+            except PyMongoError:
+                found = None
+            if found is not None and _parse(found) == turn:
+                return True
+            if found is not None:
+                return False
+            raise StorageError(f"MongoDB failed during the insert; nothing stored: {exc}") from exc
+        except PyMongoError as exc:
+            raise StorageError(f"could not store the turn: {exc}") from exc
+        return True
+
+    async def _read_last_seq(self, key: SessionKey) -> int:
+        try:
+            doc = await self._turns.find_one(
+                _filter(key), projection={"seq": 1, "_id": 0}, sort=[("seq", DESCENDING)]
+            )
+        except PyMongoError as exc:
+            raise StorageError(f"could not read the session's last seq: {exc}") from exc
+        return int(doc["seq"]) if doc is not None else 0
+
+    def _remember(self, slot: tuple[str, str, str], seq: int) -> None:
+        self._last[slot] = seq
+        self._last.move_to_end(slot)
+        while len(self._last) > _CACHE_SIZE:
+            self._last.popitem(last=False)
+
+    @asynccontextmanager
+    async def _session_lock(self, slot: tuple[str, str, str]) -> AsyncIterator[None]:
+        lock, users = self._locks.get(slot, (asyncio.Lock(), 0))
+        self._locks[slot] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[slot]
+            if users <= 1:
+                del self._locks[slot]
+            else:
+                self._locks[slot] = (lock, users - 1)
+
+
+def _parse(doc: Mapping[str, Any]) -> Turn:
+    try:
+        return turn_from_document(doc)
+    except ValidationError as exc:
+        raise StorageError(
+            f"document {doc.get('_id')!r} in {TURNS!r} is not a valid turn: {exc}"
+        ) from exc
