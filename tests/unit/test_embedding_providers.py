@@ -1,0 +1,92 @@
+"""Embedding providers: the factory, the OpenAI-compatible one, the offline local model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import SecretStr
+
+from pipeline.embeddings import (
+    Embedder,
+    HashingEmbedder,
+    LocalE5Embedder,
+    OpenAIEmbedder,
+    cosine,
+    embed_queries,
+    make_embedder,
+)
+from pipeline.errors import ConfigError, EmbeddingError, NotReady
+from pipeline.settings import EmbeddingSettings
+from pipeline.testing import FakeOpenAIServer
+
+
+def test_no_provider_is_not_ready_and_says_what_to_set() -> None:
+    with pytest.raises(NotReady, match="MONGOMEM_EMBEDDING_PROVIDER"):
+        make_embedder(EmbeddingSettings())
+
+
+def test_stand_in_is_labelled_not_a_model() -> None:
+    embedder = make_embedder(EmbeddingSettings(provider="stand-in", dimensions=64))
+    assert isinstance(embedder, HashingEmbedder)
+    assert "NOT a model" in embedder.name
+
+
+def test_openai_provider_needs_a_key() -> None:
+    with pytest.raises(NotReady, match="MONGOMEM_EMBEDDING_API_KEY"):
+        make_embedder(EmbeddingSettings(provider="openai"))
+
+
+def test_local_provider_has_fixed_dimensions() -> None:
+    with pytest.raises(ConfigError, match="384"):
+        make_embedder(EmbeddingSettings(provider="local", dimensions=256))
+
+
+async def test_openai_compatible_endpoint() -> None:
+    with FakeOpenAIServer() as server:
+        embedder = make_embedder(
+            EmbeddingSettings(
+                provider="openai", base_url=server.base_url, api_key=SecretStr("k"), dimensions=32
+            )
+        )
+        assert isinstance(embedder, OpenAIEmbedder)
+        assert isinstance(embedder, Embedder)
+        try:
+            vectors = await embedder.embed(["a", "b c"])
+            assert await embedder.embed([]) == []
+        finally:
+            await embedder.close()
+        assert server.embedding_requests == [["a", "b c"]]
+    assert [len(v) for v in vectors] == [32, 32]
+    assert all(math.isclose(sum(x * x for x in v), 1.0, rel_tol=1e-6) for v in vectors)
+
+
+async def test_openai_endpoint_errors_are_embedding_errors() -> None:
+    refused = "http://127.0.0.1:9/v1"
+    embedder = OpenAIEmbedder(
+        EmbeddingSettings(provider="openai", base_url=refused, api_key=SecretStr("k"))
+    )
+    try:
+        with pytest.raises(EmbeddingError):
+            await embedder.embed(["x"])
+    finally:
+        await embedder.close()
+
+
+async def test_local_model_ranks_meaning_not_word_overlap() -> None:
+    embedder = make_embedder(EmbeddingSettings(provider="local"))
+    assert isinstance(embedder, LocalE5Embedder)
+    assert "NOT" not in embedder.name
+    docs = [
+        "The user's home airport is Boston Logan.",
+        "The user is allergic to peanuts.",
+        "A red-eye is an overnight flight that lands the next morning.",
+    ]
+    vectors = await embedder.embed(docs)
+    assert all(len(v) == 384 for v in vectors)
+    (query,) = await embed_queries(embedder, ["Which airport does the user fly from?"])
+    scores = [cosine(query, v) for v in vectors]
+    assert scores.index(max(scores)) == 0
+    (nut,) = await embed_queries(embedder, ["food intolerance"])
+    scores = [cosine(nut, v) for v in vectors]
+    assert scores.index(max(scores)) == 1
