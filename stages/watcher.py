@@ -1,0 +1,411 @@
+"""The change-stream watcher: every inserted turn goes to Kafka (SPEC I1).
+
+``mongomem run watcher`` watches inserts into ``turns`` and publishes each
+turn (:func:`pipeline.codec.encode`) to the ``turns`` topic, keyed by
+(project, user, session) so a session's turns stay in one partition, in
+order. The producer waits for all in-sync replicas and is idempotent.
+
+Delivery semantics
+------------------
+**At-least-once into Kafka; consumers de-duplicate by ``turn_id``.**
+
+* The checkpoint lives in MongoDB (``checkpoints``): the change stream's
+  resume token, plus one high-water mark (highest published seq) per
+  session. Both are written only after Kafka acknowledged every event up to
+  the token, at most ``MONGOMEM_STM_WATCHER_BATCH_MAX`` events or
+  ``…_FLUSH_INTERVAL_S`` seconds apart.
+* On restart the stream resumes after the stored token. A crash republishes
+  at most the events after the last checkpoint — the last, unacknowledged
+  batch — never fewer.
+* If the stored token cannot be resumed (the server reports the history as
+  lost or rejects the token), or there is no token at all, the watcher logs
+  it loudly and **back-fills**: it opens a new stream first, then scans
+  ``turns`` in (session, seq) order and publishes every turn above its
+  session's high-water mark, then streams. Turns inserted during the scan
+  are in both; the overlap is skipped by seq. Seqs are gap-free and inserted
+  in order per session (see :mod:`pipeline.stm`), so "above the mark" is
+  exactly "not yet published" — no clock is involved.
+* A turn document that is not a valid turn goes to ``dlq.watcher`` with its
+  JSON text; the stream goes on.
+* SIGTERM/SIGINT: flush, store the checkpoint, exit 0. A broken connection
+  to MongoDB or Kafka restarts the loop from the stored checkpoint after a
+  back-off.
+
+The decisions (token validity, error verdicts, marks, flush timing) are in
+:mod:`stages.watcher_logic`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from bson import json_util
+from pydantic import ValidationError
+from pymongo import ASCENDING, UpdateOne
+from pymongo.asynchronous.change_stream import AsyncChangeStream
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import OperationFailure, PyMongoError
+
+from pipeline.codec import encode
+from pipeline.errors import (
+    BrokerError,
+    ChangeFeedError,
+    MongomemError,
+    ResumeTokenLost,
+    StorageError,
+)
+from pipeline.kafka import (
+    TURNS as TURNS_TOPIC,
+)
+from pipeline.kafka import (
+    DeadLetter,
+    dead_letter_topic,
+    ensure_topics,
+    make_producer,
+    pipeline_topics,
+)
+from pipeline.models import utcnow
+from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect, database
+from pipeline.settings import KafkaSettings, Settings, StmSettings
+from pipeline.stm import turn_from_document
+from stages.watcher_logic import (
+    WATCH_PIPELINE,
+    FlushPolicy,
+    PublishLedger,
+    Slot,
+    mark_id,
+    open_failure_verdict,
+    token_id,
+    usable_token,
+)
+
+__all__ = ["STAGE", "ChangeStreamWatcher", "main"]
+
+STAGE = "watcher"
+log = logging.getLogger("mongomem.watcher")
+
+Stream = AsyncChangeStream[Document]
+
+
+class ChangeStreamWatcher:
+    """Publishes inserted turns to Kafka and checkpoints the resume token."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase[Document],
+        producer: AIOKafkaProducer,
+        kafka: KafkaSettings,
+        stm: StmSettings | None = None,
+    ) -> None:
+        stm = stm or StmSettings()
+        self._db = db
+        self._turns = db[TURNS]
+        self._checkpoints = db[CHECKPOINTS]
+        self._producer = producer
+        self._kafka = kafka
+        self._topic = kafka.topic(TURNS_TOPIC)
+        self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
+        self._poll_s = stm.watcher_poll_interval_s
+        self._ledger = PublishLedger()
+        self._pending: list[asyncio.Future[Any]] = []
+        self._oldest = 0.0
+        self._stored_token: dict[str, Any] | None = None
+        self.published = 0
+        self.backfills = 0
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Stream until ``stop`` is set; then flush and checkpoint."""
+        token = await self._load_token()
+        while not stop.is_set():
+            stream = await self._open_or_backfill(token, stop)
+            try:
+                await self._stream(stream, stop)
+                return
+            except ResumeTokenLost as exc:
+                log.error("watcher: change stream history lost while reading (%s)", exc)
+                token = None
+            finally:
+                await _close(stream)
+
+    async def _open_or_backfill(self, token: dict[str, Any] | None, stop: asyncio.Event) -> Stream:
+        if token is not None:
+            try:
+                return await self._open(token)
+            except ResumeTokenLost as exc:
+                log.error(
+                    "watcher: the stored resume token cannot be resumed from (%s); "
+                    "back-filling from %r so that no turn is lost",
+                    exc,
+                    TURNS,
+                )
+        else:
+            log.warning("watcher: no usable resume token stored; back-filling from %r", TURNS)
+        stream = await self._open(None)
+        try:
+            await self._backfill(stop)
+        except BaseException:
+            await _close(stream)
+            raise
+        return stream
+
+    async def _open(self, token: dict[str, Any] | None) -> Stream:
+        max_await = max(1, int(self._policy.interval_s * 1000))
+        try:
+            return await self._turns.watch(
+                WATCH_PIPELINE, resume_after=token, max_await_time_ms=max_await
+            )
+        except OperationFailure as exc:
+            verdict = open_failure_verdict(exc.code, with_token=token is not None)
+            if verdict == "lost":
+                raise ResumeTokenLost(f"server code {exc.code}: {exc}") from exc
+            if verdict == "probe":
+                try:
+                    await _close(await self._turns.watch(WATCH_PIPELINE))
+                except PyMongoError as probe_exc:
+                    raise ChangeFeedError(f"cannot open the change stream: {exc}") from probe_exc
+                raise ResumeTokenLost(f"the server rejects the stored token: {exc}") from exc
+            raise ChangeFeedError(f"cannot open the change stream: {exc}") from exc
+        except PyMongoError as exc:
+            raise ChangeFeedError(f"cannot open the change stream: {exc}") from exc
+
+    async def _stream(self, stream: Stream, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                change = await stream.try_next()
+            except OperationFailure as exc:
+                if open_failure_verdict(exc.code, with_token=False) == "lost":
+                    raise ResumeTokenLost(f"server code {exc.code}: {exc}") from exc
+                raise ChangeFeedError(f"the change stream failed: {exc}") from exc
+            except PyMongoError as exc:
+                raise ChangeFeedError(f"the change stream failed: {exc}") from exc
+            if change is None:
+                await self._flush(stream.resume_token)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._poll_s)
+                continue
+            document = change.get("fullDocument")
+            if isinstance(document, Mapping):
+                await self._publish(document)
+            if self._policy.due(len(self._pending), self._age(), idle=False):
+                await self._flush(stream.resume_token)
+        await self._flush(stream.resume_token)
+
+    async def _backfill(self, stop: asyncio.Event) -> None:
+        self.backfills += 1
+        marks = await self._load_marks()
+        self._ledger.seed(marks.items())
+        before = self.published
+        try:
+            cursor = self._turns.find({}).sort(
+                [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING),
+                 ("seq", ASCENDING)]
+            )  # fmt: skip
+            async for document in cursor:
+                await self._publish(document)
+                if self._policy.due(len(self._pending), self._age(), idle=False):
+                    await self._flush(None)
+                if stop.is_set():
+                    break
+        except PyMongoError as exc:
+            raise StorageError(f"back-fill could not read {TURNS!r}: {exc}") from exc
+        await self._flush(None)
+        self._ledger.end_backfill()
+        log.warning(
+            "watcher: back-fill published %d turns (%d sessions had marks)",
+            self.published - before,
+            len(marks),
+        )
+
+    # ------------------------------------------------------------------ publish
+
+    async def _publish(self, document: Mapping[str, Any]) -> None:
+        try:
+            turn = turn_from_document(document)
+        except ValidationError as exc:
+            await self._dead_letter(document, exc)
+            return
+        if not self._ledger.admit((turn.project_id, turn.user_id, turn.session_id), turn.seq):
+            return
+        try:
+            future = await self._producer.send(
+                self._topic, encode(turn), key=turn.session.kafka_key()
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish turn {turn.turn_id}: {exc}") from exc
+        self._add(future)
+        self.published += 1
+
+    async def _dead_letter(self, document: Mapping[str, Any], error: Exception) -> None:
+        log.error(
+            "watcher: document %r is not a turn; sent to the dead-letter topic", document.get("_id")
+        )
+        letter = DeadLetter.of(
+            stage=STAGE,
+            topic=f"mongodb:{self._db.name}.{TURNS}",
+            partition=0,
+            offset=0,
+            key=None,
+            value=json_util.dumps(document).encode(),
+            error=error,
+            attempts=1,
+        )
+        try:
+            future = await self._producer.send(
+                dead_letter_topic(self._kafka, STAGE), encode(letter)
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc
+        self._add(future)
+
+    def _add(self, future: asyncio.Future[Any]) -> None:
+        if not self._pending:
+            self._oldest = time.monotonic()
+        self._pending.append(future)
+
+    def _age(self) -> float:
+        return time.monotonic() - self._oldest if self._pending else 0.0
+
+    # ------------------------------------------------------------------ checkpoint
+
+    async def _flush(self, token: Mapping[str, Any] | None) -> None:
+        """Wait for Kafka's acks of everything sent, then store marks and token."""
+        pending, self._pending = self._pending, []
+        if pending:
+            try:
+                await asyncio.gather(*pending)
+            except KafkaError as exc:
+                raise BrokerError(f"Kafka did not acknowledge published turns: {exc}") from exc
+        marks = self._ledger.take_marks()
+        new_token = dict(token) if token is not None else None
+        if not marks and (new_token is None or new_token == self._stored_token):
+            return
+        now = utcnow()
+        writes: list[UpdateOne] = [
+            UpdateOne(
+                {"_id": mark_id(self._topic, slot)},
+                {
+                    "$max": {"seq": seq},
+                    "$set": {"updated_at": now},
+                    "$setOnInsert": {
+                        "kind": "watcher-mark",
+                        "topic": self._topic,
+                        "project_id": slot[0],
+                        "user_id": slot[1],
+                        "session_id": slot[2],
+                    },
+                },
+                upsert=True,
+            )
+            for slot, seq in marks.items()
+        ]
+        if new_token is not None and new_token != self._stored_token:
+            writes.append(
+                UpdateOne(
+                    {"_id": token_id(self._topic)},
+                    {
+                        "$set": {"token": new_token, "updated_at": now},
+                        "$setOnInsert": {"kind": "watcher-token", "topic": self._topic},
+                    },
+                    upsert=True,
+                )
+            )
+        try:
+            await self._checkpoints.bulk_write(writes, ordered=True)
+        except PyMongoError as exc:
+            raise StorageError(f"could not store the watcher checkpoint: {exc}") from exc
+        if new_token is not None:
+            self._stored_token = new_token
+
+    async def _load_token(self) -> dict[str, Any] | None:
+        try:
+            doc = await self._checkpoints.find_one({"_id": token_id(self._topic)})
+        except PyMongoError as exc:
+            raise StorageError(f"could not read the watcher checkpoint: {exc}") from exc
+        if doc is None:
+            return None
+        token = usable_token(doc.get("token"))
+        if token is None:
+            log.error("watcher: the stored resume token %r is not a resume token", doc.get("token"))
+        self._stored_token = token
+        return token
+
+    async def _load_marks(self) -> dict[Slot, int]:
+        marks: dict[Slot, int] = {}
+        try:
+            cursor = self._checkpoints.find({"kind": "watcher-mark", "topic": self._topic})
+            async for doc in cursor:
+                marks[(doc["project_id"], doc["user_id"], doc["session_id"])] = int(doc["seq"])
+        except PyMongoError as exc:
+            raise StorageError(f"could not read the watcher's session marks: {exc}") from exc
+        return marks
+
+
+async def _close(stream: Stream) -> None:
+    with contextlib.suppress(PyMongoError):
+        await stream.close()
+
+
+# ---------------------------------------------------------------------- process
+
+
+async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
+    """Run the watcher until ``stop`` is set, restarting after retriable failures."""
+    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    client = connect(settings.mongodb)
+    try:
+        backoff = 0.5
+        while not stop.is_set():
+            producer = make_producer(settings.kafka)
+            try:
+                try:
+                    await producer.start()
+                except KafkaError as exc:
+                    raise BrokerError(f"cannot reach Kafka: {exc}") from exc
+                watcher = ChangeStreamWatcher(
+                    database(client, settings.mongodb), producer, settings.kafka, settings.stm
+                )
+                await watcher.run(stop)
+                return
+            except MongomemError as exc:
+                if not exc.retriable:
+                    raise
+                log.warning(
+                    "watcher: %s: %s; restarting from the checkpoint", type(exc).__name__, exc
+                )
+            finally:
+                with contextlib.suppress(KafkaError):
+                    await producer.stop()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), backoff)
+            backoff = min(backoff * 2, 15.0)
+    finally:
+        await client.close()
+
+
+async def main(settings: Settings, args: argparse.Namespace) -> None:
+    """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT, then exits 0."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await run_watcher(settings, stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,150 @@
+"""The decisions of the change-stream watcher, free of MongoDB and Kafka.
+
+:mod:`stages.watcher` is the adapter; everything here is plain data and plain
+functions, tested without servers:
+
+* :func:`usable_token` — is a stored checkpoint value a resume token at all?
+* :func:`open_failure_verdict` — what a server error on opening/reading the
+  stream means (history lost, or ask the server again without a token).
+* :class:`PublishLedger` — per-session high-water marks: what may be skipped
+  as already published, and which marks the next checkpoint must store.
+* :class:`FlushPolicy` — when the pending batch must be acknowledged and
+  checkpointed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipeline.models import stable_id
+
+__all__ = [
+    "HISTORY_LOST_CODES",
+    "WATCH_PIPELINE",
+    "FlushPolicy",
+    "PublishLedger",
+    "Slot",
+    "mark_id",
+    "open_failure_verdict",
+    "token_id",
+    "usable_token",
+]
+
+#: (project_id, user_id, session_id)
+Slot = tuple[str, str, str]
+
+#: Only inserts: a turn is never updated, and the full document comes with it.
+WATCH_PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": "insert"}}]
+
+#: Server codes that mean "this resume token cannot be resumed from":
+#: CappedPositionLost, InvalidResumeToken, ChangeStreamFatalError,
+#: ChangeStreamHistoryLost.
+HISTORY_LOST_CODES = frozenset({136, 260, 280, 286})
+
+
+def token_id(topic: str) -> str:
+    """``_id`` of the watcher's resume-token document in ``checkpoints``."""
+    return f"watcher:{topic}"
+
+
+def mark_id(topic: str, slot: Slot) -> str:
+    """``_id`` of one session's high-water-mark document in ``checkpoints``."""
+    return f"watcher:{topic}:{stable_id('mark', *slot)}"
+
+
+def usable_token(value: object) -> dict[str, Any] | None:
+    """The stored value as a resume token, or ``None`` when it cannot be one.
+
+    A resume token is a document with a ``_data`` field (a hex string on
+    MongoDB and on mongo-java-server). Anything else — a token written by a
+    different server kind, a hand-edited document — is treated as lost.
+    """
+    if not isinstance(value, Mapping) or "_data" not in value:
+        return None
+    data = value["_data"]
+    if not isinstance(data, str | bytes) or not data:
+        return None
+    return dict(value)
+
+
+def open_failure_verdict(
+    code: int | None, *, with_token: bool
+) -> Literal["lost", "probe", "retry"]:
+    """What a server-side failure of a change stream means.
+
+    * ``lost``: the server said the token's history is gone (or the token is
+      invalid) — back-fill.
+    * ``probe``: opening *with a token* failed for a reason the server did
+      not name (mongo-java-server answers "Unknown error" for a token it
+      cannot parse); the adapter opens a stream without a token — if that
+      works, the token was the problem and it is lost.
+    * ``retry``: anything else; reopen from the stored token later.
+    """
+    if code in HISTORY_LOST_CODES:
+        return "lost"
+    if with_token:
+        return "probe"
+    return "retry"
+
+
+@dataclass
+class PublishLedger:
+    """Per-session high-water marks of published turns.
+
+    ``known`` holds, after a back-fill, the highest seq known to be published
+    for each session; a turn at or below it is a duplicate of one already in
+    Kafka and is skipped (this removes the overlap between the back-fill scan
+    and the stream opened before it). Without a back-fill ``known`` stays
+    empty and nothing is skipped.
+
+    ``unflushed`` collects, since the last checkpoint, the highest seq handed
+    to Kafka per session; the checkpoint stores them (with ``$max``) once
+    Kafka acknowledged them, so a later back-fill knows where each session
+    stands.
+    """
+
+    known: dict[Slot, int] = field(default_factory=dict)
+    unflushed: dict[Slot, int] = field(default_factory=dict)
+    tracking: bool = False
+
+    def seed(self, marks: Iterable[tuple[Slot, int]]) -> None:
+        """Start a back-fill from the stored marks: track every session from now on."""
+        for slot, seq in marks:
+            if seq > self.known.get(slot, 0):
+                self.known[slot] = seq
+        self.tracking = True
+
+    def end_backfill(self) -> None:
+        """Stream mode: keep skipping overlap for known sessions, stop adding new ones."""
+        self.tracking = False
+
+    def admit(self, slot: Slot, seq: int) -> bool:
+        """True when the turn must be published (and record it as handed to Kafka)."""
+        known = self.known.get(slot)
+        if known is not None and seq <= known:
+            return False
+        if known is not None or self.tracking:
+            self.known[slot] = seq
+        if seq > self.unflushed.get(slot, 0):
+            self.unflushed[slot] = seq
+        return True
+
+    def take_marks(self) -> dict[Slot, int]:
+        """The marks to store with the next checkpoint (and forget them here)."""
+        marks, self.unflushed = self.unflushed, {}
+        return marks
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """Flush when the batch is full, when it is old, or when the stream is idle."""
+
+    batch_max: int
+    interval_s: float
+
+    def due(self, pending: int, oldest_age_s: float, *, idle: bool) -> bool:
+        if pending == 0:
+            return False
+        return idle or pending >= self.batch_max or oldest_age_s >= self.interval_s

@@ -1,0 +1,203 @@
+"""The change-stream watcher against real Kafka and MongoDB-compatible servers (SPEC I1)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from pymongo import AsyncMongoClient
+
+from pipeline.codec import decode
+from pipeline.kafka import (
+    DeadLetter,
+    dead_letter_topic,
+    ensure_topics,
+    make_producer,
+    pipeline_topics,
+)
+from pipeline.models import Turn
+from pipeline.mongo import CHECKPOINTS, TURNS, Document
+from pipeline.settings import Settings
+from pipeline.stm import ShortTermMemory, session_key
+from stages.watcher import STAGE, ChangeStreamWatcher
+from stages.watcher_logic import token_id
+
+pytestmark = pytest.mark.integration
+
+
+async def read_topic(
+    settings: Settings, topic: str, *, until: int, timeout_s: float = 30.0
+) -> list[tuple[int, bytes | None]]:
+    """(partition, value) of every record, once ``until`` are there or at the timeout."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=settings.kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    out: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < until and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=300)
+            for tp, records in batch.items():
+                out.extend((tp.partition, r.value) for r in records)
+        # Anything beyond ``until`` that is already there (duplicates) counts too.
+        batch = await consumer.getmany(timeout_ms=300)
+        for tp, records in batch.items():
+            out.extend((tp.partition, r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def published_turns(settings: Settings, until: int) -> list[tuple[int, Turn]]:
+    records = await read_topic(settings, settings.kafka.topic("turns"), until=until)
+    return [(p, decode(v, Turn)) for p, v in records]
+
+
+@asynccontextmanager
+async def running_watcher(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> AsyncIterator[ChangeStreamWatcher]:
+    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    watcher = ChangeStreamWatcher(
+        mongo[settings.mongodb.database], producer, settings.kafka, settings.stm
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        yield watcher
+    finally:
+        stop.set()
+        try:
+            await asyncio.wait_for(task, 30)
+        finally:
+            await producer.stop()
+
+
+async def wait_published(watcher: ChangeStreamWatcher, count: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if watcher.published >= count:
+            return
+        await asyncio.sleep(0.05)
+    assert watcher.published >= count
+
+
+def assert_session_order(records: list[tuple[int, Turn]]) -> None:
+    partitions: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+    seqs: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for partition, turn in records:
+        slot = (turn.project_id, turn.user_id, turn.session_id)
+        partitions[slot].add(partition)
+        if turn.seq not in seqs[slot]:
+            seqs[slot].append(turn.seq)
+    for slot, seen in seqs.items():
+        assert seen == sorted(seen), f"{slot} out of order: {seen}"
+        assert len(partitions[slot]) == 1
+
+
+async def test_concurrent_writers_across_sessions_all_reach_kafka_in_order(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    writers = [ShortTermMemory(db, settings.stm) for _ in range(3)]
+    await writers[0].ensure_indexes()
+    sessions = [session_key("proj", f"user-{i % 4}", f"s-{i}") for i in range(20)]
+
+    async def write(memory: ShortTermMemory, n: int) -> None:
+        for i in range(5):
+            for key in sessions[n::3]:
+                await memory.record_turn(key, "user", f"turn {i} from writer {n}")
+
+    async with running_watcher(mongo, settings) as watcher:
+        await asyncio.gather(*(write(m, n) for n, m in enumerate(writers)))
+        in_mongo = {d["_id"] for d in await db[TURNS].find({}, {"_id": 1}).to_list()}
+        await wait_published(watcher, len(in_mongo))
+    records = await published_turns(settings, len(in_mongo))
+    assert {t.turn_id for _, t in records} == in_mongo
+    assert len(records) == len(in_mongo)  # no restart, so no duplicate either
+    assert_session_order(records)
+    checkpoint = await db[CHECKPOINTS].find_one({"_id": token_id(settings.kafka.topic("turns"))})
+    assert checkpoint is not None
+    assert "_data" in checkpoint["token"]
+
+
+@pytest.mark.parametrize(
+    "bad_token",
+    [{"_data": "zz-not-a-token"}, {"format": "from another server"}, "a string"],
+    ids=["rejected-by-server", "unknown-format", "not-a-document"],
+)
+async def test_lost_resume_token_backfills_without_loss(
+    mongo: AsyncMongoClient[Document], settings: Settings, bad_token: object
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    await stm.ensure_indexes()
+    a, b = session_key("p", "u", "a"), session_key("p", "u", "b")
+    async with running_watcher(mongo, settings) as watcher:
+        for i in range(5):
+            await stm.record_turn(a, "user", f"a{i}")
+        await wait_published(watcher, 5)
+    # While the watcher is down: more turns, and its token becomes unusable.
+    for i in range(4):
+        await stm.record_turn(a, "user", f"a-late{i}")
+        await stm.record_turn(b, "user", f"b{i}")
+    await db[CHECKPOINTS].update_one(
+        {"_id": token_id(settings.kafka.topic("turns"))}, {"$set": {"token": bad_token}}
+    )
+    async with running_watcher(mongo, settings) as watcher:
+        await wait_published(watcher, 8)
+        assert watcher.backfills == 1
+        await stm.record_turn(b, "user", "after the back-fill")  # streaming again
+        await wait_published(watcher, 9)
+    records = await published_turns(settings, 14)
+    in_mongo = {d["_id"] for d in await db[TURNS].find({}, {"_id": 1}).to_list()}
+    assert {t.turn_id for _, t in records} == in_mongo
+    # The marks said where each session stood: nothing was published twice.
+    assert len(records) == 14
+    assert_session_order(records)
+
+
+async def test_first_start_publishes_turns_written_before_it(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    await stm.ensure_indexes()
+    for i in range(6):
+        await stm.record_turn(session_key("p", "u", f"s{i % 2}"), "user", str(i))
+    async with running_watcher(mongo, settings) as watcher:
+        await wait_published(watcher, 6)
+        assert watcher.backfills == 1
+    records = await published_turns(settings, 6)
+    assert sorted((t.session_id, t.seq) for _, t in records) == [
+        ("s0", 1), ("s0", 2), ("s0", 3), ("s1", 1), ("s1", 2), ("s1", 3)
+    ]  # fmt: skip
+
+
+async def test_a_document_that_is_not_a_turn_goes_to_the_dead_letter_topic(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    key = session_key("p", "u", "s")
+    async with running_watcher(mongo, settings) as watcher:
+        await stm.record_turn(key, "user", "before")
+        await db[TURNS].insert_one({"_id": "junk", "seq": "not a number"})
+        await stm.record_turn(key, "user", "after")
+        await wait_published(watcher, 2)
+    letters = await read_topic(settings, dead_letter_topic(settings.kafka, STAGE), until=1)
+    letter = decode(letters[0][1], DeadLetter)
+    assert letter.stage == STAGE
+    assert b"not a number" in (letter.original_value() or b"")
+    assert [t.content for _, t in await published_turns(settings, 2)] == ["before", "after"]
