@@ -1,0 +1,66 @@
+"""Long-term memory: the reconciliation core, its MongoDB store, and search.
+
+::
+
+    kinds      the four built-in types: keys, fields, embedded text, scope
+    plan       plan_reconcile(candidate, neighbours, thresholds) -> Decision  (pure)
+    judge      the optional judge of the ambiguous band (protocol, LLM, test double)
+    index      per-scope float32 matrix cache for exact cosine search
+    search     one interface: $vectorSearch where present, exact scan otherwise
+    documents  MemoryVersion <-> stored document
+    reads      get / search / list / history, always within one scope
+    store      MemoryStore.reconcile: idempotent, conflict-safe apply
+
+Used by the reconciler stage (``stages/reconciler``) and by the SDK's direct
+saves, so both reconcile the same way (SPEC E2).
+"""
+
+from __future__ import annotations
+
+from pipeline.ltm.judge import Judge, LLMJudge, ScriptedJudge
+from pipeline.ltm.kinds import KINDS, Kind, kind_of, normalize_key, normalize_text, scope_for
+from pipeline.ltm.plan import (
+    Decision,
+    Neighbour,
+    Score,
+    Thresholds,
+    Verdict,
+    build_version,
+    memory_id_for,
+    plan_reconcile,
+)
+from pipeline.ltm.search import (
+    AtlasVectorSearch,
+    ExactCosineSearch,
+    VectorSearch,
+    probe_vector_search,
+    vector_index_definition,
+)
+from pipeline.ltm.store import MemoryStore, Outcome
+
+__all__ = [
+    "KINDS",
+    "AtlasVectorSearch",
+    "Decision",
+    "ExactCosineSearch",
+    "Judge",
+    "Kind",
+    "LLMJudge",
+    "MemoryStore",
+    "Neighbour",
+    "Outcome",
+    "Score",
+    "ScriptedJudge",
+    "Thresholds",
+    "VectorSearch",
+    "Verdict",
+    "build_version",
+    "kind_of",
+    "memory_id_for",
+    "normalize_key",
+    "normalize_text",
+    "plan_reconcile",
+    "probe_vector_search",
+    "scope_for",
+    "vector_index_definition",
+]

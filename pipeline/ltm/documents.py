@@ -1,0 +1,74 @@
+"""How a :class:`~pipeline.models.MemoryVersion` is stored in ``memories``.
+
+One document per version, ``_id`` = ``version_id``. Besides the model's
+fields a document carries ``key_norm`` (the indexed form of the key),
+``candidate_id`` (the candidate that wrote this version) and ``candidate_ids``
+(that one plus every candidate that reinforced it) — the store's idempotence
+rests on those. Embeddings are stored compactly as little-endian float32 bytes
+(BSON binary), or as a BSON vector (subtype 9) where ``$vectorSearch`` is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from bson.binary import Binary, BinaryVectorDtype
+
+from pipeline.ltm.kinds import normalize_key
+from pipeline.models import MemoryVersion
+
+__all__ = [
+    "STORED_ONLY",
+    "decode_embedding",
+    "encode_embedding",
+    "from_document",
+    "scope_filter",
+    "to_document",
+]
+
+#: Document fields that are not part of the model.
+STORED_ONLY = ("_id", "key_norm", "candidate_id", "candidate_ids", "variants")
+
+
+def encode_embedding(vector: Sequence[float], *, bson_vector: bool = False) -> Binary | bytes:
+    if bson_vector:
+        return Binary.from_vector(list(vector), BinaryVectorDtype.FLOAT32)
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def decode_embedding(raw: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A float32 vector from either stored form (or a plain array of numbers)."""
+    if isinstance(raw, Binary) and raw.subtype == 9:
+        return np.asarray(raw.as_vector().data, dtype=np.float32)
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return np.frombuffer(raw, dtype="<f4").astype(np.float32, copy=False)
+    return np.asarray(raw, dtype=np.float32)
+
+
+def scope_filter(project_id: str, user_id: str | None) -> dict[str, Any]:
+    return {"scope.project_id": project_id, "scope.user_id": user_id}
+
+
+def to_document(
+    version: MemoryVersion, candidate_id: str, *, bson_vector: bool = False
+) -> dict[str, Any]:
+    doc = version.model_dump(mode="python", exclude={"embedding", "version_id"})
+    doc["_id"] = version.version_id
+    doc["status"] = version.status.value
+    doc["action"] = version.action.value
+    doc["embedding"] = encode_embedding(version.embedding, bson_vector=bson_vector)
+    doc["key_norm"] = normalize_key(version.key)
+    doc["candidate_id"] = candidate_id
+    doc["candidate_ids"] = [candidate_id]
+    return doc
+
+
+def from_document(doc: dict[str, Any]) -> MemoryVersion:
+    data = {k: v for k, v in doc.items() if k not in STORED_ONLY}
+    data["version_id"] = doc["_id"]
+    data["embedding"] = tuple(float(x) for x in decode_embedding(doc["embedding"]))
+    if "variants" in doc:
+        data["fields"] = {**doc.get("fields", {}), "variants": list(doc["variants"])}
+    return MemoryVersion.model_validate(data)

@@ -1,0 +1,258 @@
+"""Exact cosine search over a scope's current memories, cached per scope.
+
+Where ``$vectorSearch`` is missing (mongo-java-server, MongoDB without a search
+node) similarity search is an exact scan: the current memories of one
+(scope, type) are held as a float32 matrix and a query is one matrix-vector
+product plus a partial sort.
+
+Keeping the cache fresh without re-reading the scope: every write to a scope
+first writes its memory documents, then bumps that scope's entry in
+``memory_scope_log`` — ``rev`` +1 and the changed version ids pushed onto a
+short ``log`` — in one single-document update. A reader fetches that entry
+(one lookup by ``_id``): the same ``rev`` means the cache is fresh; a small
+gap is closed by re-reading just the logged versions; a larger gap (or a cold
+cache) reloads the scope after reading ``rev``. Because documents are written
+before the bump, anything the log names is already visible; replaying an entry
+twice is harmless. Writers in this process apply their own change directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pymongo import ReturnDocument
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.collection import AsyncCollection
+
+from pipeline.errors import InputError
+from pipeline.ltm.documents import decode_embedding, scope_filter
+from pipeline.ltm.kinds import normalize_key
+from pipeline.models import MemoryScope, stable_id
+
+__all__ = ["LOG_LENGTH", "SCOPE_LOG", "IndexCache", "Row", "ScopeIndex", "bump_scope"]
+
+SCOPE_LOG = "memory_scope_log"
+LOG_LENGTH = 256
+Vector = np.ndarray[Any, np.dtype[np.float32]]
+Doc = dict[str, Any]
+
+#: What the cache reads of a memory document.
+PROJECTION = {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1, "status": 1}
+
+
+def scope_log_id(scope: MemoryScope, memory_type: str) -> str:
+    return stable_id("scope", scope.project_id, scope.user_id or "", memory_type)
+
+
+async def bump_scope(
+    log: AsyncCollection[Doc],
+    scope: MemoryScope,
+    memory_type: str,
+    changed: Iterable[str],
+    *,
+    session: AsyncClientSession | None = None,
+) -> int:
+    """Record that ``changed`` versions of the scope were written; the new ``rev``."""
+    entry = {"ids": list(changed)}
+    doc = await log.find_one_and_update(
+        {"_id": scope_log_id(scope, memory_type)},
+        {"$inc": {"rev": 1}, "$push": {"log": {"$each": [entry], "$slice": -LOG_LENGTH}}},
+        upsert=True,
+        return_document=ReturnDocument.AFTER,
+        projection={"rev": 1},
+        session=session,
+    )
+    return int(doc["rev"]) if doc else 0
+
+
+@dataclass(frozen=True)
+class Row:
+    version_id: str
+    memory_id: str
+    version: int
+    key: str
+    text: str
+
+
+@dataclass
+class ScopeIndex:
+    """The current memories of one (scope, type): rows plus a float32 matrix."""
+
+    rev: int = -1
+    dims: int | None = None
+    rows: list[Row | None] = field(default_factory=list)
+    matrix: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    by_memory: dict[str, int] = field(default_factory=dict)
+    by_key: dict[str, int] = field(default_factory=dict)
+    dead: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __len__(self) -> int:
+        return len(self.by_memory)
+
+    def replace_with(self, other: ScopeIndex) -> None:
+        self.dims, self.rows, self.matrix = other.dims, other.rows, other.matrix
+        self.by_memory, self.by_key, self.dead = other.by_memory, other.by_key, other.dead
+
+    def check_dims(self, vector: Vector) -> None:
+        if self.dims is not None and vector.shape[0] != self.dims:
+            raise InputError(
+                f"embedding has {vector.shape[0]} dimensions; this scope's memories have "
+                f"{self.dims}",
+                field="embedding",
+            )
+
+    def upsert(self, row: Row, vector: Vector) -> None:
+        """Make ``row`` the memory's current version unless a newer one is known."""
+        at = self.by_memory.get(row.memory_id)
+        if at is not None:
+            old = self.rows[at]
+            if old is not None and old.version > row.version:
+                return
+            self._drop(at)
+        if self.dims is None:
+            self.dims = int(vector.shape[0])
+            self.matrix = np.zeros((0, self.dims), dtype=np.float32)
+        self.check_dims(vector)
+        n = len(self.rows)
+        if n >= self.matrix.shape[0]:
+            grown = np.zeros((max(64, n * 2), self.dims), dtype=np.float32)
+            grown[:n] = self.matrix[:n]
+            self.matrix = grown
+        norm = float(np.linalg.norm(vector))
+        self.matrix[n] = vector / norm if norm else vector
+        self.rows.append(row)
+        self.by_memory[row.memory_id] = n
+        self.by_key[normalize_key(row.key)] = n
+
+    def remove(self, version_id: str, memory_id: str) -> None:
+        at = self.by_memory.get(memory_id)
+        row = self.rows[at] if at is not None else None
+        if at is not None and row is not None and row.version_id == version_id:
+            self._drop(at)
+
+    def _drop(self, at: int) -> None:
+        row = self.rows[at]
+        if row is None:
+            return
+        self.rows[at] = None
+        self.matrix[at] = 0.0
+        del self.by_memory[row.memory_id]
+        if self.by_key.get(normalize_key(row.key)) == at:
+            del self.by_key[normalize_key(row.key)]
+        self.dead += 1
+        if self.dead > 1024 and self.dead * 2 > len(self.rows):
+            self._compact()
+
+    def _compact(self) -> None:
+        live = [(i, r) for i, r in enumerate(self.rows) if r is not None]
+        self.matrix = self.matrix[[i for i, _ in live]].copy()
+        self.rows = [r for _, r in live]
+        self.by_memory = {r.memory_id: i for i, r in enumerate(self.rows) if r is not None}
+        self.by_key = {normalize_key(r.key): i for i, r in enumerate(self.rows) if r is not None}
+        self.dead = 0
+
+    def keyed(self, key: str) -> Row | None:
+        at = self.by_key.get(normalize_key(key))
+        return None if at is None else self.rows[at]
+
+    def similarity(self, row: Row, vector: Vector) -> float:
+        q = _unit(vector)
+        return float(self.matrix[self.by_memory[row.memory_id]] @ q)
+
+    def top(
+        self, vector: Vector, limit: int, key_prefix: str | None = None
+    ) -> list[tuple[Row, float]]:
+        """The ``limit`` most similar current memories, best first (exact)."""
+        n = len(self.rows)
+        if n == 0 or limit <= 0:
+            return []
+        self.check_dims(vector)
+        sims = self.matrix[:n] @ _unit(vector)
+        if key_prefix is not None:
+            prefix = normalize_key(key_prefix)
+            keep = np.fromiter(
+                (r is not None and normalize_key(r.key).startswith(prefix) for r in self.rows),
+                dtype=bool,
+                count=n,
+            )
+        else:
+            keep = np.fromiter((r is not None for r in self.rows), dtype=bool, count=n)
+        sims = np.where(keep, sims, -np.inf)
+        k = min(limit, int(keep.sum()))
+        if k == 0:
+            return []
+        best = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
+        best = best[np.argsort(-sims[best], kind="stable")][:k]
+        out = []
+        for i in best:
+            row = self.rows[int(i)]
+            if row is not None and np.isfinite(sims[i]):
+                out.append((row, float(sims[i])))
+        return out
+
+    def apply_documents(self, docs: Iterable[Doc]) -> None:
+        for doc in docs:
+            row = Row(doc["_id"], doc["memory_id"], int(doc["version"]), doc["key"], doc["text"])
+            if doc.get("status") == "current":
+                self.upsert(row, decode_embedding(doc["embedding"]))
+            else:
+                self.remove(row.version_id, row.memory_id)
+
+
+def _unit(vector: Vector) -> Vector:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm else vector
+
+
+class IndexCache:
+    """Per-(scope, type) :class:`ScopeIndex` objects, refreshed from the scope log."""
+
+    def __init__(self, memories: AsyncCollection[Doc], log: AsyncCollection[Doc]) -> None:
+        self._memories = memories
+        self._log = log
+        self._indexes: dict[str, ScopeIndex] = {}
+
+    def peek(self, scope: MemoryScope, memory_type: str) -> ScopeIndex:
+        return self._indexes.setdefault(scope_log_id(scope, memory_type), ScopeIndex())
+
+    async def fresh(self, scope: MemoryScope, memory_type: str) -> ScopeIndex:
+        """The scope's index, brought up to date with what is committed now."""
+        index = self.peek(scope, memory_type)
+        async with index.lock:
+            entry = await self._log.find_one({"_id": scope_log_id(scope, memory_type)})
+            rev = int(entry["rev"]) if entry else 0
+            if rev == index.rev:
+                return index
+            logged: list[Doc] = list(entry.get("log", [])) if entry else []
+            gap = rev - index.rev
+            if index.rev >= 0 and 0 < gap <= len(logged):
+                ids = {i for e in logged[-gap:] for i in e.get("ids", [])}
+                cursor = self._memories.find({"_id": {"$in": sorted(ids)}}, PROJECTION)
+                index.apply_documents(await cursor.to_list())
+            else:
+                # Build aside and swap, so searches never see a half-loaded index.
+                loaded = ScopeIndex(dims=index.dims)
+                query = {
+                    **scope_filter(scope.project_id, scope.user_id),
+                    "memory_type": memory_type,
+                    "status": "current",
+                }
+                async for doc in self._memories.find(query, PROJECTION, batch_size=5000):
+                    loaded.apply_documents((doc,))
+                index.replace_with(loaded)
+            index.rev = rev
+            return index
+
+    def note_write(
+        self, scope: MemoryScope, memory_type: str, rev: int, docs: Iterable[Doc]
+    ) -> None:
+        """Apply this process's own write when it is the next revision; else wait for refresh."""
+        index = self.peek(scope, memory_type)
+        if index.rev >= 0 and rev == index.rev + 1:
+            index.apply_documents(docs)
+            index.rev = rev

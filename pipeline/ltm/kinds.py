@@ -1,0 +1,162 @@
+"""The four built-in memory types: their natural keys, fields and embedded text.
+
+One table shared by the extractor (which builds candidates), the reconciler
+(which matches them) and the SDK (which saves and reads them), so the three
+always agree on what a key is.
+
+=============  ==========================  ==============================  =========
+type           fields                      key                             scope
+=============  ==========================  ==============================  =========
+semantic       label, text                 label                           user
+episodic       title, content              title                           user
+procedural     name, description, content  name                            user
+taxonomic      domain, term, definition    ``domain/term``                 project
+=============  ==========================  ==============================  =========
+
+Keys are compared after :func:`normalize_key` (case-folded, runs of spaces and
+underscores become ``-``), so ``Home Airport`` and ``home-airport`` are the
+same memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pipeline.errors import InputError
+from pipeline.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, ScopeKind
+
+__all__ = [
+    "KINDS",
+    "Kind",
+    "kind_of",
+    "make_candidate",
+    "normalize_key",
+    "normalize_text",
+    "scope_for",
+]
+
+_SEPARATORS = re.compile(r"[\s_]+")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_key(key: str) -> str:
+    """The form in which keys are compared and indexed."""
+    return _SEPARATORS.sub("-", key.strip().casefold())
+
+
+def normalize_text(text: str) -> str:
+    """The form in which texts are compared for exact repetition."""
+    return _SPACES.sub(" ", text.strip().casefold()).rstrip(".!")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one memory type names, stores and embeds its memories."""
+
+    memory_type: MemoryType
+    fields: tuple[str, ...]
+    key_fields: tuple[str, ...]
+    scope: ScopeKind
+
+    def key(self, fields: Mapping[str, Any]) -> str:
+        """The natural key from the fields (``domain/term`` for taxonomic)."""
+        return "/".join(str(fields[name]).strip() for name in self.key_fields)
+
+    def text(self, fields: Mapping[str, Any]) -> str:
+        """What is embedded and compared."""
+        f = {name: str(fields.get(name, "")).strip() for name in self.fields}
+        match self.memory_type:
+            case MemoryType.SEMANTIC:
+                return f["text"]
+            case MemoryType.EPISODIC:
+                return f"{f['title']}: {f['content']}"
+            case MemoryType.PROCEDURAL:
+                return f"{f['name']}: {f['description']}\n{f['content']}"
+            case MemoryType.TAXONOMIC:
+                return f"{f['domain']} / {f['term']}: {f['definition']}"
+
+    def check(self, fields: Mapping[str, Any]) -> dict[str, str]:
+        """The fields, stripped; :class:`InputError` names a missing or bad one."""
+        out: dict[str, str] = {}
+        for name in self.fields:
+            value = fields.get(name)
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(
+                    f"{self.memory_type.value} memories need a non-empty {name!r}", field=name
+                )
+            out[name] = value.strip()
+        if "/" in out.get("domain", ""):
+            raise InputError("a taxonomic domain must not contain '/'", field="domain")
+        if len(self.key(out)) > 512:
+            raise InputError("the memory's key is longer than 512 characters")
+        return out
+
+
+KINDS: dict[str, Kind] = {
+    MemoryType.SEMANTIC: Kind(
+        MemoryType.SEMANTIC, ("label", "text"), ("label",), ScopeKind.USER
+    ),
+    MemoryType.EPISODIC: Kind(
+        MemoryType.EPISODIC, ("title", "content"), ("title",), ScopeKind.USER
+    ),
+    MemoryType.PROCEDURAL: Kind(
+        MemoryType.PROCEDURAL, ("name", "description", "content"), ("name",), ScopeKind.USER
+    ),
+    MemoryType.TAXONOMIC: Kind(
+        MemoryType.TAXONOMIC, ("domain", "term", "definition"), ("domain", "term"),
+        ScopeKind.PROJECT,
+    ),
+}  # fmt: skip
+
+
+def kind_of(memory_type: str) -> Kind:
+    """The built-in kind, or :class:`InputError` for an unknown type name."""
+    try:
+        return KINDS[memory_type]
+    except KeyError:
+        raise InputError(f"unknown memory type {memory_type!r}", field="memory_type") from None
+
+
+def scope_for(memory_type: str, project_id: str, user_id: str) -> MemoryScope:
+    """The scope a memory of this type lives in for this caller (SPEC F3)."""
+    kind = KINDS.get(memory_type)
+    if kind is not None and kind.scope is ScopeKind.PROJECT:
+        return MemoryScope(project_id=project_id)
+    return MemoryScope(project_id=project_id, user_id=user_id)
+
+
+def make_candidate(
+    memory_type: str,
+    scope: MemoryScope,
+    fields: Mapping[str, Any],
+    embedding: Sequence[float],
+    *,
+    candidate_id: str,
+    evidence: Evidence,
+    created_at: datetime,
+    prompt_version: str = "direct",
+    model: str | None = None,
+) -> MemoryCandidate:
+    """A candidate of a built-in type, with its key and text derived from ``fields``.
+
+    ``embedding`` must be the embedding of ``KINDS[memory_type].text(fields)``.
+    """
+    kind = kind_of(memory_type)
+    checked = kind.check(fields)
+    return MemoryCandidate(
+        candidate_id=candidate_id,
+        memory_type=memory_type,
+        scope=scope,
+        key=kind.key(checked),
+        fields=checked,
+        text=kind.text(checked),
+        embedding=tuple(embedding),
+        evidence=evidence,
+        prompt_version=prompt_version,
+        model=model,
+        created_at=created_at,
+    )

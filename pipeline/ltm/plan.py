@@ -1,0 +1,254 @@
+"""The reconciliation core: a pure decision over (candidate, neighbours, thresholds).
+
+:func:`plan_reconcile` never does I/O. The adapter (:mod:`pipeline.ltm.store`)
+finds the neighbours — current memories of the same type in the same scope,
+the one with the same natural key and the most similar by embedding — and
+applies the :class:`Decision`.
+
+The rules, in order:
+
+1. Only neighbours of the candidate's own scope and type are considered; others
+   are dropped, so no decision ever crosses a scope or a type (SPEC F3).
+2. **Key match** (same normalised key): the same text, or similarity
+   ``>= reinforce_at`` → **REINFORCE**; similarity in the ambiguous band
+   ``[ambiguous_at, reinforce_at)`` → the judge decides between REINFORCE and
+   UPDATE (without a judge: UPDATE); lower → **UPDATE** (the new statement
+   supersedes the old one: Boston → Denver).
+3. **No key match**: a neighbour with the same text, or similarity
+   ``>= duplicate_at`` → **REINFORCE** it; the ambiguous band → the judge may
+   say ADD, UPDATE or REINFORCE (without a judge: ADD); lower → **ADD**.
+
+A memory's id is derived from (scope, type, normalised key) of its first
+version, so two writers that ADD the same key at the same moment collide on
+one id and one of them re-plans (see the store's guarantee).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.ltm.kinds import normalize_key, normalize_text
+from pipeline.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
+from pipeline.models import stable_id as _stable_id
+
+__all__ = [
+    "Decision",
+    "Neighbour",
+    "Score",
+    "Thresholds",
+    "Verdict",
+    "build_version",
+    "memory_id_for",
+    "plan_reconcile",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Thresholds(_Frozen):
+    """Cosine similarities that separate the three actions."""
+
+    reinforce_at: float = Field(default=0.95, ge=-1, le=1)
+    duplicate_at: float = Field(default=0.95, ge=-1, le=1)
+    ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
+    neighbours: int = Field(default=5, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thresholds:
+        if self.ambiguous_at > min(self.reinforce_at, self.duplicate_at):
+            raise ValueError("ambiguous_at must not exceed reinforce_at or duplicate_at")
+        return self
+
+
+class Neighbour(_Frozen):
+    """A current memory near a candidate, with its cosine similarity to it."""
+
+    memory_id: str
+    version: int = Field(ge=1)
+    memory_type: str
+    scope: MemoryScope
+    key: str
+    text: str
+    similarity: float
+
+    @property
+    def version_id(self) -> str:
+        return MemoryVersion.make_version_id(self.memory_id, self.version)
+
+
+class Verdict(_Frozen):
+    """The judge's answer about one ambiguous neighbour."""
+
+    memory_id: str
+    action: Action
+    reason: str
+
+
+class Score(_Frozen):
+    memory_id: str
+    version: int
+    similarity: float
+    key_match: bool
+
+
+class Decision(_Frozen):
+    """What to do with one candidate, and why.
+
+    ``memory_id``/``version`` name the version that is current afterwards (the
+    new one for ADD and UPDATE, the reinforced one for REINFORCE);
+    ``base_version`` is the version superseded (UPDATE) or reinforced.
+    ``needs_judge`` is set when the candidate fell in the ambiguous band and no
+    verdict was given: the action is then the judge-less default.
+    """
+
+    candidate_id: str
+    action: Action
+    memory_id: str
+    version: int = Field(ge=1)
+    base_version: int | None = None
+    key_match: bool
+    similarity: float | None
+    scores: tuple[Score, ...] = ()
+    reason: str
+    needs_judge: bool = False
+    judged: bool = False
+
+    @property
+    def version_id(self) -> str:
+        return MemoryVersion.make_version_id(self.memory_id, self.version)
+
+    @property
+    def base_version_id(self) -> str | None:
+        if self.base_version is None:
+            return None
+        return MemoryVersion.make_version_id(self.memory_id, self.base_version)
+
+
+def memory_id_for(scope: MemoryScope, memory_type: str, key: str) -> str:
+    """The id of a memory first added under ``key`` in ``scope``."""
+    return _stable_id("mem", scope.project_id, scope.user_id or "", memory_type, normalize_key(key))
+
+
+def _eligible(candidate: MemoryCandidate, neighbours: Iterable[Neighbour]) -> list[Neighbour]:
+    latest: dict[str, Neighbour] = {}
+    for n in neighbours:
+        if n.scope != candidate.scope or n.memory_type != candidate.memory_type:
+            continue
+        seen = latest.get(n.memory_id)
+        if seen is None or n.version > seen.version:
+            latest[n.memory_id] = n
+    return sorted(latest.values(), key=lambda n: (-n.similarity, n.memory_id))
+
+
+def plan_reconcile(
+    candidate: MemoryCandidate,
+    neighbours: Iterable[Neighbour],
+    thresholds: Thresholds | None = None,
+    verdict: Verdict | None = None,
+) -> Decision:
+    """Decide ADD, UPDATE or REINFORCE for ``candidate`` (pure; see the module doc)."""
+    t = thresholds or Thresholds()
+    ranked = _eligible(candidate, neighbours)
+    key = normalize_key(candidate.key)
+    text = normalize_text(candidate.text)
+    keyed = next((n for n in ranked if normalize_key(n.key) == key), None)
+    scores = tuple(
+        Score(
+            memory_id=n.memory_id,
+            version=n.version,
+            similarity=round(n.similarity, 6),
+            key_match=n is keyed,
+        )
+        for n in ranked[: t.neighbours]
+    )
+
+    def decide(action: Action, target: Neighbour | None, reason: str, **extra: bool) -> Decision:
+        if target is None:
+            memory_id, version, base = memory_id_for(candidate.scope, candidate.memory_type,
+                                                     candidate.key), 1, None  # fmt: skip
+        elif action is Action.UPDATE:
+            memory_id, version, base = target.memory_id, target.version + 1, target.version
+        else:
+            memory_id, version, base = target.memory_id, target.version, target.version
+        return Decision(
+            candidate_id=candidate.candidate_id,
+            action=action,
+            memory_id=memory_id,
+            version=version,
+            base_version=base,
+            key_match=keyed is not None,
+            similarity=None if target is None else round(target.similarity, 6),
+            scores=scores,
+            reason=reason,
+            **extra,
+        )
+
+    def judged(target: Neighbour, allowed: tuple[Action, ...]) -> Decision | None:
+        if verdict is None or verdict.memory_id != target.memory_id:
+            return None
+        action = verdict.action if verdict.action in allowed else Action.UPDATE
+        chosen = None if action is Action.ADD else target
+        return decide(action, chosen, f"judge: {verdict.reason}", judged=True)
+
+    if keyed is not None:
+        sim = keyed.similarity
+        if normalize_text(keyed.text) == text:
+            return decide(Action.REINFORCE, keyed, "same key, same text")
+        if sim >= t.reinforce_at:
+            return decide(Action.REINFORCE, keyed, f"same key, similarity {sim:.3f}")
+        if sim >= t.ambiguous_at:
+            settled = judged(keyed, (Action.REINFORCE, Action.UPDATE))
+            if settled is not None:
+                return settled
+            return decide(
+                Action.UPDATE, keyed, f"same key, ambiguous similarity {sim:.3f}; no verdict",
+                needs_judge=True,
+            )  # fmt: skip
+        return decide(Action.UPDATE, keyed, f"same key, new statement (similarity {sim:.3f})")
+
+    same = next((n for n in ranked if normalize_text(n.text) == text), None)
+    if same is not None:
+        return decide(Action.REINFORCE, same, "same text under another key")
+    best = ranked[0] if ranked else None
+    if best is None:
+        return decide(Action.ADD, None, "nothing in scope")
+    if best.similarity >= t.duplicate_at:
+        return decide(Action.REINFORCE, best, f"near duplicate (similarity {best.similarity:.3f})")
+    if best.similarity >= t.ambiguous_at:
+        settled = judged(best, (Action.ADD, Action.UPDATE, Action.REINFORCE))
+        if settled is not None:
+            return settled
+        return decide(
+            Action.ADD, None, f"ambiguous similarity {best.similarity:.3f}; no verdict",
+            needs_judge=True,
+        )  # fmt: skip
+    return decide(Action.ADD, None, f"no match (best similarity {best.similarity:.3f})")
+
+
+def build_version(candidate: MemoryCandidate, decision: Decision, now: datetime) -> MemoryVersion:
+    """The new version an ADD or UPDATE decision writes."""
+    if decision.action is Action.REINFORCE:
+        raise ValueError("REINFORCE writes no new version")
+    return MemoryVersion(
+        version_id=decision.version_id,
+        memory_id=decision.memory_id,
+        version=decision.version,
+        memory_type=candidate.memory_type,
+        scope=candidate.scope,
+        key=candidate.key,
+        fields=dict(candidate.fields),
+        text=candidate.text,
+        embedding=candidate.embedding,
+        status=MemoryStatus.CURRENT,
+        action=decision.action,
+        reinforcement_count=1,
+        evidence=(candidate.evidence,),
+        created_at=now,
+        updated_at=now,
+        reason=decision.reason,
+    )

@@ -1,0 +1,219 @@
+"""Similarity search behind one interface: ``$vectorSearch`` where the server
+has it, an exact cosine scan everywhere else.
+
+:func:`probe_vector_search` asks the server once: it is ``True`` only when the
+``memories`` collection has a queryable vector search index named
+:data:`VECTOR_INDEX` (Atlas, or MongoDB with a search node). Otherwise
+:class:`ExactCosineSearch` answers from :class:`~pipeline.ltm.index.IndexCache`.
+Both return the same thing: version ids with cosine similarities, best first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import OperationFailure, PyMongoError
+
+from pipeline.errors import StorageError
+from pipeline.ltm.documents import decode_embedding, scope_filter
+from pipeline.ltm.index import IndexCache, Row, Vector
+from pipeline.ltm.kinds import normalize_key
+from pipeline.ltm.plan import Neighbour
+from pipeline.models import MemoryCandidate, MemoryScope
+
+__all__ = [
+    "VECTOR_INDEX",
+    "AtlasVectorSearch",
+    "ExactCosineSearch",
+    "VectorSearch",
+    "probe_vector_search",
+    "vector_index_definition",
+]
+
+VECTOR_INDEX = "memories_vector"
+Doc = dict[str, Any]
+
+
+class VectorSearch(Protocol):
+    """Finds the current memories of one (scope, type) nearest to a vector."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def search(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[tuple[str, float]]:
+        """``(version_id, cosine)`` pairs, best first."""
+        ...
+
+    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+        """The candidate's key match (if any) and its ``limit`` nearest memories."""
+        ...
+
+
+def vector_index_definition(dimensions: int) -> dict[str, Any]:
+    """The Atlas vector search index the memories collection needs."""
+    return {
+        "fields": [
+            {"type": "vector", "path": "embedding", "numDimensions": dimensions,
+             "similarity": "cosine"},
+            {"type": "filter", "path": "scope.project_id"},
+            {"type": "filter", "path": "scope.user_id"},
+            {"type": "filter", "path": "memory_type"},
+            {"type": "filter", "path": "status"},
+        ]
+    }  # fmt: skip
+
+
+async def probe_vector_search(memories: AsyncCollection[Doc]) -> bool:
+    """True when ``$vectorSearch`` with :data:`VECTOR_INDEX` can be used on ``memories``."""
+    try:
+        cursor = await memories.list_search_indexes(VECTOR_INDEX)
+        found = await cursor.to_list()
+    except OperationFailure:
+        return False  # no search support on this server
+    except PyMongoError as exc:
+        raise StorageError(f"could not probe vector search: {exc}") from exc
+    return any(ix.get("queryable") and ix.get("type") == "vectorSearch" for ix in found)
+
+
+class ExactCosineSearch:
+    """Exact cosine scan of the scope's current memories (cached per scope)."""
+
+    def __init__(self, cache: IndexCache) -> None:
+        self.cache = cache
+
+    @property
+    def name(self) -> str:
+        return "exact-cosine"
+
+    async def search(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[tuple[str, float]]:
+        index = await self.cache.fresh(scope, memory_type)
+        return [(row.version_id, sim) for row, sim in index.top(vector, limit, key_prefix)]
+
+    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+        index = await self.cache.fresh(candidate.scope, candidate.memory_type)
+        vector = np.asarray(candidate.embedding, dtype=np.float32)
+        index.check_dims(vector)
+        found: list[tuple[Row, float]] = index.top(vector, limit)
+        keyed = index.keyed(candidate.key)
+        if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
+            found.append((keyed, index.similarity(keyed, vector)))
+        return [_neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
+                for row, sim in found]  # fmt: skip
+
+
+def _neighbour(
+    candidate: MemoryCandidate, memory_id: str, version: int, key: str, text: str, sim: float
+) -> Neighbour:
+    return Neighbour(
+        memory_id=memory_id,
+        version=version,
+        memory_type=candidate.memory_type,
+        scope=candidate.scope,
+        key=key,
+        text=text,
+        similarity=sim,
+    )
+
+
+class AtlasVectorSearch:
+    """``$vectorSearch`` on :data:`VECTOR_INDEX`, pre-filtered to one scope and type.
+
+    Atlas reports cosine as ``(1 + cos) / 2``; it is converted back so both
+    backends return plain cosine.
+    """
+
+    def __init__(self, memories: AsyncCollection[Doc], *, oversample: int = 20) -> None:
+        self._memories = memories
+        self._oversample = oversample
+
+    @property
+    def name(self) -> str:
+        return "atlas-vector-search"
+
+    async def _query(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None,
+    ) -> list[Doc]:
+        filters: dict[str, Any] = {
+            **scope_filter(scope.project_id, scope.user_id),
+            "memory_type": memory_type,
+            "status": "current",
+        }
+        fetch = limit * 4 if key_prefix else limit
+        pipeline: list[Doc] = [
+            {"$vectorSearch": {
+                "index": VECTOR_INDEX, "path": "embedding",
+                "queryVector": [float(x) for x in vector],
+                "numCandidates": max(100, fetch * self._oversample), "limit": fetch,
+                "filter": filters}},
+            {"$project": {"memory_id": 1, "version": 1, "key": 1, "text": 1,
+                          "score": {"$meta": "vectorSearchScore"}}},
+        ]  # fmt: skip
+        try:
+            docs = await (await self._memories.aggregate(pipeline)).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"$vectorSearch failed: {exc}") from exc
+        if key_prefix is not None:
+            prefix = normalize_key(key_prefix)
+            docs = [d for d in docs if normalize_key(d["key"]).startswith(prefix)]
+        return docs[:limit]
+
+    async def search(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[tuple[str, float]]:
+        docs = await self._query(scope, memory_type, vector, limit, key_prefix)
+        return [(d["_id"], 2.0 * float(d["score"]) - 1.0) for d in docs]
+
+    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+        vector = np.asarray(candidate.embedding, dtype=np.float32)
+        docs = await self._query(candidate.scope, candidate.memory_type, vector, limit, None)
+        found = [
+            _neighbour(candidate, d["memory_id"], int(d["version"]), d["key"], d["text"],
+                       2.0 * float(d["score"]) - 1.0)
+            for d in docs
+        ]  # fmt: skip
+        query = {
+            **scope_filter(candidate.scope.project_id, candidate.scope.user_id),
+            "memory_type": candidate.memory_type,
+            "key_norm": normalize_key(candidate.key),
+            "status": "current",
+        }
+        try:
+            keyed = await self._memories.find_one(
+                query, {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1},
+                sort=[("version", -1)],
+            )  # fmt: skip
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB read failed: {exc}") from exc
+        if keyed is not None and all(n.memory_id != keyed["memory_id"] for n in found):
+            stored = decode_embedding(keyed["embedding"])
+            denom = float(np.linalg.norm(stored) * np.linalg.norm(vector)) or 1.0
+            sim = float(stored @ vector) / denom
+            found.append(_neighbour(candidate, keyed["memory_id"], int(keyed["version"]),
+                                    keyed["key"], keyed["text"], sim))  # fmt: skip
+        return found

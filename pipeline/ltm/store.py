@@ -1,0 +1,338 @@
+"""Applying reconciliation decisions to MongoDB, and reading memories back.
+
+:class:`MemoryStore` is used by the reconciler stage and by the SDK's direct
+saves alike: both call :meth:`MemoryStore.reconcile`, which plans with
+:func:`~pipeline.ltm.plan.plan_reconcile` and applies the decision.
+
+**Guarantee.** ``reconcile(candidate)`` is idempotent and safe against
+concurrent writers of the same scope, without multi-document transactions:
+
+* *Ledger.* A candidate whose id is in ``reconcile_ledger`` is not applied
+  again; the recorded outcome is returned. The ledger entry is written last,
+  as the commit marker.
+* *Deterministic ids.* A new version's ``_id`` is
+  ``MemoryVersion.make_version_id(memory_id, n)`` and a new memory's id is
+  derived from (scope, type, key). Two writers that ADD the same key, or
+  UPDATE the same version, race for one ``_id``: the insert of the loser fails
+  with a duplicate key, which is a :class:`~pipeline.errors.WriteConflict` —
+  the loser re-reads the scope and plans again (bounded attempts).
+* *Conditional updates.* Superseding version *n* and reinforcing a version
+  are ``update_one`` calls filtered on ``status: current`` (and, for
+  REINFORCE, on the candidate not being among ``candidate_ids``), so a
+  REINFORCE never lands on a superseded version and never counts twice.
+* *Roll forward after a crash.* Every document a candidate wrote carries its
+  id, so a candidate that was interrupted between its writes (not yet in the
+  ledger) is completed, not planned again. Until then readers see at most two
+  ``current`` versions of one memory for a moment and take the higher one.
+
+Where :func:`pipeline.mongo.capabilities` reports transactions, the writes of
+one decision run inside a transaction as well. A REINFORCE that races an
+UPDATE of the same memory is counted on the version it confirmed (history
+keeps it). Every applied decision is logged in ``decision_log`` with its
+scores and reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pymongo import ASCENDING
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from pipeline.errors import StorageError, WriteConflict
+from pipeline.ltm.documents import to_document
+from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
+from pipeline.ltm.judge import Judge
+from pipeline.ltm.plan import Decision, Thresholds, build_version, plan_reconcile
+from pipeline.ltm.reads import MemoryReads
+from pipeline.ltm.search import AtlasVectorSearch, ExactCosineSearch, VectorSearch
+from pipeline.models import Action, MemoryCandidate, MemoryType, MemoryVersion, utcnow
+from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
+
+__all__ = ["MemoryStore", "Outcome"]
+
+Doc = dict[str, Any]
+
+
+class Outcome(BaseModel):
+    """What :meth:`MemoryStore.reconcile` did with one candidate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    candidate_id: str
+    action: Action
+    memory_id: str
+    version: int
+    version_id: str
+    reason: str
+    replayed: bool = False
+    attempts: int = 1
+
+
+class MemoryStore(MemoryReads):
+    """Versioned long-term memory in MongoDB (see the module docstring's guarantee)."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase[Doc],
+        *,
+        thresholds: Thresholds | None = None,
+        judge: Judge | None = None,
+        search: VectorSearch | None = None,
+        max_attempts: int = 8,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.db = db
+        self.memories = db[MEMORIES]
+        self.ledger = db[LEDGER]
+        self.decisions = db[DECISIONS]
+        self.scope_log = db[SCOPE_LOG]
+        self.thresholds = thresholds or Thresholds()
+        self.judge = judge
+        self.cache = IndexCache(self.memories, self.scope_log)
+        self.search_backend: VectorSearch = search or ExactCosineSearch(self.cache)
+        self.max_attempts = max_attempts
+        self.clock = clock
+        self.capabilities = Capabilities(transactions=False, server="?")
+
+    # -- setup -------------------------------------------------------------------------
+
+    async def setup(self, *, probe: bool = True) -> None:
+        """Create indexes; probe transactions and ``$vectorSearch`` when ``probe``."""
+        try:
+            await self.memories.create_index(
+                [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
+                 ("memory_type", ASCENDING), ("status", ASCENDING), ("key_norm", ASCENDING)],
+                name="scope_type_status_key",
+            )  # fmt: skip
+            await self.memories.create_index(
+                [("memory_id", ASCENDING), ("version", ASCENDING)], name="memory_version"
+            )
+            await self.memories.create_index("candidate_ids", name="candidate_ids")
+            await self.decisions.create_index("memory_id", name="memory_id")
+        except PyMongoError as exc:
+            raise StorageError(f"could not create the memory indexes: {exc}") from exc
+        if not probe:
+            return
+        try:
+            self.capabilities = await capabilities(self.db.client)
+        except StorageError:
+            # mongo-java-server has no ``hello``; it has no transactions either.
+            self.capabilities = Capabilities(transactions=False, server="unknown")
+        from pipeline.ltm.search import probe_vector_search
+
+        if isinstance(self.search_backend, ExactCosineSearch) and await probe_vector_search(
+            self.memories
+        ):
+            self.search_backend = AtlasVectorSearch(self.memories)
+
+    @property
+    def bson_vectors(self) -> bool:
+        return isinstance(self.search_backend, AtlasVectorSearch)
+
+    # -- reconcile ---------------------------------------------------------------------
+
+    async def reconcile(self, candidate: MemoryCandidate) -> Outcome:
+        """Plan and apply one candidate, exactly once in effect (see the guarantee)."""
+        done = await self._read(self.ledger.find_one({"_id": candidate.candidate_id}))
+        if done is not None:
+            return Outcome.model_validate({**done["outcome"], "replayed": True})
+        resumed = await self._resume(candidate)
+        if resumed is not None:
+            return resumed
+        for attempt in range(1, self.max_attempts + 1):
+            decision = await self.plan(candidate)
+            try:
+                return await self._apply(candidate, decision, attempt)
+            except WriteConflict:
+                if attempt == self.max_attempts:
+                    raise
+                await self._catch_up(candidate, decision)
+                await asyncio.sleep(0.002 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def plan(self, candidate: MemoryCandidate) -> Decision:
+        """The decision for ``candidate`` against the scope as it is now (judge included)."""
+        neighbours = await self.search_backend.neighbours(candidate, self.thresholds.neighbours)
+        decision = plan_reconcile(candidate, neighbours, self.thresholds)
+        if decision.needs_judge and self.judge is not None:
+            target = next(
+                (n for n in sorted(neighbours, key=lambda n: -n.similarity)
+                 if (n.memory_id == decision.memory_id) or not decision.key_match),
+                None,
+            )  # fmt: skip
+            if target is not None:
+                verdict = await self.judge.judge(candidate, target)
+                decision = plan_reconcile(candidate, neighbours, self.thresholds, verdict)
+        return decision
+
+    async def _catch_up(self, candidate: MemoryCandidate, decision: Decision) -> None:
+        """After a conflict, read the contested memory straight into the cache."""
+        docs = await self._read(self.memories.find({"memory_id": decision.memory_id}).to_list())
+        self.cache.peek(candidate.scope, candidate.memory_type).apply_documents(docs)
+
+    async def _apply(self, candidate: MemoryCandidate, decision: Decision, attempt: int) -> Outcome:
+        now = self.clock()
+        if self.capabilities.transactions:
+            async with self.db.client.start_session() as session:
+
+                async def body(s: AsyncClientSession) -> tuple[int | None, list[Doc]]:
+                    return await self._write(candidate, decision, now, s)
+
+                rev, docs = await session.with_transaction(body)
+        else:
+            rev, docs = await self._write(candidate, decision, now, None)
+        if rev is not None:
+            self.cache.note_write(candidate.scope, candidate.memory_type, rev, docs)
+        outcome = Outcome(
+            candidate_id=candidate.candidate_id,
+            action=decision.action,
+            memory_id=decision.memory_id,
+            version=decision.version,
+            version_id=decision.version_id,
+            reason=decision.reason,
+            attempts=attempt,
+        )
+        await self._record(candidate, decision, outcome, now)
+        return outcome
+
+    async def _write(
+        self,
+        candidate: MemoryCandidate,
+        decision: Decision,
+        now: datetime,
+        session: AsyncClientSession | None,
+    ) -> tuple[int | None, list[Doc]]:
+        cid = candidate.candidate_id
+        if decision.action is Action.REINFORCE:
+            update: Doc = {
+                "$inc": {"reinforcement_count": 1},
+                "$push": {"evidence": candidate.evidence.model_dump(mode="python"),
+                          "candidate_ids": cid},
+                "$set": {"updated_at": now},
+            }  # fmt: skip
+            definition = candidate.fields.get("definition")
+            if candidate.memory_type == MemoryType.TAXONOMIC and isinstance(definition, str):
+                update["$addToSet"] = {"variants": definition}
+            result = await self._read(self.memories.update_one(
+                {"_id": decision.version_id, "status": "current", "candidate_ids": {"$ne": cid}},
+                update, session=session,
+            ))  # fmt: skip
+            if result.matched_count == 0:
+                found = await self._read(self.memories.find_one(
+                    {"_id": decision.version_id}, {"candidate_ids": 1}, session=session
+                ))  # fmt: skip
+                if found is None or cid not in found.get("candidate_ids", []):
+                    raise WriteConflict(f"{decision.version_id} is no longer current")
+            return None, []
+        version = build_version(candidate, decision, now)
+        doc = to_document(version, cid, bson_vector=self.bson_vectors)
+        try:
+            await self.memories.insert_one(doc, session=session)
+        except DuplicateKeyError as exc:
+            found = await self._read(self.memories.find_one(
+                {"_id": decision.version_id}, {"candidate_id": 1}, session=session
+            ))  # fmt: skip
+            if found is None or found.get("candidate_id") != cid:
+                raise WriteConflict(f"{decision.version_id} was written by another writer") from exc
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB write failed: {exc}") from exc
+        changed, docs = [decision.version_id], [doc]
+        if decision.base_version_id is not None:
+            await self._supersede(decision.base_version_id, decision.version_id, now, session)
+            changed.append(decision.base_version_id)
+            docs.append({"_id": decision.base_version_id, "memory_id": decision.memory_id,
+                         "version": decision.base_version, "key": "", "text": "",
+                         "status": "superseded"})  # fmt: skip
+        rev = await self._read(bump_scope(
+            self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
+        ))  # fmt: skip
+        return rev, docs
+
+    async def _supersede(
+        self, base_id: str, by: str, now: datetime, session: AsyncClientSession | None
+    ) -> None:
+        await self._read(self.memories.update_one(
+            {"_id": base_id, "status": "current"},
+            {"$set": {"status": "superseded", "superseded_at": now, "superseded_by": by,
+                      "updated_at": now}},
+            session=session,
+        ))  # fmt: skip
+
+    async def _record(
+        self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
+    ) -> None:
+        entry = {
+            **decision.model_dump(mode="python"),
+            "_id": candidate.candidate_id,
+            "memory_type": candidate.memory_type,
+            "scope": candidate.scope.model_dump(),
+            "key": candidate.key,
+            "attempts": outcome.attempts,
+            "at": now,
+        }
+        entry["action"] = decision.action.value
+        await self._read(self.decisions.replace_one({"_id": candidate.candidate_id}, entry,
+                                                    upsert=True))  # fmt: skip
+        try:
+            await self.ledger.insert_one(
+                {"_id": candidate.candidate_id, "outcome": outcome.model_dump(mode="python"),
+                 "at": now}
+            )  # fmt: skip
+        except DuplicateKeyError:
+            pass
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB write failed: {exc}") from exc
+
+    async def _resume(self, candidate: MemoryCandidate) -> Outcome | None:
+        """Finish a candidate whose writes began but whose ledger entry is missing."""
+        cid = candidate.candidate_id
+        doc = await self._read(self.memories.find_one(
+            {"candidate_ids": cid},
+            {"memory_id": 1, "version": 1, "candidate_id": 1, "action": 1, "status": 1},
+        ))  # fmt: skip
+        if doc is None:
+            return None
+        now = self.clock()
+        created = doc.get("candidate_id") == cid
+        action = Action(doc["action"]) if created else Action.REINFORCE
+        version = int(doc["version"])
+        if created and version > 1:
+            base_id = MemoryVersion.make_version_id(doc["memory_id"], version - 1)
+            await self._supersede(base_id, doc["_id"], now, None)
+        if created:
+            changed = [doc["_id"]]
+            if version > 1:
+                changed.append(MemoryVersion.make_version_id(doc["memory_id"], version - 1))
+            await self._read(
+                bump_scope(self.scope_log, candidate.scope, candidate.memory_type, changed)
+            )
+        decision = Decision(
+            candidate_id=cid,
+            action=action,
+            memory_id=doc["memory_id"],
+            version=version,
+            base_version=version - 1 if (created and version > 1) else version,
+            key_match=True,
+            similarity=None,
+            reason="completed an interrupted apply",
+        )
+        outcome = Outcome(
+            candidate_id=cid, action=action, memory_id=doc["memory_id"], version=version,
+            version_id=doc["_id"], reason=decision.reason,
+        )  # fmt: skip
+        await self._record(candidate, decision, outcome, now)
+        return outcome
+
+    @staticmethod
+    async def _read(op: Awaitable[Any]) -> Any:
+        try:
+            return await op
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB operation failed: {exc}") from exc

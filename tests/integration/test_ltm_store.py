@@ -1,0 +1,173 @@
+"""The memory store against the real MongoDB-compatible server (SPEC D1–D3)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pymongo import AsyncMongoClient
+
+from pipeline.ltm import MemoryStore, ScriptedJudge, Thresholds
+from pipeline.ltm.testing import candidate
+from pipeline.models import Action, MemoryScope, MemoryStatus
+from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
+from pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+ME = MemoryScope(project_id="p1", user_id="u1")
+
+
+@pytest.fixture
+async def store(mongo: AsyncMongoClient[Document], settings: Settings) -> MemoryStore:
+    s = MemoryStore(mongo[settings.mongodb.database])
+    await s.setup()
+    return s
+
+
+def airport(city: str, snapshot: str, **kw: object) -> object:
+    return candidate(
+        "semantic", label="home-airport", text=f"The user's home airport is {city}.",
+        snapshot=snapshot, **kw,
+    )  # fmt: skip
+
+
+async def test_evolving_fact_updates_and_keeps_history(store: MemoryStore) -> None:
+    first = await store.reconcile(airport("Boston", "snap-a"))
+    second = await store.reconcile(airport("Denver", "snap-b"))
+    assert (first.action, second.action) == (Action.ADD, Action.UPDATE)
+    assert second.memory_id == first.memory_id and second.version == 2
+    current = await store.get(ME, "semantic", "home-airport")
+    assert current is not None and "Denver" in current.text
+    history = await store.history(first.memory_id, [ME])
+    assert [(v.version, v.status, v.action) for v in history] == [
+        (1, MemoryStatus.SUPERSEDED, Action.ADD),
+        (2, MemoryStatus.CURRENT, Action.UPDATE),
+    ]
+    assert history[0].superseded_by == history[1].version_id
+    assert history[0].superseded_at is not None
+    assert [e.ref for v in history for e in v.evidence] == ["snap-a", "snap-b"]
+    logged = await store.decisions_for(first.memory_id)
+    assert [d["action"] for d in logged] == ["ADD", "UPDATE"]
+    assert all(d["reason"] for d in logged)
+
+
+async def test_same_fact_from_two_snapshots_reinforces(store: MemoryStore) -> None:
+    await store.reconcile(airport("Boston", "snap-a"))
+    again = await store.reconcile(airport("Boston", "snap-b"))
+    assert again.action is Action.REINFORCE
+    current = await store.get(ME, "semantic", "Home Airport")
+    assert current is not None
+    assert current.reinforcement_count == 2
+    assert [e.ref for e in current.evidence] == ["snap-a", "snap-b"]
+    assert len(await store.history(current.memory_id, [ME])) == 1
+
+
+async def test_same_candidate_twice_changes_nothing(
+    store: MemoryStore, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    cand = airport("Boston", "snap-a")
+    await store.reconcile(airport("Lisbon", "snap-0", position=1))
+    first = await store.reconcile(cand)
+
+    async def dump() -> list[list[Document]]:
+        return [
+            await db[name].find({}, {"at": 0}).sort("_id").to_list()
+            for name in (MEMORIES, LEDGER, DECISIONS)
+        ]
+
+    before = await dump()
+    again = await store.reconcile(cand)
+    assert again.replayed and again.version_id == first.version_id
+    assert await dump() == before
+    # A second store (another process) sees the ledger too.
+    other = MemoryStore(db)
+    assert (await other.reconcile(cand)).replayed
+    assert await dump() == before
+
+
+async def test_interrupted_update_is_completed_not_replanned(
+    store: MemoryStore, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    await store.reconcile(airport("Boston", "snap-a"))
+    denver = airport("Denver", "snap-b")
+    await store.reconcile(denver)
+    # Simulate a crash after the insert of version 2: undo the supersede and the ledger.
+    first = await store.get(ME, "semantic", "home-airport")
+    assert first is not None
+    history = await store.history(first.memory_id, [ME])
+    await db[MEMORIES].update_one(
+        {"_id": history[0].version_id}, {"$set": {"status": "current", "superseded_by": None}}
+    )
+    await db[LEDGER].delete_one({"_id": denver.candidate_id})
+    # Readers already prefer the higher version.
+    now = await store.get(ME, "semantic", "home-airport")
+    assert now is not None and now.version == 2
+    again = await MemoryStore(db).reconcile(denver)
+    assert (again.action, again.version) == (Action.UPDATE, 2)
+    statuses = [v.status for v in await store.history(first.memory_id, [ME])]
+    assert statuses == [MemoryStatus.SUPERSEDED, MemoryStatus.CURRENT]
+
+
+async def test_taxonomic_reinforce_merges_definitions(store: MemoryStore) -> None:
+    a = candidate("taxonomic", domain="airline", term="red-eye",
+                  definition="An overnight flight that lands the next morning.", snapshot="s1")  # fmt: skip
+    b = candidate("taxonomic", domain="airline", term="red-eye",
+                  definition="An overnight flight that lands the next morning", snapshot="s2")  # fmt: skip
+    await store.reconcile(a)
+    out = await store.reconcile(b)
+    assert out.action is Action.REINFORCE
+    term = await store.get(MemoryScope(project_id="p1"), "taxonomic", "airline/red-eye")
+    assert term is not None and term.reinforcement_count == 2
+    assert term.fields["variants"] == [b.fields["definition"]]
+    assert [e.ref for e in term.evidence] == ["s1", "s2"]
+
+
+async def test_judge_settles_the_ambiguous_band(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    judge = ScriptedJudge(lambda c, n: Action.REINFORCE)
+    thresholds = Thresholds(reinforce_at=0.99, duplicate_at=0.99, ambiguous_at=0.5)
+    store = MemoryStore(mongo[settings.mongodb.database], judge=judge, thresholds=thresholds)
+    await store.setup()
+    await store.reconcile(airport("Boston", "snap-a"))
+    out = await store.reconcile(
+        candidate("semantic", label="home-airport", text="User's home airport: Boston",
+                  snapshot="snap-b")
+    )  # fmt: skip
+    assert (out.action, judge.calls) == (Action.REINFORCE, 1)
+    assert out.reason.startswith("judge:")
+
+
+async def test_two_writers_racing_on_one_key_leave_one_memory(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    a, b = MemoryStore(db), MemoryStore(db)
+    await a.setup()
+    cities = ["Boston", "Denver", "Austin", "Paris", "Oslo", "Rome"]
+    writes = [
+        (a if i % 2 else b).reconcile(airport(city, f"snap-{i}")) for i, city in enumerate(cities)
+    ]
+    outcomes = await asyncio.gather(*writes)
+    assert sum(o.action is Action.ADD for o in outcomes) == 1
+    docs = await db[MEMORIES].find({}).to_list()
+    assert len({d["memory_id"] for d in docs}) == 1
+    current = [d for d in docs if d["status"] == "current"]
+    assert len(current) == 1
+    assert sorted(d["version"] for d in docs) == list(range(1, len(docs) + 1))
+
+
+async def test_search_is_exact_and_scoped(store: MemoryStore) -> None:
+    for i, text in enumerate(["I love window seats", "Allergic to peanuts", "Vegan meals"]):
+        await store.reconcile(candidate("semantic", label=f"l{i}", text=text, snapshot=f"s{i}"))
+    await store.reconcile(
+        candidate("semantic", user_id="u2", label="x", text="Allergic to peanuts", snapshot="o")
+    )
+    probe = candidate("semantic", label="q", text="peanuts allergy", snapshot="q")
+    hits = await store.search(ME, "semantic", probe.embedding, limit=2)
+    assert [h[0].fields["label"] for h in hits][0] == "l1"
+    assert all(v.scope == ME for v, _ in hits)
+    assert hits[0][1] >= hits[1][1]
