@@ -1,0 +1,139 @@
+"""The faust-streaming adapter of the windowing stage — kept thin (faust is untyped).
+
+One faust app per consumer group (``<prefix>.windowing[<suffix>]``):
+
+* one agent over the turns topic, ``concurrency=1``, with **manual acks**: a
+  record is acknowledged only after :meth:`SnapshotWindower.process` returned
+  (snapshots stored and published, state written). faust acks a record in a
+  ``finally`` even when the agent body raised, so a record whose processing
+  failed for good is never acked: the worker stops instead;
+* one plain table ``windows`` (session key → ``WindowState`` JSON), backed by
+  its changelog topic, co-partitioned with the turns topic. No windowed
+  tables;
+* no web server, in-memory store (the changelog is the durable copy; a
+  restarted worker recovers the table from it before processing).
+
+Checkpoints: faust commits the offsets of acked records every
+``broker_commit_interval`` after flushing the changelog, so the table is never
+behind the committed offset; it may be ahead, which the windower's per-session
+position stamp makes harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import faust
+
+from pipeline.settings import Settings
+from stages.windowing.logic import WindowState
+from stages.windowing.windower import SnapshotWindower
+
+__all__ = ["TableStore", "build_app", "faust_brokers"]
+
+log = logging.getLogger("mongomem.windowing")
+
+
+def faust_brokers(bootstrap: str) -> list[str]:
+    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
+
+
+class TableStore:
+    """A ``WindowStore`` over a faust table, with a cache of decoded states."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+        self._cache: dict[bytes, WindowState] = {}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def get(self, key: bytes) -> WindowState | None:
+        state = self._cache.get(key)
+        if state is None:
+            raw = self._table.get(key)
+            if raw is None:
+                return None
+            state = self._cache[key] = WindowState.model_validate_json(raw)
+        return state
+
+    def put(self, key: bytes, state: WindowState) -> None:
+        self._table[key] = state.model_dump_json().encode()
+        self._cache[key] = state
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]:
+        keys = list(self._table.keys())
+        return [(k, s) for k in keys if (s := self.get(k)) is not None]
+
+
+def build_app(
+    settings: Settings,
+    *,
+    app_id: str,
+    partitions: int,
+    make_windower: Any,
+    failure: asyncio.Future[None],
+    **faust_options: Any,
+) -> tuple[Any, TableStore]:
+    """The faust app, its agent and table. ``make_windower(store)`` builds the windower.
+
+    A record whose processing raised is left unacknowledged and ``failure``
+    receives the exception; the caller stops the app.
+    """
+    bootstrap = settings.kafka.bootstrap or ""
+    options: dict[str, Any] = {
+        "broker": faust_brokers(bootstrap),
+        "store": "memory://",
+        "web_enabled": False,
+        "topic_partitions": partitions,
+        "topic_replication_factor": settings.kafka.replication_factor,
+        "topic_disable_leader": True,
+        "consumer_auto_offset_reset": "earliest",
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+        "broker_session_timeout": 10.0,
+        "broker_heartbeat_interval": 1.0,
+        "broker_commit_interval": 1.0,
+        "producer_acks": -1,
+    }
+    options.update(faust_options)
+    app = faust.App(app_id, **options)
+    turns = app.topic(settings.kafka.topic("turns"), key_type=bytes, value_type=bytes)
+    table = app.Table(
+        "windows", default=None, partitions=partitions, key_type=bytes, value_type=bytes
+    )
+    store = TableStore(table)
+    windower: SnapshotWindower = make_windower(store)
+
+    async def forget_derived_state(*_args: Any, **_kwargs: Any) -> None:
+        store.clear_cache()
+        windower.invalidate_index()
+
+    table.on_recover(forget_derived_state)
+    app.on_partitions_assigned.connect(forget_derived_state)
+
+    async def windowing(stream: Any) -> None:
+        manual = stream.noack()
+        async for event in manual.events():
+            message = event.message
+            try:
+                await windower.process(
+                    message.partition, message.offset, message.key, message.value
+                )
+            except Exception as exc:
+                log.exception(
+                    "windowing stopped at %s[%d]@%d",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                )
+                if not failure.done():
+                    failure.set_exception(exc)
+                await asyncio.Event().wait()  # never ack this record
+            await manual.ack(event)
+
+    app.agent(turns, name="windowing", concurrency=1)(windowing)
+    return app, store

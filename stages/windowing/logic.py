@@ -1,0 +1,269 @@
+"""The pure window logic: ``(state, event, policy) -> (state, snapshots)``.
+
+No Kafka, no MongoDB, no clock. Every decision is a function of the session's
+state and the event in hand, and *time is event time*: a turn's
+``created_at`` or a tick's ``at``. Because ticks travel in-band (they are
+produced into the same partitions as the turns), a replay of the turns topic
+presents every session with the same events in the same order, so it makes
+the same decisions — whatever the processing speed.
+
+Rules, applied by :func:`advance` at each event whose time is ``now``:
+
+1. **Gap.** A turn whose ``seq`` is beyond the next expected one leaves a
+   *hole* (the writer that allocated the missing seq may have died). Turns
+   past the hole wait in ``ahead``. If the hole is still open ``gap_timeout``
+   after it was first seen, the missing seqs are declared lost (reported in
+   :attr:`WindowResult.lost`): the open window closes with what is there
+   (reason ``gap``) and the turns past the hole start the next window.
+2. **Idle.** If ``now - last_at >= idle_timeout`` (the session has been quiet),
+   everything pending is promoted: holes are given up as in rule 1, and the
+   last run closes with reason ``idle``. A turn that arrives after such a
+   pause therefore closes the earlier window before it is added.
+3. **Count.** A turn with the expected ``seq`` joins the open window (and
+   pulls in any waiting turns it makes contiguous). Every full
+   ``max_messages`` turns close as one snapshot (reason ``count``).
+
+A turn whose ``seq`` was already promoted (or given up), or that is already
+pending, changes nothing: it is reported in :attr:`WindowResult.late` or
+:attr:`WindowResult.duplicates`. So at-least-once delivery never creates a
+duplicate or overlapping snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from pipeline.codec import register
+from pipeline.models import SessionKey, Snapshot, SnapshotTurn, Turn
+
+__all__ = [
+    "WindowPolicy",
+    "WindowResult",
+    "WindowState",
+    "WindowTick",
+    "advance",
+    "initial_state",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WindowTick(_Frozen):
+    """The in-band watermark: "event time has reached ``at`` in this partition"."""
+
+    at: AwareDatetime
+
+
+register("window-tick", WindowTick)
+
+
+class WindowPolicy(_Frozen):
+    """When a window closes. ``gap_timeout`` defaults to ``idle_timeout``."""
+
+    max_messages: int = Field(ge=1)
+    idle_timeout: timedelta
+    gap_timeout: timedelta
+
+    @classmethod
+    def of(cls, max_messages: int, idle_timeout_s: float) -> WindowPolicy:
+        idle = timedelta(seconds=idle_timeout_s)
+        return cls(max_messages=max_messages, idle_timeout=idle, gap_timeout=idle)
+
+
+class WindowState(_Frozen):
+    """One session's window, as kept in the stage's table.
+
+    ``next_seq`` is the first seq not yet promoted; ``open`` holds the
+    contiguous run ``next_seq, next_seq+1, …``; ``ahead`` the turns past a
+    hole, sorted by seq. ``last_at`` is the latest event time of a pending
+    turn and ``gap_since`` when the current hole was first seen.
+    ``partition``/``offset`` are the adapter's bookkeeping: the source
+    position of the last event applied (so a redelivered event is skipped).
+    """
+
+    project_id: str
+    user_id: str
+    session_id: str
+    next_seq: int = Field(default=1, ge=1)
+    open: tuple[SnapshotTurn, ...] = ()
+    ahead: tuple[SnapshotTurn, ...] = ()
+    last_at: AwareDatetime | None = None
+    gap_since: AwareDatetime | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+    @property
+    def session(self) -> SessionKey:
+        return SessionKey(
+            project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
+        )
+
+    @property
+    def pending(self) -> bool:
+        """True while some turn waits to be promoted (the session needs ticks)."""
+        return bool(self.open or self.ahead)
+
+    @property
+    def expected(self) -> int:
+        """The seq that would extend the open run."""
+        return self.next_seq + len(self.open)
+
+
+def initial_state(session: SessionKey) -> WindowState:
+    return WindowState(
+        project_id=session.project_id, user_id=session.user_id, session_id=session.session_id
+    )
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What one event did: the new state and what it produced."""
+
+    state: WindowState
+    snapshots: tuple[Snapshot, ...] = ()
+    late: tuple[int, ...] = ()  # seqs that arrived after their place was promoted
+    duplicates: tuple[int, ...] = ()  # seqs already pending
+    lost: tuple[int, ...] = ()  # seqs given up after waiting (gap)
+
+
+@dataclass
+class _Work:
+    """Mutable scratch space for one :func:`advance` call."""
+
+    session: SessionKey
+    next_seq: int
+    open: list[SnapshotTurn]
+    ahead: list[SnapshotTurn]
+    last_at: AwareDatetime | None
+    gap_since: AwareDatetime | None
+    snapshots: list[Snapshot] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+
+    def close(self, count: int, reason: str, now: AwareDatetime) -> None:
+        turns, self.open = self.open[:count], self.open[count:]
+        first, last = turns[0].seq, turns[-1].seq
+        self.snapshots.append(
+            Snapshot.model_validate(
+                {
+                    "snapshot_id": Snapshot.make_id(self.session, first, last),
+                    "project_id": self.session.project_id,
+                    "user_id": self.session.user_id,
+                    "session_id": self.session.session_id,
+                    "first_seq": first,
+                    "last_seq": last,
+                    "turns": tuple(turns),
+                    "reason": reason,
+                    "closed_at": now,
+                }
+            )
+        )
+        self.next_seq = last + 1
+
+    def pull(self) -> None:
+        """Move waiting turns that continue the open run into it."""
+        while self.ahead and self.ahead[0].seq == self.next_seq + len(self.open):
+            self.open.append(self.ahead.pop(0))
+
+    def give_up_hole(self, now: AwareDatetime) -> None:
+        """Declare the seqs before the first waiting turn lost and move past them."""
+        if self.open:
+            self.close(len(self.open), "gap", now)
+        start = self.ahead[0].seq
+        self.lost.extend(range(self.next_seq, start))
+        self.next_seq = start
+        self.pull()
+        self.gap_since = now if self.ahead else None
+
+    def count_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+        while len(self.open) >= policy.max_messages:
+            self.close(policy.max_messages, "count", now)
+            self.pull()
+
+    def time_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+        while (
+            self.ahead and self.gap_since is not None and now - self.gap_since >= policy.gap_timeout
+        ):
+            self.give_up_hole(now)
+            self.count_closes(policy, now)
+        if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
+            while self.ahead:
+                self.give_up_hole(now)
+                self.count_closes(policy, now)
+            if self.open:
+                self.close(len(self.open), "idle", now)
+            self.last_at = None
+            self.gap_since = None
+
+
+def _snapshot_turn(turn: Turn) -> SnapshotTurn:
+    return SnapshotTurn(
+        turn_id=turn.turn_id,
+        seq=turn.seq,
+        role=turn.role,
+        content=turn.content,
+        created_at=turn.created_at,
+    )
+
+
+def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) -> WindowResult:
+    """Apply one event to one session's window (see the module docstring for the rules).
+
+    ``event`` is a turn of this session or a tick of its partition.
+    """
+    now = event.created_at if isinstance(event, Turn) else event.at
+    work = _Work(
+        session=state.session,
+        next_seq=state.next_seq,
+        open=list(state.open),
+        ahead=list(state.ahead),
+        last_at=state.last_at,
+        gap_since=state.gap_since,
+    )
+    work.time_closes(policy, now)
+    late: tuple[int, ...] = ()
+    duplicates: tuple[int, ...] = ()
+    if isinstance(event, Turn):
+        if event.session != state.session:
+            raise ValueError("a turn of another session was applied to this window")
+        seq = event.seq
+        if seq < work.next_seq:
+            late = (seq,)
+        elif seq < work.next_seq + len(work.open) or any(t.seq == seq for t in work.ahead):
+            duplicates = (seq,)
+        else:
+            turn = _snapshot_turn(event)
+            if seq == work.next_seq + len(work.open):
+                work.open.append(turn)
+                work.pull()
+            else:
+                work.ahead.append(turn)
+                work.ahead.sort(key=lambda t: t.seq)
+                if work.gap_since is None:
+                    work.gap_since = now
+            if not work.ahead:
+                work.gap_since = None
+            work.last_at = now if work.last_at is None else max(work.last_at, now)
+            work.count_closes(policy, now)
+            if not (work.open or work.ahead):
+                work.last_at = None
+    new_state = state.model_copy(
+        update={
+            "next_seq": work.next_seq,
+            "open": tuple(work.open),
+            "ahead": tuple(work.ahead),
+            "last_at": work.last_at,
+            "gap_since": work.gap_since,
+        }
+    )
+    return WindowResult(
+        state=new_state,
+        snapshots=tuple(work.snapshots),
+        late=late,
+        duplicates=duplicates,
+        lost=tuple(work.lost),
+    )

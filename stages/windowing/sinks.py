@@ -1,0 +1,75 @@
+"""Where snapshots go: MongoDB (``snapshots`` + turn lineage) and the snapshots topic.
+
+:class:`SnapshotPublisher.deliver` is idempotent: the snapshot document is
+upserted under its deterministic id, the turns are marked with that id, and
+the snapshot is published (keyed by session) and acknowledged by the broker
+before ``deliver`` returns. A redelivery rewrites the same document and
+publishes the same message again — consumers of the snapshots topic
+de-duplicate by ``snapshot_id``. pymongo and aiokafka errors become
+:class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.BrokerError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+from pipeline.codec import encode
+from pipeline.errors import BrokerError, StorageError
+from pipeline.kafka import DeadLetter, send_dead_letter
+from pipeline.models import Snapshot
+from pipeline.mongo import SNAPSHOTS, TURNS, Document
+from pipeline.settings import KafkaSettings
+
+__all__ = ["KafkaDeadLetters", "SnapshotPublisher", "snapshot_document"]
+
+
+def snapshot_document(snapshot: Snapshot) -> Document:
+    """The ``snapshots`` document: the snapshot's fields, ``_id`` = ``snapshot_id``."""
+    data: dict[str, Any] = snapshot.model_dump(mode="python", exclude={"snapshot_id"})
+    data["turns"] = [{**t, "role": str(t["role"])} for t in data["turns"]]
+    data["turn_ids"] = [t.turn_id for t in snapshot.turns]
+    return {"_id": snapshot.snapshot_id, **data}
+
+
+class SnapshotPublisher:
+    """The real :class:`~stages.windowing.windower.SnapshotSink`."""
+
+    def __init__(self, db: AsyncDatabase[Document], producer: AIOKafkaProducer, topic: str) -> None:
+        self._snapshots = db[SNAPSHOTS]
+        self._turns = db[TURNS]
+        self._producer = producer
+        self._topic = topic
+
+    async def deliver(self, snapshot: Snapshot) -> None:
+        try:
+            await self._snapshots.replace_one(
+                {"_id": snapshot.snapshot_id}, snapshot_document(snapshot), upsert=True
+            )
+            await self._turns.update_many(
+                {"_id": {"$in": [t.turn_id for t in snapshot.turns]}},
+                {"$set": {"snapshot_id": snapshot.snapshot_id}},
+            )
+        except PyMongoError as exc:
+            raise StorageError(f"could not store snapshot {snapshot.snapshot_id}: {exc}") from exc
+        try:
+            await self._producer.send_and_wait(
+                self._topic, encode(snapshot), key=snapshot.session.kafka_key()
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish snapshot {snapshot.snapshot_id}: {exc}") from exc
+
+
+class KafkaDeadLetters:
+    """The real :class:`~stages.windowing.windower.DeadLetterSink`."""
+
+    def __init__(self, producer: AIOKafkaProducer, settings: KafkaSettings) -> None:
+        self._producer = producer
+        self._settings = settings
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
+        await send_dead_letter(self._producer, self._settings, letter, key)

@@ -1,0 +1,299 @@
+"""``SnapshotWindower``: applies the pure window logic to records of the turns topic.
+
+It sees one record at a time — ``(partition, offset, key, value)`` — and
+reaches the outside only through three small protocols: a :class:`WindowStore`
+(the table of session states), a :class:`SnapshotSink` (MongoDB + the
+snapshots topic) and a :class:`DeadLetterSink`. The faust adapter
+(:mod:`stages.windowing.app`) plugs a faust table into the store; the tests
+plug in dictionaries.
+
+Per record:
+
+* a **turn** advances its session's window;
+* a **tick** advances every session of that partition that has turns pending
+  (found through an in-memory index rebuilt from the store after a rebalance);
+* anything else is a poison message and goes to the dead-letter topic.
+
+Ordering per session: the snapshots an event closes are delivered first
+(awaited), and only then is the new state written to the store, stamped with
+the record's position. A record at or before a session's stamped position has
+already been applied to it and is skipped, so re-reading records after a crash
+(the committed offset lags the table's changelog) never applies an event
+twice.
+
+Failures: a retriable error (MongoDB or Kafka unavailable) is retried with
+backoff ``max_attempts`` times and then raised — the record stays unacknowledged
+and the stage stops, because dead-lettering a turn on an outage would cut it
+out of its window. A message that cannot be decoded goes to the dead-letter
+topic at once; any other error is retried and then dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipeline.codec import decode, kind_of, peek_kind
+from pipeline.errors import InputError, MessageDecodeError, MongomemError
+from pipeline.kafka import DeadLetter
+from pipeline.models import Snapshot, Turn
+from pipeline.project_config import WindowingConfig
+from pipeline.settings import WindowingSettings
+from stages.windowing.logic import (
+    WindowPolicy,
+    WindowResult,
+    WindowState,
+    WindowTick,
+    advance,
+    initial_state,
+)
+
+__all__ = [
+    "STAGE",
+    "DeadLetterSink",
+    "MemoryStore",
+    "Policies",
+    "SnapshotSink",
+    "SnapshotWindower",
+    "WindowStore",
+    "WindowerStats",
+]
+
+STAGE = "windowing"
+TURN_KIND = kind_of(Turn)
+TICK_KIND = kind_of(WindowTick)
+
+log = logging.getLogger("mongomem.windowing")
+
+
+class WindowStore(Protocol):
+    """Session key → window state (the faust table, or a dict in tests)."""
+
+    def get(self, key: bytes) -> WindowState | None: ...
+
+    def put(self, key: bytes, state: WindowState) -> None: ...
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]: ...
+
+
+class SnapshotSink(Protocol):
+    async def deliver(self, snapshot: Snapshot) -> None:
+        """Store and publish ``snapshot``; idempotent (the id is deterministic)."""
+
+
+class DeadLetterSink(Protocol):
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
+
+
+class MemoryStore:
+    """A :class:`WindowStore` on a dict: the test double, and the faust table's cache."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, WindowState] = {}
+
+    def get(self, key: bytes) -> WindowState | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, state: WindowState) -> None:
+        self.data[key] = state
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]:
+        return list(self.data.items())
+
+
+class Policies:
+    """Window policy per project: settings give defaults, ``project-config.yaml`` overrides."""
+
+    def __init__(self, defaults: WindowingSettings, config: WindowingConfig | None = None) -> None:
+        self._defaults = defaults
+        self._config = config or WindowingConfig()
+        self._cache: dict[str, WindowPolicy] = {}
+
+    def for_project(self, project_id: str) -> WindowPolicy:
+        policy = self._cache.get(project_id)
+        if policy is None:
+            cfg = self._config
+            override = cfg.projects.get(project_id)
+            max_messages = self._defaults.max_messages
+            idle = self._defaults.idle_timeout_s
+            for layer in (cfg, override):
+                if layer is not None and layer.max_messages is not None:
+                    max_messages = layer.max_messages
+                if layer is not None and layer.idle_timeout_s is not None:
+                    idle = layer.idle_timeout_s
+            policy = self._cache[project_id] = WindowPolicy.of(max_messages, idle)
+        return policy
+
+
+@dataclass
+class WindowerStats:
+    turns: int = 0
+    ticks: int = 0
+    snapshots: int = 0
+    late: int = 0
+    duplicates: int = 0
+    redelivered: int = 0
+    lost: int = 0
+    dead_letters: int = 0
+
+
+@dataclass
+class SnapshotWindower:
+    """Applies turns and ticks of the turns topic to the session windows."""
+
+    store: WindowStore
+    sink: SnapshotSink
+    policies: Policies
+    dead_letters: DeadLetterSink
+    topic: str
+    max_attempts: int = 4
+    backoff_s: float = 0.2
+    backoff_max_s: float = 5.0
+    stats: WindowerStats = field(default_factory=WindowerStats)
+    on_snapshot: Callable[[Snapshot], None] | None = None
+    _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
+    _indexed: set[int] = field(default_factory=set, repr=False)
+
+    def invalidate_index(self) -> None:
+        """Forget which sessions are open (call after a rebalance; rebuilt on the next tick)."""
+        self._open.clear()
+        self._indexed.clear()
+
+    async def process(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> None:
+        """Apply one record; returns once it may be acknowledged."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._apply(partition, offset, value)
+                return
+            except InputError as exc:
+                await self._dead_letter(partition, offset, key, value, exc, attempt)
+                return
+            except MongomemError as exc:
+                if not exc.retriable:
+                    await self._dead_letter(partition, offset, key, value, exc, attempt)
+                    return
+                if attempt >= self.max_attempts:
+                    log.error(
+                        "giving up on %s[%d]@%d after %d attempts: %s",
+                        self.topic, partition, offset, attempt, exc,
+                    )  # fmt: skip
+                    raise
+                log.warning("retrying %s[%d]@%d: %s", self.topic, partition, offset, exc)
+            except Exception as exc:
+                if attempt >= self.max_attempts:
+                    await self._dead_letter(partition, offset, key, value, exc, attempt)
+                    return
+                log.warning(
+                    "retrying %s[%d]@%d after %s: %s",
+                    self.topic, partition, offset, type(exc).__name__, exc,
+                )  # fmt: skip
+            await asyncio.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
+
+    async def _dead_letter(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        exc: BaseException,
+        attempts: int,
+    ) -> None:
+        log.error(
+            "dead-lettering %s[%d]@%d (%s: %s)",
+            self.topic, partition, offset, type(exc).__name__, exc,
+        )  # fmt: skip
+        letter = DeadLetter.of(
+            stage=STAGE,
+            topic=self.topic,
+            partition=partition,
+            offset=offset,
+            key=key,
+            value=value,
+            error=exc,
+            attempts=attempts,
+        )
+        await self.dead_letters.send(letter, key)
+        self.stats.dead_letters += 1
+
+    async def _apply(self, partition: int, offset: int, value: bytes | None) -> None:
+        kind = peek_kind(value)
+        if kind == TURN_KIND:
+            turn = decode(value, Turn)
+            self.stats.turns += 1
+            await self._advance(turn.session.kafka_key(), None, turn, partition, offset)
+        elif kind == TICK_KIND:
+            tick = decode(value, WindowTick)
+            self.stats.ticks += 1
+            for session_key in sorted(self._open_in(partition)):
+                state = self.store.get(session_key)
+                if state is None or not state.pending:
+                    self._open[partition].discard(session_key)
+                    continue
+                await self._advance(session_key, state, tick, partition, offset)
+        else:
+            raise MessageDecodeError(
+                f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
+            )
+
+    def _open_in(self, partition: int) -> set[bytes]:
+        if partition not in self._indexed:
+            self._open[partition] = {
+                k for k, s in self.store.items() if s.partition == partition and s.pending
+            }
+            self._indexed.add(partition)
+        return set(self._open.get(partition, ()))
+
+    async def _advance(
+        self,
+        session_key: bytes,
+        state: WindowState | None,
+        event: Turn | WindowTick,
+        partition: int,
+        offset: int,
+    ) -> None:
+        if state is None:
+            state = self.store.get(session_key)
+        if state is None:
+            assert isinstance(event, Turn)
+            state = initial_state(event.session)
+        if state.partition == partition and state.offset is not None and offset <= state.offset:
+            self.stats.redelivered += 1
+            return
+        result = advance(state, event, self.policies.for_project(state.project_id))
+        self._report(result)
+        for snapshot in result.snapshots:
+            await self.sink.deliver(snapshot)
+            self.stats.snapshots += 1
+            if self.on_snapshot is not None:
+                self.on_snapshot(snapshot)
+        if result.state == state:
+            return  # a no-op tick, a late or duplicate turn: nothing to write
+        self.store.put(
+            session_key, result.state.model_copy(update={"partition": partition, "offset": offset})
+        )
+        index = self._open.setdefault(partition, set())
+        if result.state.pending:
+            index.add(session_key)
+        else:
+            index.discard(session_key)
+
+    def _report(self, result: WindowResult) -> None:
+        state = result.state
+        if result.late:
+            self.stats.late += len(result.late)
+            log.info("late turn(s) %s of session %s ignored", result.late, state.session_id)
+        if result.duplicates:
+            self.stats.duplicates += len(result.duplicates)
+        if result.lost:
+            self.stats.lost += len(result.lost)
+            log.warning(
+                "session %s/%s/%s: seq(s) %s never arrived; closed the window without them",
+                state.project_id, state.user_id, state.session_id, list(result.lost),
+            )  # fmt: skip

@@ -1,0 +1,139 @@
+"""``WindowingWorker``: one windowing process — faust app, ticker, sinks — until cancelled.
+
+The **ticker** produces a :class:`~stages.windowing.logic.WindowTick` carrying
+the wall-clock time into every partition of the turns topic every
+``tick_interval_s``. That is the only place a clock is read: the tick becomes
+part of the log, so the windows it closes are closed at the same position in a
+replay. Several workers each run a ticker; extra ticks are harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from pipeline.codec import encode
+from pipeline.errors import BrokerError
+from pipeline.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
+from pipeline.models import Snapshot, utcnow
+from pipeline.mongo import connect, database
+from pipeline.ops import consumer_group
+from pipeline.project_config import load_project_config
+from pipeline.settings import Settings
+from stages.windowing.app import build_app
+from stages.windowing.logic import WindowTick
+from stages.windowing.sinks import KafkaDeadLetters, SnapshotPublisher
+from stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
+
+__all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
+
+log = logging.getLogger("mongomem.windowing")
+
+
+async def topic_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
+    try:
+        found = await producer.partitions_for(topic)
+    except KafkaError as exc:
+        raise BrokerError(f"cannot read the partitions of {topic}: {exc}") from exc
+    return sorted(found)
+
+
+async def publish_ticks(producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
+    """One tick, now, into every partition (acknowledged)."""
+    payload = encode(WindowTick(at=utcnow()))
+    try:
+        sent = [await producer.send(topic, payload, partition=p) for p in partitions]
+        await asyncio.gather(*sent)
+    except KafkaError as exc:
+        raise BrokerError(f"could not publish ticks: {exc}") from exc
+
+
+class WindowingWorker:
+    """Runs the windowing stage in the current event loop until cancelled."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        group_suffix: str = "",
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+        **faust_options: Any,
+    ) -> None:
+        self.settings = settings
+        self.group = consumer_group(settings.kafka, STAGE, group_suffix)
+        self.on_snapshot = on_snapshot
+        self.faust_options = faust_options
+        self.windower: SnapshotWindower | None = None
+        self.started = asyncio.Event()
+
+    async def run(self) -> None:
+        settings = self.settings
+        kafka = settings.kafka
+        turns, snapshots = kafka.topic(TURNS), kafka.topic(SNAPSHOTS)
+        await ensure_topics(kafka, [turns, snapshots, dead_letter_topic(kafka, STAGE)])
+        config = None
+        if settings.project_config is not None:
+            config = load_project_config(settings.project_config).memory.windowing
+        policies = Policies(settings.windowing, config)
+        client = connect(settings.mongodb)
+        producer = make_producer(kafka)
+        app: Any = None
+        ticker: asyncio.Task[None] | None = None
+        try:
+            try:
+                await producer.start()
+            except KafkaError as exc:
+                raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
+            partitions = await topic_partitions(producer, turns)
+            sink = SnapshotPublisher(database(client, settings.mongodb), producer, snapshots)
+            dead = KafkaDeadLetters(producer, kafka)
+            failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def make_windower(store: WindowStore) -> SnapshotWindower:
+                self.windower = SnapshotWindower(
+                    store=store,
+                    sink=sink,
+                    policies=policies,
+                    dead_letters=dead,
+                    topic=turns,
+                    on_snapshot=self.on_snapshot,
+                )
+                return self.windower
+
+            app, _ = build_app(
+                settings,
+                app_id=self.group,
+                partitions=len(partitions),
+                make_windower=make_windower,
+                failure=failure,
+                **self.faust_options,
+            )
+            await app.start()
+            ticker = asyncio.create_task(self._tick(producer, turns, partitions))
+            self.started.set()
+            log.info("windowing running as %s over %d partitions", self.group, len(partitions))
+            await failure
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticker
+            if app is not None:
+                await app.stop()
+            await producer.stop()
+            await client.close()
+
+    async def _tick(self, producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
+        interval = self.settings.windowing.tick_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await publish_ticks(producer, topic, partitions)
+            except BrokerError as exc:
+                log.warning("tick not published: %s", exc)
