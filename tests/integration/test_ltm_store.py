@@ -36,9 +36,11 @@ async def test_evolving_fact_updates_and_keeps_history(store: MemoryStore) -> No
     first = await store.reconcile(airport("Boston", "snap-a"))
     second = await store.reconcile(airport("Denver", "snap-b"))
     assert (first.action, second.action) == (Action.ADD, Action.UPDATE)
-    assert second.memory_id == first.memory_id and second.version == 2
+    assert second.memory_id == first.memory_id
+    assert second.version == 2
     current = await store.get(ME, "semantic", "home-airport")
-    assert current is not None and "Denver" in current.text
+    assert current is not None
+    assert "Denver" in current.text
     history = await store.history(first.memory_id, [ME])
     assert [(v.version, v.status, v.action) for v in history] == [
         (1, MemoryStatus.SUPERSEDED, Action.ADD),
@@ -79,7 +81,8 @@ async def test_same_candidate_twice_changes_nothing(
 
     before = await dump()
     again = await store.reconcile(cand)
-    assert again.replayed and again.version_id == first.version_id
+    assert again.replayed
+    assert again.version_id == first.version_id
     assert await dump() == before
     # A second store (another process) sees the ledger too.
     other = MemoryStore(db)
@@ -104,7 +107,8 @@ async def test_interrupted_update_is_completed_not_replanned(
     await db[LEDGER].delete_one({"_id": denver.candidate_id})
     # Readers already prefer the higher version.
     now = await store.get(ME, "semantic", "home-airport")
-    assert now is not None and now.version == 2
+    assert now is not None
+    assert now.version == 2
     again = await MemoryStore(db).reconcile(denver)
     assert (again.action, again.version) == (Action.UPDATE, 2)
     statuses = [v.status for v in await store.history(first.memory_id, [ME])]
@@ -112,17 +116,17 @@ async def test_interrupted_update_is_completed_not_replanned(
 
 
 async def test_taxonomic_reinforce_merges_definitions(store: MemoryStore) -> None:
-    a = candidate("taxonomic", domain="airline", term="red-eye",
-                  definition="An overnight flight that lands the next morning.", snapshot="s1")  # fmt: skip
-    b = candidate("taxonomic", domain="airline", term="red-eye",
-                  definition="An overnight flight that lands the next morning", snapshot="s2")  # fmt: skip
+    text, term = "An overnight flight that lands the next morning", "red-eye"
+    a = candidate("taxonomic", domain="airline", term=term, definition=f"{text}.", snapshot="a")
+    b = candidate("taxonomic", domain="airline", term=term, definition=text, snapshot="b")
     await store.reconcile(a)
     out = await store.reconcile(b)
     assert out.action is Action.REINFORCE
     term = await store.get(MemoryScope(project_id="p1"), "taxonomic", "airline/red-eye")
-    assert term is not None and term.reinforcement_count == 2
+    assert term is not None
+    assert term.reinforcement_count == 2
     assert term.fields["variants"] == [b.fields["definition"]]
-    assert [e.ref for e in term.evidence] == ["s1", "s2"]
+    assert [e.ref for e in term.evidence] == ["a", "b"]
 
 
 async def test_judge_settles_the_ambiguous_band(
@@ -168,6 +172,6 @@ async def test_search_is_exact_and_scoped(store: MemoryStore) -> None:
     )
     probe = candidate("semantic", label="q", text="peanuts allergy", snapshot="q")
     hits = await store.search(ME, "semantic", probe.embedding, limit=2)
-    assert [h[0].fields["label"] for h in hits][0] == "l1"
+    assert next(h[0].fields["label"] for h in hits) == "l1"
     assert all(v.scope == ME for v, _ in hits)
     assert hits[0][1] >= hits[1][1]
