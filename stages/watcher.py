@@ -141,7 +141,7 @@ class ChangeStreamWatcher:
     async def _open_or_backfill(self, token: dict[str, Any] | None, stop: asyncio.Event) -> Stream:
         if token is not None:
             try:
-                return await self._open(token)
+                stream = await self._open(token)
             except ResumeTokenLost as exc:
                 log.error(
                     "watcher: the stored resume token cannot be resumed from (%s); "
@@ -149,6 +149,9 @@ class ChangeStreamWatcher:
                     exc,
                     TURNS,
                 )
+            else:
+                log.info("watcher: resuming after the stored token → %s", self._topic)
+                return stream
         else:
             log.warning("watcher: no usable resume token stored; back-filling from %r", TURNS)
         stream = await self._open(None)
