@@ -140,7 +140,13 @@ def _eligible(candidate: MemoryCandidate, neighbours: Iterable[Neighbour]) -> li
         if n.scope != candidate.scope or n.memory_type != candidate.memory_type:
             continue
         seen = latest.get(n.memory_id)
-        if seen is None or n.version > seen.version:
+        # Highest version wins; the rest of the tuple only makes duplicates deterministic.
+        if seen is None or (n.version, n.similarity, n.key, n.text) > (
+            seen.version,
+            seen.similarity,
+            seen.key,
+            seen.text,
+        ):
             latest[n.memory_id] = n
     return sorted(latest.values(), key=lambda n: (-n.similarity, n.memory_id))
 
