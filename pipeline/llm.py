@@ -113,30 +113,42 @@ class LLM(Protocol):
     async def close(self) -> None: ...
 
 
+#: Keywords dropped from the schema sent to the endpoint: strict structured
+#: output rejects them on some providers. The answer is still validated
+#: against the full pydantic model, constraints included.
+_UNSENT_KEYWORDS = frozenset(
+    {"title", "default", "minLength", "maxLength", "pattern", "minItems", "maxItems", "format"}
+)
+
+
 def strict_json_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of ``model`` in the form strict structured output accepts.
 
     Every object gets ``additionalProperties: false`` and lists all of its
-    properties as required (optional fields stay nullable); titles and
-    defaults, which strict mode rejects, are dropped.
+    properties as required (optional fields stay nullable); titles, defaults
+    and length/pattern constraints are left out (see ``_UNSENT_KEYWORDS``).
     """
-    schema = copy.deepcopy(model.model_json_schema())
 
-    def fix(node: Any) -> None:
-        if isinstance(node, dict):
-            node.pop("title", None)
-            node.pop("default", None)
-            if node.get("type") == "object" and "properties" in node:
-                node["additionalProperties"] = False
-                node["required"] = list(node["properties"])
-            for value in node.values():
-                fix(value)
-        elif isinstance(node, list):
-            for value in node:
-                fix(value)
+    def fix(node: Any) -> Any:
+        if isinstance(node, list):
+            return [fix(value) for value in node]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _UNSENT_KEYWORDS:
+                continue
+            if key in ("properties", "$defs") and isinstance(value, dict):
+                out[key] = {name: fix(sub) for name, sub in value.items()}
+            else:
+                out[key] = fix(value)
+        if out.get("type") == "object" and "properties" in out:
+            out["additionalProperties"] = False
+            out["required"] = list(out["properties"])
+        return out
 
-    fix(schema)
-    return schema
+    fixed: dict[str, Any] = fix(copy.deepcopy(model.model_json_schema()))
+    return fixed
 
 
 def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> float | None:

@@ -22,6 +22,7 @@ from pipeline.testing.replies import (
     conversation_of,
 )
 from pipeline.testing.server import FakeOpenAIServer
+from pipeline.testing.snapshots import make_snapshot
 from pipeline.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "Slow",
     "StandInResponder",
     "conversation_of",
+    "make_snapshot",
 ]

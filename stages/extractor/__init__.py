@@ -1,0 +1,70 @@
+"""Extraction fan-out (SPEC C1–C6): one LLM handler per memory type.
+
+Each enabled memory type reads every snapshot in its own consumer group, asks
+the LLM for its own kind of knowledge only (structured output, validated),
+embeds each result and publishes :class:`~pipeline.models.MemoryCandidate`
+events keyed by scope to the candidates topic. See :mod:`.worker` for the
+delivery semantics, :mod:`.handler` for retries and dead letters,
+:mod:`.types` for the types and their versioned prompts (``prompts/``).
+
+Run: ``mongomem run extractor [--type semantic ...] [--group-suffix S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+
+from pipeline.errors import ConfigError
+from pipeline.metrics import serve_metrics
+from pipeline.project_config import enabled_types, load_project_config
+from pipeline.readiness import ensure_ready
+from pipeline.settings import Settings
+from stages.extractor.handler import Outcome, TypeHandler
+from stages.extractor.types import TypeSpec, spec_for
+from stages.extractor.worker import TypeConsumer, run_extractors
+
+__all__ = ["Outcome", "TypeConsumer", "TypeHandler", "TypeSpec", "main", "run_extractors", "specs"]
+
+log = logging.getLogger("stages.extractor")
+
+
+def specs(settings: Settings, types: list[str] | None = None) -> list[TypeSpec]:
+    """The specs to run: ``types`` (each must be enabled), else every enabled type."""
+    config = load_project_config(settings.project_config) if settings.project_config else None
+    enabled = enabled_types(settings, config)
+    wanted = list(dict.fromkeys(types)) if types else list(enabled)
+    off = [t for t in wanted if t not in enabled]
+    if off:
+        raise ConfigError(
+            f"memory types {off} are not enabled (enabled: {list(enabled)}); enable them in "
+            "project-config.yaml memory.extraction.enabled or MONGOMEM_ENABLED_EXTRACTIONS"
+        )
+    return [spec_for(t, config) for t in wanted]
+
+
+async def main(settings: Settings, args: argparse.Namespace) -> None:
+    """Run the extractor until cancelled or SIGTERM."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    chosen = specs(settings, getattr(args, "types", None))
+    ensure_ready(settings)
+    if not chosen:
+        log.warning("no memory type is enabled: the extractor has nothing to do")
+    serve_metrics(settings.metrics_port)
+    suffix = getattr(args, "group_suffix", "") or ""
+    task = asyncio.create_task(
+        run_extractors(settings, chosen, group_suffix=suffix) if chosen else asyncio.Event().wait()
+    )
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.info("extractor stopped")

@@ -1,0 +1,161 @@
+"""The pure core of extraction: prompt in, candidates out, and the retry policy.
+
+No I/O here. :func:`render_messages` turns a snapshot into chat messages in
+which the conversation is delimited data; :func:`to_candidates` turns the
+validated items of the LLM's answer and their embeddings into
+:class:`~pipeline.models.MemoryCandidate` events with deterministic ids;
+:func:`retry_delay` is the backoff between attempts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipeline.errors import LLMRateLimited, MongomemError
+from pipeline.models import Evidence, MemoryCandidate, MemoryScope, ScopeKind, Snapshot
+from stages.extractor.types import TypeSpec
+
+__all__ = [
+    "MAX_ITEMS",
+    "Extracted",
+    "conversation_nonce",
+    "extracted_items",
+    "render_conversation",
+    "render_messages",
+    "retry_delay",
+    "should_retry",
+    "to_candidates",
+]
+
+#: At most this many memories of one type from one snapshot (the rest are dropped).
+MAX_ITEMS = 50
+
+
+def conversation_nonce(snapshot: Snapshot) -> str:
+    """A delimiter tag derived from the whole snapshot, so its turns cannot contain it."""
+    digest = hashlib.sha256(snapshot.snapshot_id.encode())
+    for turn in snapshot.turns:
+        digest.update(b"\x00" + turn.content.encode())
+    return digest.hexdigest()[:16]
+
+
+def render_conversation(snapshot: Snapshot) -> str:
+    """One JSON object per turn: quotes and newlines in the content are escaped."""
+    return "\n".join(
+        json.dumps(
+            {
+                "seq": t.seq,
+                "role": t.role.value,
+                "at": t.created_at.isoformat(),
+                "content": t.content,
+            },
+            ensure_ascii=False,
+        )
+        for t in snapshot.turns
+    )
+
+
+def render_messages(spec: TypeSpec, snapshot: Snapshot) -> list[dict[str, str]]:
+    """System message (rules + the type's instructions) and the delimited conversation."""
+    nonce = conversation_nonce(snapshot)
+    user = (
+        f"Conversation turns {snapshot.first_seq}–{snapshot.last_seq}, "
+        f"closed at {snapshot.closed_at.isoformat()}.\n"
+        f"<<<CONVERSATION {nonce}\n"
+        f"{render_conversation(snapshot)}\n"
+        f"CONVERSATION {nonce}>>>\n"
+        f"Extract the {spec.name} memories from the conversation above, following the "
+        "system instructions only."
+    )
+    return [
+        {"role": "system", "content": spec.system_prompt(nonce)},
+        {"role": "user", "content": user},
+    ]
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One normalised item: its key, fields and the text to embed."""
+
+    key: str
+    fields: dict[str, Any]
+    text: str
+
+
+def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
+    """Normalise the answer's items, drop empty ones and repeated keys (first wins)."""
+    raw_items: list[BaseModel] = list(getattr(answer, "items", []))
+    out: list[Extracted] = []
+    seen: set[str] = set()
+    for item in raw_items:
+        fields = spec.normalise(item.model_dump(mode="json"))
+        key = spec.key_of(fields).strip()[:512]
+        text = spec.text_of(fields).strip()
+        if not key or not text or key in seen:
+            continue
+        seen.add(key)
+        out.append(Extracted(key=key, fields=fields, text=text))
+        if len(out) >= MAX_ITEMS:
+            break
+    return out
+
+
+def to_candidates(
+    spec: TypeSpec,
+    snapshot: Snapshot,
+    items: Sequence[Extracted],
+    vectors: Sequence[Sequence[float]],
+    *,
+    model: str | None,
+    now: datetime,
+) -> list[MemoryCandidate]:
+    """Candidates with ids from (snapshot, type, prompt version, position)."""
+    if len(items) != len(vectors):
+        raise ValueError(f"{len(items)} items but {len(vectors)} embeddings")
+    scope = MemoryScope(
+        project_id=snapshot.project_id,
+        user_id=snapshot.user_id if spec.scope is ScopeKind.USER else None,
+    )
+    evidence = Evidence(
+        source="snapshot",
+        ref=snapshot.snapshot_id,
+        session_id=snapshot.session_id,
+        at=snapshot.closed_at,
+    )
+    version = spec.full_prompt_version
+    return [
+        MemoryCandidate(
+            candidate_id=MemoryCandidate.make_id(snapshot.snapshot_id, spec.name, version, pos),
+            memory_type=spec.name,
+            scope=scope,
+            key=item.key,
+            fields=item.fields,
+            text=item.text,
+            embedding=tuple(vector),
+            evidence=evidence,
+            prompt_version=version,
+            model=model,
+            created_at=now,
+        )
+        for pos, (item, vector) in enumerate(zip(items, vectors, strict=True))
+    ]
+
+
+def should_retry(error: BaseException, attempt: int, max_attempts: int) -> bool:
+    """Retry a retriable mongomem error while attempts remain; anything else is final."""
+    return isinstance(error, MongomemError) and error.retriable and attempt < max_attempts
+
+
+def retry_delay(attempt: int, error: BaseException, *, base_s: float, max_s: float) -> float:
+    """Seconds before attempt ``attempt + 1``: exponential, capped, at least ``retry_after``."""
+    delay: float = min(max_s, base_s * 2.0 ** (attempt - 1))
+    if isinstance(error, LLMRateLimited) and error.retry_after is not None:
+        delay = max(delay, error.retry_after)
+    return delay

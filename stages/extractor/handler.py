@@ -1,0 +1,247 @@
+"""One memory type's handler: snapshot record in, candidates (or a dead letter) out.
+
+:meth:`TypeHandler.handle` returns only once the record is *handled*: its
+candidates are acknowledged by Kafka, or the record is acknowledged on the
+type's dead-letter topic. Only then may the consumer commit past it.
+
+Failures of the LLM, the embedding provider or the producer are retried while
+they are retriable and attempts remain (``ExtractionSettings.max_attempts``),
+with exponential backoff that honours a 429's ``retry_after``; a successful
+LLM answer is kept across retries of the later steps, so it is paid for once.
+Then the record goes to ``dlq.extractor.<type>`` with the error and the
+attempt count, and the stream goes on. A :class:`~pipeline.errors.ConfigError`
+(the endpoint rejects the key or model) is raised instead: every record would
+fail the same way, so the stage stops without committing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from pydantic import BaseModel
+
+from pipeline import metrics
+from pipeline.codec import decode, encode
+from pipeline.embeddings import Embedder
+from pipeline.errors import BrokerError, ConfigError, MongomemError, StorageError
+from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
+from pipeline.llm import LLM, LLMResult
+from pipeline.models import MemoryCandidate, Snapshot, utcnow
+from pipeline.settings import ExtractionSettings, KafkaSettings
+from stages.extractor.core import (
+    extracted_items,
+    render_messages,
+    retry_delay,
+    should_retry,
+    to_candidates,
+)
+from stages.extractor.types import TypeSpec
+from stages.extractor.usage import UsageRecord, UsageRecorder
+
+__all__ = ["Outcome", "SourceRecord", "TypeHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class SourceRecord(Protocol):
+    """What the handler needs of a consumed Kafka record."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one record was handled."""
+
+    snapshot_id: str | None
+    candidate_ids: tuple[str, ...]
+    attempts: int
+    dead_lettered: bool
+    error: str | None = None
+
+
+class TypeHandler:
+    """Extracts one memory type from snapshot records, with bounded retries and a DLQ."""
+
+    def __init__(
+        self,
+        spec: TypeSpec,
+        *,
+        llm: LLM,
+        embedder: Embedder,
+        producer: AIOKafkaProducer,
+        kafka: KafkaSettings,
+        extraction: ExtractionSettings,
+        usage: UsageRecorder,
+        clock: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.spec = spec
+        self.stage = f"extractor.{spec.name}"
+        self._llm = llm
+        self._embedder = embedder
+        self._producer = producer
+        self._kafka = kafka
+        self._extraction = extraction
+        self._usage = usage
+        self._clock = clock
+        self._sleep = sleep
+        self._limit = asyncio.Semaphore(extraction.concurrency)
+        self._topic = kafka.topic(CANDIDATES)
+
+    async def handle(self, record: SourceRecord) -> Outcome:
+        """Handle one record: candidates acknowledged, or a dead letter acknowledged."""
+        async with self._limit:
+            return await self._handle(record)
+
+    async def _handle(self, record: SourceRecord) -> Outcome:
+        try:
+            snapshot = decode(record.value, Snapshot)
+        except MongomemError as exc:
+            await self._dead_letter(record, exc, attempts=1)
+            return Outcome(None, (), 1, True, str(exc))
+
+        messages = render_messages(self.spec, snapshot)
+        answer: LLMResult[BaseModel] | None = None
+        tokens = [0, 0]
+        calls = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if answer is None:
+                    answer = await self._llm.structured(
+                        messages, self.spec.output_model, schema_name=self.spec.schema_name
+                    )
+                    calls += 1
+                    tokens[0] += answer.usage.prompt_tokens
+                    tokens[1] += answer.usage.completion_tokens
+                    self._observe(answer)
+                candidates = await self._candidates(snapshot, answer)
+                await self._publish(candidates)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                if should_retry(exc, attempt, self._extraction.max_attempts):
+                    delay = retry_delay(
+                        attempt,
+                        exc,
+                        base_s=self._extraction.backoff_base_s,
+                        max_s=self._extraction.backoff_max_s,
+                    )
+                    log.warning(
+                        "%s: snapshot %s attempt %d/%d failed (%s: %s); retrying in %.2fs",
+                        self.stage,
+                        snapshot.snapshot_id,
+                        attempt,
+                        self._extraction.max_attempts,
+                        type(exc).__name__,
+                        exc,
+                        delay,
+                    )
+                    await self._sleep(delay)
+                    continue
+                log.error(
+                    "%s: snapshot %s failed after %d attempt(s) (%s: %s); dead-lettered",
+                    self.stage,
+                    snapshot.snapshot_id,
+                    attempt,
+                    type(exc).__name__,
+                    exc,
+                )
+                await self._dead_letter(record, exc, attempts=attempt)
+                await self._record(snapshot, answer, tokens, calls, attempt, 0, "dead-letter")
+                return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
+            metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._record(snapshot, answer, tokens, calls, attempt, len(candidates), "ok")
+            return Outcome(
+                snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
+            )
+
+    async def _candidates(
+        self, snapshot: Snapshot, answer: LLMResult[BaseModel]
+    ) -> list[MemoryCandidate]:
+        items = extracted_items(self.spec, answer.value)
+        vectors = await self._embedder.embed([i.text for i in items]) if items else []
+        return to_candidates(
+            self.spec, snapshot, items, vectors, model=answer.model, now=self._clock()
+        )
+
+    async def _publish(self, candidates: list[MemoryCandidate]) -> None:
+        """Send every candidate, then wait for every acknowledgement."""
+        try:
+            pending = [
+                await self._producer.send(self._topic, encode(c), key=c.scope.kafka_key())
+                for c in candidates
+            ]
+            await asyncio.gather(*pending)
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish candidates: {exc}") from exc
+
+    async def _dead_letter(self, record: SourceRecord, error: BaseException, attempts: int) -> None:
+        letter = DeadLetter.of(
+            stage=self.stage,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            error=error,
+            attempts=attempts,
+            at=self._clock(),
+        )
+        await send_dead_letter(self._producer, self._kafka, letter, record.key)
+        metrics.MESSAGES.labels(self.stage, "dead_letter").inc()
+        metrics.DEAD_LETTERS.labels(self.stage).inc()
+
+    def _observe(self, answer: LLMResult[BaseModel]) -> None:
+        metrics.LLM_LATENCY.labels(self.spec.name).observe(answer.latency_s)
+        metrics.LLM_TOKENS.labels(self.spec.name, "prompt").inc(answer.usage.prompt_tokens)
+        metrics.LLM_TOKENS.labels(self.spec.name, "completion").inc(answer.usage.completion_tokens)
+
+    async def _record(
+        self,
+        snapshot: Snapshot,
+        answer: LLMResult[BaseModel] | None,
+        tokens: list[int],
+        calls: int,
+        attempts: int,
+        candidates: int,
+        outcome: str,
+    ) -> None:
+        """Record usage; a storage failure is logged, never blocks the stream."""
+        record = UsageRecord(
+            snapshot_id=snapshot.snapshot_id,
+            memory_type=self.spec.name,
+            project_id=snapshot.project_id,
+            model=answer.model if answer else self._llm.name,
+            prompt_version=self.spec.full_prompt_version,
+            prompt_tokens=tokens[0],
+            completion_tokens=tokens[1],
+            latency_s=answer.latency_s if answer else 0.0,
+            calls=calls,
+            attempts=attempts,
+            candidates=candidates,
+            outcome=outcome,
+            at=self._clock(),
+        )
+        try:
+            await self._usage.record(record)
+        except StorageError as exc:
+            log.warning("%s: usage of %s not recorded: %s", self.stage, snapshot.snapshot_id, exc)

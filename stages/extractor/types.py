@@ -1,0 +1,277 @@
+"""The memory types the extractor knows: what each asks for and how it becomes a candidate.
+
+A :class:`TypeSpec` is everything type-specific: the instructions (a versioned
+prompt file in ``prompts/``), the pydantic model of one extracted item (the
+LLM's structured output is ``{"items": [item, ...]}``), the scope, and how an
+item's fields give the natural key and the text that is embedded. The four
+built-in types and every custom type from ``project-config.yaml`` are specs of
+the same shape, run by the same machinery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from string import Template
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from pipeline.errors import ConfigError
+from pipeline.models import BUILTIN_MEMORY_TYPES, MemoryType, ScopeKind
+from pipeline.project_config import CustomTypeConfig, ProjectConfig
+
+__all__ = [
+    "SYSTEM_PROMPT_VERSION",
+    "EpisodicItem",
+    "ProceduralItem",
+    "SemanticItem",
+    "TaxonomicItem",
+    "TypeSpec",
+    "builtin_spec",
+    "custom_spec",
+    "load_prompt",
+    "slug",
+    "spec_for",
+]
+
+SYSTEM_PROMPT_VERSION = "v1"
+
+Fields = dict[str, Any]
+
+
+@cache
+def load_prompt(name: str) -> str:
+    """The text of ``prompts/<name>.txt`` (shipped as package data)."""
+    return resources.files(__package__).joinpath("prompts", f"{name}.txt").read_text("utf-8")
+
+
+def slug(text: str) -> str:
+    """Lower-case words joined by ``-``: the form of labels, procedure names, domains."""
+    return "-".join(re.findall(r"[^\W_]+", text.lower()))[:64]
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SemanticItem(_Item):
+    label: str = Field(min_length=1, max_length=80, description="kebab-case name of the fact")
+    fact: str = Field(min_length=1, max_length=2000, description="the fact, one sentence")
+
+
+class EpisodicItem(_Item):
+    title: str = Field(min_length=1, max_length=200, description="short title")
+    account: str = Field(min_length=1, max_length=4000, description="what happened")
+    participants: list[str] = Field(description="who took part")
+    when: str | None = Field(description="when it happened (ISO 8601 if known) or null")
+
+
+class ProceduralItem(_Item):
+    name: str = Field(min_length=1, max_length=80, description="kebab-case procedure name")
+    description: str = Field(min_length=1, max_length=1000, description="what it achieves")
+    steps: list[str] = Field(min_length=1, max_length=50, description="the steps, in order")
+
+
+class TaxonomicItem(_Item):
+    domain: str = Field(min_length=1, max_length=80, description="the domain, lower case")
+    term: str = Field(min_length=1, max_length=200, description="the term")
+    definition: str = Field(min_length=1, max_length=2000, description="its definition")
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """One memory type as the extractor runs it."""
+
+    name: str
+    scope: ScopeKind
+    prompt_version: str
+    instructions: str
+    item_model: type[BaseModel]
+    #: validated item fields → normalised fields (stored on the candidate)
+    normalise: Callable[[Fields], Fields]
+    #: normalised fields → natural key
+    key_of: Callable[[Fields], str]
+    #: normalised fields → the text that is embedded
+    text_of: Callable[[Fields], str]
+    output_model: type[BaseModel] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        output = create_model(  # {"items": [item, ...]}
+            f"Extract{self.item_model.__name__}s",
+            __config__=ConfigDict(frozen=True, extra="forbid"),
+            items=(list[self.item_model], Field(max_length=100)),  # type: ignore[name-defined]
+        )
+        object.__setattr__(self, "output_model", output)
+
+    @property
+    def schema_name(self) -> str:
+        return f"extract_{self.name}"
+
+    def system_prompt(self, nonce: str) -> str:
+        return Template(load_prompt(f"system-{SYSTEM_PROMPT_VERSION}")).safe_substitute(
+            instructions=self.instructions, nonce=nonce
+        )
+
+    @property
+    def full_prompt_version(self) -> str:
+        """The version that goes into candidate ids: type prompt + system prompt."""
+        return f"{self.prompt_version}+sys-{SYSTEM_PROMPT_VERSION}"
+
+
+def _semantic(f: Fields) -> Fields:
+    return {"label": slug(f["label"]), "fact": _clean(f["fact"])}
+
+
+def _episodic(f: Fields) -> Fields:
+    participants = [_clean(p) for p in f["participants"] if _clean(p)]
+    when = _clean(f["when"]) if f.get("when") else None
+    return {
+        "title": _clean(f["title"]),
+        "account": _clean(f["account"]),
+        "participants": sorted(dict.fromkeys(participants)),
+        "when": when,
+    }
+
+
+def _procedural(f: Fields) -> Fields:
+    steps = [_clean(s) for s in f["steps"] if _clean(s)]
+    return {
+        "name": slug(f["name"]),
+        "description": _clean(f["description"]),
+        "steps": steps,
+        "content": "\n".join(f"{i}. {s}" for i, s in enumerate(steps, 1)),
+    }
+
+
+def _taxonomic(f: Fields) -> Fields:
+    term = _clean(f["term"])
+    return {
+        "domain": slug(f["domain"]) or "general",
+        "term": term if term.isupper() else term.lower(),
+        "definition": _clean(f["definition"]),
+    }
+
+
+_BUILTIN: dict[str, tuple[ScopeKind, type[BaseModel], Callable[[Fields], Fields], Any, Any]] = {
+    MemoryType.SEMANTIC: (
+        ScopeKind.USER,
+        SemanticItem,
+        _semantic,
+        lambda f: f["label"],
+        lambda f: f["fact"],
+    ),
+    MemoryType.EPISODIC: (
+        ScopeKind.USER,
+        EpisodicItem,
+        _episodic,
+        lambda f: f["title"],
+        lambda f: f"{f['title']}: {f['account']}",
+    ),
+    MemoryType.PROCEDURAL: (
+        ScopeKind.USER,
+        ProceduralItem,
+        _procedural,
+        lambda f: f["name"],
+        lambda f: f"{f['name']}: {f['description']}\n{f['content']}",
+    ),
+    MemoryType.TAXONOMIC: (
+        ScopeKind.PROJECT,
+        TaxonomicItem,
+        _taxonomic,
+        lambda f: f"{f['domain']}/{f['term']}",
+        lambda f: f"{f['term']} ({f['domain']}): {f['definition']}",
+    ),
+}
+
+BUILTIN_PROMPT_VERSION = "v1"
+
+
+def builtin_spec(name: str) -> TypeSpec:
+    scope, item, normalise, key_of, text_of = _BUILTIN[name]
+    return TypeSpec(
+        name=name,
+        scope=scope,
+        prompt_version=f"{name}-{BUILTIN_PROMPT_VERSION}",
+        instructions=load_prompt(f"{name}-{BUILTIN_PROMPT_VERSION}"),
+        item_model=item,
+        normalise=normalise,
+        key_of=key_of,
+        text_of=text_of,
+    )
+
+
+def custom_spec(config: CustomTypeConfig) -> TypeSpec:
+    """A spec for a project's own type. Key fields are required, the others nullable.
+
+    The prompt version carries a hash of the declaration, so changing the
+    instructions or the fields changes the candidate ids.
+    """
+    definitions: dict[str, Any] = {}
+    for name, description in config.fields.items():
+        if name in config.key:
+            definitions[name] = (str, Field(min_length=1, max_length=512, description=description))
+        else:
+            definitions[name] = (str | None, Field(max_length=4000, description=description))
+    item = create_model(
+        f"Custom_{config.name.replace('-', '_')}",
+        __config__=ConfigDict(frozen=True, extra="forbid"),
+        **definitions,
+    )
+    declaration = config.model_dump_json()
+    digest = hashlib.sha256(declaration.encode()).hexdigest()[:10]
+    fields_text = "\n".join(
+        f"- {name}{' (part of the key)' if name in config.key else ''}: {desc}"
+        for name, desc in config.fields.items()
+    )
+    instructions = Template(load_prompt(f"custom-{BUILTIN_PROMPT_VERSION}")).safe_substitute(
+        name=config.name,
+        scope="shared by the whole project" if config.scope == "project" else "one user",
+        instructions=config.instructions.strip(),
+        fields=fields_text,
+    )
+
+    def normalise(f: Fields) -> Fields:
+        return {k: (_clean(v) if isinstance(v, str) else v) for k, v in f.items()}
+
+    def key_of(f: Fields) -> str:
+        return "/".join(str(f[k]) for k in config.key)
+
+    def text_of(f: Fields) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in f.items() if v)
+
+    return TypeSpec(
+        name=config.name,
+        scope=ScopeKind.PROJECT if config.scope == "project" else ScopeKind.USER,
+        prompt_version=f"{config.name}-custom-{BUILTIN_PROMPT_VERSION}-{digest}",
+        instructions=instructions,
+        item_model=item,
+        normalise=normalise,
+        key_of=key_of,
+        text_of=text_of,
+    )
+
+
+def spec_for(name: str, config: ProjectConfig | None = None) -> TypeSpec:
+    """The spec of a built-in or declared custom type, or a :class:`ConfigError`."""
+    if name in BUILTIN_MEMORY_TYPES:
+        return builtin_spec(name)
+    custom = config.custom_type(name) if config is not None else None
+    if custom is None:
+        raise ConfigError(
+            f"unknown memory type {name!r}: not built in and not declared under "
+            "memory.extraction.custom in project-config.yaml"
+        )
+    return custom_spec(custom)
+
+
+def describe(specs: Mapping[str, TypeSpec]) -> str:
+    return ", ".join(f"{n} ({s.scope.value}, {s.full_prompt_version})" for n, s in specs.items())

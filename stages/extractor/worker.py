@@ -1,0 +1,174 @@
+"""The consumer loop of one memory type, and the stage that runs several.
+
+Delivery semantics: **at-least-once in, idempotent out.** Each type has its own
+consumer group (``<prefix>.extractor.<type><suffix>``) on the snapshots topic,
+with auto-commit off. A batch is fetched; its records run concurrently (at
+most ``ExtractionSettings.concurrency`` at a time per type), except that
+records with the same key (one session) run one after another, in order, so
+the candidates of a session reach the reconciler in snapshot order. Offsets
+are committed only when every record of the batch is handled (candidates or
+dead letter acknowledged by Kafka). A crash before the commit replays the
+batch: the same snapshots give the same candidate ids (same prompt version,
+same answer), which the reconciler deduplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from pymongo import AsyncMongoClient
+
+from pipeline import metrics
+from pipeline.embeddings import Embedder, make_embedder
+from pipeline.errors import BrokerError
+from pipeline.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
+from pipeline.llm import LLM, make_llm
+from pipeline.mongo import Document, connect, database
+from pipeline.ops import consumer_group
+from pipeline.settings import Settings
+from stages.extractor.handler import Outcome, SourceRecord, TypeHandler
+from stages.extractor.types import TypeSpec
+from stages.extractor.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
+
+__all__ = ["TypeConsumer", "run_extractors"]
+
+log = logging.getLogger(__name__)
+
+
+class TypeConsumer:
+    """Feeds one type's consumer group to its handler and commits handled batches."""
+
+    def __init__(self, handler: TypeHandler, consumer: AIOKafkaConsumer, batch_size: int) -> None:
+        self.handler = handler
+        self._consumer = consumer
+        self._batch_size = batch_size
+
+    async def run(self) -> None:
+        stage = self.handler.stage
+        while True:
+            batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+                timeout_ms=500, max_records=self._batch_size
+            )
+            if not batch:
+                continue
+            started = time.perf_counter()
+            await self.handle_batch([r for records in batch.values() for r in records])
+            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+            try:
+                await self._consumer.commit(offsets)
+            except (CommitFailedError, IllegalStateError) as exc:
+                # A rebalance took the partitions away; the new owner replays them.
+                log.warning("%s: commit skipped after a rebalance: %s", stage, exc)
+            except KafkaError as exc:
+                raise BrokerError(f"{stage}: could not commit offsets: {exc}") from exc
+            metrics.STAGE_BATCH_SECONDS.labels(stage).observe(time.perf_counter() - started)
+
+    async def handle_batch(self, records: Sequence[SourceRecord]) -> list[Outcome]:
+        """Handle records: same (partition, key) in order, the rest concurrently."""
+        chains: dict[tuple[int, bytes | None], list[SourceRecord]] = defaultdict(list)
+        for record in records:
+            chains[(record.partition, record.key)].append(record)
+        outcomes: list[Outcome] = []
+
+        async def run_chain(chain: list[SourceRecord]) -> None:
+            for record in chain:
+                outcomes.append(await self.handler.handle(record))
+
+        async with asyncio.TaskGroup() as group:
+            for chain in chains.values():
+                group.create_task(run_chain(chain))
+        return outcomes
+
+
+def _max_poll_interval_ms(settings: Settings, batch_size: int) -> int:
+    """Long enough for a batch whose records all exhaust their retries (capped at 30 min)."""
+    extraction = settings.extraction
+    per_record = extraction.max_attempts * (settings.llm.timeout_s + extraction.backoff_max_s)
+    return int(min(1_800_000, max(300_000, per_record * batch_size * 1000 / 2)))
+
+
+async def run_extractors(
+    settings: Settings,
+    specs: Sequence[TypeSpec],
+    *,
+    group_suffix: str = "",
+    llm: LLM | None = None,
+    embedder: Embedder | None = None,
+    usage: UsageRecorder | None = None,
+) -> None:
+    """Run one consumer group per spec in this process until cancelled.
+
+    ``llm``, ``embedder`` and ``usage`` default to the configured providers and
+    the ``llm_usage`` collection; tests pass their own.
+    """
+    kafka = settings.kafka
+    topics = [kafka.topic(SNAPSHOTS), kafka.topic(CANDIDATES)]
+    topics += [dead_letter_topic(kafka, f"extractor.{s.name}") for s in specs]
+    await ensure_topics(kafka, topics)
+
+    own_llm = llm is None
+    llm = llm or make_llm(settings.llm)
+    own_embedder = embedder is None
+    embedder = embedder or make_embedder(settings.embedding)
+    mongo: AsyncMongoClient[Document] | None = None
+    if usage is None:
+        mongo = connect(settings.mongodb)
+        usage = MongoUsageRecorder(database(mongo, settings.mongodb)[LLM_USAGE])
+    producer: AIOKafkaProducer = make_producer(kafka)
+    consumers: list[AIOKafkaConsumer] = []
+    batch_size = max(1, settings.extraction.concurrency * 2)
+    try:
+        await producer.start()
+        workers: list[TypeConsumer] = []
+        for spec in specs:
+            handler = TypeHandler(
+                spec,
+                llm=llm,
+                embedder=embedder,
+                producer=producer,
+                kafka=kafka,
+                extraction=settings.extraction,
+                usage=usage,
+            )
+            consumer = AIOKafkaConsumer(
+                kafka.topic(SNAPSHOTS),
+                bootstrap_servers=kafka.bootstrap,
+                group_id=consumer_group(kafka, handler.stage, group_suffix),
+                client_id=f"mongomem-{handler.stage}",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_poll_interval_ms=_max_poll_interval_ms(settings, batch_size),
+                request_timeout_ms=int(kafka.request_timeout_s * 1000),
+            )
+            await consumer.start()
+            consumers.append(consumer)
+            workers.append(TypeConsumer(handler, consumer, batch_size))
+        log.info(
+            "extractor running: %s; LLM %s; embeddings %s",
+            ", ".join(w.handler.stage for w in workers),
+            llm.name,
+            embedder.name,
+        )
+        async with asyncio.TaskGroup() as group:
+            for worker in workers:
+                group.create_task(worker.run())
+    except KafkaError as exc:
+        raise BrokerError(f"extractor: Kafka failed: {exc}") from exc
+    finally:
+        for consumer in consumers:
+            await consumer.stop()
+        await producer.stop()
+        if own_llm:
+            await llm.close()
+        close = getattr(embedder, "close", None)
+        if own_embedder and close is not None:
+            await close()
+        if mongo is not None:
+            await mongo.close()
