@@ -18,7 +18,15 @@ saves, so both reconcile the same way (SPEC E2).
 from __future__ import annotations
 
 from pipeline.ltm.judge import Judge, LLMJudge, ScriptedJudge
-from pipeline.ltm.kinds import KINDS, Kind, kind_of, normalize_key, normalize_text, scope_for
+from pipeline.ltm.kinds import (
+    KINDS,
+    Kind,
+    kind_of,
+    make_candidate,
+    normalize_key,
+    normalize_text,
+    scope_for,
+)
 from pipeline.ltm.plan import (
     Decision,
     Neighbour,
@@ -56,6 +64,7 @@ __all__ = [
     "Verdict",
     "build_version",
     "kind_of",
+    "make_candidate",
     "memory_id_for",
     "normalize_key",
     "normalize_text",

@@ -1,0 +1,62 @@
+"""The long-term memory SDK (SPEC E1–E2, F1–F3), sync and async.
+
+::
+
+    from pipeline.sdk import Memory, MemoryRequestContext
+
+    memory = Memory(project_id="travel-agent")
+    chat = memory.bind(MemoryRequestContext(user_id="user_1", session_id="thread_123"))
+    chat.save_semantic(label="home-airport", text="The user's home airport is Boston.")
+    chat.get_semantic("home-airport")
+    chat.build_context("plan my next flight")
+
+``AsyncMemory`` has the same calls as coroutines. Calls go through one
+:class:`MemoryTransport`; :class:`DirectTransport` (the default) reaches
+MongoDB directly, reconciling saves with the same core as the pipeline.
+"""
+
+from __future__ import annotations
+
+from pipeline.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from pipeline.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
+from pipeline.sdk.models import (
+    ContextItem,
+    Episode,
+    MemoryContext,
+    MemoryRecord,
+    MemoryRequestContext,
+    Procedure,
+    SaveResult,
+    SearchHit,
+    SemanticMemory,
+    TaxonomicTerm,
+    VersionRecord,
+)
+from pipeline.sdk.render import render_context
+from pipeline.sdk.sync import BoundMemory, Memory
+from pipeline.sdk.transport import DirectTransport, MemoryTransport
+
+__all__ = [
+    "DEFAULT_CONTEXT_TYPES",
+    "SERVICE_ACCOUNT_PREFIX",
+    "AsyncBoundMemory",
+    "AsyncMemory",
+    "BoundMemory",
+    "ContextItem",
+    "DirectTransport",
+    "Episode",
+    "Identity",
+    "Memory",
+    "MemoryContext",
+    "MemoryRecord",
+    "MemoryRequestContext",
+    "MemoryTransport",
+    "Procedure",
+    "SaveResult",
+    "SearchHit",
+    "SemanticMemory",
+    "TaxonomicTerm",
+    "VersionRecord",
+    "render_context",
+    "resolve_identity",
+]

@@ -1,0 +1,240 @@
+"""The async SDK: :class:`AsyncMemory` and the bound context it hands out.
+
+::
+
+    memory = AsyncMemory(project_id="travel-agent")
+    chat = memory.bind(MemoryRequestContext(user_id="user_1", session_id="thread_123"))
+    await chat.save_semantic(label="home-airport", text="The user's home airport is Boston.")
+    fact = await chat.get_semantic("home-airport")
+
+Every call of a bound context acts for the identity resolved from its
+context (:mod:`pipeline.sdk.identity`) and never reads or writes outside that
+identity's scopes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar, cast
+
+from pipeline.embeddings import Embedder
+from pipeline.errors import InputError
+from pipeline.ltm import Judge, Thresholds
+from pipeline.models import MemoryType, Role, Turn
+from pipeline.sdk.identity import Identity, resolve_identity
+from pipeline.sdk.models import (
+    ContextItem,
+    Episode,
+    MemoryContext,
+    MemoryRecord,
+    MemoryRequestContext,
+    Procedure,
+    SaveResult,
+    SearchHit,
+    SemanticMemory,
+    TaxonomicTerm,
+    VersionRecord,
+    typed,
+)
+from pipeline.sdk.render import render_context
+from pipeline.sdk.transport import DirectTransport, MemoryTransport
+from pipeline.settings import Settings, load_settings
+from pipeline.stm import SessionSummary
+
+__all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
+
+M = TypeVar("M", bound=MemoryRecord)
+
+#: What ``build_context`` includes unless told otherwise (SPEC E).
+DEFAULT_CONTEXT_TYPES: tuple[str, ...] = (MemoryType.SEMANTIC, MemoryType.EPISODIC)
+
+
+class AsyncMemory:
+    """Long-term (and short-term) memory of one project.
+
+    ``api_key`` is what the HTTP memory service will check; the direct
+    transport reaches MongoDB with ``settings`` (default: the environment) and
+    does not use it. Pass ``transport`` to use another one.
+    """
+
+    def __init__(
+        self,
+        *,
+        project_id: str,
+        api_key: str | None = None,
+        settings: Settings | None = None,
+        embedder: Embedder | None = None,
+        judge: Judge | None = None,
+        thresholds: Thresholds | None = None,
+        transport: MemoryTransport | None = None,
+    ) -> None:
+        self.project_id = project_id
+        self.api_key = api_key
+        if transport is None:
+            transport = DirectTransport(
+                settings or load_settings(), embedder=embedder, judge=judge, thresholds=thresholds
+            )
+        self.transport = transport
+
+    def bind(self, ctx: MemoryRequestContext) -> AsyncBoundMemory:
+        """The memory as seen by the caller described by ``ctx``."""
+        return AsyncBoundMemory(self.transport, resolve_identity(self.project_id, ctx))
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= 1000:
+        raise InputError("limit must be between 1 and 1000", field="limit")
+    return limit
+
+
+class AsyncBoundMemory:
+    """Memory calls on behalf of one resolved identity."""
+
+    def __init__(self, transport: MemoryTransport, identity: Identity) -> None:
+        self._t = transport
+        self.identity = identity
+
+    # -- generic -----------------------------------------------------------------------
+
+    async def _get(self, memory_type: str, key: str, model: type[M]) -> M | None:
+        found = await self._t.get(self.identity, memory_type, key)
+        return None if found is None else cast(M, typed(found))
+
+    async def _search(
+        self, memory_type: str, query: str, limit: int, model: type[M], domain: str | None = None
+    ) -> list[SearchHit[M]]:
+        hits = await self._t.search(self.identity, memory_type, query, _limit(limit), domain)
+        return [SearchHit[model](memory=cast(M, typed(h.memory)), score=h.score) for h in hits]  # type: ignore[valid-type]
+
+    async def _list(
+        self, memory_type: str, limit: int, model: type[M], domain: str | None = None
+    ) -> list[M]:
+        found = await self._t.list_memories(self.identity, memory_type, _limit(limit), domain)
+        return [cast(M, typed(r)) for r in found]
+
+    # -- semantic ----------------------------------------------------------------------
+
+    async def save_semantic(self, label: str, text: str) -> SaveResult:
+        return await self._t.save(
+            self.identity, MemoryType.SEMANTIC, {"label": label, "text": text}
+        )
+
+    async def get_semantic(self, label: str) -> SemanticMemory | None:
+        return await self._get(MemoryType.SEMANTIC, label, SemanticMemory)
+
+    async def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
+        return await self._search(MemoryType.SEMANTIC, query, limit, SemanticMemory)
+
+    # -- episodic ----------------------------------------------------------------------
+
+    async def save_episode(self, title: str, content: str) -> SaveResult:
+        fields = {"title": title, "content": content}
+        return await self._t.save(self.identity, MemoryType.EPISODIC, fields)
+
+    async def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
+        return await self._search(MemoryType.EPISODIC, query, limit, Episode)
+
+    async def list_episodes(self, limit: int = 50) -> list[Episode]:
+        return await self._list(MemoryType.EPISODIC, limit, Episode)
+
+    # -- procedural --------------------------------------------------------------------
+
+    async def save_procedure(self, procedure: str, description: str, content: str) -> SaveResult:
+        fields = {"name": procedure, "description": description, "content": content}
+        return await self._t.save(self.identity, MemoryType.PROCEDURAL, fields)
+
+    async def discover_procedures(self, query: str, limit: int = 5) -> list[SearchHit[Procedure]]:
+        return await self._search(MemoryType.PROCEDURAL, query, limit, Procedure)
+
+    async def get_procedure(self, name: str) -> Procedure | None:
+        return await self._get(MemoryType.PROCEDURAL, name, Procedure)
+
+    # -- taxonomic (project-wide) ------------------------------------------------------
+
+    async def save_taxonomic(self, domain: str, term: str, definition: str) -> SaveResult:
+        fields = {"domain": domain, "term": term, "definition": definition}
+        return await self._t.save(self.identity, MemoryType.TAXONOMIC, fields)
+
+    async def get_taxonomic_term(self, domain: str, term: str) -> TaxonomicTerm | None:
+        key = f"{domain.strip()}/{term.strip()}"
+        return await self._get(MemoryType.TAXONOMIC, key, TaxonomicTerm)
+
+    async def search_taxonomic(
+        self, query: str, domain: str | None = None, limit: int = 5
+    ) -> list[SearchHit[TaxonomicTerm]]:
+        return await self._search(MemoryType.TAXONOMIC, query, limit, TaxonomicTerm, domain)
+
+    async def list_domains(self) -> list[str]:
+        return await self._t.list_domains(self.identity)
+
+    # -- across types ------------------------------------------------------------------
+
+    async def build_context(
+        self,
+        query: str,
+        *,
+        include: Sequence[str] = DEFAULT_CONTEXT_TYPES,
+        limit_per_type: int = 5,
+        max_chars: int = 4000,
+        min_score: float | None = None,
+    ) -> MemoryContext:
+        """Memories relevant to ``query``, structured and rendered within ``max_chars``.
+
+        Semantic and episodic memories by default; add ``"procedural"`` and/or
+        ``"taxonomic"`` to ``include`` to get those too.
+        """
+        if max_chars < 1:
+            raise InputError("max_chars must be positive", field="max_chars")
+        order = list(dict.fromkeys(include))
+        items: list[ContextItem] = []
+        for memory_type in order:
+            hits = await self._t.search(self.identity, memory_type, query, _limit(limit_per_type),
+                                        None)  # fmt: skip
+            items.extend(
+                ContextItem(memory_type=memory_type, memory_id=h.memory.memory_id,
+                            key=h.memory.key, text=_context_text(h.memory), score=h.score)
+                for h in hits
+                if min_score is None or h.score >= min_score
+            )  # fmt: skip
+        return render_context(query, items, order, max_chars)
+
+    async def history(self, memory_id: str) -> list[VersionRecord]:
+        """Every version of one of this caller's memories, oldest first (empty if not theirs)."""
+        return await self._t.history(self.identity, memory_id)
+
+    # -- short-term memory -------------------------------------------------------------
+
+    async def record_turn(
+        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+    ) -> Turn:
+        """Record one turn of this context's session (fast; no extraction happens here)."""
+        return await self._t.record_turn(self.identity, role, content, metadata)
+
+    async def recent_turns(self, limit: int = 50) -> list[Turn]:
+        return await self._t.recent_turns(self.identity, limit)
+
+    async def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
+        return await self._t.list_sessions(self.identity, limit)
+
+
+def _context_text(record: MemoryRecord) -> str:
+    f = record.fields
+    match record.memory_type:
+        case MemoryType.SEMANTIC:
+            return str(f.get("text", record.text))
+        case MemoryType.EPISODIC:
+            return str(f.get("content", record.text))
+        case MemoryType.PROCEDURAL:
+            return f"{f.get('description', '')} {f.get('content', '')}".strip()
+        case MemoryType.TAXONOMIC:
+            return str(f.get("definition", record.text))
+    return record.text

@@ -1,0 +1,180 @@
+"""Typed requests and results of the long-term memory SDK."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.models import Action, Evidence, MemoryStatus, MemoryType, MemoryVersion
+
+__all__ = [
+    "ContextItem",
+    "Episode",
+    "MemoryContext",
+    "MemoryRecord",
+    "MemoryRequestContext",
+    "Procedure",
+    "SaveResult",
+    "SearchHit",
+    "SemanticMemory",
+    "TaxonomicTerm",
+    "VersionRecord",
+    "record_of",
+    "typed",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryRequestContext(_Frozen):
+    """Who is asking (SPEC F1, F2).
+
+    A standalone caller passes its end user's ``user_id`` (and the
+    ``session_id`` of the conversation). A context created for a **service
+    account** uses the service account's own identity for memory: any
+    ``user_id`` given with it is ignored, so every invocation through that
+    account shares one user scope. This is a documented limitation.
+    """
+
+    user_id: str | None = None
+    session_id: str | None = None
+    service_account: str | None = None
+
+    @model_validator(mode="after")
+    def _someone(self) -> MemoryRequestContext:
+        if self.user_id is None and self.service_account is None:
+            raise ValueError("a context needs a user_id or a service_account")
+        return self
+
+
+class MemoryRecord(_Frozen):
+    """The current version of one memory, whatever its type."""
+
+    memory_id: str
+    version: int
+    version_id: str
+    memory_type: str
+    key: str
+    text: str
+    fields: dict[str, Any]
+    reinforcement_count: int
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+
+class SemanticMemory(MemoryRecord):
+    label: str
+
+
+class Episode(MemoryRecord):
+    title: str
+    content: str
+
+
+class Procedure(MemoryRecord):
+    name: str
+    description: str
+    content: str
+
+
+class TaxonomicTerm(MemoryRecord):
+    domain: str
+    term: str
+    definition: str
+    variants: tuple[str, ...] = ()
+
+
+M = TypeVar("M", bound=MemoryRecord)
+
+
+class SearchHit(_Frozen, Generic[M]):
+    """One search result: the memory and its cosine similarity to the query."""
+
+    memory: M
+    score: float
+
+
+class SaveResult(_Frozen):
+    """What a save did: ADD, UPDATE or REINFORCE, and the resulting version."""
+
+    action: Action
+    memory_id: str
+    version: int
+    version_id: str
+    reason: str
+
+
+class VersionRecord(_Frozen):
+    """One version in a memory's history (SPEC D2)."""
+
+    version_id: str
+    version: int
+    action: Action
+    status: MemoryStatus
+    key: str
+    text: str
+    fields: dict[str, Any]
+    reinforcement_count: int
+    evidence: tuple[Evidence, ...]
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    superseded_at: AwareDatetime | None = None
+    superseded_by: str | None = None
+    reason: str | None = None
+
+
+class ContextItem(_Frozen):
+    memory_type: str
+    memory_id: str
+    key: str
+    text: str
+    score: float
+
+
+class MemoryContext(_Frozen):
+    """What :meth:`build_context` found, and the same rendered as text within a budget."""
+
+    query: str
+    items: tuple[ContextItem, ...] = Field(default=())
+    text: str
+    truncated: bool = False
+    omitted: int = 0
+
+
+def record_of(version: MemoryVersion) -> MemoryRecord:
+    return MemoryRecord(
+        memory_id=version.memory_id,
+        version=version.version,
+        version_id=version.version_id,
+        memory_type=version.memory_type,
+        key=version.key,
+        text=version.text,
+        fields=dict(version.fields),
+        reinforcement_count=version.reinforcement_count,
+        created_at=version.created_at,
+        updated_at=version.updated_at,
+    )
+
+
+def typed(record: MemoryRecord) -> MemoryRecord:
+    """The record as the model of its type (``SemanticMemory``, ``Episode`` …)."""
+    base = record.model_dump()
+    f = record.fields
+    match record.memory_type:
+        case MemoryType.SEMANTIC:
+            return SemanticMemory(**base, label=f["label"])
+        case MemoryType.EPISODIC:
+            return Episode(**base, title=f["title"], content=f["content"])
+        case MemoryType.PROCEDURAL:
+            return Procedure(
+                **base, name=f["name"], description=f["description"], content=f["content"]
+            )
+        case MemoryType.TAXONOMIC:
+            return TaxonomicTerm(
+                **base, domain=f["domain"], term=f["term"], definition=f["definition"],
+                variants=tuple(f.get("variants", ())),
+            )  # fmt: skip
+    return record

@@ -1,0 +1,206 @@
+"""The synchronous SDK: :class:`Memory`, for plain (non-async) code.
+
+Each :class:`Memory` runs a private event loop in a daemon thread and the
+async SDK inside it; a sync call submits the coroutine there and waits. That
+works from any thread, and also from code that already runs an event loop
+(the caller's loop is merely blocked for the call, like any blocking I/O).
+Close the memory (or use it as a context manager) to stop the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from pipeline.embeddings import Embedder
+from pipeline.ltm import Judge, Thresholds
+from pipeline.models import Role, Turn
+from pipeline.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from pipeline.sdk.models import (
+    Episode,
+    MemoryContext,
+    MemoryRequestContext,
+    Procedure,
+    SaveResult,
+    SearchHit,
+    SemanticMemory,
+    TaxonomicTerm,
+    VersionRecord,
+)
+from pipeline.sdk.transport import MemoryTransport
+from pipeline.settings import Settings
+from pipeline.stm import SessionSummary
+
+__all__ = ["BoundMemory", "Memory"]
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="mongomem-sdk", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a sync Memory call was made from inside its own loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class Memory:
+    """Long-term (and short-term) memory of one project, for synchronous code.
+
+    Same arguments as :class:`~pipeline.sdk.AsyncMemory`; ``timeout_s`` bounds
+    every call.
+    """
+
+    def __init__(
+        self,
+        *,
+        project_id: str,
+        api_key: str | None = None,
+        settings: Settings | None = None,
+        embedder: Embedder | None = None,
+        judge: Judge | None = None,
+        thresholds: Thresholds | None = None,
+        transport: MemoryTransport | None = None,
+        timeout_s: float | None = 120.0,
+    ) -> None:
+        self._runner = _LoopThread()
+        self._timeout = timeout_s
+
+        async def make() -> AsyncMemory:
+            return AsyncMemory(
+                project_id=project_id, api_key=api_key, settings=settings, embedder=embedder,
+                judge=judge, thresholds=thresholds, transport=transport,
+            )  # fmt: skip
+
+        try:
+            self._async = self._runner.call(make(), timeout_s)
+        except BaseException:
+            self._runner.stop()
+            raise
+        self._finalizer = weakref.finalize(self, self._runner.stop)
+
+    @property
+    def project_id(self) -> str:
+        return self._async.project_id
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.call(coro, self._timeout)
+
+    def bind(self, ctx: MemoryRequestContext) -> BoundMemory:
+        return BoundMemory(self, self._async.bind(ctx))
+
+    def close(self) -> None:
+        if not self._finalizer.alive:
+            return
+        try:
+            self._call(self._async.close())
+        finally:
+            self._finalizer()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BoundMemory:
+    """The synchronous twin of :class:`~pipeline.sdk.AsyncBoundMemory`."""
+
+    def __init__(self, memory: Memory, inner: AsyncBoundMemory) -> None:
+        self._m = memory
+        self._inner = inner
+        self.identity = inner.identity
+
+    def save_semantic(self, label: str, text: str) -> SaveResult:
+        return self._m._call(self._inner.save_semantic(label, text))
+
+    def get_semantic(self, label: str) -> SemanticMemory | None:
+        return self._m._call(self._inner.get_semantic(label))
+
+    def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
+        return self._m._call(self._inner.search_semantic(query, limit))
+
+    def save_episode(self, title: str, content: str) -> SaveResult:
+        return self._m._call(self._inner.save_episode(title, content))
+
+    def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
+        return self._m._call(self._inner.search_episodes(query, limit))
+
+    def list_episodes(self, limit: int = 50) -> list[Episode]:
+        return self._m._call(self._inner.list_episodes(limit))
+
+    def save_procedure(self, procedure: str, description: str, content: str) -> SaveResult:
+        return self._m._call(self._inner.save_procedure(procedure, description, content))
+
+    def discover_procedures(self, query: str, limit: int = 5) -> list[SearchHit[Procedure]]:
+        return self._m._call(self._inner.discover_procedures(query, limit))
+
+    def get_procedure(self, name: str) -> Procedure | None:
+        return self._m._call(self._inner.get_procedure(name))
+
+    def save_taxonomic(self, domain: str, term: str, definition: str) -> SaveResult:
+        return self._m._call(self._inner.save_taxonomic(domain, term, definition))
+
+    def get_taxonomic_term(self, domain: str, term: str) -> TaxonomicTerm | None:
+        return self._m._call(self._inner.get_taxonomic_term(domain, term))
+
+    def search_taxonomic(
+        self, query: str, domain: str | None = None, limit: int = 5
+    ) -> list[SearchHit[TaxonomicTerm]]:
+        return self._m._call(self._inner.search_taxonomic(query, domain, limit))
+
+    def list_domains(self) -> list[str]:
+        return self._m._call(self._inner.list_domains())
+
+    def build_context(
+        self,
+        query: str,
+        *,
+        include: Sequence[str] = DEFAULT_CONTEXT_TYPES,
+        limit_per_type: int = 5,
+        max_chars: int = 4000,
+        min_score: float | None = None,
+    ) -> MemoryContext:
+        return self._m._call(
+            self._inner.build_context(
+                query, include=include, limit_per_type=limit_per_type, max_chars=max_chars,
+                min_score=min_score,
+            )
+        )  # fmt: skip
+
+    def history(self, memory_id: str) -> list[VersionRecord]:
+        return self._m._call(self._inner.history(memory_id))
+
+    def record_turn(
+        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+    ) -> Turn:
+        return self._m._call(self._inner.record_turn(role, content, metadata))
+
+    def recent_turns(self, limit: int = 50) -> list[Turn]:
+        return self._m._call(self._inner.recent_turns(limit))
+
+    def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
+        return self._m._call(self._inner.list_sessions(limit))

@@ -1,0 +1,193 @@
+"""The SDK's one seam to wherever memory lives.
+
+:class:`MemoryTransport` is what :class:`~pipeline.sdk.AsyncMemory` calls;
+:class:`DirectTransport` fills it by reaching MongoDB directly (URI from
+settings) through the same :class:`~pipeline.ltm.MemoryStore` the reconciler
+stage uses, so direct saves are reconciled like extracted memories (SPEC E2)
+and readable as soon as the call returns. The HTTP memory service (G2) will
+fill the same protocol with a client that sends these calls and an API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Protocol
+
+from pymongo import AsyncMongoClient
+
+from pipeline.embeddings import Embedder, embed_queries, make_embedder
+from pipeline.errors import InputError
+from pipeline.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
+from pipeline.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
+from pipeline.mongo import Document, connect, database
+from pipeline.sdk.identity import Identity
+from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
+from pipeline.settings import Settings
+from pipeline.stm import SessionSummary, ShortTermMemory
+
+__all__ = ["DirectTransport", "MemoryTransport"]
+
+
+class MemoryTransport(Protocol):
+    """Every operation of the SDK, for one resolved identity."""
+
+    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult: ...
+
+    async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None: ...
+
+    async def search(
+        self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
+    ) -> list[SearchHit[MemoryRecord]]: ...
+
+    async def list_memories(
+        self, who: Identity, memory_type: str, limit: int, domain: str | None
+    ) -> list[MemoryRecord]: ...
+
+    async def list_domains(self, who: Identity) -> list[str]: ...
+
+    async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]: ...
+
+    async def record_turn(
+        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+    ) -> Turn: ...
+
+    async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
+
+    async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]: ...
+
+    async def close(self) -> None: ...
+
+
+class DirectTransport:
+    """Reaches MongoDB directly; created lazily on first use.
+
+    ``embedder`` defaults to :func:`~pipeline.embeddings.make_embedder` of
+    ``settings.embedding``; ``client`` lets an application share its client.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        judge: Judge | None = None,
+        thresholds: Thresholds | None = None,
+        client: AsyncMongoClient[Document] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._embedder = embedder
+        self._judge = judge
+        self._thresholds = thresholds
+        self._client = client
+        self._own_client = client is None
+        self._store: MemoryStore | None = None
+        self._stm: ShortTermMemory | None = None
+        self._lock = asyncio.Lock()
+
+    async def _ready(self) -> tuple[MemoryStore, Embedder]:
+        async with self._lock:
+            if self._embedder is None:
+                self._embedder = make_embedder(self._settings.embedding)
+            if self._store is None:
+                if self._client is None:
+                    self._client = connect(self._settings.mongodb)
+                db = database(self._client, self._settings.mongodb)
+                store = MemoryStore(db, judge=self._judge, thresholds=self._thresholds)
+                await store.setup()
+                stm = ShortTermMemory(db, self._settings.stm)
+                await stm.ensure_indexes()
+                self._store, self._stm = store, stm
+            return self._store, self._embedder
+
+    async def _short_term(self) -> ShortTermMemory:
+        await self._ready()
+        assert self._stm is not None
+        return self._stm
+
+    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult:
+        store, embedder = await self._ready()
+        kind = kind_of(memory_type)
+        checked = kind.check(fields)
+        text = kind.text(checked)
+        [vector] = await embedder.embed([text])
+        now = utcnow()
+        cid = stable_id("cand", "direct", uuid.uuid4().hex)
+        evidence = Evidence(source="direct", ref=cid, session_id=who.session_id, text=text, at=now)
+        candidate = make_candidate(
+            memory_type, who.scope(memory_type), checked, vector,
+            candidate_id=cid, evidence=evidence, created_at=now, model=embedder.name,
+        )  # fmt: skip
+        out = await store.reconcile(candidate)
+        return SaveResult(
+            action=out.action, memory_id=out.memory_id, version=out.version,
+            version_id=out.version_id, reason=out.reason,
+        )  # fmt: skip
+
+    async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
+        store, _ = await self._ready()
+        kind_of(memory_type)
+        found = await store.get(who.scope(memory_type), memory_type, key)
+        return None if found is None else record_of(found)
+
+    async def search(
+        self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
+    ) -> list[SearchHit[MemoryRecord]]:
+        store, embedder = await self._ready()
+        kind_of(memory_type)
+        if not query.strip():
+            raise InputError("the search query is empty", field="query")
+        [vector] = await embed_queries(embedder, [query])
+        prefix = _domain_prefix(memory_type, domain)
+        hits = await store.search(who.scope(memory_type), memory_type, vector, limit, prefix)
+        return [SearchHit[MemoryRecord](memory=record_of(v), score=s) for v, s in hits]
+
+    async def list_memories(
+        self, who: Identity, memory_type: str, limit: int, domain: str | None
+    ) -> list[MemoryRecord]:
+        store, _ = await self._ready()
+        kind_of(memory_type)
+        prefix = _domain_prefix(memory_type, domain)
+        found = await store.list_current(who.scope(memory_type), memory_type, limit, prefix)
+        return [record_of(v) for v in found]
+
+    async def list_domains(self, who: Identity) -> list[str]:
+        store, _ = await self._ready()
+        return await store.list_domains(who.project_id)
+
+    async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
+        store, _ = await self._ready()
+        versions = await store.history(memory_id, who.scopes)
+        return [
+            VersionRecord.model_validate(
+                v.model_dump(exclude={"memory_id", "memory_type", "scope", "embedding"})
+            )
+            for v in versions
+        ]
+
+    async def record_turn(
+        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+    ) -> Turn:
+        stm = await self._short_term()
+        return await stm.record_turn(who.session(), role, content, metadata)
+
+    async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
+        stm = await self._short_term()
+        return await stm.recent_turns(who.session(), limit)
+
+    async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
+        stm = await self._short_term()
+        return await stm.list_sessions(who.project_id, who.user_id, limit)
+
+    async def close(self) -> None:
+        if self._client is not None and self._own_client:
+            await self._client.close()
+        self._client, self._store, self._stm = None, None, None
+
+
+def _domain_prefix(memory_type: str, domain: str | None) -> str | None:
+    if domain is None:
+        return None
+    if memory_type != MemoryType.TAXONOMIC:
+        raise InputError("only taxonomic memories have a domain", field="domain")
+    return domain.strip() + "/"

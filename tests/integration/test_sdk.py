@@ -1,0 +1,213 @@
+"""The SDK against the real MongoDB-compatible server (SPEC E1–E2, F1–F3)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from pymongo import AsyncMongoClient
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import InputError, ScopeError
+from pipeline.models import Action, MemoryStatus
+from pipeline.mongo import Document
+from pipeline.sdk import (
+    AsyncMemory,
+    Episode,
+    Memory,
+    MemoryRequestContext,
+    Procedure,
+    SemanticMemory,
+    TaxonomicTerm,
+)
+from pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+EMBEDDER = HashingEmbedder(64)
+
+
+def ctx(user: str, session: str = "thread_123") -> MemoryRequestContext:
+    return MemoryRequestContext(user_id=user, session_id=session)
+
+
+@pytest.fixture
+async def memory(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> AsyncIterator[AsyncMemory]:
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as m:
+        yield m
+
+
+async def test_async_round_trip_of_every_call(memory: AsyncMemory) -> None:
+    chat = memory.bind(ctx("user_1"))
+    saved = await chat.save_semantic(
+        label="home-airport", text="The user's home airport is Boston."
+    )
+    assert saved.action is Action.ADD
+    fact = await chat.get_semantic("home-airport")
+    assert isinstance(fact, SemanticMemory)
+    assert fact.label == "home-airport"
+    assert (await chat.search_semantic("home airport"))[0].memory.memory_id == saved.memory_id
+
+    await chat.save_episode(title="Vacation planning", content="Planned a summer trip to Lisbon.")
+    hits = await chat.search_episodes("trip to Lisbon")
+    assert isinstance(hits[0].memory, Episode)
+    assert hits[0].memory.title == "Vacation planning"
+    assert 0 < hits[0].score <= 1.0
+    assert [e.title for e in await chat.list_episodes()] == ["Vacation planning"]
+
+    await chat.save_procedure(
+        procedure="compare-flights", description="Compare flight options.",
+        content="Rank flights by price, stops, and total travel time.",
+    )  # fmt: skip
+    found = await chat.discover_procedures("compare flights")
+    assert isinstance(found[0].memory, Procedure)
+    proc = await chat.get_procedure("compare-flights")
+    assert proc is not None
+    assert proc.content.startswith("Rank flights")
+
+    await chat.save_taxonomic(
+        domain="airline", term="red-eye", definition="An overnight flight landing next morning."
+    )
+    term = await chat.get_taxonomic_term("airline", "red-eye")
+    assert isinstance(term, TaxonomicTerm)
+    assert term.definition.startswith("An overnight")
+    assert (await chat.search_taxonomic("overnight flight", domain="airline"))[0].memory.term == (
+        "red-eye"
+    )
+    assert await chat.search_taxonomic("overnight flight", domain="hotel") == []
+    assert await chat.list_domains() == ["airline"]
+
+    context = await chat.build_context("trip Lisbon home airport")
+    assert {i.memory_type for i in context.items} == {"semantic", "episodic"}
+    assert "Lisbon" in context.text
+    full = await chat.build_context(
+        "flights", include=["semantic", "episodic", "procedural", "taxonomic"], max_chars=120
+    )
+    assert len(full.text) <= 120
+    assert full.truncated
+
+    history = await chat.history(saved.memory_id)
+    assert [v.action for v in history] == [Action.ADD]
+
+
+async def test_evolving_fact_through_the_sdk(memory: AsyncMemory) -> None:
+    chat = memory.bind(ctx("user_1"))
+    first = await chat.save_semantic("home-airport", "The user's home airport is Boston.")
+    second = await chat.save_semantic("home-airport", "The user's home airport is Denver.")
+    third = await chat.save_semantic("Home Airport", "The user's home airport is Denver.")
+    assert [first.action, second.action, third.action] == [
+        Action.ADD, Action.UPDATE, Action.REINFORCE,
+    ]  # fmt: skip
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert "Denver" in fact.text
+    assert fact.reinforcement_count == 2
+    history = await chat.history(first.memory_id)
+    assert [(v.version, v.status) for v in history] == [
+        (1, MemoryStatus.SUPERSEDED), (2, MemoryStatus.CURRENT),
+    ]  # fmt: skip
+    assert [len(v.evidence) for v in history] == [1, 2]
+    assert all(e.source == "direct" and e.session_id == "thread_123" for e in history[1].evidence)
+
+
+async def test_no_read_or_write_crosses_a_user(memory: AsyncMemory) -> None:
+    alice, bob = memory.bind(ctx("alice")), memory.bind(ctx("bob"))
+    a = await alice.save_semantic("home-airport", "The user's home airport is Boston.")
+    b = await bob.save_semantic("home-airport", "The user's home airport is Denver.")
+    assert (a.action, b.action) == (Action.ADD, Action.ADD)
+    assert a.memory_id != b.memory_id
+    alice_fact, bob_fact = (
+        await alice.get_semantic("home-airport"),
+        await bob.get_semantic("home-airport"),
+    )
+    assert alice_fact is not None
+    assert bob_fact is not None
+    assert ("Boston" in alice_fact.text, "Denver" in bob_fact.text) == (True, True)
+    await bob.save_episode("Ski trip", "Bob booked a ski trip to Aspen.")
+    # Searching with exactly another user's words finds nothing of theirs.
+    assert await alice.search_episodes("Bob booked a ski trip to Aspen.") == []
+    hits = await alice.search_semantic("The user's home airport is Denver.")
+    assert [h.memory.memory_id for h in hits] == [a.memory_id]
+    assert await alice.history(b.memory_id) == []
+    assert await alice.list_episodes() == []
+
+
+async def test_taxonomic_is_shared_by_a_project_and_only_by_it(
+    memory: AsyncMemory, settings: Settings
+) -> None:
+    await memory.bind(ctx("alice")).save_taxonomic("airline", "red-eye", "An overnight flight.")
+    bob = memory.bind(ctx("bob"))
+    term = await bob.get_taxonomic_term("airline", "red-eye")
+    assert term is not None
+    assert (await bob.save_taxonomic("airline", "red-eye", "An overnight flight.")).action is (
+        Action.REINFORCE
+    )
+    assert await bob.history(term.memory_id) != []
+    async with AsyncMemory(project_id="other", settings=settings, embedder=EMBEDDER) as other:
+        carol = other.bind(ctx("alice"))
+        assert await carol.get_taxonomic_term("airline", "red-eye") is None
+        assert await carol.search_taxonomic("overnight flight") == []
+        assert await carol.list_domains() == []
+        assert await carol.history(term.memory_id) == []
+
+
+async def test_service_account_identity_ignores_the_end_user(memory: AsyncMemory) -> None:
+    as_alice = memory.bind(MemoryRequestContext(service_account="agent-7", user_id="alice"))
+    as_bob = memory.bind(MemoryRequestContext(service_account="agent-7", user_id="bob"))
+    assert as_alice.identity.user_id == as_bob.identity.user_id == "sa:agent-7"
+    await as_alice.save_semantic("tone", "Answer briefly.")
+    assert await as_bob.get_semantic("tone") is not None
+    assert await memory.bind(ctx("alice")).get_semantic("tone") is None
+    with pytest.raises(ScopeError):
+        memory.bind(ctx("sa:agent-7"))
+
+
+async def test_bad_input_is_rejected_before_anything_is_stored(memory: AsyncMemory) -> None:
+    chat = memory.bind(ctx("alice"))
+    with pytest.raises(InputError) as err:
+        await chat.save_semantic("", "text")
+    assert err.value.field == "label"
+    with pytest.raises(InputError):
+        memory.bind(MemoryRequestContext(user_id="$where"))
+    with pytest.raises(InputError):
+        await chat.search_semantic("hello", limit=0)
+    assert await chat.list_episodes() == []
+
+
+async def test_short_term_memory_on_the_bound_context(memory: AsyncMemory) -> None:
+    chat = memory.bind(ctx("alice", "s-1"))
+    await chat.record_turn("user", "Find me a flight to Lisbon")
+    await chat.record_turn("assistant", "Here are three options.", {"tool": "search"})
+    turns = await chat.recent_turns(10)
+    assert [t.seq for t in turns] == [1, 2]
+    assert turns[1].metadata == {"tool": "search"}
+    assert [s.session_id for s in await chat.list_sessions()] == ["s-1"]
+    with pytest.raises(InputError):
+        await memory.bind(MemoryRequestContext(user_id="alice")).recent_turns()
+
+
+def test_sync_round_trip_of_every_call(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    with Memory(project_id="travel", settings=settings, embedder=EMBEDDER) as memory:
+        chat = memory.bind(ctx("user_1"))
+        s = chat.save_semantic(label="home-airport", text="The user's home airport is Boston.")
+        assert chat.get_semantic("home-airport") is not None
+        assert chat.search_semantic("home airport")[0].memory.memory_id == s.memory_id
+        chat.save_episode(title="Vacation planning", content="Planned a summer trip to Lisbon.")
+        assert chat.search_episodes("trip to Lisbon")[0].memory.title == "Vacation planning"
+        assert len(chat.list_episodes()) == 1
+        chat.save_procedure("compare-flights", "Compare flight options.", "Rank by price.")
+        assert chat.discover_procedures("compare flights")[0].memory.name == "compare-flights"
+        assert chat.get_procedure("compare-flights") is not None
+        chat.save_taxonomic("airline", "red-eye", "An overnight flight that lands next morning.")
+        assert chat.get_taxonomic_term("airline", "red-eye") is not None
+        assert chat.search_taxonomic("overnight flight", domain="airline")[0].score > 0
+        assert chat.list_domains() == ["airline"]
+        assert "Lisbon" in chat.build_context("Lisbon trip").text
+        assert len(chat.history(s.memory_id)) == 1
+        chat.record_turn("user", "hello")
+        assert [t.content for t in chat.recent_turns()] == ["hello"]
+        assert len(chat.list_sessions()) == 1
