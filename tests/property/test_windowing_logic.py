@@ -1,0 +1,239 @@
+"""Hypothesis invariants of the windowing stage's pure core (SPEC B2, B4).
+
+For any interleaving of sessions, duplicate and delayed deliveries, lost
+seqs, and ticks: snapshots are contiguous, complete and disjoint, and a
+crashed-and-restarted run (state ahead of the committed offset, records read
+again) yields exactly the snapshots of an uninterrupted run — which is also
+what a replay from offset 0 yields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.codec import encode
+from pipeline.kafka import DeadLetter
+from pipeline.models import SessionKey, Snapshot, Turn
+from pipeline.settings import WindowingSettings
+from stages.windowing.logic import WindowPolicy, WindowTick, advance, initial_state
+from stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+IDLE = 10  # seconds
+MAX = 4
+POLICY = WindowPolicy.of(MAX, IDLE)
+SESSIONS = [SessionKey(project_id="p", user_id="u", session_id=f"s{i}") for i in range(3)]
+
+
+def make_turn(session: SessionKey, seq: int, second: int) -> Turn:
+    return Turn(
+        turn_id=Turn.make_id(session.project_id, session.user_id, session.session_id, seq),
+        project_id=session.project_id,
+        user_id=session.user_id,
+        session_id=session.session_id,
+        seq=seq,
+        role="user",
+        content=f"{session.session_id}#{seq}",
+        created_at=T0 + timedelta(seconds=second),
+    )
+
+
+@dataclass(frozen=True)
+class Log:
+    """Arrival-ordered events; ``delayed`` says whether arrival order differs from seq order."""
+
+    events: tuple[Turn | WindowTick, ...]
+    written: dict[SessionKey, frozenset[int]]
+    delayed: bool
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> Log:
+    arrivals: list[tuple[int, int, Turn | WindowTick]] = []
+    written: dict[SessionKey, frozenset[int]] = {}
+    delayed = False
+    for session in SESSIONS[: draw(st.integers(1, 3))]:
+        count = draw(st.integers(1, 14))
+        steps = draw(st.lists(st.integers(0, 3 * IDLE), min_size=count, max_size=count))
+        lost = draw(st.sets(st.integers(1, count), max_size=min(2, count - 1)))
+        second = 0
+        seqs = []
+        for seq, step in enumerate(steps, start=1):
+            second += step
+            if seq in lost:
+                continue
+            seqs.append(seq)
+            turn = make_turn(session, seq, second)
+            delay = draw(st.sampled_from([0, 0, 0, 0, 1, 5, 2 * IDLE]))
+            delayed = delayed or delay > 0
+            arrivals.append((second + delay, draw(st.integers(0, 9)), turn))
+            if draw(st.integers(0, 5)) == 0:  # a duplicate delivery, some time later
+                arrivals.append((second + draw(st.integers(0, 3 * IDLE)), 9, turn))
+        written[session] = frozenset(seqs)
+    horizon = max(a[0] for a in arrivals)
+    for second in draw(st.lists(st.integers(0, horizon + IDLE), max_size=12)):
+        arrivals.append(
+            (second, draw(st.integers(0, 9)), WindowTick(at=T0 + timedelta(seconds=second)))
+        )
+    arrivals.sort(key=lambda a: (a[0], a[1]))
+    final = WindowTick(at=T0 + timedelta(seconds=horizon + 10 * IDLE))
+    return Log((*(a[2] for a in arrivals), final), written, delayed)
+
+
+def run_pure(log: Log, session: SessionKey) -> tuple[list[Snapshot], set[int], set[int]]:
+    state = initial_state(session)
+    snapshots: list[Snapshot] = []
+    late: set[int] = set()
+    lost: set[int] = set()
+    for event in log.events:
+        if isinstance(event, Turn) and event.session != session:
+            continue
+        result = advance(state, event, POLICY)
+        state = result.state
+        assert len(state.open) < MAX, "a window closes as soon as it is full"
+        if state.ahead:
+            assert state.ahead[0].seq > state.expected, "waiting turns sit past a hole"
+        snapshots.extend(result.snapshots)
+        late.update(result.late)
+        lost.update(result.lost)
+    assert not state.pending, "the final tick must close everything"
+    return snapshots, late, lost
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs())
+def test_snapshots_are_contiguous_complete_and_disjoint(log: Log) -> None:
+    for session, written in log.written.items():
+        snapshots, late, lost = run_pure(log, session)
+        promoted: list[int] = []
+        for snap in snapshots:
+            seqs = [t.seq for t in snap.turns]
+            assert seqs == list(range(snap.first_seq, snap.last_seq + 1)), "contiguous"
+            assert len(seqs) <= MAX
+            if snap.reason == "count":
+                assert len(seqs) == MAX
+            assert all(
+                t.turn_id == Turn.make_id("p", "u", session.session_id, t.seq) for t in snap.turns
+            )
+            promoted.extend(seqs)
+        assert promoted == sorted(set(promoted)), "disjoint and in order"
+        assert set(promoted) | late == written, "every delivered turn is promoted or reported late"
+        assert (late - set(promoted)) <= lost, "a turn is only left out after its seq was given up"
+        assert not (lost & set(promoted))
+        if not log.delayed and written == set(range(1, max(written) + 1)):
+            assert not lost
+            assert promoted == sorted(written), "nothing lost → everything promoted, in order"
+
+
+@settings(max_examples=200, deadline=None)
+@given(logs())
+def test_idle_gap_between_turns_closes_the_window(log: Log) -> None:
+    if log.delayed:
+        return
+    for session in log.written:
+        snapshots, _, _ = run_pure(log, session)
+        for snap in snapshots:
+            for before, after in zip(snap.turns, snap.turns[1:], strict=False):
+                assert after.created_at - before.created_at < POLICY.idle_timeout
+
+
+# --- the windower over records: live == replay == crash + restart ------------------------
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.delivered: list[Snapshot] = []
+
+    async def deliver(self, snapshot: Snapshot) -> None:
+        self.delivered.append(snapshot)
+
+
+class NoDeadLetters:
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
+        raise AssertionError(f"unexpected dead letter: {letter.error}")
+
+
+Record = tuple[int, int, bytes]  # partition, offset, value
+
+
+def records(log: Log, partitions: int = 2) -> list[Record]:
+    """The log as Kafka would hold it: turns in their session's partition, ticks in every one."""
+    offsets = [0] * partitions
+    out: list[Record] = []
+    for event in log.events:
+        if isinstance(event, Turn):
+            targets = [int(event.session_id[1:]) % partitions]
+        else:
+            targets = list(range(partitions))
+        for p in targets:
+            out.append((p, offsets[p], encode(event)))
+            offsets[p] += 1
+    return out
+
+
+def windower(store: MemoryStore, sink: RecordingSink) -> SnapshotWindower:
+    defaults = WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE)
+    return SnapshotWindower(
+        store=store,
+        sink=sink,
+        policies=Policies(defaults),
+        dead_letters=NoDeadLetters(),
+        topic="turns",
+    )
+
+
+async def feed(w: SnapshotWindower, recs: list[Record]) -> None:
+    for partition, offset, value in recs:
+        await w.process(partition, offset, None, value)
+
+
+def distinct(snapshots: list[Snapshot]) -> list[Snapshot]:
+    seen: dict[str, Snapshot] = {}
+    for snap in snapshots:
+        if snap.snapshot_id in seen:
+            assert seen[snap.snapshot_id] == snap, "a redelivered snapshot must be identical"
+        seen.setdefault(snap.snapshot_id, snap)
+    return list(seen.values())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(log=logs(), data=st.data())
+def test_crash_restart_and_replay_yield_the_live_snapshots(log: Log, data: st.DataObject) -> None:
+    recs = records(log)
+
+    async def scenario() -> None:
+        live_sink = RecordingSink()
+        await feed(windower(MemoryStore(), live_sink), recs)
+        live = live_sink.delivered
+        assert len(distinct(live)) == len(live), "an uninterrupted run delivers each snapshot once"
+        by_session = {
+            s.session_id: [x for x in live if x.session_id == s.session_id] for s in log.written
+        }
+        for session in log.written:
+            assert by_session[session.session_id] == run_pure(log, session)[0]
+
+        # replay from offset 0 in a new group: fresh state, same records
+        replay_sink = RecordingSink()
+        await feed(windower(MemoryStore(), replay_sink), recs)
+        assert replay_sink.delivered == live
+
+        # crash after `crash_at` records; the table's changelog got further than the
+        # committed offsets, which fall anywhere at or before it, per partition
+        crash_at = data.draw(st.integers(0, len(recs)), label="crash_at")
+        sink = RecordingSink()
+        store = MemoryStore()
+        await feed(windower(store, sink), recs[:crash_at])
+        committed = {}
+        for p in {r[0] for r in recs}:
+            done = [r[1] for r in recs[:crash_at] if r[0] == p]
+            committed[p] = data.draw(st.integers(0, len(done)), label=f"committed[{p}]")
+        restarted = windower(store, sink)  # the store survives (changelog); the index does not
+        await feed(restarted, [r for r in recs if r[1] >= committed[r[0]]])
+        assert distinct(sink.delivered) == distinct(live)
+
+    asyncio.run(scenario())
