@@ -1,0 +1,159 @@
+"""The reconciler stage: candidates from Kafka → versioned memories in MongoDB.
+
+**Delivery.** At-least-once in, idempotent out. Records are consumed with
+auto-commit off; a partition's offsets are committed only after every record
+up to them has been applied (or dead-lettered). A crash replays from the last
+commit and :meth:`~pipeline.ltm.MemoryStore.reconcile` turns the replay into
+no-ops (ledger, deterministic ids, roll-forward of interrupted writes).
+
+**Order.** Candidates are keyed by :meth:`MemoryScope.kafka_key`, so all
+candidates of one scope are in one partition; a partition is processed
+strictly in order, partitions concurrently. Kafka gives each partition to one
+member of the group, so two reconcilers never write one scope at once
+(direct SDK saves may; the store's conditional writes make that safe).
+
+**Bad input is data.** A record that does not decode, or that the store
+rejects as invalid (unknown type, wrong embedding size) goes to
+``dlq.reconciler`` with its original bytes and the stream goes on. A
+write conflict that persists is retried a few times, then dead-lettered.
+MongoDB being unreachable is retried with back-off for as long as it takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from pipeline.codec import decode
+from pipeline.errors import BrokerError, MongomemError, StorageError, WriteConflict
+from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
+from pipeline.ltm import MemoryStore, Outcome
+from pipeline.metrics import DEAD_LETTERS, MESSAGES, RECONCILE_ACTIONS, STAGE_BATCH_SECONDS
+from pipeline.models import MemoryCandidate
+from pipeline.settings import KafkaSettings
+
+__all__ = ["STAGE", "Reconciler"]
+
+STAGE = "reconciler"
+log = logging.getLogger(__name__)
+
+
+class Record(Protocol):
+    """The fields of an aiokafka ``ConsumerRecord`` the stage reads."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Reconciler:
+    """Consumes candidates and applies them through a :class:`MemoryStore`."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        store: MemoryStore,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        *,
+        conflict_attempts: int = 3,
+        backoff_s: float = 0.2,
+        backoff_max_s: float = 10.0,
+    ) -> None:
+        self.kafka = kafka
+        self.store = store
+        self.consumer = consumer
+        self.producer = producer
+        self.conflict_attempts = conflict_attempts
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.applied = 0
+
+    async def run(self, stop: asyncio.Event, *, max_records: int = 500) -> None:
+        """Process batches until ``stop`` is set (or the task is cancelled)."""
+        while not stop.is_set():
+            try:
+                batch = await self.consumer.getmany(timeout_ms=500, max_records=max_records)
+            except KafkaError as exc:
+                raise BrokerError(f"reading {CANDIDATES} failed: {exc}") from exc
+            if batch:
+                await self.process(batch)
+
+    async def process(self, batch: dict[TopicPartition, list[Record]]) -> None:
+        """Apply one batch (partitions concurrently, each in order), then commit it."""
+        started = time.perf_counter()
+        await asyncio.gather(*(self._partition(records) for records in batch.values()))
+        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+        try:
+            await self.consumer.commit(offsets)
+        except KafkaError as exc:
+            raise BrokerError(f"committing offsets failed: {exc}") from exc
+        STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
+
+    async def _partition(self, records: Sequence[Record]) -> None:
+        for record in records:
+            await self.handle(record)
+
+    async def handle(self, record: Record) -> Outcome | None:
+        """Apply one record; dead-letter it when it cannot be applied."""
+        attempts = 0
+        delay = self.backoff_s
+        while True:
+            attempts += 1
+            try:
+                candidate = decode(record.value, MemoryCandidate)
+                outcome = await self.store.reconcile(candidate)
+            except StorageError as exc:
+                log.warning("MongoDB unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+                continue
+            except WriteConflict as exc:
+                if attempts < self.conflict_attempts:
+                    await asyncio.sleep(delay)
+                    continue
+                await self._dead_letter(record, exc, attempts)
+                return None
+            except MongomemError as exc:
+                await self._dead_letter(record, exc, attempts)
+                return None
+            except Exception as exc:  # a record we cannot process must not stop the stream
+                log.exception("unexpected error on %s@%s", record.topic, record.offset)
+                await self._dead_letter(record, exc, attempts)
+                return None
+            action = "NOOP" if outcome.replayed else outcome.action.value
+            RECONCILE_ACTIONS.labels(candidate.memory_type, action).inc()
+            MESSAGES.labels(STAGE, "duplicate" if outcome.replayed else "ok").inc()
+            self.applied += 1
+            return outcome
+
+    async def _dead_letter(self, record: Record, error: BaseException, attempts: int) -> None:
+        letter = DeadLetter.of(
+            stage=STAGE, topic=record.topic, partition=record.partition, offset=record.offset,
+            key=record.key, value=record.value, error=error, attempts=attempts,
+        )  # fmt: skip
+        log.warning(
+            "dead-lettering %s[%s]@%s: %s: %s",
+            record.topic, record.partition, record.offset, type(error).__name__, error,
+        )  # fmt: skip
+        await send_dead_letter(self.producer, self.kafka, letter, record.key)
+        DEAD_LETTERS.labels(STAGE).inc()
+        MESSAGES.labels(STAGE, "dead_letter").inc()
+
+
+def consumer_options(kafka: KafkaSettings, group_suffix: str) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": kafka.bootstrap,
+        "group_id": f"{kafka.topic_prefix}.{STAGE}{group_suffix}",
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "request_timeout_ms": int(kafka.request_timeout_s * 1000),
+    }
