@@ -8,6 +8,7 @@ request). Faults are replies too, so a script reads like the story of a call::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +29,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """One chat-completions request as the server received it."""
+    """One chat-completions request as the server received it (``at``: monotonic seconds)."""
 
     body: Mapping[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
     @property
     def messages(self) -> list[Mapping[str, Any]]:

@@ -45,6 +45,12 @@ _MEANS = re.compile(
 )
 _DOMAIN = re.compile(r"\bin ([a-z][\w-]{1,30}) (?:terms|jargon|speak|parlance)\b", re.IGNORECASE)
 _STEP = re.compile(r"^\s*(\d{1,2})[.)]\s+(.+?)\s*$", re.MULTILINE)
+#: Turns that try to instruct the extractor are data, not facts: the stand-in skips them.
+_INJECTION = re.compile(
+    r"\b(?:ignore|disregard|forget) (?:all |any |the )?(?:previous|prior|above|earlier|your) "
+    r"(?:instructions|rules|prompts?)\b|\byou are now\b",
+    re.IGNORECASE,
+)
 _HOW_TO = re.compile(r"\bhow (?:to|do i|can i|should i) ([^?.!\n]{3,60})", re.IGNORECASE)
 
 
@@ -54,7 +60,10 @@ def slug(text: str) -> str:
 
 
 def read_turns(conversation: str) -> list[dict[str, Any]]:
-    """The turns of a prompt: every line that is a JSON object with role and content."""
+    """The turns of a prompt: every line that is a JSON object with role and content.
+
+    Turns that try to give the extractor instructions are left out.
+    """
     turns: list[dict[str, Any]] = []
     for line in conversation.splitlines():
         line = line.strip()
@@ -64,7 +73,9 @@ def read_turns(conversation: str) -> list[dict[str, Any]]:
             value = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(value, dict) and isinstance(value.get("content"), str) and "role" in value:
+        if not (isinstance(value, dict) and isinstance(value.get("content"), str)):
+            continue
+        if "role" in value and not _INJECTION.search(value["content"]):
             turns.append(value)
     return turns
 
