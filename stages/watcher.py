@@ -73,7 +73,7 @@ from pipeline.kafka import (
     make_producer,
     pipeline_topics,
 )
-from pipeline.models import utcnow
+from pipeline.models import SessionKey, utcnow
 from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from pipeline.settings import KafkaSettings, Settings, StmSettings
 from pipeline.stm import turn_from_document
@@ -91,6 +91,8 @@ from stages.watcher_logic import (
 __all__ = ["STAGE", "ChangeStreamWatcher", "main"]
 
 STAGE = "watcher"
+#: How often the per-session high-water marks are stored (see ``_commit``).
+MARKS_INTERVAL_S = 5.0
 log = logging.getLogger("mongomem.watcher")
 
 Stream = AsyncChangeStream[Document]
@@ -118,8 +120,12 @@ class ChangeStreamWatcher:
         self._ledger = PublishLedger()
         self._pending: list[asyncio.Future[Any]] = []
         self._oldest = 0.0
-        self._stored_token: dict[str, Any] | None = None
+        self._scheduled_token: dict[str, Any] | None = None
+        self._committing: asyncio.Task[None] | None = None
+        self._acked_marks: dict[Slot, int] = {}
+        self._marks_written_at = time.monotonic()
         self.published = 0
+        self.checkpoints = 0
         self.backfills = 0
 
     # ------------------------------------------------------------------ run
@@ -127,16 +133,19 @@ class ChangeStreamWatcher:
     async def run(self, stop: asyncio.Event) -> None:
         """Stream until ``stop`` is set; then flush and checkpoint."""
         token = await self._load_token()
-        while not stop.is_set():
-            stream = await self._open_or_backfill(token, stop)
-            try:
-                await self._stream(stream, stop)
-                return
-            except ResumeTokenLost as exc:
-                log.error("watcher: change stream history lost while reading (%s)", exc)
-                token = None
-            finally:
-                await _close(stream)
+        try:
+            while not stop.is_set():
+                stream = await self._open_or_backfill(token, stop)
+                try:
+                    await self._stream(stream, stop)
+                    return
+                except ResumeTokenLost as exc:
+                    log.error("watcher: change stream history lost while reading (%s)", exc)
+                    token = None
+                finally:
+                    await _close(stream)
+        finally:
+            await self._abandon_commit()
 
     async def _open_or_backfill(self, token: dict[str, Any] | None, stop: asyncio.Event) -> Stream:
         if token is not None:
@@ -183,6 +192,7 @@ class ChangeStreamWatcher:
             raise ChangeFeedError(f"cannot open the change stream: {exc}") from exc
 
     async def _stream(self, stream: Stream, stop: asyncio.Event) -> None:
+        idle = False
         while not stop.is_set():
             try:
                 change = await stream.try_next()
@@ -194,15 +204,18 @@ class ChangeStreamWatcher:
                 raise ChangeFeedError(f"the change stream failed: {exc}") from exc
             if change is None:
                 await self._flush(stream.resume_token)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self._poll_s)
+                if idle:  # twice in a row: nothing is coming, do not spin
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self._poll_s)
+                idle = True
                 continue
+            idle = False
             document = change.get("fullDocument")
             if isinstance(document, Mapping):
                 await self._publish(document)
             if self._policy.due(len(self._pending), self._age(), idle=False):
                 await self._flush(stream.resume_token)
-        await self._flush(stream.resume_token)
+        await self._flush(stream.resume_token, wait=True)
 
     async def _backfill(self, stop: asyncio.Event) -> None:
         self.backfills += 1
@@ -222,7 +235,7 @@ class ChangeStreamWatcher:
                     break
         except PyMongoError as exc:
             raise StorageError(f"back-fill could not read {TURNS!r}: {exc}") from exc
-        await self._flush(None)
+        await self._flush(None, wait=True)
         self._ledger.end_backfill()
         log.warning(
             "watcher: back-fill published %d turns (%d sessions had marks)",
@@ -241,9 +254,10 @@ class ChangeStreamWatcher:
         if not self._ledger.admit((turn.project_id, turn.user_id, turn.session_id), turn.seq):
             return
         try:
-            future = await self._producer.send(
-                self._topic, encode(turn), key=turn.session.kafka_key()
-            )
+            key = SessionKey.model_construct(
+                project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
+            ).kafka_key()  # already validated as part of the turn
+            future = await self._producer.send(self._topic, encode(turn), key=key)
         except KafkaError as exc:
             raise BrokerError(f"could not publish turn {turn.turn_id}: {exc}") from exc
         self._add(future)
@@ -281,18 +295,70 @@ class ChangeStreamWatcher:
 
     # ------------------------------------------------------------------ checkpoint
 
-    async def _flush(self, token: Mapping[str, Any] | None) -> None:
-        """Wait for Kafka's acks of everything sent, then store marks and token."""
+    async def _flush(self, token: Mapping[str, Any] | None, *, wait: bool = False) -> None:
+        """Hand the batch sent so far to a commit: acks first, then marks and token.
+
+        Commits run one at a time and in order, in the background, so the next
+        batch is read and sent while the previous one is acknowledged (double
+        buffering). A failed commit surfaces here, at the next flush.
+        """
         pending, self._pending = self._pending, []
+        marks = self._ledger.take_marks()
+        new_token = dict(token) if token is not None else None
+        if new_token == self._scheduled_token:
+            new_token = None
+        work = bool(pending or marks or new_token is not None)
+        if work or wait:
+            await self._settle(self._committing)  # one commit at a time, in order
+            if work or self._acked_marks:
+                if new_token is not None:
+                    self._scheduled_token = new_token
+                self._committing = asyncio.create_task(
+                    self._commit(pending, marks, new_token, all_marks=wait)
+                )
+        if wait:
+            await self._settle(self._committing)
+
+    async def _settle(self, commit: asyncio.Task[None] | None) -> None:
+        if commit is None:
+            return
+        await commit  # re-raises the commit's BrokerError/StorageError
+
+    async def _abandon_commit(self) -> None:
+        """Cancel a commit still running (the stream failed or was cancelled)."""
+        commit, self._committing = self._committing, None
+        if commit is None:
+            return
+        commit.cancel()  # no-op when it has finished
+        with contextlib.suppress(asyncio.CancelledError, MongomemError):
+            await commit  # also retrieves a failure nobody awaited
+
+    async def _commit(
+        self,
+        pending: list[asyncio.Future[Any]],
+        marks: dict[Slot, int],
+        token: dict[str, Any] | None,
+        *,
+        all_marks: bool,
+    ) -> None:
         if pending:
             try:
                 await asyncio.gather(*pending)
             except KafkaError as exc:
                 raise BrokerError(f"Kafka did not acknowledge published turns: {exc}") from exc
-        marks = self._ledger.take_marks()
-        new_token = dict(token) if token is not None else None
-        if not marks and (new_token is None or new_token == self._stored_token):
-            return
+        # Acknowledged: these marks may be stored. They are written every
+        # MARKS_INTERVAL_S (and at every final or back-fill flush), not with
+        # every token: a mark only bounds the re-publishing of a back-fill, so
+        # one that lags costs duplicates, never a lost turn.
+        for slot, seq in marks.items():
+            if seq > self._acked_marks.get(slot, 0):
+                self._acked_marks[slot] = seq
+        now_s = time.monotonic()
+        if all_marks or now_s - self._marks_written_at >= MARKS_INTERVAL_S:
+            marks, self._acked_marks = self._acked_marks, {}
+            self._marks_written_at = now_s
+        else:
+            marks = {}
         now = utcnow()
         writes: list[UpdateOne] = [
             UpdateOne(
@@ -312,23 +378,24 @@ class ChangeStreamWatcher:
             )
             for slot, seq in marks.items()
         ]
-        if new_token is not None and new_token != self._stored_token:
+        if token is not None:
             writes.append(
                 UpdateOne(
                     {"_id": token_id(self._topic)},
                     {
-                        "$set": {"token": new_token, "updated_at": now},
+                        "$set": {"token": token, "updated_at": now},
                         "$setOnInsert": {"kind": "watcher-token", "topic": self._topic},
                     },
                     upsert=True,
                 )
             )
+        if not writes:
+            return
         try:
             await self._checkpoints.bulk_write(writes, ordered=True)
         except PyMongoError as exc:
             raise StorageError(f"could not store the watcher checkpoint: {exc}") from exc
-        if new_token is not None:
-            self._stored_token = new_token
+        self.checkpoints += 1
 
     async def _load_token(self) -> dict[str, Any] | None:
         try:
@@ -340,7 +407,7 @@ class ChangeStreamWatcher:
         token = usable_token(doc.get("token"))
         if token is None:
             log.error("watcher: the stored resume token %r is not a resume token", doc.get("token"))
-        self._stored_token = token
+        self._scheduled_token = token
         return token
 
     async def _load_marks(self) -> dict[Slot, int]:
