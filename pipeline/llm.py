@@ -333,7 +333,7 @@ def make_llm(settings: LLMSettings) -> LLM:
             raise NotReady(f"no LLM API key for {settings.base_url}: set MONGOMEM_LLM_API_KEY")
         if settings.use_stand_in:
             log.warning(
-                "MONGOMEM_LLM_USE_STAND_IN is set but so is an endpoint: using %s",
+                "an LLM endpoint is configured (%s): no in-process stand-in is started",
                 settings.base_url,
             )
         return OpenAILLM(settings)

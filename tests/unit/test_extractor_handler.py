@@ -1,0 +1,127 @@
+"""TypeHandler with in-memory doubles: what is retried, what is paid for once, what stops."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from pipeline.codec import decode, encode
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import ConfigError, EmbeddingError
+from pipeline.kafka import DeadLetter
+from pipeline.llm import OpenAILLM
+from pipeline.models import MemoryCandidate
+from pipeline.settings import ExtractionSettings, KafkaSettings, LLMSettings
+from pipeline.testing import Answer, FakeOpenAIServer, RateLimited, ServerError, make_snapshot
+from stages.extractor.handler import TypeHandler
+from stages.extractor.types import builtin_spec
+from stages.extractor.usage import MemoryUsageRecorder
+
+FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
+
+
+@dataclass
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Producer:
+    """Records what was sent; every send is acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        self.sent.append((topic, value))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        self.sent.append((topic, value))
+
+
+class FlakyEmbedder(HashingEmbedder):
+    def __init__(self, failures: int) -> None:
+        super().__init__(16)
+        self.failures = failures
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.failures:
+            self.failures -= 1
+            raise EmbeddingError("injected")
+        return await super().embed(texts)
+
+
+async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any, ...]:
+    producer = Producer()
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+    handler = TypeHandler(
+        builtin_spec("semantic"),
+        llm=llm,
+        embedder=embedder,
+        producer=producer,  # type: ignore[arg-type]
+        kafka=KafkaSettings(topic_prefix="t"),
+        extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
+        usage=(usage := MemoryUsageRecorder()),
+        sleep=sleep,
+    )
+    snapshot = make_snapshot([("user", "My home airport is Boston.")])
+    record = Record("t.snapshots", 0, 7, snapshot.session.kafka_key(), encode(snapshot))
+    try:
+        outcome = await handler.handle(record)
+    finally:
+        await llm.close()
+    return outcome, producer.sent, delays, usage.records
+
+
+async def test_a_later_step_is_retried_without_paying_for_the_llm_again() -> None:
+    with FakeOpenAIServer() as server:
+        server.script(RateLimited(retry_after=3), Answer(FACT))
+        outcome, sent, delays, usage = await run(server, FlakyEmbedder(failures=1))
+        assert len(server.chat_requests) == 2  # the 429, then the answer; not a third call
+    assert outcome.attempts == 3
+    assert not outcome.dead_lettered
+    assert delays == [3, 1.0]  # Retry-After honoured, then exponential backoff
+    ((topic, value),) = sent
+    assert topic == "t.candidates"
+    assert decode(value, MemoryCandidate).key == "home-airport"
+    (record,) = usage
+    assert record.calls == 1
+    assert record.outcome == "ok"
+
+
+async def test_exhausted_retries_dead_letter_with_the_attempt_count() -> None:
+    with FakeOpenAIServer() as server:
+        server.script(ServerError(500), ServerError(502), ServerError(503))
+        outcome, sent, delays, usage = await run(server, HashingEmbedder(16))
+    assert outcome.dead_lettered
+    ((topic, value),) = sent
+    assert topic == "t.dlq.extractor.semantic"
+    letter = decode(value, DeadLetter)
+    assert letter.attempts == 3
+    assert letter.error_class == "LLMUnavailable"
+    assert letter.source_offset == 7
+    assert delays == [0.5, 1.0]
+    assert usage[0].outcome == "dead-letter"
+
+
+async def test_a_rejected_key_stops_the_stage_instead_of_dead_lettering() -> None:
+    with FakeOpenAIServer() as server:
+        server.script(ServerError(401, "invalid api key"))
+        with pytest.raises(ConfigError, match="MONGOMEM_LLM_API_KEY"):
+            await run(server, HashingEmbedder(16))
