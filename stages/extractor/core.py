@@ -95,7 +95,7 @@ def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
     out: list[Extracted] = []
     seen: set[str] = set()
     for item in raw_items:
-        fields = spec.normalise(item.model_dump(mode="json"))
+        fields = spec.normalise(item.model_dump(mode="json", by_alias=True))
         key = spec.key_of(fields).strip()[:512]
         text = spec.text_of(fields).strip()
         if not key or not text or key in seen:

@@ -215,12 +215,16 @@ def custom_spec(config: CustomTypeConfig) -> TypeSpec:
     The prompt version carries a hash of the declaration, so changing the
     instructions or the fields changes the candidate ids.
     """
+    # Python names are prefixed so a declared field such as "schema" or "model_x" cannot
+    # shadow a pydantic attribute; the JSON names (aliases) are the declared ones.
     definitions: dict[str, Any] = {}
     for name, description in config.fields.items():
         if name in config.key:
-            definitions[name] = (str, Field(min_length=1, max_length=512, description=description))
+            spec = Field(alias=name, min_length=1, max_length=512, description=description)
+            definitions[f"f_{name}"] = (str, spec)
         else:
-            definitions[name] = (str | None, Field(max_length=4000, description=description))
+            spec = Field(alias=name, max_length=4000, description=description)
+            definitions[f"f_{name}"] = (str | None, spec)
     item = create_model(
         f"Custom_{config.name.replace('-', '_')}",
         __config__=ConfigDict(frozen=True, extra="forbid"),

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from pipeline.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
+from pipeline.llm import strict_json_schema
 from pipeline.models import MemoryCandidate, ScopeKind
 from pipeline.project_config import CustomTypeConfig
 from pipeline.testing import make_snapshot
@@ -126,6 +127,25 @@ def test_custom_type_spec() -> None:
     assert item.text == "topic: seat; value: aisle"
     changed = custom_spec(config.model_copy(update={"instructions": "Other words."}))
     assert changed.prompt_version != spec.prompt_version
+
+
+def test_custom_field_names_that_shadow_pydantic_attributes() -> None:
+    config = CustomTypeConfig(
+        name="setting",
+        key=("schema",),
+        fields={"schema": "which setting", "model_name": "its value", "json": "raw"},
+        instructions="Extract settings.",
+    )
+    spec = custom_spec(config)
+    sent = strict_json_schema(spec.output_model)
+    item = next(iter(sent["$defs"].values()))
+    assert list(item["properties"]) == ["schema", "model_name", "json"]
+    answer = spec.output_model.model_validate(
+        {"items": [{"schema": "theme", "model_name": "dark", "json": None}]}
+    )
+    (extracted,) = extracted_items(spec, answer)
+    assert extracted.key == "theme"
+    assert extracted.fields == {"schema": "theme", "model_name": "dark", "json": None}
 
 
 def test_retry_policy() -> None:
