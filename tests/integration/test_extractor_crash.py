@@ -150,6 +150,7 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
                 proc.wait(5)
         await consumer.stop()
 
+    assert proc.returncode == 0, tail(log)  # SIGTERM stops the restarted extractor cleanly
     counts = Counter(seen)
     assert counts[id_second] == 1, (counts, tail(log))
     assert counts[id_first] == 2  # emitted, not committed, emitted again after the restart
