@@ -1,0 +1,267 @@
+"""The windowing stage on real Kafka and MongoDB (SPEC B1–B4).
+
+Count and idle closes, a SIGKILLed worker process restarted mid-session, and
+a replay from offset 0 in a new consumer group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from pymongo import AsyncMongoClient
+
+from pipeline.codec import encode
+from pipeline.kafka import ensure_topics, make_producer
+from pipeline.models import SessionKey, Snapshot, Turn, utcnow
+from pipeline.mongo import SNAPSHOTS, TURNS, Document
+from pipeline.settings import Settings, WindowingSettings
+from stages.windowing import WindowingWorker
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def with_windows(settings: Settings, **values: Any) -> Settings:
+    return settings.model_copy(update={"windowing": WindowingSettings(**values)})
+
+
+def make_turn(session: SessionKey, seq: int, at_offset_s: float = 0.0) -> Turn:
+    return Turn(
+        turn_id=Turn.make_id(session.project_id, session.user_id, session.session_id, seq),
+        project_id=session.project_id,
+        user_id=session.user_id,
+        session_id=session.session_id,
+        seq=seq,
+        role="user" if seq % 2 else "assistant",
+        content=f"{session.session_id} says {seq}",
+        created_at=utcnow() + timedelta(seconds=at_offset_s),
+    )
+
+
+class Turns:
+    """Writes turns as the watcher would: into ``turns`` (MongoDB) and onto the turns topic."""
+
+    def __init__(self, settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
+        self.settings = settings
+        self.coll = mongo[settings.mongodb.database][TURNS]
+        self.producer: AIOKafkaProducer = make_producer(settings.kafka)
+
+    async def send(self, turn: Turn, *, store: bool = True) -> None:
+        if store:
+            doc = {"_id": turn.turn_id, **turn.model_dump(mode="python", exclude={"turn_id"})}
+            doc["role"] = str(doc["role"])
+            await self.coll.replace_one({"_id": turn.turn_id}, doc, upsert=True)
+        await self.producer.send_and_wait(
+            self.settings.kafka.topic("turns"), encode(turn), key=turn.session.kafka_key()
+        )
+
+
+@contextlib.asynccontextmanager
+async def turn_writer(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> AsyncIterator[Turns]:
+    await ensure_topics(settings.kafka, [settings.kafka.topic("turns")])
+    turns = Turns(settings, mongo)
+    await turns.producer.start()
+    try:
+        yield turns
+    finally:
+        await turns.producer.stop()
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, **kwargs: Any) -> AsyncIterator[WindowingWorker]:
+    worker = WindowingWorker(settings, **kwargs)
+    task = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(60):
+            while not worker.started.is_set():
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.05)
+        yield worker
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def eventually(check: Callable[[], Any], within: float) -> Any:
+    """Await ``check()`` (sync or async) until it returns something truthy."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {within} s")
+        await asyncio.sleep(0.1)
+
+
+async def stored(mongo: AsyncMongoClient[Document], settings: Settings) -> list[Document]:
+    coll = mongo[settings.mongodb.database][SNAPSHOTS]
+    return [d async for d in coll.find({}).sort([("session_id", 1), ("first_seq", 1)])]
+
+
+async def at_least(
+    mongo: AsyncMongoClient[Document], settings: Settings, count: int
+) -> list[Document] | None:
+    docs = await stored(mongo, settings)
+    return docs if len(docs) >= count else None
+
+
+def spans(docs: list[Document]) -> list[tuple[str, int, int, str]]:
+    return [(d["session_id"], d["first_seq"], d["last_seq"], d["reason"]) for d in docs]
+
+
+async def test_a_window_closes_on_count(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    settings = with_windows(settings, max_messages=3, idle_timeout_s=120, tick_interval_s=0.5)
+    a = SessionKey(project_id="p", user_id="u", session_id="a")
+    published: list[Snapshot] = []
+    async with (
+        turn_writer(settings, mongo) as writer,
+        running(settings, on_snapshot=published.append),
+    ):
+        for seq in range(1, 8):
+            await writer.send(make_turn(a, seq))
+        docs = await eventually(lambda: at_least(mongo, settings, 2), within=30)
+    assert spans(docs) == [("a", 1, 3, "count"), ("a", 4, 6, "count")]
+    assert docs[0]["_id"] == Snapshot.make_id(a, 1, 3)
+    assert [t["seq"] for t in docs[1]["turns"]] == [4, 5, 6]
+    assert [s.snapshot_id for s in published] == [d["_id"] for d in docs]
+    lineage = {
+        t["seq"]: t.get("snapshot_id")
+        async for t in mongo[settings.mongodb.database][TURNS].find({})
+    }
+    first, second = docs[0]["_id"], docs[1]["_id"]
+    assert lineage == {1: first, 2: first, 3: first, 4: second, 5: second, 6: second, 7: None}
+
+
+async def test_an_idle_session_closes_within_idle_timeout_plus_tick(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    idle, tick = 1.5, 0.5
+    settings = with_windows(settings, max_messages=50, idle_timeout_s=idle, tick_interval_s=tick)
+    b = SessionKey(project_id="p", user_id="u", session_id="b")
+    closed: list[tuple[Snapshot, float]] = []
+    async with (
+        turn_writer(settings, mongo) as writer,
+        running(settings, on_snapshot=lambda s: closed.append((s, time.time()))),
+    ):
+        for seq in (1, 2):
+            last = make_turn(b, seq)
+            await writer.send(last)
+        await eventually(lambda: closed, within=idle + tick + 10)
+    snapshot, seen_at = closed[0]
+    assert (snapshot.first_seq, snapshot.last_seq, snapshot.reason) == (1, 2, "idle")
+    delay = seen_at - last.created_at.timestamp()
+    assert idle <= delay <= idle + tick + 1.0, f"closed {delay:.2f} s after the last turn"
+    assert snapshot.closed_at >= last.created_at + timedelta(seconds=idle)
+
+
+def spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "run", "windowing"],
+            cwd=ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.parametrize(
+    "settle_s",
+    [0.0, 2.5],
+    ids=["kill-at-once", "kill-after-commit"],  # after a commit, only the changelog has 6 and 7
+)
+async def test_a_worker_killed_mid_session_recovers_its_state(
+    settle_s: float,
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    settings = with_windows(settings, max_messages=5, idle_timeout_s=600)
+    env = {
+        **subprocess_env,
+        "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
+        "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "600",
+        "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+    }
+    sessions = [SessionKey(project_id="p", user_id="u", session_id=s) for s in ("c", "d")]
+    log = tmp_path / "windowing.log"
+
+    async with turn_writer(settings, mongo) as writer:
+        worker = spawn(env, log)
+        try:
+            for seq in range(1, 8):
+                for session in sessions:
+                    await writer.send(make_turn(session, seq))
+            await eventually(lambda: at_least(mongo, settings, 2), within=60)
+            await asyncio.sleep(settle_s)
+            worker.send_signal(signal.SIGKILL)  # turns 6 and 7 are mid-window
+            worker.wait(10)
+            for seq in range(8, 13):
+                for session in sessions:
+                    await writer.send(make_turn(session, seq))
+            worker = spawn(env, log)
+            await eventually(lambda: at_least(mongo, settings, 4), within=90)
+            await asyncio.sleep(2)  # time for a wrong extra snapshot to show up
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    docs = await stored(mongo, settings)
+    expected = [(s, first, last, "count") for s in ("c", "d") for first, last in ((1, 5), (6, 10))]
+    assert spans(docs) == expected, log.read_text()[-3000:]
+    for doc in docs:
+        assert [t["seq"] for t in doc["turns"]] == list(
+            range(doc["first_seq"], doc["last_seq"] + 1)
+        )
+    assert worker.returncode == 0, log.read_text()[-3000:]
+
+
+async def test_a_replay_from_offset_zero_in_a_new_group_adds_no_snapshot(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    settings = with_windows(settings, max_messages=3, idle_timeout_s=1.0, tick_interval_s=0.3)
+    sessions = [SessionKey(project_id="p", user_id=f"u{i}", session_id=f"s{i}") for i in range(4)]
+    live: list[Snapshot] = []
+    async with turn_writer(settings, mongo) as writer, running(settings, on_snapshot=live.append):
+        for seq in range(1, 6):
+            for session in sessions:
+                await writer.send(make_turn(session, seq))
+            if seq == 2:
+                await asyncio.sleep(1.6)  # an idle close between seq 2 and 3
+        await eventually(lambda: sum(s.last_seq == 5 for s in live) == len(sessions), within=30)
+    before = await stored(mongo, settings)
+    assert {(d["first_seq"], d["last_seq"]) for d in before} == {(1, 2), (3, 5)}
+    assert len(before) == 2 * len(sessions)
+
+    replayed: list[Snapshot] = []
+    async with running(settings, group_suffix=".replay-1", on_snapshot=replayed.append):
+        await eventually(lambda: len(replayed) >= len(live), within=60)
+        await asyncio.sleep(1.0)
+    after = await stored(mongo, settings)
+    assert after == before, "same ids, same turns, same close times: no new documents"
+    assert sorted(s.snapshot_id for s in replayed) == sorted(s.snapshot_id for s in live)
+    assert {s.snapshot_id: s for s in replayed} == {s.snapshot_id: s for s in live}
