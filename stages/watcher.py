@@ -10,10 +10,13 @@ Delivery semantics
 **At-least-once into Kafka; consumers de-duplicate by ``turn_id``.**
 
 * The checkpoint lives in MongoDB (``checkpoints``): the change stream's
-  resume token, plus one high-water mark (highest published seq) per
-  session. Both are written only after Kafka acknowledged every event up to
-  the token, at most ``MONGOMEM_STM_WATCHER_BATCH_MAX`` events or
-  ``…_FLUSH_INTERVAL_S`` seconds apart.
+  resume token, written only after Kafka acknowledged every event up to it,
+  at most ``MONGOMEM_STM_WATCHER_BATCH_MAX`` events or ``…_FLUSH_INTERVAL_S``
+  seconds apart; and one high-water mark (highest acknowledged seq) per
+  session, written every ``MARKS_INTERVAL_S`` and at every graceful stop and
+  back-fill end. A mark may lag (that only adds duplicates to a back-fill),
+  it is never ahead of Kafka. The next batch is read and sent while the
+  previous ones are being acknowledged; checkpoints are stored in order.
 * On restart the stream resumes after the stored token. A crash republishes
   at most the events after the last checkpoint — the last, unacknowledged
   batch — never fewer.
@@ -43,6 +46,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,6 +97,8 @@ __all__ = ["STAGE", "ChangeStreamWatcher", "main"]
 STAGE = "watcher"
 #: How often the per-session high-water marks are stored (see ``_commit``).
 MARKS_INTERVAL_S = 5.0
+#: Batches being acknowledged while the next one is read.
+COMMITS_IN_FLIGHT = 4
 log = logging.getLogger("mongomem.watcher")
 
 Stream = AsyncChangeStream[Document]
@@ -121,7 +127,7 @@ class ChangeStreamWatcher:
         self._pending: list[asyncio.Future[Any]] = []
         self._oldest = 0.0
         self._scheduled_token: dict[str, Any] | None = None
-        self._committing: asyncio.Task[None] | None = None
+        self._commits: deque[asyncio.Task[None]] = deque()
         self._acked_marks: dict[Slot, int] = {}
         self._marks_written_at = time.monotonic()
         self.published = 0
@@ -145,7 +151,7 @@ class ChangeStreamWatcher:
                 finally:
                     await _close(stream)
         finally:
-            await self._abandon_commit()
+            await self._abandon_commits()
 
     async def _open_or_backfill(self, token: dict[str, Any] | None, stop: asyncio.Event) -> Stream:
         if token is not None:
@@ -298,9 +304,11 @@ class ChangeStreamWatcher:
     async def _flush(self, token: Mapping[str, Any] | None, *, wait: bool = False) -> None:
         """Hand the batch sent so far to a commit: acks first, then marks and token.
 
-        Commits run one at a time and in order, in the background, so the next
-        batch is read and sent while the previous one is acknowledged (double
-        buffering). A failed commit surfaces here, at the next flush.
+        Commits run in the background, so the next batches are read and sent
+        while earlier ones are being acknowledged; up to
+        ``COMMITS_IN_FLIGHT`` at once, each storing its checkpoint only after
+        the one before it did. A failed commit surfaces here, at a later
+        flush. ``wait`` returns once everything sent so far is checkpointed.
         """
         pending, self._pending = self._pending, []
         marks = self._ledger.take_marks()
@@ -308,33 +316,36 @@ class ChangeStreamWatcher:
         if new_token == self._scheduled_token:
             new_token = None
         work = bool(pending or marks or new_token is not None)
-        if work or wait:
-            await self._settle(self._committing)  # one commit at a time, in order
-            if work or self._acked_marks:
-                if new_token is not None:
-                    self._scheduled_token = new_token
-                self._committing = asyncio.create_task(
-                    self._commit(pending, marks, new_token, all_marks=wait)
+        await self._reap(keep=0 if wait else COMMITS_IN_FLIGHT - 1)
+        if work or (wait and self._acked_marks):
+            if new_token is not None:
+                self._scheduled_token = new_token
+            previous = self._commits[-1] if self._commits else None
+            self._commits.append(
+                asyncio.create_task(
+                    self._commit(previous, pending, marks, new_token, all_marks=wait)
                 )
+            )
         if wait:
-            await self._settle(self._committing)
+            await self._reap(keep=0)
 
-    async def _settle(self, commit: asyncio.Task[None] | None) -> None:
-        if commit is None:
-            return
-        await commit  # re-raises the commit's BrokerError/StorageError
+    async def _reap(self, keep: int) -> None:
+        """Await the oldest commits until at most ``keep`` are unfinished (raises failures)."""
+        while self._commits and (len(self._commits) > keep or self._commits[0].done()):
+            await self._commits.popleft()
 
-    async def _abandon_commit(self) -> None:
-        """Cancel a commit still running (the stream failed or was cancelled)."""
-        commit, self._committing = self._committing, None
-        if commit is None:
-            return
-        commit.cancel()  # no-op when it has finished
-        with contextlib.suppress(asyncio.CancelledError, MongomemError):
-            await commit  # also retrieves a failure nobody awaited
+    async def _abandon_commits(self) -> None:
+        """Cancel the commits still running (the stream failed or was cancelled)."""
+        commits, self._commits = self._commits, deque()
+        for commit in commits:
+            commit.cancel()  # no-op when it has finished
+        for commit in commits:
+            with contextlib.suppress(asyncio.CancelledError, MongomemError):
+                await commit  # also retrieves a failure nobody awaited
 
     async def _commit(
         self,
+        previous: asyncio.Task[None] | None,
         pending: list[asyncio.Future[Any]],
         marks: dict[Slot, int],
         token: dict[str, Any] | None,
@@ -346,6 +357,8 @@ class ChangeStreamWatcher:
                 await asyncio.gather(*pending)
             except KafkaError as exc:
                 raise BrokerError(f"Kafka did not acknowledge published turns: {exc}") from exc
+        if previous is not None:
+            await previous  # checkpoints in order; a failure before this one fails it too
         # Acknowledged: these marks may be stored. They are written every
         # MARKS_INTERVAL_S (and at every final or back-fill flush), not with
         # every token: a mark only bounds the re-publishing of a back-fill, so
