@@ -107,8 +107,16 @@ class LLM(Protocol):
     def name(self) -> str: ...
 
     async def structured(
-        self, messages: Sequence[ChatMessage], schema: type[M], *, schema_name: str
-    ) -> LLMResult[M]: ...
+        self,
+        messages: Sequence[ChatMessage],
+        schema: type[M],
+        *,
+        schema_name: str,
+        spent: list[LLMUsage] | None = None,
+    ) -> LLMResult[M]:
+        """Ask for JSON fitting ``schema``; ``spent`` gets the usage of every answer,
+        also of one that is then rejected as invalid."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -226,7 +234,12 @@ class OpenAILLM:
         return f"openai-compatible:{self._model}@{self._url}"
 
     async def structured(
-        self, messages: Sequence[ChatMessage], schema: type[M], *, schema_name: str
+        self,
+        messages: Sequence[ChatMessage],
+        schema: type[M],
+        *,
+        schema_name: str,
+        spent: list[LLMUsage] | None = None,
     ) -> LLMResult[M]:
         where = f"LLM {self._model} at {self._url}"
         started = time.perf_counter()
@@ -255,6 +268,8 @@ class OpenAILLM:
             prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
             completion_tokens=response.usage.completion_tokens if response.usage else 0,
         )
+        if spent is not None:
+            spent.append(usage)
         if not response.choices:
             raise LLMOutputInvalid(f"{where}: the answer has no choices")
         choice = response.choices[0]

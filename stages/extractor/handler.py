@@ -32,7 +32,7 @@ from pipeline.codec import decode, encode
 from pipeline.embeddings import Embedder
 from pipeline.errors import BrokerError, ConfigError, MongomemError, StorageError
 from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
-from pipeline.llm import LLM, LLMResult
+from pipeline.llm import LLM, LLMResult, LLMUsage
 from pipeline.models import MemoryCandidate, Snapshot, utcnow
 from pipeline.settings import ExtractionSettings, KafkaSettings
 from stages.extractor.core import (
@@ -119,20 +119,19 @@ class TypeHandler:
 
         messages = render_messages(self.spec, snapshot)
         answer: LLMResult[BaseModel] | None = None
-        tokens = [0, 0]
-        calls = 0
+        spent: list[LLMUsage] = []
         attempt = 0
         while True:
             attempt += 1
             try:
                 if answer is None:
                     answer = await self._llm.structured(
-                        messages, self.spec.output_model, schema_name=self.spec.schema_name
+                        messages,
+                        self.spec.output_model,
+                        schema_name=self.spec.schema_name,
+                        spent=spent,
                     )
-                    calls += 1
-                    tokens[0] += answer.usage.prompt_tokens
-                    tokens[1] += answer.usage.completion_tokens
-                    self._observe(answer)
+                    metrics.LLM_LATENCY.labels(self.spec.name).observe(answer.latency_s)
                 candidates = await self._candidates(snapshot, answer)
                 await self._publish(candidates)
             except ConfigError:
@@ -166,10 +165,10 @@ class TypeHandler:
                     exc,
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
-                await self._record(snapshot, answer, tokens, calls, attempt, 0, "dead-letter")
+                await self._record(snapshot, answer, spent, attempt, 0, "dead-letter")
                 return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
-            await self._record(snapshot, answer, tokens, calls, attempt, len(candidates), "ok")
+            await self._record(snapshot, answer, spent, attempt, len(candidates), "ok")
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
@@ -210,32 +209,30 @@ class TypeHandler:
         metrics.MESSAGES.labels(self.stage, "dead_letter").inc()
         metrics.DEAD_LETTERS.labels(self.stage).inc()
 
-    def _observe(self, answer: LLMResult[BaseModel]) -> None:
-        metrics.LLM_LATENCY.labels(self.spec.name).observe(answer.latency_s)
-        metrics.LLM_TOKENS.labels(self.spec.name, "prompt").inc(answer.usage.prompt_tokens)
-        metrics.LLM_TOKENS.labels(self.spec.name, "completion").inc(answer.usage.completion_tokens)
-
     async def _record(
         self,
         snapshot: Snapshot,
         answer: LLMResult[BaseModel] | None,
-        tokens: list[int],
-        calls: int,
+        spent: list[LLMUsage],
         attempts: int,
         candidates: int,
         outcome: str,
     ) -> None:
-        """Record usage; a storage failure is logged, never blocks the stream."""
+        """Record usage (every answer, valid or not); a storage failure is only logged."""
+        prompt_tokens = sum(u.prompt_tokens for u in spent)
+        completion_tokens = sum(u.completion_tokens for u in spent)
+        metrics.LLM_TOKENS.labels(self.spec.name, "prompt").inc(prompt_tokens)
+        metrics.LLM_TOKENS.labels(self.spec.name, "completion").inc(completion_tokens)
         record = UsageRecord(
             snapshot_id=snapshot.snapshot_id,
             memory_type=self.spec.name,
             project_id=snapshot.project_id,
             model=answer.model if answer else self._llm.name,
             prompt_version=self.spec.full_prompt_version,
-            prompt_tokens=tokens[0],
-            completion_tokens=tokens[1],
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
             latency_s=answer.latency_s if answer else 0.0,
-            calls=calls,
+            calls=len(spent),
             attempts=attempts,
             candidates=candidates,
             outcome=outcome,

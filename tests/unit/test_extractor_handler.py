@@ -17,7 +17,14 @@ from pipeline.kafka import DeadLetter
 from pipeline.llm import OpenAILLM
 from pipeline.models import MemoryCandidate
 from pipeline.settings import ExtractionSettings, KafkaSettings, LLMSettings
-from pipeline.testing import Answer, FakeOpenAIServer, RateLimited, ServerError, make_snapshot
+from pipeline.testing import (
+    Answer,
+    FakeOpenAIServer,
+    Malformed,
+    RateLimited,
+    ServerError,
+    make_snapshot,
+)
 from stages.extractor.handler import TypeHandler
 from stages.extractor.types import builtin_spec
 from stages.extractor.usage import MemoryUsageRecorder
@@ -103,6 +110,16 @@ async def test_a_later_step_is_retried_without_paying_for_the_llm_again() -> Non
     (record,) = usage
     assert record.calls == 1
     assert record.outcome == "ok"
+
+
+async def test_tokens_of_invalid_answers_are_recorded_too() -> None:
+    with FakeOpenAIServer() as server:
+        server.script(Malformed(), Answer(FACT))
+        outcome, _, _, usage = await run(server, HashingEmbedder(16))
+    assert outcome.attempts == 2
+    (record,) = usage
+    assert record.calls == 2
+    assert record.completion_tokens > 1
 
 
 async def test_exhausted_retries_dead_letter_with_the_attempt_count() -> None:
