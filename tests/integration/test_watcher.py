@@ -7,12 +7,15 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 from pymongo import AsyncMongoClient
 
 from pipeline.codec import decode
+from pipeline.errors import BrokerError
 from pipeline.kafka import (
     DeadLetter,
     dead_letter_topic,
@@ -201,3 +204,75 @@ async def test_a_document_that_is_not_a_turn_goes_to_the_dead_letter_topic(
     assert letter.stage == STAGE
     assert b"not a number" in (letter.original_value() or b"")
     assert [t.content for _, t in await published_turns(settings, 2)] == ["before", "after"]
+
+
+class HeldProducer:
+    """A producer whose acknowledgements the test releases (or fails) by hand."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes | None]] = []
+        self.futures: list[asyncio.Future[None]] = []
+
+    async def send(
+        self, topic: str, value: bytes, key: bytes | None = None
+    ) -> asyncio.Future[None]:
+        self.sent.append((topic, value, key))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+
+async def stored_token(mongo: AsyncMongoClient[Document], settings: Settings) -> object:
+    doc = await mongo[settings.mongodb.database][CHECKPOINTS].find_one(
+        {"_id": token_id(settings.kafka.topic("turns"))}
+    )
+    return None if doc is None else doc["token"]
+
+
+async def test_the_token_is_stored_only_after_kafka_acknowledged(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    producer = HeldProducer()
+    watcher = ChangeStreamWatcher(
+        db, cast(AIOKafkaProducer, producer), settings.kafka, settings.stm
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        key = session_key("p", "u", "s")
+        for i in range(3):
+            await stm.record_turn(key, "user", str(i))
+        while len(producer.sent) < 3:  # noqa: ASYNC110 - polling the double
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # several flush intervals pass, acks still held
+        assert await stored_token(mongo, settings) is None
+        for future in producer.futures:
+            future.set_result(None)
+        deadline = time.monotonic() + 10
+        while await stored_token(mongo, settings) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        assert await stored_token(mongo, settings) is not None
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_a_failed_acknowledgement_stops_the_watcher_without_advancing_the_token(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    producer = HeldProducer()
+    watcher = ChangeStreamWatcher(
+        db, cast(AIOKafkaProducer, producer), settings.kafka, settings.stm
+    )
+    task = asyncio.create_task(watcher.run(asyncio.Event()))
+    await stm.record_turn(session_key("p", "u", "s"), "user", "lost in transit")
+    while not producer.futures:  # noqa: ASYNC110 - polling the double
+        await asyncio.sleep(0.02)
+    producer.futures[0].set_exception(KafkaTimeoutError("no ack"))
+    with pytest.raises(BrokerError):
+        await asyncio.wait_for(task, 10)
+    assert await stored_token(mongo, settings) is None
