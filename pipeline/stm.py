@@ -22,12 +22,23 @@ by a per-session lock and the last seq is cached, so a process that owns a
 session (the usual agent) pays one round trip per turn; the cache is only a
 hint — being behind costs one conflict and one read, never a wrong number.
 
+Seq *n + 1* is only ever tried by a writer that has seen *n* stored, so a
+session's inserts also reach the oplog in seq order — the watcher relies on
+that to back-fill by per-session high-water mark.
+
 If the connection drops during the insert, the outcome is unknown; the turn
 is looked up by its id and returned if it was stored, otherwise
-:class:`~pipeline.errors.StorageError` (retriable) is raised and nothing was
-stored. Turns are append-only: deleting single turns would break the
-numbering (a deleted *session* restarts at 1 only in processes that have not
-cached it).
+:class:`~pipeline.errors.StorageError` (retriable) is raised. An insert still
+in flight on the server can land after that look-up; a caller that retries
+then stores the turn twice under two seqs — a duplicate, never a gap. Turns
+are append-only: deleting single turns would break the numbering (a deleted
+*session* restarts at 1 only in processes that have not cached it).
+
+``created_at`` is truncated to milliseconds (what BSON stores), so the
+returned :class:`~pipeline.models.Turn` equals the one read back and the one
+the watcher publishes. :meth:`ShortTermMemory.list_sessions` aggregates the
+user's turns (served by the unique index on MongoDB); it is meant for
+listing, not for hot paths.
 
 Validation (A3) happens before anything is sent to MongoDB; a bad argument
 raises :class:`~pipeline.errors.InputError` whose ``field`` names it.

@@ -92,7 +92,14 @@ from stages.watcher_logic import (
     usable_token,
 )
 
-__all__ = ["STAGE", "ChangeStreamWatcher", "main"]
+__all__ = [
+    "COMMITS_IN_FLIGHT",
+    "MARKS_INTERVAL_S",
+    "STAGE",
+    "ChangeStreamWatcher",
+    "main",
+    "run_watcher",
+]
 
 STAGE = "watcher"
 #: How often the per-session high-water marks are stored (see ``_commit``).
