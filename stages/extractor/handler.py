@@ -6,7 +6,8 @@ type's dead-letter topic. Only then may the consumer commit past it.
 
 Failures of the LLM, the embedding provider or the producer are retried while
 they are retriable and attempts remain (``ExtractionSettings.max_attempts``),
-with exponential backoff that honours a 429's ``retry_after``; a successful
+with exponential backoff that honours a 429's ``retry_after`` (which also
+holds back the handler's other LLM calls for that long); a successful
 LLM answer is kept across retries of the later steps, so it is paid for once.
 Then the record goes to ``dlq.extractor.<type>`` with the error and the
 attempt count, and the stream goes on. A :class:`~pipeline.errors.ConfigError`
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +32,13 @@ from pydantic import BaseModel
 from pipeline import metrics
 from pipeline.codec import decode, encode
 from pipeline.embeddings import Embedder
-from pipeline.errors import BrokerError, ConfigError, MongomemError, StorageError
+from pipeline.errors import (
+    BrokerError,
+    ConfigError,
+    LLMRateLimited,
+    MongomemError,
+    StorageError,
+)
 from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from pipeline.llm import LLM, LLMResult, LLMUsage
 from pipeline.models import MemoryCandidate, Snapshot, utcnow
@@ -91,6 +99,7 @@ class TypeHandler:
         usage: UsageRecorder,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spec = spec
         self.stage = f"extractor.{spec.name}"
@@ -102,7 +111,9 @@ class TypeHandler:
         self._usage = usage
         self._clock = clock
         self._sleep = sleep
+        self._monotonic = monotonic
         self._limit = asyncio.Semaphore(extraction.concurrency)
+        self._paused_until = 0.0  # monotonic time before which no LLM call starts (after a 429)
         self._topic = kafka.topic(CANDIDATES)
 
     async def handle(self, record: SourceRecord) -> Outcome:
@@ -125,6 +136,7 @@ class TypeHandler:
             attempt += 1
             try:
                 if answer is None:
+                    await self._respect_rate_limit()
                     answer = await self._llm.structured(
                         messages,
                         self.spec.output_model,
@@ -137,6 +149,10 @@ class TypeHandler:
             except ConfigError:
                 raise
             except Exception as exc:
+                if isinstance(exc, LLMRateLimited) and exc.retry_after:
+                    # The endpoint asked this handler to slow down: every call waits.
+                    until = self._monotonic() + exc.retry_after
+                    self._paused_until = max(self._paused_until, until)
                 if should_retry(exc, attempt, self._extraction.max_attempts):
                     delay = retry_delay(
                         attempt,
@@ -172,6 +188,11 @@ class TypeHandler:
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
+
+    async def _respect_rate_limit(self) -> None:
+        wait = self._paused_until - self._monotonic()
+        if wait > 0:
+            await self._sleep(wait)
 
     async def _candidates(
         self, snapshot: Snapshot, answer: LLMResult[BaseModel]

@@ -72,9 +72,11 @@ class FlakyEmbedder(HashingEmbedder):
 async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any, ...]:
     producer = Producer()
     delays: list[float] = []
+    clock = [1000.0]
 
-    async def sleep(seconds: float) -> None:
+    async def sleep(seconds: float) -> None:  # virtual time
         delays.append(seconds)
+        clock[0] += seconds
 
     llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
     handler = TypeHandler(
@@ -86,6 +88,7 @@ async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any,
         extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
         usage=(usage := MemoryUsageRecorder()),
         sleep=sleep,
+        monotonic=lambda: clock[0],
     )
     snapshot = make_snapshot([("user", "My home airport is Boston.")])
     record = Record("t.snapshots", 0, 7, snapshot.session.kafka_key(), encode(snapshot))
@@ -142,3 +145,38 @@ async def test_a_rejected_key_stops_the_stage_instead_of_dead_lettering() -> Non
         server.script(ServerError(401, "invalid api key"))
         with pytest.raises(ConfigError, match="MONGOMEM_LLM_API_KEY"):
             await run(server, HashingEmbedder(16))
+
+
+async def test_a_429_holds_back_the_handlers_next_calls() -> None:
+    delays: list[float] = []
+    clock = [50.0]
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        clock[0] += seconds
+
+    with FakeOpenAIServer() as server:
+        server.script(RateLimited(retry_after=5), Answer(FACT))
+        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=Producer(),  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_attempts=1),
+            usage=MemoryUsageRecorder(),
+            sleep=sleep,
+            monotonic=lambda: clock[0],
+        )
+        outcomes = []
+        try:
+            for n in range(2):
+                snap = make_snapshot([("user", f"turn {n}")], session_id=f"s{n}")
+                record = Record("t.snapshots", 0, n, snap.session.kafka_key(), encode(snap))
+                outcomes.append(await handler.handle(record))
+        finally:
+            await llm.close()
+    assert outcomes[0].dead_lettered  # one attempt only: the 429 is final for it
+    assert not outcomes[1].dead_lettered
+    assert delays == [5]  # the next snapshot's call waited out the Retry-After
