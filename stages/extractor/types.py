@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -275,7 +275,3 @@ def spec_for(name: str, config: ProjectConfig | None = None) -> TypeSpec:
             "memory.extraction.custom in project-config.yaml"
         )
     return custom_spec(custom)
-
-
-def describe(specs: Mapping[str, TypeSpec]) -> str:
-    return ", ".join(f"{n} ({s.scope.value}, {s.full_prompt_version})" for n, s in specs.items())

@@ -1,0 +1,45 @@
+"""The extraction modules' ``__all__`` is sorted and resolves (like tests/unit/test_public_api)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+MODULES = [
+    "pipeline.llm",
+    "pipeline.readiness",
+    "pipeline.testing",
+    "pipeline.testing.replies",
+    "pipeline.testing.server",
+    "pipeline.testing.stand_in",
+    "pipeline.testing.snapshots",
+    "stages.extractor",
+    "stages.extractor.core",
+    "stages.extractor.handler",
+    "stages.extractor.types",
+    "stages.extractor.usage",
+    "stages.extractor.worker",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_all_is_sorted_and_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+
+    def order(symbol: str) -> tuple[int, str]:
+        kind = 0 if symbol.isupper() else 1 if symbol[0].isupper() else 2
+        return kind, symbol
+
+    assert exported == sorted(exported, key=order)
+    for symbol in exported:
+        assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
+
+
+def test_stage_entry_point_matches_the_cli() -> None:
+    from pipeline.cli import STAGES
+
+    module_name, _, attr = STAGES["extractor"].partition(":")
+    entry = getattr(importlib.import_module(module_name), attr)
+    assert entry.__name__ == "main"
