@@ -10,7 +10,9 @@ expressions:
 * taxonomic — "a red-eye means an overnight flight …" (domain from
   "in airline terms" / "in airline jargon", else ``general``);
 * procedural — two or more numbered steps, named after "how to …";
-* episodic — one episode per conversation of at least two turns.
+* episodic — one episode per conversation of at least two turns;
+* the reconciler's judge (schema ``reconcile_verdict``) — the same text is
+  REINFORCE, the same key with another text is UPDATE, else ADD.
 
 Every answer's ``model`` field, the start banner and every log line say it is
 not a real model. It must never be used when an endpoint is configured; the
@@ -181,10 +183,28 @@ def _item_properties(schema: Mapping[str, Any] | None) -> list[str] | None:
     return list(props) if isinstance(props, Mapping) else None
 
 
+_JUDGE_LINE = re.compile(r"^(EXISTING|NEW) \(key (.*?)\): (.*)$", re.MULTILINE)
+
+
+def _verdict(text: str) -> dict[str, Any]:
+    """The reconciler's judge question: same text → REINFORCE, same key → UPDATE, else ADD."""
+    found = {side: (key, body) for side, key, body in _JUDGE_LINE.findall(text)}
+    if "EXISTING" not in found or "NEW" not in found:
+        return {"action": "ADD", "reason": "stand-in: could not read the question"}
+    (old_key, old_text), (new_key, new_text) = found["EXISTING"], found["NEW"]
+    if " ".join(old_text.lower().split()) == " ".join(new_text.lower().split()):
+        return {"action": "REINFORCE", "reason": "stand-in: the same text"}
+    if old_key == new_key:
+        return {"action": "UPDATE", "reason": "stand-in: the same key, a different text"}
+    return {"action": "ADD", "reason": "stand-in: different keys"}
+
+
 class StandInResponder:
-    """Answers extraction requests with rule-based results. NOT a model."""
+    """Answers extraction (and reconcile-verdict) requests by rules. NOT a model."""
 
     def __call__(self, request: ChatRequest) -> Answer:
+        if request.schema_name == "reconcile_verdict":
+            return Answer(_verdict(request.text("user")), model=STAND_IN_MODEL)
         memory_type = (request.schema_name or "").removeprefix("extract_")
         rule = _RULES.get(memory_type)
         turns = read_turns(request.text("user"))

@@ -71,3 +71,24 @@ def test_episodic() -> None:
     (episode,) = ask("episodic")
     assert episode["participants"] == ["assistant", "user"]
     assert str(episode["account"]).startswith("The user said:")
+
+
+def test_reconcile_verdict_rules() -> None:
+    def verdict(existing: tuple[str, str], new: tuple[str, str]) -> object:
+        user = (
+            f"KIND: semantic\nEXISTING (key {existing[0]!r}): {existing[1]}\n"
+            f"NEW (key {new[0]!r}): {new[1]}"
+        )
+        request = ChatRequest(
+            body={
+                "messages": [{"role": "user", "content": user}],
+                "response_format": {"json_schema": {"name": "reconcile_verdict"}},
+            }
+        )
+        content = StandInResponder()(request).content
+        assert not isinstance(content, str)
+        return content["action"]
+
+    assert verdict(("home-airport", "Boston."), ("home-airport", "boston. ")) == "REINFORCE"
+    assert verdict(("home-airport", "Boston."), ("home-airport", "Denver.")) == "UPDATE"
+    assert verdict(("home-airport", "Boston."), ("diet", "Vegetarian.")) == "ADD"
