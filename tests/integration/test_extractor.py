@@ -297,3 +297,40 @@ memory:
     assert "Extract stable travel preferences" in request.text("system")
     assert request.schema is not None
     assert server.requests_for("extract_semantic") == []  # only the chosen type runs here
+
+
+async def test_demo_mode_stand_in_and_local_model(
+    settings: Settings, mongo: AsyncMongoClient[Document], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``make run`` without an LLM: the labelled stand-in, real local embeddings."""
+    cfg = settings.model_copy(
+        update={
+            "llm": LLMSettings(use_stand_in=True),
+            "embedding": EmbeddingSettings(provider="local"),
+            "extraction": ExtractionSettings(enabled=("semantic", "taxonomic")),
+        }
+    )
+    snapshot = make_snapshot(
+        [
+            (
+                "user",
+                "My home airport is Boston. In airline jargon a red-eye means a night flight.",
+            ),
+            ("assistant", "Noted!"),
+        ]
+    )
+    await publish(cfg, snapshot)
+    task = asyncio.create_task(run_extractors(cfg, specs(cfg)))
+    try:
+        values = await read_topic(cfg, cfg.kafka.topic("candidates"), lambda v: len(v) >= 2)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    found = {c.memory_type: c for c in candidates_of(values)}
+    assert found["semantic"].text == "The user's home airport is Boston."
+    assert found["taxonomic"].key == "airline/red-eye"
+    assert found["taxonomic"].fields["definition"] == "A night flight."
+    assert all(c.model is not None and "NOT a real model" in c.model for c in found.values())
+    assert all(len(c.embedding) == 384 for c in found.values())
+    assert "NOT a real model" in capfd.readouterr().err
