@@ -99,7 +99,8 @@ class WindowState(_Frozen):
 
     @property
     def session(self) -> SessionKey:
-        return SessionKey(
+        # The fields were validated when the first turn of the session was.
+        return SessionKey.model_construct(
             project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
         )
 
@@ -228,7 +229,11 @@ def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) 
     late: tuple[int, ...] = ()
     duplicates: tuple[int, ...] = ()
     if isinstance(event, Turn):
-        if event.session != state.session:
+        if (event.project_id, event.user_id, event.session_id) != (
+            state.project_id,
+            state.user_id,
+            state.session_id,
+        ):
             raise ValueError("a turn of another session was applied to this window")
         seq = event.seq
         if seq < work.next_seq:

@@ -11,6 +11,7 @@ de-duplicate by ``snapshot_id``. pymongo and aiokafka errors become
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -46,16 +47,24 @@ class SnapshotPublisher:
         self._topic = topic
 
     async def deliver(self, snapshot: Snapshot) -> None:
+        # The three writes are independent and idempotent: run them concurrently.
+        await asyncio.gather(self._store(snapshot), self._publish(snapshot))
+
+    async def _store(self, snapshot: Snapshot) -> None:
         try:
-            await self._snapshots.replace_one(
-                {"_id": snapshot.snapshot_id}, snapshot_document(snapshot), upsert=True
-            )
-            await self._turns.update_many(
-                {"_id": {"$in": [t.turn_id for t in snapshot.turns]}},
-                {"$set": {"snapshot_id": snapshot.snapshot_id}},
+            await asyncio.gather(
+                self._snapshots.replace_one(
+                    {"_id": snapshot.snapshot_id}, snapshot_document(snapshot), upsert=True
+                ),
+                self._turns.update_many(
+                    {"_id": {"$in": [t.turn_id for t in snapshot.turns]}},
+                    {"$set": {"snapshot_id": snapshot.snapshot_id}},
+                ),
             )
         except PyMongoError as exc:
             raise StorageError(f"could not store snapshot {snapshot.snapshot_id}: {exc}") from exc
+
+    async def _publish(self, snapshot: Snapshot) -> None:
         try:
             await self._producer.send_and_wait(
                 self._topic, encode(snapshot), key=snapshot.session.kafka_key()

@@ -39,7 +39,7 @@ from typing import Protocol
 from pipeline.codec import decode, kind_of, peek_kind
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
 from pipeline.kafka import DeadLetter
-from pipeline.models import Snapshot, Turn
+from pipeline.models import SessionKey, Snapshot, Turn
 from pipeline.project_config import WindowingConfig
 from pipeline.settings import WindowingSettings
 from stages.windowing.logic import (
@@ -227,7 +227,10 @@ class SnapshotWindower:
         if kind == TURN_KIND:
             turn = decode(value, Turn)
             self.stats.turns += 1
-            await self._advance(turn.session.kafka_key(), None, turn, partition, offset)
+            key = SessionKey.model_construct(
+                project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
+            ).kafka_key()
+            await self._advance(key, None, turn, partition, offset)
         elif kind == TICK_KIND:
             tick = decode(value, WindowTick)
             self.stats.ticks += 1

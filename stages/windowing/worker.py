@@ -82,7 +82,7 @@ class WindowingWorker:
             config = load_project_config(settings.project_config).memory.windowing
         policies = Policies(settings.windowing, config)
         client = connect(settings.mongodb)
-        producer = make_producer(kafka)
+        producer = make_producer(kafka, linger_ms=0)  # each send is awaited: nothing to batch
         app: Any = None
         ticker: asyncio.Task[None] | None = None
         try:

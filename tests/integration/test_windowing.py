@@ -22,9 +22,10 @@ from aiokafka import AIOKafkaProducer
 from pymongo import AsyncMongoClient
 
 from pipeline.codec import encode
-from pipeline.kafka import ensure_topics, make_producer
+from pipeline.kafka import dead_letter_topic, ensure_topics, make_producer
 from pipeline.models import SessionKey, Snapshot, Turn, utcnow
 from pipeline.mongo import SNAPSHOTS, TURNS, Document
+from pipeline.ops import group_lag
 from pipeline.settings import Settings, WindowingSettings
 from stages.windowing import WindowingWorker
 
@@ -265,3 +266,24 @@ async def test_a_replay_from_offset_zero_in_a_new_group_adds_no_snapshot(
     assert after == before, "same ids, same turns, same close times: no new documents"
     assert sorted(s.snapshot_id for s in replayed) == sorted(s.snapshot_id for s in live)
     assert {s.snapshot_id: s for s in replayed} == {s.snapshot_id: s for s in live}
+
+
+async def test_a_gap_closes_with_what_is_there_and_poison_goes_to_the_dead_letter_topic(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    settings = with_windows(settings, max_messages=10, idle_timeout_s=1.0, tick_interval_s=0.3)
+    e = SessionKey(project_id="p", user_id="u", session_id="e")
+    turns_topic = settings.kafka.topic("turns")
+    async with turn_writer(settings, mongo) as writer, running(settings) as worker:
+        await writer.producer.send_and_wait(turns_topic, b"\xffnot an envelope", key=b"junk")
+        for seq in (1, 2, 4, 5):  # seq 3 was allocated by a writer that died
+            await writer.send(make_turn(e, seq))
+        docs = await eventually(lambda: at_least(mongo, settings, 2), within=30)
+        assert worker.windower is not None
+        assert worker.windower.stats.lost == 1
+        assert worker.windower.stats.dead_letters == 1
+    assert spans(docs) == [("e", 1, 2, "gap"), ("e", 4, 5, "idle")]
+    letters = await group_lag(
+        settings.kafka, "nobody", dead_letter_topic(settings.kafka, "windowing")
+    )
+    assert letters.end == 1
