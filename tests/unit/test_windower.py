@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.codec import encode
+from pipeline.codec import decode, encode, peek_kind
 from pipeline.errors import StorageError
 from pipeline.kafka import DeadLetter
 from pipeline.models import SessionKey, Snapshot, Turn
@@ -183,3 +184,31 @@ def test_project_overrides_win_over_the_defaults() -> None:
     assert policies.for_project("support") == WindowPolicy.of(8, 30)
     assert policies.for_project("other") == WindowPolicy.of(8, 300)
     assert Policies(WindowingSettings()).for_project("x") == WindowPolicy.of(20, 300)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "stages.windowing",
+        "stages.windowing.logic",
+        "stages.windowing.windower",
+        "stages.windowing.sinks",
+        "stages.windowing.app",
+        "stages.windowing.worker",
+    ],
+)
+def test_exports_are_sorted_and_resolve(name: str) -> None:
+    module = importlib.import_module(name)
+
+    def ruff_order(symbol: str) -> tuple[int, str]:  # RUF022: CONSTANTS, Classes, functions
+        return (0 if symbol.isupper() else 1 if symbol[0].isupper() else 2), symbol
+
+    assert list(module.__all__) == sorted(module.__all__, key=ruff_order)
+    for attr in module.__all__:
+        assert hasattr(module, attr), f"{name}.{attr}"
+
+
+def test_ticks_have_their_own_message_kind() -> None:
+    raw = encode(tick(1))
+    assert peek_kind(raw) == "window-tick"
+    assert decode(raw, WindowTick) == tick(1)
