@@ -287,3 +287,55 @@ async def test_a_gap_closes_with_what_is_there_and_poison_goes_to_the_dead_lette
         settings.kafka, "nobody", dead_letter_topic(settings.kafka, "windowing")
     )
     assert letters.end == 1
+
+
+async def test_windows_survive_rebalances_between_two_workers(
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    settings = with_windows(settings, max_messages=5, idle_timeout_s=600)
+    env = {
+        **subprocess_env,
+        "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
+        "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "600",
+        "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+    }
+    names = [f"r{i}" for i in range(6)]  # spread over the 3 partitions
+    sessions = [SessionKey(project_id="p", user_id="u", session_id=s) for s in names]
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+
+    async def send(seqs: range) -> None:
+        for seq in seqs:
+            for session in sessions:
+                await writer.send(make_turn(session, seq))
+
+    async with turn_writer(settings, mongo) as writer:
+        first = spawn(env, logs[0])
+        second: subprocess.Popen[bytes] | None = None
+        try:
+            await send(range(1, 8))
+            await eventually(lambda: at_least(mongo, settings, 6), within=60)
+            second = spawn(env, logs[1])  # joins the group: partitions and their windows move
+            await eventually(lambda: "Worker ready" in logs[1].read_text(), within=60)
+            await send(range(8, 13))
+            await eventually(lambda: at_least(mongo, settings, 12), within=60)
+            first.send_signal(signal.SIGTERM)  # leaves: everything moves to the second
+            first.wait(30)
+            await send(range(13, 18))
+            await eventually(lambda: at_least(mongo, settings, 18), within=60)
+            await asyncio.sleep(1)
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(20)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+    docs = await stored(mongo, settings)
+    ranges = ((1, 5), (6, 10), (11, 15))
+    expected = [(s, first_seq, last_seq, "count") for s in names for first_seq, last_seq in ranges]
+    assert spans(docs) == expected, logs[1].read_text()[-3000:]
+    assert first.returncode == 0
