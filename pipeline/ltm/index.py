@@ -86,6 +86,9 @@ class ScopeIndex:
     dims: int | None = None
     rows: list[Row | None] = field(default_factory=list)
     matrix: Vector = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    alive: np.ndarray[Any, np.dtype[np.bool_]] = field(
+        default_factory=lambda: np.zeros(0, dtype=bool)
+    )
     by_memory: dict[str, int] = field(default_factory=dict)
     by_key: dict[str, int] = field(default_factory=dict)
     dead: int = 0
@@ -96,6 +99,7 @@ class ScopeIndex:
 
     def replace_with(self, other: ScopeIndex) -> None:
         self.dims, self.rows, self.matrix = other.dims, other.rows, other.matrix
+        self.alive = other.alive
         self.by_memory, self.by_key, self.dead = other.by_memory, other.by_key, other.dead
 
     def check_dims(self, vector: Vector) -> None:
@@ -116,6 +120,7 @@ class ScopeIndex:
             self._drop(at)
         if self.dims is None:
             self.dims = int(vector.shape[0])
+        if self.matrix.shape[1] != self.dims:  # still empty: size the matrix
             self.matrix = np.zeros((0, self.dims), dtype=np.float32)
         self.check_dims(vector)
         n = len(self.rows)
@@ -123,8 +128,12 @@ class ScopeIndex:
             grown = np.zeros((max(64, n * 2), self.dims), dtype=np.float32)
             grown[:n] = self.matrix[:n]
             self.matrix = grown
+            alive = np.zeros(grown.shape[0], dtype=bool)
+            alive[:n] = self.alive[:n]
+            self.alive = alive
         norm = float(np.linalg.norm(vector))
         self.matrix[n] = vector / norm if norm else vector
+        self.alive[n] = True
         self.rows.append(row)
         self.by_memory[row.memory_id] = n
         self.by_key[normalize_key(row.key)] = n
@@ -141,6 +150,7 @@ class ScopeIndex:
             return
         self.rows[at] = None
         self.matrix[at] = 0.0
+        self.alive[at] = False
         del self.by_memory[row.memory_id]
         if self.by_key.get(normalize_key(row.key)) == at:
             del self.by_key[normalize_key(row.key)]
@@ -151,6 +161,7 @@ class ScopeIndex:
     def _compact(self) -> None:
         live = [(i, r) for i, r in enumerate(self.rows) if r is not None]
         self.matrix = self.matrix[[i for i, _ in live]].copy()
+        self.alive = np.ones(len(live), dtype=bool)
         self.rows = [r for _, r in live]
         self.by_memory = {r.memory_id: i for i, r in enumerate(self.rows) if r is not None}
         self.by_key = {normalize_key(r.key): i for i, r in enumerate(self.rows) if r is not None}
@@ -181,7 +192,7 @@ class ScopeIndex:
                 count=n,
             )
         else:
-            keep = np.fromiter((r is not None for r in self.rows), dtype=bool, count=n)
+            keep = self.alive[:n]
         sims = np.where(keep, sims, -np.inf)
         k = min(limit, int(keep.sum()))
         if k == 0:

@@ -18,7 +18,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 
 from pipeline.errors import StorageError
 from pipeline.ltm.documents import decode_embedding, scope_filter
-from pipeline.ltm.index import IndexCache, Row, Vector
+from pipeline.ltm.index import IndexCache, Row, ScopeIndex, Vector
 from pipeline.ltm.kinds import normalize_key
 from pipeline.ltm.plan import Neighbour
 from pipeline.models import MemoryCandidate, MemoryScope
@@ -28,6 +28,7 @@ __all__ = [
     "AtlasVectorSearch",
     "ExactCosineSearch",
     "VectorSearch",
+    "neighbours_in",
     "probe_vector_search",
     "vector_index_definition",
 ]
@@ -107,14 +108,19 @@ class ExactCosineSearch:
 
     async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
         index = await self.cache.fresh(candidate.scope, candidate.memory_type)
-        vector = np.asarray(candidate.embedding, dtype=np.float32)
-        index.check_dims(vector)
-        found: list[tuple[Row, float]] = index.top(vector, limit)
-        keyed = index.keyed(candidate.key)
-        if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
-            found.append((keyed, index.similarity(keyed, vector)))
-        return [_neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
-                for row, sim in found]  # fmt: skip
+        return neighbours_in(index, candidate, limit)
+
+
+def neighbours_in(index: ScopeIndex, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+    """The key match and the ``limit`` nearest rows of an (already fresh) index."""
+    vector = np.asarray(candidate.embedding, dtype=np.float32)
+    index.check_dims(vector)
+    found: list[tuple[Row, float]] = index.top(vector, limit)
+    keyed = index.keyed(candidate.key)
+    if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
+        found.append((keyed, index.similarity(keyed, vector)))
+    return [_neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
+            for row, sim in found]  # fmt: skip
 
 
 def _neighbour(

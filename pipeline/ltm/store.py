@@ -17,7 +17,7 @@ concurrent writers of the same scope, without multi-document transactions:
   with a duplicate key, which is a :class:`~pipeline.errors.WriteConflict` —
   the loser re-reads the scope and plans again (bounded attempts).
 * *Conditional updates.* Superseding version *n* and reinforcing a version
-  are ``update_one`` calls filtered on ``status: current`` (and, for
+  are single-document atomic updates filtered on ``status: current`` (and, for
   REINFORCE, on the candidate not being among ``candidate_ids``), so a
   REINFORCE never lands on a superseded version and never counts twice.
 * *Roll forward after a crash.* Every document a candidate wrote carries its
@@ -35,7 +35,7 @@ scores and reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,13 +49,13 @@ from pipeline.errors import StorageError, WriteConflict
 from pipeline.ltm.documents import to_document
 from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from pipeline.ltm.judge import Judge
-from pipeline.ltm.plan import Decision, Thresholds, build_version, plan_reconcile
+from pipeline.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
 from pipeline.ltm.reads import MemoryReads
 from pipeline.ltm.search import AtlasVectorSearch, ExactCosineSearch, VectorSearch
 from pipeline.models import Action, MemoryCandidate, MemoryType, MemoryVersion, utcnow
 from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
-__all__ = ["MemoryStore", "Outcome"]
+__all__ = ["MemoryStore", "Outcome", "decision_entry", "ledger_entry"]
 
 Doc = dict[str, Any]
 
@@ -111,9 +111,7 @@ class MemoryStore(MemoryReads):
                  ("memory_type", ASCENDING), ("status", ASCENDING), ("key_norm", ASCENDING)],
                 name="scope_type_status_key",
             )  # fmt: skip
-            await self.memories.create_index(
-                [("memory_id", ASCENDING), ("version", ASCENDING)], name="memory_version"
-            )
+            await self.memories.create_index("memory_id", name="memory_id")
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
         except PyMongoError as exc:
@@ -160,6 +158,10 @@ class MemoryStore(MemoryReads):
     async def plan(self, candidate: MemoryCandidate) -> Decision:
         """The decision for ``candidate`` against the scope as it is now (judge included)."""
         neighbours = await self.search_backend.neighbours(candidate, self.thresholds.neighbours)
+        return await self.decide(candidate, neighbours)
+
+    async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
+        """Plan against ``neighbours``, asking the judge when the plan says so."""
         decision = plan_reconcile(candidate, neighbours, self.thresholds)
         if decision.needs_judge and self.judge is not None:
             target = next(
@@ -220,11 +222,13 @@ class MemoryStore(MemoryReads):
             definition = candidate.fields.get("definition")
             if candidate.memory_type == MemoryType.TAXONOMIC and isinstance(definition, str):
                 update["$addToSet"] = {"variants": definition}
-            result = await self._read(self.memories.update_one(
+            # find_one_and_update rather than update_one: equally atomic, and
+            # mongo-java-server serves it from the _id index (update_one scans).
+            result = await self._read(self.memories.find_one_and_update(
                 {"_id": decision.version_id, "status": "current", "candidate_ids": {"$ne": cid}},
-                update, session=session,
+                update, projection={"_id": 1}, session=session,
             ))  # fmt: skip
-            if result.matched_count == 0:
+            if result is None:
                 found = await self._read(self.memories.find_one(
                     {"_id": decision.version_id}, {"candidate_ids": 1}, session=session
                 ))  # fmt: skip
@@ -258,33 +262,21 @@ class MemoryStore(MemoryReads):
     async def _supersede(
         self, base_id: str, by: str, now: datetime, session: AsyncClientSession | None
     ) -> None:
-        await self._read(self.memories.update_one(
+        await self._read(self.memories.find_one_and_update(
             {"_id": base_id, "status": "current"},
             {"$set": {"status": "superseded", "superseded_at": now, "superseded_by": by,
                       "updated_at": now}},
-            session=session,
+            projection={"_id": 1}, session=session,
         ))  # fmt: skip
 
     async def _record(
         self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
     ) -> None:
-        entry = {
-            **decision.model_dump(mode="python"),
-            "_id": candidate.candidate_id,
-            "memory_type": candidate.memory_type,
-            "scope": candidate.scope.model_dump(),
-            "key": candidate.key,
-            "attempts": outcome.attempts,
-            "at": now,
-        }
-        entry["action"] = decision.action.value
+        entry = decision_entry(candidate, decision, outcome, now)
         await self._read(self.decisions.replace_one({"_id": candidate.candidate_id}, entry,
                                                     upsert=True))  # fmt: skip
         try:
-            await self.ledger.insert_one(
-                {"_id": candidate.candidate_id, "outcome": outcome.model_dump(mode="python"),
-                 "at": now}
-            )  # fmt: skip
+            await self.ledger.insert_one(ledger_entry(outcome, now))
         except DuplicateKeyError:
             pass
         except PyMongoError as exc:
@@ -330,9 +322,38 @@ class MemoryStore(MemoryReads):
         await self._record(candidate, decision, outcome, now)
         return outcome
 
+    async def reconcile_many(self, candidates: Sequence[MemoryCandidate]) -> list[Outcome]:
+        """Reconcile candidates in order, batching the writes (same guarantee as
+        :meth:`reconcile`; see :mod:`pipeline.ltm.batch`)."""
+        from pipeline.ltm.batch import reconcile_batch
+
+        outcomes: list[Outcome] = await reconcile_batch(self, candidates)
+        return outcomes
+
     @staticmethod
     async def _read(op: Awaitable[Any]) -> Any:
         try:
             return await op
         except PyMongoError as exc:
             raise StorageError(f"MongoDB operation failed: {exc}") from exc
+
+
+def decision_entry(
+    candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
+) -> Doc:
+    """The decision-log document of one applied candidate."""
+    entry = {
+        **decision.model_dump(mode="python"),
+        "_id": candidate.candidate_id,
+        "memory_type": candidate.memory_type,
+        "scope": candidate.scope.model_dump(),
+        "key": candidate.key,
+        "attempts": outcome.attempts,
+        "at": now,
+    }
+    entry["action"] = decision.action.value
+    return entry
+
+
+def ledger_entry(outcome: Outcome, now: datetime) -> Doc:
+    return {"_id": outcome.candidate_id, "outcome": outcome.model_dump(mode="python"), "at": now}

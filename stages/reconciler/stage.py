@@ -6,6 +6,12 @@ up to them has been applied (or dead-lettered). A crash replays from the last
 commit and :meth:`~pipeline.ltm.MemoryStore.reconcile` turns the replay into
 no-ops (ledger, deterministic ids, roll-forward of interrupted writes).
 
+**Batches.** The records of one partition in one poll are applied with
+:meth:`~pipeline.ltm.MemoryStore.reconcile_many` (few round trips per batch,
+same guarantee); if the batch fails for a reason other than MongoDB being
+away, its records are applied one by one so only the bad one is
+dead-lettered.
+
 **Order.** Candidates are keyed by :meth:`MemoryScope.kafka_key`, so all
 candidates of one scope are in one partition; a partition is processed
 strictly in order, partitions concurrently. Kafka gives each partition to one
@@ -31,7 +37,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from pipeline.codec import decode
-from pipeline.errors import BrokerError, MongomemError, StorageError, WriteConflict
+from pipeline.errors import (
+    BrokerError,
+    MessageDecodeError,
+    MongomemError,
+    StorageError,
+    WriteConflict,
+)
 from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from pipeline.ltm import MemoryStore, Outcome
 from pipeline.metrics import DEAD_LETTERS, MESSAGES, RECONCILE_ACTIONS, STAGE_BATCH_SECONDS
@@ -99,8 +111,40 @@ class Reconciler:
         STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
 
     async def _partition(self, records: Sequence[Record]) -> None:
+        """Apply one partition's records in order: batched, or one by one after a failure."""
+        good: list[tuple[Record, MemoryCandidate]] = []
         for record in records:
-            await self.handle(record)
+            try:
+                good.append((record, decode(record.value, MemoryCandidate)))
+            except MessageDecodeError as exc:
+                await self._dead_letter(record, exc, 1)
+        if not good:
+            return
+        delay = self.backoff_s
+        while True:
+            try:
+                outcomes = await self.store.reconcile_many([c for _, c in good])
+            except StorageError as exc:
+                log.warning("MongoDB unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+                continue
+            except Exception:
+                # One bad candidate fails the batch; the one-by-one path isolates it
+                # (everything already applied is recognised and not applied again).
+                log.info("batch failed; applying %d candidates one by one", len(good))
+                for record, _ in good:
+                    await self.handle(record)
+                return
+            for (_, candidate), outcome in zip(good, outcomes, strict=True):
+                self._count(candidate, outcome)
+            return
+
+    def _count(self, candidate: MemoryCandidate, outcome: Outcome) -> None:
+        action = "NOOP" if outcome.replayed else outcome.action.value
+        RECONCILE_ACTIONS.labels(candidate.memory_type, action).inc()
+        MESSAGES.labels(STAGE, "duplicate" if outcome.replayed else "ok").inc()
+        self.applied += 1
 
     async def handle(self, record: Record) -> Outcome | None:
         """Apply one record; dead-letter it when it cannot be applied."""
@@ -129,10 +173,7 @@ class Reconciler:
                 log.exception("unexpected error on %s@%s", record.topic, record.offset)
                 await self._dead_letter(record, exc, attempts)
                 return None
-            action = "NOOP" if outcome.replayed else outcome.action.value
-            RECONCILE_ACTIONS.labels(candidate.memory_type, action).inc()
-            MESSAGES.labels(STAGE, "duplicate" if outcome.replayed else "ok").inc()
-            self.applied += 1
+            self._count(candidate, outcome)
             return outcome
 
     async def _dead_letter(self, record: Record, error: BaseException, attempts: int) -> None:

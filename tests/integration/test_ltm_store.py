@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -175,3 +176,54 @@ async def test_search_is_exact_and_scoped(store: MemoryStore) -> None:
     assert next(h[0].fields["label"] for h in hits) == "l1"
     assert all(v.scope == ME for v, _ in hits)
     assert hits[0][1] >= hits[1][1]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_batched_and_single_writers_racing_stay_consistent(
+    mongo: AsyncMongoClient[Document], settings: Settings, seed: int
+) -> None:
+    """The stage's batch path and direct saves (separate caches, as in two processes)."""
+    db = mongo[settings.mongodb.database]
+    batched, single = MemoryStore(db), MemoryStore(db)
+    await batched.setup()
+    cities = ["Boston", "Denver", "Austin", "Denver"]
+    staged = [airport(cities[i % 4], f"snap-{i}") for i in range(20)]
+    direct = [
+        candidate("semantic", label="home-airport", snapshot=None,
+                  text=f"The user's home airport is {cities[i % 3]}.")
+        for i in range(20)
+    ]  # fmt: skip
+    rng = random.Random(seed)
+
+    async def batches() -> None:
+        i = 0
+        while i < len(staged):
+            n = rng.randint(1, 6)
+            await batched.reconcile_many(staged[i : i + n])
+            i += n
+            await asyncio.sleep(rng.random() * 0.003)
+
+    async def singles() -> None:
+        for c in direct:
+            await single.reconcile(c)
+
+    await asyncio.gather(batches(), singles())
+    docs = await db[MEMORIES].find({}).to_list()
+    assert [d["status"] for d in docs].count("current") == 1
+    assert sorted(d["version"] for d in docs) == list(range(1, len(docs) + 1))
+    assert sum(d["reinforcement_count"] for d in docs) == 40
+    assert await db[LEDGER].count_documents({}) == 40
+
+
+async def test_batch_applies_in_order_and_skips_repeats(store: MemoryStore) -> None:
+    boston, denver = airport("Boston", "a"), airport("Denver", "b")
+    again = airport("Denver", "c")
+    outcomes = await store.reconcile_many([boston, denver, denver, again])
+    assert [o.action for o in outcomes] == [
+        Action.ADD, Action.UPDATE, Action.UPDATE, Action.REINFORCE,
+    ]  # fmt: skip
+    assert [o.replayed for o in outcomes] == [False, False, True, False]
+    assert all(o.replayed for o in await store.reconcile_many([boston, again]))
+    current = await store.get(ME, "semantic", "home-airport")
+    assert current is not None
+    assert (current.version, current.reinforcement_count) == (2, 2)
