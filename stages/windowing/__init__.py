@@ -41,6 +41,7 @@ import contextlib
 import logging
 import signal
 
+from pipeline.metrics import serve_metrics
 from pipeline.settings import Settings
 from stages.windowing.logic import WindowPolicy, WindowResult, WindowState, WindowTick, advance
 from stages.windowing.windower import Policies, SnapshotWindower
@@ -64,6 +65,7 @@ async def main(settings: Settings, args: argparse.Namespace) -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    serve_metrics(settings.metrics_port)
     worker = WindowingWorker(settings, group_suffix=getattr(args, "group_suffix", "") or "")
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()

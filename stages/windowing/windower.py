@@ -39,6 +39,7 @@ from typing import Protocol
 from pipeline.codec import decode, kind_of, peek_kind
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
 from pipeline.kafka import DeadLetter
+from pipeline.metrics import DEAD_LETTERS, MESSAGES
 from pipeline.models import SessionKey, Snapshot, Turn
 from pipeline.project_config import WindowingConfig
 from pipeline.settings import WindowingSettings
@@ -170,7 +171,8 @@ class SnapshotWindower:
         while True:
             attempt += 1
             try:
-                await self._apply(partition, offset, value)
+                await self._apply(partition, offset, key, value)
+                MESSAGES.labels(STAGE, "ok").inc()
                 return
             except InputError as exc:
                 await self._dead_letter(partition, offset, key, value, exc, attempt)
@@ -221,16 +223,23 @@ class SnapshotWindower:
         )
         await self.dead_letters.send(letter, key)
         self.stats.dead_letters += 1
+        MESSAGES.labels(STAGE, "dead_letter").inc()
+        DEAD_LETTERS.labels(STAGE).inc()
 
-    async def _apply(self, partition: int, offset: int, value: bytes | None) -> None:
+    async def _apply(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> None:
         kind = peek_kind(value)
         if kind == TURN_KIND:
             turn = decode(value, Turn)
-            self.stats.turns += 1
-            key = SessionKey.model_construct(
+            session_key = SessionKey.model_construct(
                 project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
             ).kafka_key()
-            await self._advance(key, None, turn, partition, offset)
+            if key is not None and key != session_key:
+                # A session's turns must share one partition, or its window splits.
+                raise MessageDecodeError(f"turn {turn.turn_id} is not keyed by its session")
+            self.stats.turns += 1
+            await self._advance(session_key, None, turn, partition, offset)
         elif kind == TICK_KIND:
             tick = decode(value, WindowTick)
             self.stats.ticks += 1

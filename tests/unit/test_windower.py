@@ -134,11 +134,13 @@ async def test_poison_messages_go_to_the_dead_letter_topic_and_the_stream_goes_o
     await w.process(1, 7, b"k", b"not json")
     await w.process(1, 8, b"k", encode(WindowTick(at=T0)).replace(b"window-tick", b"mystery"))
     await w.process(1, 9, None, None)
-    await w.process(1, 10, None, encode(turn(1, 0)))
+    await w.process(1, 10, b"another session", encode(turn(1, 0)))
+    await w.process(1, 11, SESSION.kafka_key(), encode(turn(1, 0)))
     assert [(d.source_offset, d.error_class, d.attempts) for d in letters.sent] == [
         (7, "MessageDecodeError", 1),
         (8, "MessageDecodeError", 1),
         (9, "MessageDecodeError", 1),
+        (10, "MessageDecodeError", 1),
     ]
     assert letters.sent[0].original_value() == b"not json"
     assert w.stats.turns == 1
