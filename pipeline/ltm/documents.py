@@ -4,7 +4,9 @@ One document per version, ``_id`` = ``version_id``. Besides the model's
 fields a document carries ``key_norm`` (the indexed form of the key),
 ``candidate_id`` (the candidate that wrote this version) and ``candidate_ids``
 (that one plus every candidate that reinforced it) — the store's idempotence
-rests on those. Embeddings are stored compactly as little-endian float32 bytes
+rests on those. ``reinforcement_count`` is not stored: it is the number of
+``candidate_ids``, which makes a reinforcement idempotent (``$addToSet``). Embeddings are
+stored compactly as little-endian float32 bytes
 (BSON binary), or as a BSON vector (subtype 9) where ``$vectorSearch`` is used.
 """
 
@@ -62,12 +64,14 @@ def to_document(
     doc["key_norm"] = normalize_key(version.key)
     doc["candidate_id"] = candidate_id
     doc["candidate_ids"] = [candidate_id]
+    del doc["reinforcement_count"]
     return doc
 
 
 def from_document(doc: dict[str, Any]) -> MemoryVersion:
     data = {k: v for k, v in doc.items() if k not in STORED_ONLY}
     data["version_id"] = doc["_id"]
+    data["reinforcement_count"] = max(1, len(doc.get("candidate_ids", ())))
     data["embedding"] = tuple(float(x) for x in decode_embedding(doc["embedding"]))
     if "variants" in doc:
         data["fields"] = {**doc.get("fields", {}), "variants": list(doc["variants"])}

@@ -92,12 +92,14 @@ class ScopeIndex:
     by_memory: dict[str, int] = field(default_factory=dict)
     by_key: dict[str, int] = field(default_factory=dict)
     dead: int = 0
+    generation: int = 0  # changes whenever rows move (compaction, reload)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __len__(self) -> int:
         return len(self.by_memory)
 
     def replace_with(self, other: ScopeIndex) -> None:
+        self.generation += 1
         self.dims, self.rows, self.matrix = other.dims, other.rows, other.matrix
         self.alive = other.alive
         self.by_memory, self.by_key, self.dead = other.by_memory, other.by_key, other.dead
@@ -159,6 +161,7 @@ class ScopeIndex:
             self._compact()
 
     def _compact(self) -> None:
+        self.generation += 1
         live = [(i, r) for i, r in enumerate(self.rows) if r is not None]
         self.matrix = self.matrix[[i for i, _ in live]].copy()
         self.alive = np.ones(len(live), dtype=bool)
@@ -175,15 +178,38 @@ class ScopeIndex:
         q = _unit(vector)
         return float(self.matrix[self.by_memory[row.memory_id]] @ q)
 
+    def similarities(self, vectors: Vector) -> tuple[int, Vector]:
+        """Cosines of every row with each of ``vectors`` (rows × vectors), in one product.
+
+        Hand a column to :meth:`top` as ``known`` while :attr:`generation` is
+        unchanged; rows added since are scored then.
+        """
+        n = len(self.rows)
+        if n == 0:
+            return self.generation, np.zeros((0, len(vectors)), dtype=np.float32)
+        q = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return self.generation, self.matrix[:n] @ q.astype(np.float32).T
+
     def top(
-        self, vector: Vector, limit: int, key_prefix: str | None = None
+        self,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+        known: tuple[int, Vector] | None = None,
     ) -> list[tuple[Row, float]]:
         """The ``limit`` most similar current memories, best first (exact)."""
         n = len(self.rows)
         if n == 0 or limit <= 0:
             return []
         self.check_dims(vector)
-        sims = self.matrix[:n] @ _unit(vector)
+        q = _unit(vector)
+        if known is not None and known[0] == self.generation and len(known[1]) <= n:
+            m = len(known[1])
+            sims = np.empty(n, dtype=np.float32)
+            sims[:m] = known[1]
+            sims[m:] = self.matrix[m:n] @ q
+        else:
+            sims = self.matrix[:n] @ q
         if key_prefix is not None:
             prefix = normalize_key(key_prefix)
             keep = np.fromiter(

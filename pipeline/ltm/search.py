@@ -111,11 +111,16 @@ class ExactCosineSearch:
         return neighbours_in(index, candidate, limit)
 
 
-def neighbours_in(index: ScopeIndex, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+def neighbours_in(
+    index: ScopeIndex,
+    candidate: MemoryCandidate,
+    limit: int,
+    known: tuple[int, Vector] | None = None,
+) -> list[Neighbour]:
     """The key match and the ``limit`` nearest rows of an (already fresh) index."""
     vector = np.asarray(candidate.embedding, dtype=np.float32)
     index.check_dims(vector)
-    found: list[tuple[Row, float]] = index.top(vector, limit)
+    found: list[tuple[Row, float]] = index.top(vector, limit, known=known)
     keyed = index.keyed(candidate.key)
     if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
         found.append((keyed, index.similarity(keyed, vector)))

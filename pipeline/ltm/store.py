@@ -7,29 +7,30 @@ saves alike: both call :meth:`MemoryStore.reconcile`, which plans with
 **Guarantee.** ``reconcile(candidate)`` is idempotent and safe against
 concurrent writers of the same scope, without multi-document transactions:
 
-* *Ledger.* A candidate whose id is in ``reconcile_ledger`` is not applied
-  again; the recorded outcome is returned. The ledger entry is written last,
-  as the commit marker.
+* *Ledger.* ``reconcile_ledger`` holds one entry per candidate: ``pending``
+  is written before the first memory write, ``done`` (with the outcome) after
+  the last. A ``done`` candidate is not applied again — the recorded outcome
+  is returned; a ``pending`` one is completed (see below).
 * *Deterministic ids.* A new version's ``_id`` is
   ``MemoryVersion.make_version_id(memory_id, n)`` and a new memory's id is
   derived from (scope, type, key). Two writers that ADD the same key, or
-  UPDATE the same version, race for one ``_id``: the insert of the loser fails
-  with a duplicate key, which is a :class:`~pipeline.errors.WriteConflict` —
-  the loser re-reads the scope and plans again (bounded attempts).
-* *Conditional updates.* Superseding version *n* and reinforcing a version
-  are single-document atomic updates filtered on ``status: current`` (and, for
-  REINFORCE, on the candidate not being among ``candidate_ids``), so a
-  REINFORCE never lands on a superseded version and never counts twice.
+  UPDATE the same version, race for one ``_id``: the loser's insert fails
+  with a duplicate key — a :class:`~pipeline.errors.WriteConflict` — and it
+  re-reads the memory and plans again (bounded attempts).
+* *Idempotent single-document updates* (:mod:`pipeline.ltm.writes`): a
+  REINFORCE adds the candidate to the version's ``candidate_ids`` (and its
+  evidence) with ``$addToSet``, so it never counts twice; only the writer of
+  version *n + 1* supersedes version *n*.
 * *Roll forward after a crash.* Every document a candidate wrote carries its
-  id, so a candidate that was interrupted between its writes (not yet in the
-  ledger) is completed, not planned again. Until then readers see at most two
+  id, so a ``pending`` candidate is completed from what it already wrote, and
+  planned afresh only if it wrote nothing. Until then readers may see two
   ``current`` versions of one memory for a moment and take the higher one.
 
-Where :func:`pipeline.mongo.capabilities` reports transactions, the writes of
-one decision run inside a transaction as well. A REINFORCE that races an
-UPDATE of the same memory is counted on the version it confirmed (history
-keeps it). Every applied decision is logged in ``decision_log`` with its
-scores and reason.
+Where :func:`pipeline.mongo.capabilities` reports transactions, the memory
+writes of one decision run inside a transaction as well. A REINFORCE that
+races an UPDATE of the same memory is counted on the version it confirmed
+(history keeps it). Every applied decision is logged in ``decision_log`` with
+its scores and reason.
 """
 
 from __future__ import annotations
@@ -51,11 +52,24 @@ from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from pipeline.ltm.judge import Judge
 from pipeline.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
 from pipeline.ltm.reads import MemoryReads
-from pipeline.ltm.search import AtlasVectorSearch, ExactCosineSearch, VectorSearch
-from pipeline.models import Action, MemoryCandidate, MemoryType, MemoryVersion, utcnow
+from pipeline.ltm.search import (
+    AtlasVectorSearch,
+    ExactCosineSearch,
+    VectorSearch,
+    probe_vector_search,
+)
+from pipeline.ltm.writes import (
+    DONE,
+    decision_entry,
+    done_update,
+    pending_entry,
+    reinforce_update,
+    supersede_update,
+)
+from pipeline.models import Action, MemoryCandidate, MemoryVersion, utcnow
 from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
-__all__ = ["MemoryStore", "Outcome", "decision_entry", "ledger_entry"]
+__all__ = ["MemoryStore", "Outcome"]
 
 Doc = dict[str, Any]
 
@@ -123,8 +137,6 @@ class MemoryStore(MemoryReads):
         except StorageError:
             # mongo-java-server has no ``hello``; it has no transactions either.
             self.capabilities = Capabilities(transactions=False, server="unknown")
-        from pipeline.ltm.search import probe_vector_search
-
         if isinstance(self.search_backend, ExactCosineSearch) and await probe_vector_search(
             self.memories
         ):
@@ -138,12 +150,23 @@ class MemoryStore(MemoryReads):
 
     async def reconcile(self, candidate: MemoryCandidate) -> Outcome:
         """Plan and apply one candidate, exactly once in effect (see the guarantee)."""
-        done = await self._read(self.ledger.find_one({"_id": candidate.candidate_id}))
-        if done is not None:
-            return Outcome.model_validate({**done["outcome"], "replayed": True})
-        resumed = await self._resume(candidate)
-        if resumed is not None:
-            return resumed
+        cid = candidate.candidate_id
+        entry = await self._read(self.ledger.find_one({"_id": cid}))
+        if entry is not None and entry.get("state") == DONE:
+            return Outcome.model_validate({**entry["outcome"], "replayed": True})
+        if entry is not None:
+            resumed = await self._resume(candidate)
+            if resumed is not None:
+                return resumed
+        else:
+            try:
+                await self.ledger.insert_one(pending_entry(cid, self.clock()))
+            except DuplicateKeyError:  # another worker has just started it
+                resumed = await self._resume(candidate)
+                if resumed is not None:
+                    return resumed
+            except PyMongoError as exc:
+                raise StorageError(f"MongoDB write failed: {exc}") from exc
         for attempt in range(1, self.max_attempts + 1):
             decision = await self.plan(candidate)
             try:
@@ -213,27 +236,11 @@ class MemoryStore(MemoryReads):
     ) -> tuple[int | None, list[Doc]]:
         cid = candidate.candidate_id
         if decision.action is Action.REINFORCE:
-            update: Doc = {
-                "$inc": {"reinforcement_count": 1},
-                "$push": {"evidence": candidate.evidence.model_dump(mode="python"),
-                          "candidate_ids": cid},
-                "$set": {"updated_at": now},
-            }  # fmt: skip
-            definition = candidate.fields.get("definition")
-            if candidate.memory_type == MemoryType.TAXONOMIC and isinstance(definition, str):
-                update["$addToSet"] = {"variants": definition}
-            # find_one_and_update rather than update_one: equally atomic, and
-            # mongo-java-server serves it from the _id index (update_one scans).
-            result = await self._read(self.memories.find_one_and_update(
-                {"_id": decision.version_id, "status": "current", "candidate_ids": {"$ne": cid}},
-                update, projection={"_id": 1}, session=session,
+            result = await self._read(self.memories.update_one(
+                {"_id": decision.version_id}, reinforce_update(candidate, now), session=session
             ))  # fmt: skip
-            if result is None:
-                found = await self._read(self.memories.find_one(
-                    {"_id": decision.version_id}, {"candidate_ids": 1}, session=session
-                ))  # fmt: skip
-                if found is None or cid not in found.get("candidate_ids", []):
-                    raise WriteConflict(f"{decision.version_id} is no longer current")
+            if result.matched_count == 0:
+                raise WriteConflict(f"{decision.version_id} does not exist")
             return None, []
         version = build_version(candidate, decision, now)
         doc = to_document(version, cid, bson_vector=self.bson_vectors)
@@ -262,12 +269,9 @@ class MemoryStore(MemoryReads):
     async def _supersede(
         self, base_id: str, by: str, now: datetime, session: AsyncClientSession | None
     ) -> None:
-        await self._read(self.memories.find_one_and_update(
-            {"_id": base_id, "status": "current"},
-            {"$set": {"status": "superseded", "superseded_at": now, "superseded_by": by,
-                      "updated_at": now}},
-            projection={"_id": 1}, session=session,
-        ))  # fmt: skip
+        await self._read(
+            self.memories.update_one({"_id": base_id}, supersede_update(by, now), session=session)
+        )
 
     async def _record(
         self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
@@ -275,15 +279,12 @@ class MemoryStore(MemoryReads):
         entry = decision_entry(candidate, decision, outcome, now)
         await self._read(self.decisions.replace_one({"_id": candidate.candidate_id}, entry,
                                                     upsert=True))  # fmt: skip
-        try:
-            await self.ledger.insert_one(ledger_entry(outcome, now))
-        except DuplicateKeyError:
-            pass
-        except PyMongoError as exc:
-            raise StorageError(f"MongoDB write failed: {exc}") from exc
+        await self._read(self.ledger.update_one(
+            {"_id": candidate.candidate_id}, done_update(outcome, now), upsert=True
+        ))  # fmt: skip
 
     async def _resume(self, candidate: MemoryCandidate) -> Outcome | None:
-        """Finish a candidate whose writes began but whose ledger entry is missing."""
+        """Finish a ``pending`` candidate from what it wrote; ``None`` if it wrote nothing."""
         cid = candidate.candidate_id
         doc = await self._read(self.memories.find_one(
             {"candidate_ids": cid},
@@ -336,24 +337,3 @@ class MemoryStore(MemoryReads):
             return await op
         except PyMongoError as exc:
             raise StorageError(f"MongoDB operation failed: {exc}") from exc
-
-
-def decision_entry(
-    candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
-) -> Doc:
-    """The decision-log document of one applied candidate."""
-    entry = {
-        **decision.model_dump(mode="python"),
-        "_id": candidate.candidate_id,
-        "memory_type": candidate.memory_type,
-        "scope": candidate.scope.model_dump(),
-        "key": candidate.key,
-        "attempts": outcome.attempts,
-        "at": now,
-    }
-    entry["action"] = decision.action.value
-    return entry
-
-
-def ledger_entry(outcome: Outcome, now: datetime) -> Doc:
-    return {"_id": outcome.candidate_id, "outcome": outcome.model_dump(mode="python"), "at": now}

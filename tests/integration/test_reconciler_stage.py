@@ -80,7 +80,7 @@ async def test_stage_updates_reinforces_dedupes_and_dead_letters(
     ])  # fmt: skip
 
     async def ledger_has(n: int) -> bool:
-        return await db[LEDGER].count_documents({}) >= n
+        return await db[LEDGER].count_documents({"state": "done"}) >= n
 
     async with running(settings):
         await until(lambda: ledger_has(3))
@@ -88,7 +88,7 @@ async def test_stage_updates_reinforces_dedupes_and_dead_letters(
     assert [(d["version"], d["status"], d["action"]) for d in docs] == [
         (1, "superseded", "ADD"), (2, "current", "UPDATE"),
     ]  # fmt: skip
-    assert docs[1]["reinforcement_count"] == 2
+    assert len(docs[1]["candidate_ids"]) == 2
     assert [e["ref"] for e in docs[1]["evidence"]] == ["b", "c"]
 
     consumer = AIOKafkaConsumer(
@@ -138,7 +138,7 @@ async def test_direct_saves_and_the_stage_on_one_scope_at_once_stay_consistent(
     assert len({d["memory_id"] for d in docs}) == 1
     assert [d["status"] for d in docs].count("current") == 1
     assert sorted(d["version"] for d in docs) == list(range(1, len(docs) + 1))
-    assert sum(d["reinforcement_count"] for d in docs) == total
+    assert sum(len(d["candidate_ids"]) for d in docs) == total
     assert {e["source"] for d in docs for e in d["evidence"]} == {"direct", "snapshot"}
     assert final is not None
     assert final.version == len(docs)
@@ -147,7 +147,7 @@ async def test_direct_saves_and_the_stage_on_one_scope_at_once_stay_consistent(
 
 
 async def ledger_count_is(db: AsyncDatabase[Document], n: int) -> bool:
-    return await db[LEDGER].count_documents({}) >= n
+    return await db[LEDGER].count_documents({"state": "done"}) >= n
 
 
 async def test_mongomem_run_reconciler_stops_cleanly_on_sigterm(

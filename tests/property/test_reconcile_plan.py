@@ -109,6 +109,7 @@ def test_same_text_in_scope_reinforces(c: MemoryCandidate, ns: list[Neighbour]) 
 
 @given(candidates(), neighbours())
 def test_a_key_match_never_adds(c: MemoryCandidate, ns: list[Neighbour]) -> None:
+    ns = list({n.memory_id: n for n in ns}.values())  # one version per memory
     d = plan_reconcile(c, ns)
     if any(same_place(c, n) and normalize_key(n.key) == normalize_key(c.key) for n in ns):
         assert d.action is not Action.ADD
