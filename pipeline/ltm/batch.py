@@ -130,28 +130,33 @@ async def _reconcile_scope(
     generation, sims = index.similarities(vectors)
     now = store.clock()
     planned: list[tuple[int, MemoryCandidate, Decision]] = []
-    ops: list[Op] = []
-    ends: list[int] = []  # index of each candidate's last op
+    inserts: list[tuple[int, Op]] = []  # (position in planned, op)
+    updates: list[tuple[int, Op]] = []
     changed: list[str] = []
     for j, (i, c) in enumerate(items):
         known = (generation, sims[:, j])
         decision = await store.decide(c, neighbours_in(index, c, store.thresholds.neighbours,
                                                        known))  # fmt: skip
         if decision.action is Action.REINFORCE:
-            ops.append(UpdateOne({"_id": decision.version_id}, reinforce_update(c, now)))
+            updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
         else:
             version = build_version(c, decision, now)
             doc = to_document(version, c.candidate_id, bson_vector=store.bson_vectors)
-            ops.append(InsertOne(doc))
+            inserts.append((j, InsertOne(doc)))
             changed.append(decision.version_id)
             if decision.base_version_id is not None:
-                ops.append(UpdateOne({"_id": decision.base_version_id},
-                                     supersede_update(decision.version_id, now)))  # fmt: skip
+                supersede = supersede_update(decision.version_id, now)
+                updates.append((j, UpdateOne({"_id": decision.base_version_id}, supersede)))
                 changed.append(decision.base_version_id)
             row = Row(decision.version_id, decision.memory_id, decision.version, c.key, c.text)
             index.upsert(row, vectors[j])
         planned.append((i, c, decision))
-        ends.append(len(ops) - 1)
+    # All inserts, then all updates: two commands, and every update comes after the
+    # insert of the version it touches (updates of one document commute here).
+    ops = [op for _, op in inserts] + [op for _, op in updates]
+    ends = [-1] * len(planned)  # index of each candidate's last op
+    for at, (j, _) in enumerate([*inserts, *updates]):
+        ends[j] = at
     completed = len(ops)
     try:
         result = await store.memories.bulk_write(ops, ordered=True)

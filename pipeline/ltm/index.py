@@ -219,7 +219,7 @@ class ScopeIndex:
             )
         else:
             keep = self.alive[:n]
-        sims = np.where(keep, sims, -np.inf)
+        sims = np.where(keep, sims, np.float32(-np.inf))
         k = min(limit, int(keep.sum()))
         if k == 0:
             return []

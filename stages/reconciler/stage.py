@@ -197,4 +197,7 @@ def consumer_options(kafka: KafkaSettings, group_suffix: str) -> dict[str, Any]:
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "request_timeout_ms": int(kafka.request_timeout_s * 1000),
+        # Candidates carry embeddings (~8 KB as JSON): fetch enough for full batches.
+        "max_partition_fetch_bytes": 16 * 1024 * 1024,
+        "fetch_max_bytes": 64 * 1024 * 1024,
     }
