@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from pipeline.errors import ConfigError
+from pipeline.ltm.kinds import KINDS
 from pipeline.models import BUILTIN_MEMORY_TYPES, MemoryType, ScopeKind
 from pipeline.project_config import CustomTypeConfig, ProjectConfig
 
@@ -127,8 +128,14 @@ class TypeSpec:
         return f"{self.prompt_version}+sys-{SYSTEM_PROMPT_VERSION}"
 
 
+# The normalised fields are the stored fields of pipeline.ltm.kinds (the table
+# the reconciler and the SDK share), plus type-specific extras (participants,
+# when, steps), so an extracted memory and a direct save of the same thing have
+# the same key, the same embedded text, and read back the same way.
+
+
 def _semantic(f: Fields) -> Fields:
-    return {"label": slug(f["label"]), "fact": _clean(f["fact"])}
+    return {"label": slug(f["label"]), "text": _clean(f["fact"])}
 
 
 def _episodic(f: Fields) -> Fields:
@@ -136,7 +143,7 @@ def _episodic(f: Fields) -> Fields:
     when = _clean(f["when"]) if f.get("when") else None
     return {
         "title": _clean(f["title"]),
-        "account": _clean(f["account"]),
+        "content": _clean(f["account"]),
         "participants": sorted(dict.fromkeys(participants)),
         "when": when,
     }
@@ -161,42 +168,19 @@ def _taxonomic(f: Fields) -> Fields:
     }
 
 
-_BUILTIN: dict[str, tuple[ScopeKind, type[BaseModel], Callable[[Fields], Fields], Any, Any]] = {
-    MemoryType.SEMANTIC: (
-        ScopeKind.USER,
-        SemanticItem,
-        _semantic,
-        lambda f: f["label"],
-        lambda f: f["fact"],
-    ),
-    MemoryType.EPISODIC: (
-        ScopeKind.USER,
-        EpisodicItem,
-        _episodic,
-        lambda f: f["title"],
-        lambda f: f"{f['title']}: {f['account']}",
-    ),
-    MemoryType.PROCEDURAL: (
-        ScopeKind.USER,
-        ProceduralItem,
-        _procedural,
-        lambda f: f["name"],
-        lambda f: f"{f['name']}: {f['description']}\n{f['content']}",
-    ),
-    MemoryType.TAXONOMIC: (
-        ScopeKind.PROJECT,
-        TaxonomicItem,
-        _taxonomic,
-        lambda f: f"{f['domain']}/{f['term']}",
-        lambda f: f"{f['term']} ({f['domain']}): {f['definition']}",
-    ),
+_BUILTIN: dict[str, tuple[ScopeKind, type[BaseModel], Callable[[Fields], Fields]]] = {
+    MemoryType.SEMANTIC: (ScopeKind.USER, SemanticItem, _semantic),
+    MemoryType.EPISODIC: (ScopeKind.USER, EpisodicItem, _episodic),
+    MemoryType.PROCEDURAL: (ScopeKind.USER, ProceduralItem, _procedural),
+    MemoryType.TAXONOMIC: (ScopeKind.PROJECT, TaxonomicItem, _taxonomic),
 }
 
 BUILTIN_PROMPT_VERSION = "v1"
 
 
 def builtin_spec(name: str) -> TypeSpec:
-    scope, item, normalise, key_of, text_of = _BUILTIN[name]
+    scope, item, normalise = _BUILTIN[name]
+    kind = KINDS[name]
     return TypeSpec(
         name=name,
         scope=scope,
@@ -204,8 +188,8 @@ def builtin_spec(name: str) -> TypeSpec:
         instructions=load_prompt(f"{name}-{BUILTIN_PROMPT_VERSION}"),
         item_model=item,
         normalise=normalise,
-        key_of=key_of,
-        text_of=text_of,
+        key_of=kind.key,
+        text_of=kind.text,
     )
 
 

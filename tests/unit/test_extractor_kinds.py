@@ -1,0 +1,51 @@
+"""Extracted memories are stored in the same shape as direct saves (pipeline.ltm.kinds).
+
+If the extractor and the SDK disagreed on field names, keys or embedded text,
+an extracted fact and a saved one could never REINFORCE each other and the
+SDK could not read what the pipeline wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pipeline.ltm.kinds import KINDS
+from pipeline.models import utcnow
+from pipeline.sdk.models import MemoryRecord, typed
+from stages.extractor.types import builtin_spec
+
+ITEMS: dict[str, dict[str, Any]] = {
+    "semantic": {"label": "Home Airport", "fact": "The user's home airport is Boston."},
+    "episodic": {
+        "title": "Trip planning",
+        "account": "Planned a summer trip to Lisbon.",
+        "participants": ["user", "assistant"],
+        "when": None,
+    },
+    "procedural": {
+        "name": "compare flights",
+        "description": "Compare flight options.",
+        "steps": ["Rank by price", "Then by stops"],
+    },
+    "taxonomic": {"domain": "Airline", "term": "Red-eye", "definition": "An overnight flight."},
+}
+
+
+@pytest.mark.parametrize("memory_type", sorted(KINDS))
+def test_extracted_fields_match_the_shared_kind(memory_type: str) -> None:
+    spec = builtin_spec(memory_type)
+    kind = KINDS[memory_type]
+    fields = spec.normalise(spec.item_model.model_validate(ITEMS[memory_type]).model_dump())
+    assert set(kind.fields) <= set(fields)
+    kind.check(fields)  # raises if a stored field is missing or empty
+    assert spec.key_of(fields) == kind.key(fields)
+    assert spec.text_of(fields) == kind.text(fields)
+    now = utcnow()
+    record = MemoryRecord(
+        memory_id="m", version=1, version_id="v", memory_type=memory_type,
+        key=kind.key(fields), text=kind.text(fields), fields=fields,
+        reinforcement_count=1, created_at=now, updated_at=now,
+    )  # fmt: skip
+    assert typed(record).memory_type == memory_type  # the SDK reads it back
