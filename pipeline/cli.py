@@ -4,8 +4,12 @@
 
     mongomem infra up|down|status    local Kafka + MongoDB-compatible servers
     mongomem run <stage> [...]       run one stage in this process
-    mongomem up                      servers + every stage as processes (make run)
+    mongomem up [--no-demo]          servers + every stage as processes + demo (make run)
     mongomem down                    stop the stages and the servers (make stop)
+    mongomem status                  extractions in force, readiness, lag, dead letters
+    mongomem configure FILE          check project-config.yaml; write the env it implies
+    mongomem apply FILE              configure, restart extractors, wait until ready
+    mongomem replay <stage> ...      re-run a stage from an offset/time in a new group
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -17,6 +21,8 @@ import asyncio
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MongomemError
@@ -80,6 +86,43 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _up(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.runner import up
+
+    return up(settings, demo=not args.no_demo)
+
+
+def _down(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.runner import down
+
+    return down(settings)
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.operate import print_status
+
+    return asyncio.run(print_status(settings))
+
+
+def _configure(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.operate import configure
+
+    configure(settings, args.file)
+    return 0
+
+
+def _apply(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.operate import apply
+
+    return apply(settings, args.file, timeout_s=args.timeout)
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.operate import replay
+
+    return asyncio.run(replay(settings, args, _load_stage(args.stage)))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mongomem", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,7 +144,66 @@ def _parser() -> argparse.ArgumentParser:
         "--group-suffix", default="", help="consumer-group suffix (replays run in a new group)"
     )
     run_p.set_defaults(handler=_run)
+
+    up_p = sub.add_parser("up", help="servers + every stage as processes, then the demo")
+    up_p.add_argument("--no-demo", action="store_true", help="start everything, skip the demo")
+    up_p.set_defaults(handler=_up)
+    sub.add_parser("down", help="stop the stage processes and the servers").set_defaults(
+        handler=_down
+    )
+    sub.add_parser("status", help="extractions, readiness, lag, dead letters").set_defaults(
+        handler=_status
+    )
+    conf_p = sub.add_parser("configure", help="check project-config.yaml and save its settings")
+    conf_p.add_argument("file", type=Path)
+    conf_p.set_defaults(handler=_configure)
+    apply_p = sub.add_parser("apply", help="configure, restart extractors, wait until ready")
+    apply_p.add_argument("file", type=Path)
+    apply_p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
+    apply_p.set_defaults(handler=_apply)
+
+    replay_p = sub.add_parser("replay", help="re-run a stage from an offset/time in a new group")
+    replay_p.add_argument("stage", choices=["windowing", "extractor", "reconciler"])
+    start = replay_p.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-offset",
+        type=int,
+        default=None,
+        help="start every partition at this offset (default: the beginning)",
+    )
+    start.add_argument(
+        "--since",
+        type=_aware_time,
+        default=None,
+        help="start at the first record at or after this ISO time (UTC if naive)",
+    )
+    replay_p.add_argument(
+        "--group-suffix",
+        required=True,
+        help="the new consumer group's suffix, e.g. -backfill-2026-11",
+    )
+    replay_p.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        default=None,
+        help="extractor: memory type to replay (repeatable)",
+    )
+    replay_p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep running after catching up (default: stop when caught up)",
+    )
+    replay_p.set_defaults(handler=_replay)
     return parser
+
+
+def _aware_time(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r}") from exc
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,7 @@ MONGOMEM_STM_WATCHER_BATCH_MAX         turns per watcher flush/checkpoint (500)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -54,6 +55,7 @@ __all__ = [
     "StmSettings",
     "WindowingSettings",
     "load_settings",
+    "overlay",
 ]
 
 TYPE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
@@ -249,25 +251,53 @@ def _describe(exc: ValidationError, source: str, prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+_GROUPS: dict[str, type[BaseSettings]] = {
+    "mongodb": MongoSettings,
+    "kafka": KafkaSettings,
+    "windowing": WindowingSettings,
+    "extraction": ExtractionSettings,
+    "llm": LLMSettings,
+    "embedding": EmbeddingSettings,
+    "service": ServiceSettings,
+    "infra": InfraSettings,
+    "stm": StmSettings,
+}
+
+
+def overlay(settings: Settings, env: Mapping[str, str]) -> Settings:
+    """``settings`` with the ``MONGOMEM_*`` variables of ``env`` applied on top.
+
+    Used where a process must see the settings another process was given
+    (``mongomem status`` reading the environment ``make run`` gave the stages).
+    """
+    updates: dict[str, Any] = {}
+    for name, cls in _GROUPS.items():
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        values: dict[str, Any] = {}
+        for key, value in env.items():
+            if key == "MONGOMEM_ENABLED_EXTRACTIONS" and name == "extraction":
+                values["enabled"] = value
+            elif key.startswith(prefix) and key[len(prefix) :].lower() in cls.model_fields:
+                values[key[len(prefix) :].lower()] = value
+        if values:
+            current = getattr(settings, name).model_dump(exclude_unset=True)
+            try:
+                updates[name] = cls.model_validate({**current, **values})
+            except ValidationError as exc:
+                raise ConfigError(_describe(exc, "the saved stage environment", prefix)) from exc
+    if "MONGOMEM_PROJECT_CONFIG" in env:
+        updates["project_config"] = Path(env["MONGOMEM_PROJECT_CONFIG"])
+    return settings.model_copy(update=updates)
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment, failing with a :class:`ConfigError`.
 
     ``overrides`` replace whole groups (``kafka=KafkaSettings(...)``) or root
     fields, for tests and embedding applications.
     """
-    groups: dict[str, type[BaseSettings]] = {
-        "mongodb": MongoSettings,
-        "kafka": KafkaSettings,
-        "windowing": WindowingSettings,
-        "extraction": ExtractionSettings,
-        "llm": LLMSettings,
-        "embedding": EmbeddingSettings,
-        "service": ServiceSettings,
-        "infra": InfraSettings,
-        "stm": StmSettings,
-    }
     values: dict[str, Any] = {}
-    for name, cls in groups.items():
+    for name, cls in _GROUPS.items():
         if name in overrides:
             continue
         prefix = cls.model_config.get("env_prefix", "")

@@ -127,3 +127,27 @@ def test_bad_project_config_names_file_and_field(tmp_path: Path, text: str, wher
 def test_missing_project_config_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_project_config(tmp_path / "nope.yaml")
+
+
+def test_overlay_applies_another_processes_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.settings import overlay
+
+    monkeypatch.delenv("MONGOMEM_ENABLED_EXTRACTIONS", raising=False)
+    base = load_settings()
+    seen = overlay(
+        base,
+        {
+            "MONGOMEM_LLM_BASE_URL": "http://127.0.0.1:1/v1",
+            "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+            "MONGOMEM_ENABLED_EXTRACTIONS": "semantic,episodic",
+            "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "4",
+            "UNRELATED": "x",
+        },
+    )
+    assert seen.llm.base_url == "http://127.0.0.1:1/v1"
+    assert seen.embedding.provider == "stand-in"
+    assert seen.extraction.enabled == ("semantic", "episodic")
+    assert seen.windowing.idle_timeout_s == 4
+    assert seen.kafka == base.kafka
+    with pytest.raises(ConfigError, match="MONGOMEM_EMBEDDING_PROVIDER"):
+        overlay(base, {"MONGOMEM_EMBEDDING_PROVIDER": "telepathy"})

