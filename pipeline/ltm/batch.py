@@ -134,7 +134,7 @@ async def _reconcile_scope(
     updates: list[tuple[int, Op]] = []
     changed: list[str] = []
     for j, (i, c) in enumerate(items):
-        known = (generation, sims[:, j])
+        known = (generation, sims[j])
         decision = await store.decide(c, neighbours_in(index, c, store.thresholds.neighbours,
                                                        known))  # fmt: skip
         if decision.action is Action.REINFORCE:

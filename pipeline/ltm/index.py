@@ -179,16 +179,16 @@ class ScopeIndex:
         return float(self.matrix[self.by_memory[row.memory_id]] @ q)
 
     def similarities(self, vectors: Vector) -> tuple[int, Vector]:
-        """Cosines of every row with each of ``vectors`` (rows × vectors), in one product.
+        """Cosines of each of ``vectors`` with every row (vectors × rows), in one product.
 
-        Hand a column to :meth:`top` as ``known`` while :attr:`generation` is
-        unchanged; rows added since are scored then.
+        Hand a row of the result to :meth:`top` as ``known`` while
+        :attr:`generation` is unchanged; rows added since are scored then.
         """
         n = len(self.rows)
         if n == 0:
-            return self.generation, np.zeros((0, len(vectors)), dtype=np.float32)
+            return self.generation, np.zeros((len(vectors), 0), dtype=np.float32)
         q = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return self.generation, self.matrix[:n] @ q.astype(np.float32).T
+        return self.generation, q.astype(np.float32) @ self.matrix[:n].T
 
     def top(
         self,
