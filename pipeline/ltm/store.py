@@ -36,6 +36,7 @@ its scores and reason.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -46,7 +47,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from pipeline.errors import StorageError, WriteConflict
+from pipeline.errors import MongomemError, StorageError, WriteConflict
 from pipeline.ltm.documents import to_document
 from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from pipeline.ltm.judge import Judge
@@ -72,6 +73,7 @@ from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabiliti
 __all__ = ["MemoryStore", "Outcome"]
 
 Doc = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class Outcome(BaseModel):
@@ -193,7 +195,13 @@ class MemoryStore(MemoryReads):
                 None,
             )  # fmt: skip
             if target is not None:
-                verdict = await self.judge.judge(candidate, target)
+                try:
+                    verdict = await self.judge.judge(candidate, target)
+                except MongomemError as exc:
+                    # The judge is an optional refinement: never stall the stream on it.
+                    log.warning("judge failed (%s); using the judge-less default", exc)
+                    reason = f"{decision.reason}; judge failed: {type(exc).__name__}"
+                    return decision.model_copy(update={"reason": reason})
                 decision = plan_reconcile(candidate, neighbours, self.thresholds, verdict)
         return decision
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.ltm import MemoryStore, ScriptedJudge, Thresholds
+from pipeline.ltm import MemoryStore, ScriptedJudge, Thresholds, probe_vector_search
 from pipeline.ltm.testing import candidate
 from pipeline.models import Action, MemoryScope, MemoryStatus
 from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
@@ -227,3 +227,14 @@ async def test_batch_applies_in_order_and_skips_repeats(store: MemoryStore) -> N
     current = await store.get(ME, "semantic", "home-airport")
     assert current is not None
     assert (current.version, current.reinforcement_count) == (2, 2)
+
+
+async def test_vector_search_is_used_where_the_server_has_it(store: MemoryStore) -> None:
+    await store.reconcile(airport("Boston", "a"))
+    probe = airport("Boston", "q")
+    hits = await store.search(ME, "semantic", probe.embedding, limit=1)
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-4)  # same answer from either backend
+    if not await probe_vector_search(store.memories):
+        assert store.search_backend.name == "exact-cosine"
+        pytest.skip("this server has no $vectorSearch: the exact cosine scan answered")
+    assert store.search_backend.name == "atlas-vector-search"
