@@ -19,6 +19,7 @@ twice is harmless. Writers in this process apply their own change directly.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,15 +248,43 @@ def _unit(vector: Vector) -> Vector:
 
 
 class IndexCache:
-    """Per-(scope, type) :class:`ScopeIndex` objects, refreshed from the scope log."""
+    """Per-(scope, type) :class:`ScopeIndex` objects, refreshed from the scope log.
 
-    def __init__(self, memories: AsyncCollection[Doc], log: AsyncCollection[Doc]) -> None:
+    At most ``max_rows`` rows are cached across scopes; the least recently used
+    scopes are dropped first (and reloaded when next asked for).
+    """
+
+    def __init__(
+        self,
+        memories: AsyncCollection[Doc],
+        log: AsyncCollection[Doc],
+        *,
+        max_rows: int = 1_000_000,
+    ) -> None:
         self._memories = memories
         self._log = log
-        self._indexes: dict[str, ScopeIndex] = {}
+        self._indexes: OrderedDict[str, ScopeIndex] = OrderedDict()
+        self.max_rows = max_rows
 
     def peek(self, scope: MemoryScope, memory_type: str) -> ScopeIndex:
-        return self._indexes.setdefault(scope_log_id(scope, memory_type), ScopeIndex())
+        key = scope_log_id(scope, memory_type)
+        index = self._indexes.get(key)
+        if index is None:
+            index = self._indexes[key] = ScopeIndex()
+            self._evict(keep=key)
+        self._indexes.move_to_end(key)
+        return index
+
+    def _evict(self, keep: str) -> None:
+        total = sum(len(ix.rows) for ix in self._indexes.values())
+        for key in list(self._indexes):
+            if total <= self.max_rows:
+                return
+            index = self._indexes[key]
+            if key == keep or index.lock.locked():
+                continue
+            total -= len(index.rows)
+            del self._indexes[key]
 
     async def fresh(self, scope: MemoryScope, memory_type: str) -> ScopeIndex:
         """The scope's index, brought up to date with what is committed now."""

@@ -140,3 +140,19 @@ def test_all_is_sorted_and_resolves(name: str) -> None:
     assert list(module.__all__) == sorted(module.__all__, key=order)
     for symbol in module.__all__:
         assert hasattr(module, symbol), symbol
+
+
+def test_index_cache_drops_least_recently_used_scopes() -> None:
+    from pipeline.ltm.index import IndexCache
+
+    cache = IndexCache(None, None, max_rows=2)  # type: ignore[arg-type]
+    scopes = [MemoryScope(project_id="p", user_id=f"u{i}") for i in range(3)]
+    first = cache.peek(scopes[0], "semantic")
+    first.upsert(Row("v0", "m0", 1, "k", "t"), unit(1, 0))
+    second = cache.peek(scopes[1], "semantic")
+    second.upsert(Row("v1", "m1", 1, "k", "t"), unit(1, 0))
+    second.upsert(Row("v2", "m2", 1, "k2", "t"), unit(0, 1))
+    cache.peek(scopes[1], "semantic")  # recently used
+    cache.peek(scopes[2], "semantic")  # over budget: scope 0 goes
+    assert cache.peek(scopes[1], "semantic") is second
+    assert cache.peek(scopes[0], "semantic") is not first
