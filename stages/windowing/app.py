@@ -130,6 +130,9 @@ def build_app(
                     message.partition,
                     message.offset,
                 )
+                # Stop without waiting for this record to be acked (it never will be):
+                # offsets are committed up to the record before it, and no further.
+                app.conf.stream_wait_empty = False
                 if not failure.done():
                     failure.set_exception(exc)
                 await asyncio.Event().wait()  # never ack this record

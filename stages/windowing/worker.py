@@ -35,6 +35,9 @@ __all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
 
 log = logging.getLogger("mongomem.windowing")
 
+#: How long a stop may wait for the record in flight (a retry in progress) to finish.
+STOP_TIMEOUT_S = 30.0
+
 
 async def topic_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
     try:
@@ -125,7 +128,10 @@ class WindowingWorker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
             if app is not None:
-                await app.stop()
+                try:
+                    await asyncio.wait_for(app.stop(), STOP_TIMEOUT_S)
+                except TimeoutError:
+                    log.error("faust did not stop within %s s; leaving it", STOP_TIMEOUT_S)
             await producer.stop()
             await client.close()
 

@@ -18,15 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from pymongo import AsyncMongoClient
 
 from pipeline.codec import encode
+from pipeline.errors import StorageError
+from pipeline.infra import free_port
 from pipeline.kafka import dead_letter_topic, ensure_topics, make_producer
 from pipeline.models import SessionKey, Snapshot, Turn, utcnow
 from pipeline.mongo import SNAPSHOTS, TURNS, Document
 from pipeline.ops import group_lag
-from pipeline.settings import Settings, WindowingSettings
+from pipeline.settings import MongoSettings, Settings, WindowingSettings
 from stages.windowing import WindowingWorker
 
 pytestmark = pytest.mark.integration
@@ -59,14 +62,16 @@ class Turns:
         self.coll = mongo[settings.mongodb.database][TURNS]
         self.producer: AIOKafkaProducer = make_producer(settings.kafka)
 
-    async def send(self, turn: Turn, *, store: bool = True) -> None:
+    async def send(self, turn: Turn, *, store: bool = True) -> int:
+        """Write ``turn``; returns the partition it went to."""
         if store:
             doc = {"_id": turn.turn_id, **turn.model_dump(mode="python", exclude={"turn_id"})}
             doc["role"] = str(doc["role"])
             await self.coll.replace_one({"_id": turn.turn_id}, doc, upsert=True)
-        await self.producer.send_and_wait(
+        sent = await self.producer.send_and_wait(
             self.settings.kafka.topic("turns"), encode(turn), key=turn.session.kafka_key()
         )
+        return int(sent.partition)
 
 
 @contextlib.asynccontextmanager
@@ -339,3 +344,35 @@ async def test_windows_survive_rebalances_between_two_workers(
     expected = [(s, first_seq, last_seq, "count") for s in names for first_seq, last_seq in ranges]
     assert spans(docs) == expected, logs[1].read_text()[-3000:]
     assert first.returncode == 0
+
+
+async def test_a_record_that_keeps_failing_stops_the_stage_unacknowledged(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    settings = with_windows(settings, max_messages=1, idle_timeout_s=600, tick_interval_s=0.5)
+    nowhere = settings.model_copy(
+        update={
+            "mongodb": MongoSettings(
+                uri=f"mongodb://127.0.0.1:{free_port()}/?directConnection=true",
+                database=settings.mongodb.database,
+                server_selection_timeout_s=0.3,
+            )
+        }
+    )
+    f = SessionKey(project_id="p", user_id="u", session_id="f")
+    async with turn_writer(settings, mongo) as writer:
+        partition = await writer.send(make_turn(f, 1))
+        worker = WindowingWorker(nowhere)
+        with pytest.raises(StorageError):
+            await asyncio.wait_for(worker.run(), 60)
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap)
+        await admin.start()
+        try:
+            offsets = await admin.list_consumer_group_offsets(worker.group)
+        finally:
+            await admin.close()
+        committed = offsets.get(TopicPartition(settings.kafka.topic("turns"), partition))
+        assert committed is None or committed.offset <= 0, "the failing turn was not acknowledged"
+        async with running(settings):  # MongoDB is back: the turn is processed after all
+            docs = await eventually(lambda: at_least(mongo, settings, 1), within=30)
+    assert spans(docs) == [("f", 1, 1, "count")]
