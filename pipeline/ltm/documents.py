@@ -72,7 +72,8 @@ def from_document(doc: dict[str, Any]) -> MemoryVersion:
     data = {k: v for k, v in doc.items() if k not in STORED_ONLY}
     data["version_id"] = doc["_id"]
     data["reinforcement_count"] = max(1, len(doc.get("candidate_ids", ())))
-    data["embedding"] = tuple(float(x) for x in decode_embedding(doc["embedding"]))
+    raw = doc.get("embedding")  # absent when a read projected it out
+    data["embedding"] = () if raw is None else tuple(float(x) for x in decode_embedding(raw))
     if "variants" in doc:
         data["fields"] = {**doc.get("fields", {}), "variants": list(doc["variants"])}
     return MemoryVersion.model_validate(data)

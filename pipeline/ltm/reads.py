@@ -4,6 +4,7 @@ Every read is filtered on one scope (``scope.project_id`` and
 ``scope.user_id``, the latter ``None`` for project-wide types), so no read
 crosses a user's or a project's scope (SPEC F3). When a crash or a race leaves
 two ``current`` versions of one memory for a moment, reads keep the higher.
+Versions are returned without their embedding (``embedding == ()``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryReads"]
 
 Doc = dict[str, Any]
+
+#: Reads return versions without their embedding (``embedding == ()``): callers
+#: rarely need it, and leaving 1.5 KB per document out makes reads several times faster.
+NO_EMBEDDING = {"embedding": 0}
 
 
 async def _run(op: Awaitable[Any]) -> Any:
@@ -63,7 +68,9 @@ class MemoryReads:
     async def get(self, scope: MemoryScope, memory_type: str, key: str) -> MemoryVersion | None:
         """The current version of the memory with this key, or ``None``."""
         query = {**self._current(scope, memory_type), "key_norm": normalize_key(key)}
-        doc = await _run(self.memories.find_one(query, sort=[("version", DESCENDING)]))
+        doc = await _run(
+            self.memories.find_one(query, NO_EMBEDDING, sort=[("version", DESCENDING)])
+        )
         return None if doc is None else from_document(doc)
 
     async def search(
@@ -81,7 +88,8 @@ class MemoryReads:
             return []
         ids = [version_id for version_id, _ in hits]
         found = {
-            d["_id"]: d for d in await _run(self.memories.find({"_id": {"$in": ids}}).to_list())
+            d["_id"]: d
+            for d in await _run(self.memories.find({"_id": {"$in": ids}}, NO_EMBEDDING).to_list())
         }
         scope_query = self._current(scope, memory_type)
         out = []
@@ -104,7 +112,9 @@ class MemoryReads:
         query = self._current(scope, memory_type)
         if key_prefix is not None:
             query["key_norm"] = {"$regex": "^" + _escape(normalize_key(key_prefix))}
-        cursor = self.memories.find(query, sort=[("updated_at", DESCENDING)], limit=limit * 2)
+        cursor = self.memories.find(
+            query, NO_EMBEDDING, sort=[("updated_at", DESCENDING)], limit=limit * 2
+        )
         return _latest(await _run(cursor.to_list()))[:limit]
 
     async def list_domains(self, project_id: str) -> list[str]:
@@ -117,7 +127,7 @@ class MemoryReads:
         """Every version of the memory, oldest first — only if it lives in one of ``scopes``."""
         ors = [scope_filter(s.project_id, s.user_id) for s in scopes]
         query: Doc = {"memory_id": memory_id, "$or": ors}
-        cursor = self.memories.find(query, sort=[("version", ASCENDING)])
+        cursor = self.memories.find(query, NO_EMBEDDING, sort=[("version", ASCENDING)])
         return [from_document(d) for d in await _run(cursor.to_list())]
 
     async def decisions_for(self, memory_id: str) -> list[Doc]:
