@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pymongo import InsertOne, ReplaceOne, UpdateOne
+from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
 from pipeline.errors import StorageError
@@ -135,8 +135,8 @@ async def _reconcile_scope(
     changed: list[str] = []
     for j, (i, c) in enumerate(items):
         known = (generation, sims[j])
-        decision = await store.decide(c, neighbours_in(index, c, store.thresholds.neighbours,
-                                                       known))  # fmt: skip
+        t = store.thresholds
+        decision = await store.decide(c, neighbours_in(index, c, t.neighbours, known, t.floor))
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
         else:
@@ -184,11 +184,15 @@ async def _reconcile_scope(
         )  # fmt: skip
         finished.append((c, d, outcomes[i]))
     if finished:
-        await _run(store.decisions.bulk_write(
-            [ReplaceOne({"_id": c.candidate_id}, decision_entry(c, d, o, now), upsert=True)
-             for c, d, o in finished],
-            ordered=False,
-        ))  # fmt: skip
+        try:  # fresh candidates have no entry yet (a retried one goes one at a time)
+            await store.decisions.insert_many(
+                [decision_entry(c, d, o, now) for c, d, o in finished], ordered=False
+            )
+        except BulkWriteError as exc:
+            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+                raise StorageError(f"writing the decision log failed: {exc}") from exc
+        except PyMongoError as exc:
+            raise StorageError(f"writing the decision log failed: {exc}") from exc
         await _run(store.ledger.bulk_write(
             [UpdateOne({"_id": o.candidate_id}, done_update(o, now)) for _, _, o in finished],
             ordered=False,

@@ -197,8 +197,12 @@ class ScopeIndex:
         limit: int,
         key_prefix: str | None = None,
         known: tuple[int, Vector] | None = None,
+        floor: float | None = None,
     ) -> list[tuple[Row, float]]:
-        """The ``limit`` most similar current memories, best first (exact)."""
+        """The ``limit`` most similar current memories, best first (exact).
+
+        ``floor`` leaves out rows less similar than it (fewer results, less work).
+        """
         n = len(self.rows)
         if n == 0 or limit <= 0:
             return []
@@ -220,17 +224,22 @@ class ScopeIndex:
             )
         else:
             keep = self.alive[:n]
-        sims = np.where(keep, sims, np.float32(-np.inf))
-        k = min(limit, int(keep.sum()))
-        if k == 0:
+        if floor is not None:
+            keep = keep & (sims >= np.float32(floor))
+        pool = np.flatnonzero(keep)
+        if len(pool) == 0:
             return []
-        best = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
-        best = best[np.argsort(-sims[best], kind="stable")][:k]
+        scores = sims[pool]
+        k = min(limit, len(pool))
+        if k < len(pool):
+            part = np.argpartition(-scores, k - 1)[:k]
+            pool, scores = pool[part], scores[part]
+        order = np.argsort(-scores, kind="stable")
         out = []
-        for i in best:
+        for i, score in zip(pool[order], scores[order], strict=True):
             row = self.rows[int(i)]
-            if row is not None and np.isfinite(sims[i]):
-                out.append((row, float(sims[i])))
+            if row is not None:
+                out.append((row, float(score)))
         return out
 
     def apply_documents(self, docs: Iterable[Doc]) -> None:

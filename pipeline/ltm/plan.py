@@ -56,12 +56,17 @@ class Thresholds(_Frozen):
     reinforce_at: float = Field(default=0.95, ge=-1, le=1)
     duplicate_at: float = Field(default=0.95, ge=-1, le=1)
     ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
+    #: Neighbours less similar than this are not looked at (nor logged); it only
+    #: saves work, since nothing below ``ambiguous_at`` changes a decision.
+    floor: float = Field(default=0.5, ge=-1, le=1)
     neighbours: int = Field(default=5, ge=1, le=100)
 
     @model_validator(mode="after")
     def _ordered(self) -> Thresholds:
         if self.ambiguous_at > min(self.reinforce_at, self.duplicate_at):
             raise ValueError("ambiguous_at must not exceed reinforce_at or duplicate_at")
+        if self.floor > self.ambiguous_at:
+            raise ValueError("floor must not exceed ambiguous_at")
         return self
 
 

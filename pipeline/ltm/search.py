@@ -54,8 +54,11 @@ class VectorSearch(Protocol):
         """``(version_id, cosine)`` pairs, best first."""
         ...
 
-    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
-        """The candidate's key match (if any) and its ``limit`` nearest memories."""
+    async def neighbours(
+        self, candidate: MemoryCandidate, limit: int, floor: float | None = None
+    ) -> list[Neighbour]:
+        """The candidate's key match (if any) and its ``limit`` nearest memories that are
+        at least ``floor`` similar."""
         ...
 
 
@@ -106,9 +109,11 @@ class ExactCosineSearch:
         index = await self.cache.fresh(scope, memory_type)
         return [(row.version_id, sim) for row, sim in index.top(vector, limit, key_prefix)]
 
-    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+    async def neighbours(
+        self, candidate: MemoryCandidate, limit: int, floor: float | None = None
+    ) -> list[Neighbour]:
         index = await self.cache.fresh(candidate.scope, candidate.memory_type)
-        return neighbours_in(index, candidate, limit)
+        return neighbours_in(index, candidate, limit, floor=floor)
 
 
 def neighbours_in(
@@ -116,11 +121,13 @@ def neighbours_in(
     candidate: MemoryCandidate,
     limit: int,
     known: tuple[int, Vector] | None = None,
+    floor: float | None = None,
 ) -> list[Neighbour]:
-    """The key match and the ``limit`` nearest rows of an (already fresh) index."""
+    """The key match and the ``limit`` nearest rows (at least ``floor`` similar) of an
+    (already fresh) index."""
     vector = np.asarray(candidate.embedding, dtype=np.float32)
     index.check_dims(vector)
-    found: list[tuple[Row, float]] = index.top(vector, limit, known=known)
+    found: list[tuple[Row, float]] = index.top(vector, limit, known=known, floor=floor)
     keyed = index.keyed(candidate.key)
     if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
         found.append((keyed, index.similarity(keyed, vector)))
@@ -200,9 +207,13 @@ class AtlasVectorSearch:
         docs = await self._query(scope, memory_type, vector, limit, key_prefix)
         return [(d["_id"], 2.0 * float(d["score"]) - 1.0) for d in docs]
 
-    async def neighbours(self, candidate: MemoryCandidate, limit: int) -> list[Neighbour]:
+    async def neighbours(
+        self, candidate: MemoryCandidate, limit: int, floor: float | None = None
+    ) -> list[Neighbour]:
         vector = np.asarray(candidate.embedding, dtype=np.float32)
         docs = await self._query(candidate.scope, candidate.memory_type, vector, limit, None)
+        if floor is not None:
+            docs = [d for d in docs if 2.0 * float(d["score"]) - 1.0 >= floor]
         found = [
             _neighbour(candidate, d["memory_id"], int(d["version"]), d["key"], d["text"],
                        2.0 * float(d["score"]) - 1.0)

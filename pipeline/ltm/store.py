@@ -182,7 +182,8 @@ class MemoryStore(MemoryReads):
 
     async def plan(self, candidate: MemoryCandidate) -> Decision:
         """The decision for ``candidate`` against the scope as it is now (judge included)."""
-        neighbours = await self.search_backend.neighbours(candidate, self.thresholds.neighbours)
+        t = self.thresholds
+        neighbours = await self.search_backend.neighbours(candidate, t.neighbours, t.floor)
         return await self.decide(candidate, neighbours)
 
     async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
