@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -101,7 +102,7 @@ class MemoryStore(MemoryReads):
         thresholds: Thresholds | None = None,
         judge: Judge | None = None,
         search: VectorSearch | None = None,
-        max_attempts: int = 8,
+        max_attempts: int = 16,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.db = db
@@ -177,7 +178,8 @@ class MemoryStore(MemoryReads):
                 if attempt == self.max_attempts:
                     raise
                 await self._catch_up(candidate, decision)
-                await asyncio.sleep(0.002 * attempt)
+                if attempt > 2:  # a busy competitor: step aside for a random moment
+                    await asyncio.sleep(random.uniform(0, 0.002 * attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def plan(self, candidate: MemoryCandidate) -> Decision:
