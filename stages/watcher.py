@@ -96,6 +96,7 @@ __all__ = [
     "COMMITS_IN_FLIGHT",
     "MARKS_INTERVAL_S",
     "STAGE",
+    "TOKEN_REFRESH_S",
     "ChangeStreamWatcher",
     "main",
     "run_watcher",
@@ -106,6 +107,8 @@ STAGE = "watcher"
 MARKS_INTERVAL_S = 5.0
 #: Batches being acknowledged while the next one is read.
 COMMITS_IN_FLIGHT = 4
+#: How often a token that moved without any turn (an idle stream) is stored.
+TOKEN_REFRESH_S = 5.0
 log = logging.getLogger("mongomem.watcher")
 
 Stream = AsyncChangeStream[Document]
@@ -135,8 +138,11 @@ class ChangeStreamWatcher:
         self._oldest = 0.0
         self._scheduled_token: dict[str, Any] | None = None
         self._commits: deque[asyncio.Task[None]] = deque()
+        self._token_only_at = 0.0
         self._acked_marks: dict[Slot, int] = {}
         self._marks_written_at = time.monotonic()
+        #: True while following the change stream (after any back-fill): ready.
+        self.streaming = False
         self.published = 0
         self.checkpoints = 0
         self.backfills = 0
@@ -205,6 +211,13 @@ class ChangeStreamWatcher:
             raise ChangeFeedError(f"cannot open the change stream: {exc}") from exc
 
     async def _stream(self, stream: Stream, stop: asyncio.Event) -> None:
+        self.streaming = True
+        try:
+            await self._follow(stream, stop)
+        finally:
+            self.streaming = False
+
+    async def _follow(self, stream: Stream, stop: asyncio.Event) -> None:
         idle = False
         while not stop.is_set():
             try:
@@ -322,6 +335,13 @@ class ChangeStreamWatcher:
         new_token = dict(token) if token is not None else None
         if new_token == self._scheduled_token:
             new_token = None
+        elif new_token is not None and not (pending or marks or wait):
+            # Only the token moved (MongoDB's post-batch token advances with
+            # every write anywhere in the cluster): store it now and then.
+            if time.monotonic() - self._token_only_at < TOKEN_REFRESH_S:
+                new_token = None
+            else:
+                self._token_only_at = time.monotonic()
         work = bool(pending or marks or new_token is not None)
         await self._reap(keep=0 if wait else COMMITS_IN_FLIGHT - 1)
         if work or (wait and self._acked_marks):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import cast
 
@@ -222,6 +222,17 @@ class HeldProducer:
         return future
 
 
+async def until(condition: Callable[[], bool], task: asyncio.Task[None]) -> None:
+    """Wait (at most 20 s) for ``condition``; fail early if the watcher task ended."""
+    deadline = time.monotonic() + 20
+    while not condition():
+        if task.done():
+            task.result()  # raises the watcher's error
+            pytest.fail("the watcher stopped")
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
 async def stored_token(mongo: AsyncMongoClient[Document], settings: Settings) -> object:
     doc = await mongo[settings.mongodb.database][CHECKPOINTS].find_one(
         {"_id": token_id(settings.kafka.topic("turns"))}
@@ -241,11 +252,11 @@ async def test_the_token_is_stored_only_after_kafka_acknowledged(
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
     try:
+        await until(lambda: watcher.streaming, task)  # held acks would block a back-fill
         key = session_key("p", "u", "s")
         for i in range(3):
             await stm.record_turn(key, "user", str(i))
-        while len(producer.sent) < 3:  # noqa: ASYNC110 - polling the double
-            await asyncio.sleep(0.02)
+        await until(lambda: len(producer.sent) >= 3, task)
         await asyncio.sleep(0.3)  # several flush intervals pass, acks still held
         assert await stored_token(mongo, settings) is None
         for future in producer.futures:
@@ -269,9 +280,9 @@ async def test_a_failed_acknowledgement_stops_the_watcher_without_advancing_the_
         db, cast(AIOKafkaProducer, producer), settings.kafka, settings.stm
     )
     task = asyncio.create_task(watcher.run(asyncio.Event()))
+    await until(lambda: watcher.streaming, task)
     await stm.record_turn(session_key("p", "u", "s"), "user", "lost in transit")
-    while not producer.futures:  # noqa: ASYNC110 - polling the double
-        await asyncio.sleep(0.02)
+    await until(lambda: bool(producer.futures), task)
     producer.futures[0].set_exception(KafkaTimeoutError("no ack"))
     with pytest.raises(BrokerError):
         await asyncio.wait_for(task, 10)
