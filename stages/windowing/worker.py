@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,8 @@ log = logging.getLogger("mongomem.windowing")
 
 #: How long a stop may wait for the record in flight (a retry in progress) to finish.
 STOP_TIMEOUT_S = 30.0
+#: How often the counters are logged (when they changed).
+STATS_EVERY_S = 5.0
 
 
 async def topic_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
@@ -137,9 +140,15 @@ class WindowingWorker:
 
     async def _tick(self, producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
         interval = self.settings.windowing.tick_interval_s
+        reported, last_report = "", time.monotonic()
         while True:
             await asyncio.sleep(interval)
             try:
                 await publish_ticks(producer, topic, partitions)
             except BrokerError as exc:
                 log.warning("tick not published: %s", exc)
+            if self.windower is not None and time.monotonic() - last_report >= STATS_EVERY_S:
+                stats = str(self.windower.stats)
+                if stats != reported:
+                    log.info("%s", stats)
+                reported, last_report = stats, time.monotonic()

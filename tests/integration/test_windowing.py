@@ -228,7 +228,10 @@ async def test_a_worker_killed_mid_session_recovers_its_state(
                 for session in sessions:
                     await writer.send(make_turn(session, seq))
             worker = spawn(env, log)
-            await eventually(lambda: at_least(mongo, settings, 4), within=90)
+            try:
+                await eventually(lambda: at_least(mongo, settings, 4), within=90)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; worker log:\n{log.read_text()[-8000:]}") from exc
             await asyncio.sleep(2)  # time for a wrong extra snapshot to show up
         finally:
             worker.send_signal(signal.SIGTERM)
