@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
 
 from pipeline.codec import decode
 from pipeline.models import Turn
@@ -38,6 +39,11 @@ def start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
+
+
+async def checkpoint_time(db: AsyncDatabase[Document], settings: Settings) -> object:
+    doc = await db[CHECKPOINTS].find_one({"_id": token_id(settings.kafka.topic("turns"))})
+    return None if doc is None else doc.get("updated_at")
 
 
 async def read_all(settings: Settings, want: set[str], timeout_s: float) -> list[tuple[int, Turn]]:
@@ -93,9 +99,15 @@ async def test_sigkill_mid_stream_loses_no_turn(
     rng = random.Random(7)
     try:
         for _ in range(KILLS):
+            before = await checkpoint_time(db, settings)
             proc = start_watcher(env, log)
-            await asyncio.sleep(rng.uniform(2.0, 3.5))
-            assert proc.poll() is None, log.read_text()[-2000:]
+            # Mid-stream: this run has stored a checkpoint and is publishing more.
+            deadline = time.monotonic() + 60
+            while await checkpoint_time(db, settings) == before:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                assert time.monotonic() < deadline, "the watcher never checkpointed"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(rng.uniform(0.2, 1.2))
             proc.send_signal(signal.SIGKILL)
             await asyncio.to_thread(proc.wait, 10)
         proc = start_watcher(env, log)
