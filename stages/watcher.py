@@ -86,7 +86,7 @@ from stages.watcher_logic import (
     FlushPolicy,
     PublishLedger,
     Slot,
-    mark_id,
+    checkpoint_updates,
     open_failure_verdict,
     token_id,
     usable_token,
@@ -155,6 +155,8 @@ class ChangeStreamWatcher:
         try:
             while not stop.is_set():
                 stream = await self._open_or_backfill(token, stop)
+                if stream is None:
+                    return
                 try:
                     await self._stream(stream, stop)
                     return
@@ -166,7 +168,9 @@ class ChangeStreamWatcher:
         finally:
             await self._abandon_commits()
 
-    async def _open_or_backfill(self, token: dict[str, Any] | None, stop: asyncio.Event) -> Stream:
+    async def _open_or_backfill(
+        self, token: dict[str, Any] | None, stop: asyncio.Event
+    ) -> Stream | None:
         if token is not None:
             try:
                 stream = await self._open(token)
@@ -184,10 +188,15 @@ class ChangeStreamWatcher:
             log.warning("watcher: no usable resume token stored; back-filling from %r", TURNS)
         stream = await self._open(None)
         try:
-            await self._backfill(stop)
+            complete = await self._backfill(stop)
         except BaseException:
             await _close(stream)
             raise
+        if not complete:
+            # Stopped mid-scan: storing this stream's token would skip the rest
+            # of the scan on the next start. Keep the old checkpoint instead.
+            await _close(stream)
+            return None
         return stream
 
     async def _open(self, token: dict[str, Any] | None) -> Stream:
@@ -243,8 +252,10 @@ class ChangeStreamWatcher:
                 await self._flush(stream.resume_token)
         await self._flush(stream.resume_token, wait=True)
 
-    async def _backfill(self, stop: asyncio.Event) -> None:
+    async def _backfill(self, stop: asyncio.Event) -> bool:
+        """Publish every turn above its session's mark; False when stopped midway."""
         self.backfills += 1
+        complete = True
         marks = await self._load_marks()
         self._ledger.seed(marks.items())
         before = self.published
@@ -258,16 +269,19 @@ class ChangeStreamWatcher:
                 if self._policy.due(len(self._pending), self._age(), idle=False):
                     await self._flush(None)
                 if stop.is_set():
+                    complete = False
                     break
         except PyMongoError as exc:
             raise StorageError(f"back-fill could not read {TURNS!r}: {exc}") from exc
         await self._flush(None, wait=True)
         self._ledger.end_backfill()
         log.warning(
-            "watcher: back-fill published %d turns (%d sessions had marks)",
+            "watcher: back-fill %s: published %d turns (%d sessions had marks)",
+            "done" if complete else "stopped midway",
             self.published - before,
             len(marks),
         )
+        return complete
 
     # ------------------------------------------------------------------ publish
 
@@ -399,36 +413,10 @@ class ChangeStreamWatcher:
             self._marks_written_at = now_s
         else:
             marks = {}
-        now = utcnow()
-        writes: list[UpdateOne] = [
-            UpdateOne(
-                {"_id": mark_id(self._topic, slot)},
-                {
-                    "$max": {"seq": seq},
-                    "$set": {"updated_at": now},
-                    "$setOnInsert": {
-                        "kind": "watcher-mark",
-                        "topic": self._topic,
-                        "project_id": slot[0],
-                        "user_id": slot[1],
-                        "session_id": slot[2],
-                    },
-                },
-                upsert=True,
-            )
-            for slot, seq in marks.items()
+        writes = [
+            UpdateOne(filter_, update, upsert=True)
+            for filter_, update in checkpoint_updates(self._topic, marks, token, utcnow())
         ]
-        if token is not None:
-            writes.append(
-                UpdateOne(
-                    {"_id": token_id(self._topic)},
-                    {
-                        "$set": {"token": token, "updated_at": now},
-                        "$setOnInsert": {"kind": "watcher-token", "topic": self._topic},
-                    },
-                    upsert=True,
-                )
-            )
         if not writes:
             return
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from pipeline.models import stable_id
@@ -26,6 +27,7 @@ __all__ = [
     "FlushPolicy",
     "PublishLedger",
     "Slot",
+    "checkpoint_updates",
     "mark_id",
     "open_failure_verdict",
     "token_id",
@@ -52,6 +54,43 @@ def token_id(topic: str) -> str:
 def mark_id(topic: str, slot: Slot) -> str:
     """``_id`` of one session's high-water-mark document in ``checkpoints``."""
     return f"watcher:{topic}:{stable_id('mark', *slot)}"
+
+
+def checkpoint_updates(
+    topic: str, marks: Mapping[Slot, int], token: Mapping[str, Any] | None, now: datetime
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The upserts (filter, update) of one checkpoint: marks first, the token last.
+
+    Marks use ``$max``, so a replayed or late commit never moves one back.
+    """
+    updates: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (
+            {"_id": mark_id(topic, slot)},
+            {
+                "$max": {"seq": seq},
+                "$set": {"updated_at": now},
+                "$setOnInsert": {
+                    "kind": "watcher-mark",
+                    "topic": topic,
+                    "project_id": slot[0],
+                    "user_id": slot[1],
+                    "session_id": slot[2],
+                },
+            },
+        )
+        for slot, seq in marks.items()
+    ]
+    if token is not None:
+        updates.append(
+            (
+                {"_id": token_id(topic)},
+                {
+                    "$set": {"token": dict(token), "updated_at": now},
+                    "$setOnInsert": {"kind": "watcher-token", "topic": topic},
+                },
+            )
+        )
+    return updates
 
 
 def usable_token(value: object) -> dict[str, Any] | None:

@@ -287,3 +287,47 @@ async def test_a_failed_acknowledgement_stops_the_watcher_without_advancing_the_
     with pytest.raises(BrokerError):
         await asyncio.wait_for(task, 10)
     assert await stored_token(mongo, settings) is None
+
+
+class InstantProducer(HeldProducer):
+    """Acknowledges at once; sets ``stop`` after ``limit`` sends."""
+
+    def __init__(self, stop: asyncio.Event, limit: int) -> None:
+        super().__init__()
+        self.stop, self.limit = stop, limit
+
+    async def send(
+        self, topic: str, value: bytes, key: bytes | None = None
+    ) -> asyncio.Future[None]:
+        future = await super().send(topic, value, key)
+        future.set_result(None)
+        if len(self.sent) >= self.limit:
+            self.stop.set()
+        return future
+
+
+async def test_a_backfill_stopped_midway_stores_no_token_and_resumes_next_time(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    for i in range(30):
+        await stm.record_turn(session_key("p", "u", f"s{i % 3}"), "user", str(i))
+    stop = asyncio.Event()
+    first = InstantProducer(stop, limit=10)
+    watcher = ChangeStreamWatcher(db, cast(AIOKafkaProducer, first), settings.kafka, settings.stm)
+    await asyncio.wait_for(watcher.run(stop), 20)
+    assert len(first.sent) == 10
+    assert await stored_token(mongo, settings) is None  # the rest of the scan is still owed
+
+    stop = asyncio.Event()
+    second = InstantProducer(stop, limit=10**6)
+    watcher = ChangeStreamWatcher(db, cast(AIOKafkaProducer, second), settings.kafka, settings.stm)
+    task = asyncio.create_task(watcher.run(stop))
+    await until(lambda: watcher.streaming, task)
+    stop.set()
+    await asyncio.wait_for(task, 20)
+    sent = [decode(value, Turn).turn_id for _, value, _ in first.sent + second.sent]
+    in_mongo = {d["_id"] for d in await db[TURNS].find({}, {"_id": 1}).to_list()}
+    assert set(sent) == in_mongo
+    assert len(sent) == 30  # the marks of the first run spared its 10 turns

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from stages.watcher_logic import FlushPolicy, mark_id, open_failure_verdict, token_id, usable_token
+from stages.watcher_logic import (
+    FlushPolicy,
+    checkpoint_updates,
+    mark_id,
+    open_failure_verdict,
+    token_id,
+    usable_token,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,3 +60,15 @@ def test_flush_policy() -> None:
     assert not policy.due(2, 0.1, idle=False)
     assert policy.due(3, 0.0, idle=False)
     assert policy.due(1, 0.5, idle=False)
+
+
+def test_checkpoint_writes_marks_before_the_token_and_never_lowers_a_mark() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    updates = checkpoint_updates("t.turns", {("p", "u", "s"): 7}, {"_data": "82"}, now)
+    assert [f["_id"] for f, _ in updates] == [
+        mark_id("t.turns", ("p", "u", "s")),
+        token_id("t.turns"),
+    ]
+    assert updates[0][1]["$max"] == {"seq": 7}
+    assert updates[1][1]["$set"]["token"] == {"_data": "82"}
+    assert checkpoint_updates("t.turns", {}, None, now) == []
