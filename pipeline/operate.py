@@ -61,7 +61,7 @@ def _with_local_defaults(settings: Settings) -> Settings:
     """
     saved = settings.infra.state_dir.resolve() / "stages" / "env.json"
     if saved.exists():
-        settings = overlay(settings, json.loads(saved.read_text()))
+        settings = overlay(settings, json.loads(saved.read_text()), keep_set=True)
     kafka = settings.kafka
     if kafka.bootstrap is None:
         kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})

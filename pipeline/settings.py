@@ -264,28 +264,31 @@ _GROUPS: dict[str, type[BaseSettings]] = {
 }
 
 
-def overlay(settings: Settings, env: Mapping[str, str]) -> Settings:
+def overlay(settings: Settings, env: Mapping[str, str], *, keep_set: bool = False) -> Settings:
     """``settings`` with the ``MONGOMEM_*`` variables of ``env`` applied on top.
 
     Used where a process must see the settings another process was given
     (``mongomem status`` reading the environment ``make run`` gave the stages).
+    With ``keep_set``, values this process was given explicitly win.
     """
     updates: dict[str, Any] = {}
     for name, cls in _GROUPS.items():
         prefix = str(cls.model_config.get("env_prefix", ""))
         values: dict[str, Any] = {}
+        already = getattr(settings, name).model_fields_set if keep_set else set()
         for key, value in env.items():
+            field = key[len(prefix) :].lower() if key.startswith(prefix) else None
             if key == "MONGOMEM_ENABLED_EXTRACTIONS" and name == "extraction":
-                values["enabled"] = value
-            elif key.startswith(prefix) and key[len(prefix) :].lower() in cls.model_fields:
-                values[key[len(prefix) :].lower()] = value
+                field = "enabled"
+            if field in cls.model_fields and field not in already:
+                values[field] = value
         if values:
             current = getattr(settings, name).model_dump(exclude_unset=True)
             try:
                 updates[name] = cls.model_validate({**current, **values})
             except ValidationError as exc:
                 raise ConfigError(_describe(exc, "the saved stage environment", prefix)) from exc
-    if "MONGOMEM_PROJECT_CONFIG" in env:
+    if "MONGOMEM_PROJECT_CONFIG" in env and not (keep_set and settings.project_config):
         updates["project_config"] = Path(env["MONGOMEM_PROJECT_CONFIG"])
     return settings.model_copy(update=updates)
 

@@ -36,6 +36,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(servers.describe())
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """Keep each phase's report on the item (``item.rep_call``) for diagnostic fixtures."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 @pytest.fixture(scope="session")
 def servers() -> Iterator[Servers]:
     started = start_servers(load_settings(), for_tests=True)

@@ -151,3 +151,15 @@ def test_overlay_applies_another_processes_environment(monkeypatch: pytest.Monke
     assert seen.kafka == base.kafka
     with pytest.raises(ConfigError, match="MONGOMEM_EMBEDDING_PROVIDER"):
         overlay(base, {"MONGOMEM_EMBEDDING_PROVIDER": "telepathy"})
+
+
+def test_overlay_can_keep_what_was_set_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.settings import overlay
+
+    monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "mine:9092")
+    base = load_settings()
+    saved = {"MONGOMEM_KAFKA_BOOTSTRAP": "theirs:9092", "MONGOMEM_KAFKA_TOPIC_PREFIX": "theirs"}
+    kept = overlay(base, saved, keep_set=True)
+    assert kept.kafka.bootstrap == "mine:9092"
+    assert kept.kafka.topic_prefix == "theirs"
+    assert overlay(base, saved).kafka.bootstrap == "theirs:9092"
