@@ -76,6 +76,11 @@ async def reconcile_batch(
     outcomes: dict[int, Outcome] = {}
     ids = list(dict.fromkeys(c.candidate_id for c in candidates))
     entries = {d["_id"]: d for d in await _run(store.ledger.find({"_id": {"$in": ids}}).to_list())}
+    replayed = [cid for cid, e in entries.items() if e.get("state") == DONE]
+    logged = {}
+    if replayed:
+        cursor = store.decisions.find({"_id": {"$in": replayed}}, {"outcome": 1})
+        logged = {d["_id"]: d["outcome"] for d in await _run(cursor.to_list())}
     first: dict[str, int] = {}
     fresh: list[str] = []
     groups: dict[tuple[MemoryScope, str], list[tuple[int, MemoryCandidate]]] = {}
@@ -83,7 +88,7 @@ async def reconcile_batch(
         cid = c.candidate_id
         entry = entries.get(cid)
         if entry is not None and entry.get("state") == DONE:
-            outcomes[i] = Outcome.model_validate({**entry["outcome"], "replayed": True})
+            outcomes[i] = Outcome.model_validate({**logged[cid], "replayed": True})
         elif cid in first:
             continue  # a repeat within the batch: answered from the first below
         elif entry is not None:  # pending: interrupted earlier
@@ -193,8 +198,9 @@ async def _reconcile_scope(
                 raise StorageError(f"writing the decision log failed: {exc}") from exc
         except PyMongoError as exc:
             raise StorageError(f"writing the decision log failed: {exc}") from exc
+        # One _id-only update per entry: mongo-java-server scans for anything else.
         await _run(store.ledger.bulk_write(
-            [UpdateOne({"_id": o.candidate_id}, done_update(o, now)) for _, _, o in finished],
+            [UpdateOne({"_id": o.candidate_id}, done_update(now)) for _, _, o in finished],
             ordered=False,
         ))  # fmt: skip
     for i, c in redo:

@@ -8,9 +8,10 @@ saves alike: both call :meth:`MemoryStore.reconcile`, which plans with
 concurrent writers of the same scope, without multi-document transactions:
 
 * *Ledger.* ``reconcile_ledger`` holds one entry per candidate: ``pending``
-  is written before the first memory write, ``done`` (with the outcome) after
-  the last. A ``done`` candidate is not applied again — the recorded outcome
-  is returned; a ``pending`` one is completed (see below).
+  is written before the first memory write, ``done`` after the last one and
+  after the decision-log entry (which keeps the outcome). A ``done`` candidate
+  is not applied again — the logged outcome is returned; a ``pending`` one is
+  completed (see below).
 * *Deterministic ids.* A new version's ``_id`` is
   ``MemoryVersion.make_version_id(memory_id, n)`` and a new memory's id is
   derived from (scope, type, key). Two writers that ADD the same key, or
@@ -156,7 +157,8 @@ class MemoryStore(MemoryReads):
         cid = candidate.candidate_id
         entry = await self._read(self.ledger.find_one({"_id": cid}))
         if entry is not None and entry.get("state") == DONE:
-            return Outcome.model_validate({**entry["outcome"], "replayed": True})
+            logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
+            return Outcome.model_validate({**logged["outcome"], "replayed": True})
         if entry is not None:
             resumed = await self._resume(candidate)
             if resumed is not None:
@@ -291,7 +293,7 @@ class MemoryStore(MemoryReads):
         await self._read(self.decisions.replace_one({"_id": candidate.candidate_id}, entry,
                                                     upsert=True))  # fmt: skip
         await self._read(self.ledger.update_one(
-            {"_id": candidate.candidate_id}, done_update(outcome, now), upsert=True
+            {"_id": candidate.candidate_id}, done_update(now), upsert=True
         ))  # fmt: skip
 
     async def _resume(self, candidate: MemoryCandidate) -> Outcome | None:

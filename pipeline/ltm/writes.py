@@ -10,7 +10,8 @@ Every update here is filtered on ``_id`` alone and is idempotent:
   *n + 1* — whose ``_id`` is unique — so it needs no condition;
 * the ledger moves ``pending`` → ``done``; ``pending`` is written before the
   first memory write, so a candidate that is absent from the ledger has
-  certainly not touched any memory.
+  certainly not touched any memory. ``done`` is set after the decision-log
+  entry (which holds the outcome) is written.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ def pending_entry(candidate_id: str, now: datetime) -> Doc:
     return {"_id": candidate_id, "state": PENDING, "at": now}
 
 
-def done_update(outcome: Outcome, now: datetime) -> Doc:
-    return {"$set": {"state": DONE, "outcome": outcome.model_dump(mode="python"), "at": now}}
+def done_update(now: datetime) -> Doc:
+    """Mark ledger entries done (the outcome itself is in the decision log)."""
+    return {"$set": {"state": DONE, "at": now}}
 
 
 def decision_entry(
@@ -74,6 +76,7 @@ def decision_entry(
         "scope": candidate.scope.model_dump(),
         "key": candidate.key,
         "attempts": outcome.attempts,
+        "outcome": outcome.model_dump(mode="python"),
         "at": now,
     }
     entry["action"] = decision.action.value

@@ -19,7 +19,7 @@ from pipeline.embeddings import HashingEmbedder
 from pipeline.kafka import CANDIDATES, DeadLetter, dead_letter_topic, ensure_topics, make_producer
 from pipeline.ltm.testing import candidate
 from pipeline.models import Action, MemoryCandidate
-from pipeline.mongo import LEDGER, MEMORIES, Document
+from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from pipeline.sdk import AsyncMemory, MemoryRequestContext
 from pipeline.settings import Settings
 from stages.reconciler import STAGE, run_reconciler
@@ -142,8 +142,9 @@ async def test_direct_saves_and_the_stage_on_one_scope_at_once_stay_consistent(
     assert {e["source"] for d in docs for e in d["evidence"]} == {"direct", "snapshot"}
     assert final is not None
     assert final.version == len(docs)
-    ledger = await db[LEDGER].find({}).to_list()
-    assert {e["outcome"]["action"] for e in ledger} <= {a.value for a in Action}
+    logged = await db[DECISIONS].find({}).to_list()
+    assert len(logged) == total
+    assert {e["outcome"]["action"] for e in logged} <= {a.value for a in Action}
 
 
 async def ledger_count_is(db: AsyncDatabase[Document], n: int) -> bool:
