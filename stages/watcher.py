@@ -17,17 +17,19 @@ Delivery semantics
   back-fill end. A mark may lag (that only adds duplicates to a back-fill),
   it is never ahead of Kafka. The next batch is read and sent while the
   previous ones are being acknowledged; checkpoints are stored in order.
+  A token that moved while no turn arrived (an idle stream on MongoDB) is
+  stored at most every ``TOKEN_REFRESH_S``.
 * On restart the stream resumes after the stored token. A crash republishes
-  at most the events after the last checkpoint — the last, unacknowledged
-  batch — never fewer.
+  the events after the last stored checkpoint — the batches still being
+  acknowledged, at most ``COMMITS_IN_FLIGHT + 1`` batches — never fewer.
 * If the stored token cannot be resumed (the server reports the history as
   lost or rejects the token), or there is no token at all, the watcher logs
   it loudly and **back-fills**: it opens a new stream first, then scans
   ``turns`` in (session, seq) order and publishes every turn above its
   session's high-water mark, then streams. Turns inserted during the scan
   are in both; the overlap is skipped by seq. Seqs are gap-free and inserted
-  in order per session (see :mod:`pipeline.stm`), so "above the mark" is
-  exactly "not yet published" — no clock is involved.
+  in order per session (see :mod:`pipeline.stm`), so every turn not yet
+  published is above its session's mark — no clock is involved.
 * A turn document that is not a valid turn goes to ``dlq.watcher`` with its
   JSON text; the stream goes on.
 * SIGTERM/SIGINT: flush, store the checkpoint, exit 0. A broken connection
