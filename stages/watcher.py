@@ -83,6 +83,7 @@ from pipeline.models import SessionKey, utcnow
 from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from pipeline.settings import KafkaSettings, Settings, StmSettings
 from pipeline.stm import turn_from_document
+from stages.watcher_batches import PartitionBatcher
 from stages.watcher_logic import (
     WATCH_PIPELINE,
     FlushPolicy,
@@ -137,6 +138,8 @@ class ChangeStreamWatcher:
         self._poll_s = stm.watcher_poll_interval_s
         self._ledger = PublishLedger()
         self._pending: list[asyncio.Future[Any]] = []
+        self._count = 0
+        self._batcher: PartitionBatcher | None = None
         self._oldest = 0.0
         self._scheduled_token: dict[str, Any] | None = None
         self._commits: deque[asyncio.Task[None]] = deque()
@@ -153,6 +156,11 @@ class ChangeStreamWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stream until ``stop`` is set; then flush and checkpoint."""
+        try:
+            partitions = await self._producer.partitions_for(self._topic)
+        except KafkaError as exc:
+            raise BrokerError(f"cannot read the partitions of {self._topic}: {exc}") from exc
+        self._batcher = PartitionBatcher(self._producer, self._topic, sorted(partitions))
         token = await self._load_token()
         try:
             while not stop.is_set():
@@ -250,7 +258,7 @@ class ChangeStreamWatcher:
             document = change.get("fullDocument")
             if isinstance(document, Mapping):
                 await self._publish(document)
-            if self._policy.due(len(self._pending), self._age(), idle=False):
+            if self._policy.due(self._count, self._age(), idle=False):
                 await self._flush(stream.resume_token)
         await self._flush(stream.resume_token, wait=True)
 
@@ -268,7 +276,7 @@ class ChangeStreamWatcher:
             )  # fmt: skip
             async for document in cursor:
                 await self._publish(document)
-                if self._policy.due(len(self._pending), self._age(), idle=False):
+                if self._policy.due(self._count, self._age(), idle=False):
                     await self._flush(None)
                 if stop.is_set():
                     complete = False
@@ -295,14 +303,13 @@ class ChangeStreamWatcher:
             return
         if not self._ledger.admit((turn.project_id, turn.user_id, turn.session_id), turn.seq):
             return
-        try:
-            key = SessionKey.model_construct(
-                project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
-            ).kafka_key()  # already validated as part of the turn
-            future = await self._producer.send(self._topic, encode(turn), key=key)
-        except KafkaError as exc:
-            raise BrokerError(f"could not publish turn {turn.turn_id}: {exc}") from exc
-        self._add(future)
+        key = SessionKey.model_construct(
+            project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
+        ).kafka_key()  # already validated as part of the turn
+        full = await self._batches().add(key, encode(turn))
+        if full is not None:
+            self._pending.append(full)
+        self._note()
         self.published += 1
 
     async def _dead_letter(self, document: Mapping[str, Any], error: Exception) -> None:
@@ -325,15 +332,22 @@ class ChangeStreamWatcher:
             )
         except KafkaError as exc:
             raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc
-        self._add(future)
-
-    def _add(self, future: asyncio.Future[Any]) -> None:
-        if not self._pending:
-            self._oldest = time.monotonic()
         self._pending.append(future)
+        self._note()
+
+    def _note(self) -> None:
+        """Count one record handed to Kafka since the last flush."""
+        if not self._count:
+            self._oldest = time.monotonic()
+        self._count += 1
+
+    def _batches(self) -> PartitionBatcher:
+        if self._batcher is None:
+            raise RuntimeError("the watcher is not running")
+        return self._batcher
 
     def _age(self) -> float:
-        return time.monotonic() - self._oldest if self._pending else 0.0
+        return time.monotonic() - self._oldest if self._count else 0.0
 
     # ------------------------------------------------------------------ checkpoint
 
@@ -347,6 +361,9 @@ class ChangeStreamWatcher:
         flush. ``wait`` returns once everything sent so far is checkpointed.
         """
         pending, self._pending = self._pending, []
+        if self._count:
+            pending += await self._batches().send_all()
+            self._count = 0
         marks = self._ledger.take_marks()
         new_token = dict(token) if token is not None else None
         if new_token == self._scheduled_token:

@@ -25,7 +25,7 @@ from pipeline.kafka import (
 )
 from pipeline.models import Turn
 from pipeline.mongo import CHECKPOINTS, TURNS, Document
-from pipeline.settings import Settings
+from pipeline.settings import Settings, StmSettings
 from pipeline.stm import ShortTermMemory, session_key
 from stages.watcher import STAGE, ChangeStreamWatcher
 from stages.watcher_logic import token_id
@@ -206,6 +206,15 @@ async def test_a_document_that_is_not_a_turn_goes_to_the_dead_letter_topic(
     assert [t.content for _, t in await published_turns(settings, 2)] == ["before", "after"]
 
 
+class RecordedBatch:
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes]] = []
+
+    def append(self, *, key: bytes | None, value: bytes, timestamp: None) -> object:
+        self.records.append((key, value))
+        return object()  # never full
+
+
 class HeldProducer:
     """A producer whose acknowledgements the test releases (or fails) by hand."""
 
@@ -213,10 +222,26 @@ class HeldProducer:
         self.sent: list[tuple[str, bytes, bytes | None]] = []
         self.futures: list[asyncio.Future[None]] = []
 
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2}
+
+    def create_batch(self) -> RecordedBatch:
+        return RecordedBatch()
+
+    async def send_batch(
+        self, batch: RecordedBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[None]:
+        for key, value in batch.records:
+            self.sent.append((topic, value, key))
+        return self._future()
+
     async def send(
         self, topic: str, value: bytes, key: bytes | None = None
     ) -> asyncio.Future[None]:
         self.sent.append((topic, value, key))
+        return self._future()
+
+    def _future(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.futures.append(future)
         return future
@@ -296,10 +321,8 @@ class InstantProducer(HeldProducer):
         super().__init__()
         self.stop, self.limit = stop, limit
 
-    async def send(
-        self, topic: str, value: bytes, key: bytes | None = None
-    ) -> asyncio.Future[None]:
-        future = await super().send(topic, value, key)
+    def _future(self) -> asyncio.Future[None]:
+        future = super()._future()
         future.set_result(None)
         if len(self.sent) >= self.limit:
             self.stop.set()
@@ -315,7 +338,8 @@ async def test_a_backfill_stopped_midway_stores_no_token_and_resumes_next_time(
         await stm.record_turn(session_key("p", "u", f"s{i % 3}"), "user", str(i))
     stop = asyncio.Event()
     first = InstantProducer(stop, limit=10)
-    watcher = ChangeStreamWatcher(db, cast(AIOKafkaProducer, first), settings.kafka, settings.stm)
+    small = StmSettings(watcher_batch_max=10)  # a flush (and so the stop) after 10 turns
+    watcher = ChangeStreamWatcher(db, cast(AIOKafkaProducer, first), settings.kafka, small)
     await asyncio.wait_for(watcher.run(stop), 20)
     assert len(first.sent) == 10
     assert await stored_token(mongo, settings) is None  # the rest of the scan is still owed
