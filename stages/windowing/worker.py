@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -28,6 +28,7 @@ from pipeline.ops import consumer_group
 from pipeline.project_config import load_project_config
 from pipeline.settings import Settings
 from stages.windowing.app import build_app
+from stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
 from stages.windowing.logic import WindowTick
 from stages.windowing.sinks import KafkaDeadLetters, SnapshotPublisher
 from stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
@@ -60,6 +61,18 @@ async def publish_ticks(producer: AIOKafkaProducer, topic: str, partitions: list
         raise BrokerError(f"could not publish ticks: {exc}") from exc
 
 
+def _forward(task: asyncio.Task[None], failure: asyncio.Future[None]) -> None:
+    """The consumer task ended: pass its error (or its end) on to ``failure``."""
+    if failure.done():
+        return
+    if task.cancelled():
+        failure.cancel()
+    elif (exc := task.exception()) is not None:
+        failure.set_exception(exc)
+    else:
+        failure.set_result(None)
+
+
 class WindowingWorker:
     """Runs the windowing stage in the current event loop until cancelled."""
 
@@ -69,9 +82,11 @@ class WindowingWorker:
         *,
         group_suffix: str = "",
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        engine: Literal["aiokafka", "faust"] = "aiokafka",
         **faust_options: Any,
     ) -> None:
         self.settings = settings
+        self.engine = engine
         self.group = consumer_group(settings.kafka, STAGE, group_suffix)
         self.on_snapshot = on_snapshot
         self.faust_options = faust_options
@@ -91,6 +106,7 @@ class WindowingWorker:
         producer = make_producer(kafka, linger_ms=0)  # each send is awaited: nothing to batch
         app: Any = None
         ticker: asyncio.Task[None] | None = None
+        consuming: asyncio.Task[None] | None = None
         try:
             try:
                 await producer.start()
@@ -112,20 +128,41 @@ class WindowingWorker:
                 )
                 return self.windower
 
-            app, _ = build_app(
-                settings,
-                app_id=self.group,
-                partitions=len(partitions),
-                make_windower=make_windower,
-                failure=failure,
-                **self.faust_options,
-            )
-            await app.start()
+            if self.engine == "faust":
+                app, _ = build_app(
+                    settings,
+                    app_id=self.group,
+                    partitions=len(partitions),
+                    make_windower=make_windower,
+                    failure=failure,
+                    **self.faust_options,
+                )
+                await app.start()
+            else:
+                changelog = f"{self.group}-windows-changelog"
+                await ensure_changelog(kafka, changelog, len(partitions))
+                table = ChangelogTable(producer, changelog, kafka.bootstrap or "")
+                consumer = WindowingConsumer(
+                    kafka, group=self.group, topic=turns, table=table, windower=make_windower(table)
+                )
+                consuming = asyncio.create_task(consumer.run())
+                consuming.add_done_callback(lambda task: _forward(task, failure))
+                ready: asyncio.Task[Any] = asyncio.create_task(consumer.ready.wait())
+                waits: list[asyncio.Future[Any]] = [ready, failure]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                ready.cancel()
             ticker = asyncio.create_task(self._tick(producer, turns, partitions))
             self.started.set()
-            log.info("windowing running as %s over %d partitions", self.group, len(partitions))
+            log.info(
+                "windowing (%s) running as %s over %d partitions",
+                self.engine, self.group, len(partitions),
+            )  # fmt: skip
             await failure
         finally:
+            if consuming is not None and not consuming.done():
+                consuming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await consuming
             if ticker is not None:
                 ticker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

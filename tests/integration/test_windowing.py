@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -134,15 +134,16 @@ def spans(docs: list[Document]) -> list[tuple[str, int, int, str]]:
     return [(d["session_id"], d["first_seq"], d["last_seq"], d["reason"]) for d in docs]
 
 
+@pytest.mark.parametrize("engine", ["aiokafka", "faust"])
 async def test_a_window_closes_on_count(
-    settings: Settings, mongo: AsyncMongoClient[Document]
+    engine: Literal["aiokafka", "faust"], settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     settings = with_windows(settings, max_messages=3, idle_timeout_s=120, tick_interval_s=0.5)
     a = SessionKey(project_id="p", user_id="u", session_id="a")
     published: list[Snapshot] = []
     async with (
         turn_writer(settings, mongo) as writer,
-        running(settings, on_snapshot=published.append),
+        running(settings, on_snapshot=published.append, engine=engine),
     ):
         for seq in range(1, 8):
             await writer.send(make_turn(a, seq))
@@ -326,7 +327,7 @@ async def test_windows_survive_rebalances_between_two_workers(
             await send(range(1, 8))
             await eventually(lambda: at_least(mongo, settings, 6), within=60)
             second = spawn(env, logs[1])  # joins the group: partitions and their windows move
-            await eventually(lambda: "Worker ready" in logs[1].read_text(), within=60)
+            await eventually(lambda: "running as" in logs[1].read_text(), within=60)
             await send(range(8, 13))
             await eventually(lambda: at_least(mongo, settings, 12), within=60)
             first.send_signal(signal.SIGTERM)  # leaves: everything moves to the second

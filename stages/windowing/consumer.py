@@ -1,0 +1,261 @@
+"""The aiokafka adapter of the windowing stage: a consumer group plus a changelog-backed table.
+
+The same table semantics as a faust table, written out so that a record is
+never acknowledged without having been applied:
+
+* **table** ``windows``: session key → ``WindowState`` JSON, kept in memory
+  per partition and written to the compacted changelog topic
+  ``<group>-windows-changelog`` into the *same partition number* as the turn
+  (co-partitioned). When partitions are assigned, their changelog partitions
+  are read from the beginning before any turn of them is processed.
+* **checkpoint**: offsets are committed every ``commit_interval_s`` and when
+  partitions are revoked, always after every changelog write so far has been
+  acknowledged. So the table is never behind the committed offset; it may be
+  ahead, which the windower's per-session position stamp makes harmless.
+* one record at a time (the windower's order per partition), under a lock
+  that the revocation callback also takes, so a rebalance never interleaves
+  with a record in flight.
+
+Why not faust here: see the report of issue 4 — under a rebalance in which a
+worker keeps its partitions while another joins, faust-streaming 0.15.3
+acknowledged a turn without handing it to the agent (the agent's own counter
+and the snapshots prove it), which violates "no turn lost".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
+
+from pipeline.errors import BrokerError
+from pipeline.settings import KafkaSettings
+from stages.windowing.logic import WindowState
+from stages.windowing.windower import SnapshotWindower
+
+__all__ = ["ChangelogTable", "WindowingConsumer", "ensure_changelog"]
+
+log = logging.getLogger("mongomem.windowing")
+
+
+async def ensure_changelog(settings: KafkaSettings, topic: str, partitions: int) -> None:
+    """Create the compacted changelog topic if it does not exist."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
+    try:
+        await admin.start()
+        if topic in set(await admin.list_topics()):
+            return
+        new = NewTopic(
+            name=topic,
+            num_partitions=partitions,
+            replication_factor=settings.replication_factor,
+            topic_configs={"cleanup.policy": "compact"},
+        )
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics([new])
+    except KafkaError as exc:
+        raise BrokerError(f"could not create the changelog topic {topic}: {exc}") from exc
+    finally:
+        await admin.close()
+
+
+class ChangelogTable:
+    """A :class:`~stages.windowing.windower.WindowStore` kept in memory and in a changelog topic."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, bootstrap: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._bootstrap = bootstrap
+        self._data: dict[bytes, WindowState] = {}
+        self._keys: dict[int, set[bytes]] = {}
+        self._outbox: list[tuple[bytes, bytes, int]] = []
+        self._in_flight: list[asyncio.Future[Any]] = []
+
+    # -- WindowStore ------------------------------------------------------------------------
+    def get(self, key: bytes) -> WindowState | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, state: WindowState) -> None:
+        assert state.partition is not None
+        self._data[key] = state
+        self._keys.setdefault(state.partition, set()).add(key)
+        self._outbox.append((key, state.model_dump_json().encode(), state.partition))
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]:
+        return list(self._data.items())
+
+    # -- changelog --------------------------------------------------------------------------
+    async def send_pending(self) -> None:
+        """Hand the writes so far to the producer (in order), without waiting for acks."""
+        outbox, self._outbox = self._outbox, []
+        try:
+            for key, value, partition in outbox:
+                self._in_flight.append(
+                    await self._producer.send(self._topic, value, key=key, partition=partition)
+                )
+        except KafkaError as exc:
+            raise BrokerError(f"could not write the changelog: {exc}") from exc
+
+    async def flush(self) -> None:
+        """Wait until every changelog write so far is acknowledged."""
+        await self.send_pending()
+        in_flight, self._in_flight = self._in_flight, []
+        try:
+            await asyncio.gather(*in_flight)
+        except KafkaError as exc:
+            raise BrokerError(f"a changelog write failed: {exc}") from exc
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            for key in self._keys.pop(partition, set()):
+                self._data.pop(key, None)
+
+    async def restore(self, partitions: Iterable[int]) -> int:
+        """Load the given changelog partitions from the beginning; returns records read."""
+        tps = [TopicPartition(self._topic, p) for p in partitions]
+        if not tps:
+            return 0
+        reader = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False)
+        await reader.start()
+        count = 0
+        try:
+            reader.assign(tps)
+            await reader.seek_to_beginning(*tps)
+            ends: dict[TopicPartition, int] = await reader.end_offsets(tps)
+            remaining = {tp for tp in tps if ends[tp] > 0}
+            while remaining:
+                batch = await reader.getmany(*remaining, timeout_ms=1000)
+                for tp, records in batch.items():
+                    for record in records:
+                        if record.key is not None and record.value is not None:
+                            self._data[record.key] = WindowState.model_validate_json(record.value)
+                            self._keys.setdefault(tp.partition, set()).add(record.key)
+                            count += 1
+                        if record.offset + 1 >= ends[tp]:
+                            remaining.discard(tp)
+        finally:
+            await reader.stop()
+        return count
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: WindowingConsumer) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.owner.on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.owner.on_assigned(assigned)
+
+
+class WindowingConsumer:
+    """Reads the turns topic in a consumer group and feeds the windower, record by record."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        group: str,
+        topic: str,
+        table: ChangelogTable,
+        windower: SnapshotWindower,
+        commit_interval_s: float = 1.0,
+        session_timeout_s: float = 10.0,
+    ) -> None:
+        self._topic = topic
+        self._table = table
+        self._windower = windower
+        self._commit_interval_s = commit_interval_s
+        self._lock = asyncio.Lock()
+        self._positions: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self.ready = asyncio.Event()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=int(session_timeout_s * 1000),
+            heartbeat_interval_ms=1000,
+            max_poll_records=500,
+        )
+
+    async def on_revoked(self, revoked: list[TopicPartition]) -> None:
+        async with self._lock:
+            await self._commit(only=set(revoked))
+            self._table.drop(tp.partition for tp in revoked)
+            for tp in revoked:
+                self._positions.pop(tp, None)
+                self._committed.pop(tp, None)
+            self._windower.invalidate_index()
+
+    async def on_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self._lock:
+            partitions = sorted(tp.partition for tp in assigned if tp.topic == self._topic)
+            started = time.monotonic()
+            read = await self._table.restore(partitions)
+            self._windower.invalidate_index()
+            log.info(
+                "assigned partitions %s; restored %d changelog records in %.2f s",
+                partitions, read, time.monotonic() - started,
+            )  # fmt: skip
+            self.ready.set()
+
+    async def _commit(self, only: set[TopicPartition] | None = None) -> None:
+        offsets = {
+            tp: pos
+            for tp, pos in self._positions.items()
+            if (only is None or tp in only) and self._committed.get(tp) != pos
+        }
+        await self._table.flush()  # the table is never behind the committed offset
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except CommitFailedError as exc:
+            # A rebalance took the partitions: their records will be read again (idempotent).
+            log.warning("commit skipped (%s); the records will be re-read", exc)
+            return
+        except KafkaError as exc:
+            raise BrokerError(f"could not commit offsets: {exc}") from exc
+        self._committed.update(offsets)
+
+    async def run(self) -> None:
+        """Consume until cancelled; a record that fails for good is never committed."""
+        try:
+            await self._consumer.start()
+        except KafkaError as exc:
+            raise BrokerError(f"cannot join the consumer group: {exc}") from exc
+        self._consumer.subscribe([self._topic], listener=_Rebalance(self))
+        last_commit = time.monotonic()
+        try:
+            while True:
+                batch = await self._consumer.getmany(timeout_ms=200)
+                async with self._lock:
+                    assigned = self._consumer.assignment()
+                    for tp, records in batch.items():
+                        if tp not in assigned:
+                            continue  # revoked while fetched: the new owner reads them
+                        for record in records:
+                            await self._windower.process(
+                                record.partition, record.offset, record.key, record.value
+                            )
+                            await self._table.send_pending()
+                            self._positions[tp] = record.offset + 1
+                    if time.monotonic() - last_commit >= self._commit_interval_s:
+                        await self._commit()
+                        last_commit = time.monotonic()
+        finally:
+            with contextlib.suppress(Exception):
+                async with self._lock:
+                    await self._commit()
+            await self._consumer.stop()
