@@ -2,8 +2,12 @@
 
 Layout: :mod:`~stages.windowing.logic` (the pure window function),
 :mod:`~stages.windowing.windower` (records → logic → sinks),
-:mod:`~stages.windowing.sinks` (MongoDB and Kafka), :mod:`~stages.windowing.app`
-(the faust adapter) and :mod:`~stages.windowing.worker` (one process).
+:mod:`~stages.windowing.sinks` (MongoDB and Kafka),
+:mod:`~stages.windowing.consumer` (the aiokafka consumer group and the
+changelog-backed table — the default engine), :mod:`~stages.windowing.app`
+(the same on faust-streaming, ``engine="faust"``, kept for comparison: it lost
+a turn across a rebalance, see that module) and :mod:`~stages.windowing.worker`
+(one process: engine, ticker, sinks).
 
 Delivery semantics: **at-least-once in, idempotent out.** Turns may arrive
 twice or late; a session's state remembers what it promoted, so neither yields
@@ -14,9 +18,12 @@ published to the snapshots topic keyed by session — possibly more than once
 after a crash or in a replay, always with the same id and content.
 
 **Checkpoint**: the consumer group's committed offset on the turns topic
-(committed by faust after the table's changelog is flushed) plus the
-``windows`` table's changelog topic. Snapshots are delivered before the state
-that records them is written, and the state before the offset is committed.
+plus the ``windows`` table's compacted changelog topic
+(``<group>-windows-changelog``, co-partitioned with the turns topic). Snapshots
+are delivered before the state that records them is written, and every
+changelog write is acknowledged before an offset is committed; each state
+carries the position of the last record applied to it, so records read again
+after a crash are skipped for the sessions that already saw them.
 
 **Time**: event time only. A turn's ``created_at``; and ticks produced
 in-band into every partition of the turns topic (``window-tick`` messages),

@@ -1,4 +1,15 @@
-"""The faust-streaming adapter of the windowing stage — kept thin (faust is untyped).
+"""The faust-streaming adapter of the windowing stage (``engine="faust"``; not the default).
+
+Kept for comparison and because it works in the simple cases, but the default
+engine is :mod:`stages.windowing.consumer` (plain aiokafka, same table
+semantics): in ``test_windows_survive_rebalances_between_two_workers``, when a
+second worker joined and the first kept partitions 1 and 2, faust-streaming
+0.15.3 never handed one turn of those partitions to the agent (the agent's
+counters show 14 of 15 turns; no dead letter, no redelivery) while committing
+past it, so the session's window waited on a hole — a lost turn. Records are
+also dropped silently by faust when they reach a stream while its flow control
+is suspended or from an older consumer generation (``streams.py``: "skipped",
+then acked).
 
 One faust app per consumer group (``<prefix>.windowing[<suffix>]``):
 

@@ -148,6 +148,7 @@ async def test_a_window_closes_on_count(
         for seq in range(1, 8):
             await writer.send(make_turn(a, seq))
         docs = await eventually(lambda: at_least(mongo, settings, 2), within=30)
+        await eventually(lambda: len(published) >= 2, within=30)  # called after the publish ack
     assert spans(docs) == [("a", 1, 3, "count"), ("a", 4, 6, "count")]
     assert docs[0]["_id"] == Snapshot.make_id(a, 1, 3)
     assert [t["seq"] for t in docs[1]["turns"]] == [4, 5, 6]
