@@ -5,11 +5,11 @@ engine is :mod:`stages.windowing.consumer` (plain aiokafka, same table
 semantics): in ``test_windows_survive_rebalances_between_two_workers``, when a
 second worker joined and the first kept partitions 1 and 2, faust-streaming
 0.15.3 never handed one turn of those partitions to the agent (the agent's
-counters show 14 of 15 turns; no dead letter, no redelivery) while committing
-past it, so the session's window waited on a hole — a lost turn. Records are
-also dropped silently by faust when they reach a stream while its flow control
-is suspended or from an older consumer generation (``streams.py``: "skipped",
-then acked).
+counters show 14 of 15 turns; no dead letter, no redelivery) and went on with
+later records of the same partitions, so the session's window waited on a hole
+— a lost turn. A likely mechanism, from faust's ``streams.py``: a record that
+reaches a stream while flow control is suspended (as during recovery), or that
+was fetched in an older consumer generation, is "skipped" — and acknowledged.
 
 One faust app per consumer group (``<prefix>.windowing[<suffix>]``):
 
