@@ -196,6 +196,7 @@ def test_project_overrides_win_over_the_defaults() -> None:
         "stages.windowing.windower",
         "stages.windowing.sinks",
         "stages.windowing.app",
+        "stages.windowing.consumer",
         "stages.windowing.worker",
     ],
 )
