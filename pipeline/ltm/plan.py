@@ -18,6 +18,9 @@ The rules, in order:
    ``>= duplicate_at`` → **REINFORCE** it; the ambiguous band → the judge may
    say ADD, UPDATE or REINFORCE (without a judge: ADD); lower → **ADD**.
 
+Neighbours below ``floor`` are not even fetched: nothing under ``ambiguous_at``
+changes a decision, so the floor only saves work (and keeps the log short).
+
 A memory's id is derived from (scope, type, normalised key) of its first
 version, so two writers that ADD the same key at the same moment collide on
 one id and one of them re-plans (see the store's guarantee).

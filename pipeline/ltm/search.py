@@ -6,6 +6,12 @@ has it, an exact cosine scan everywhere else.
 :data:`VECTOR_INDEX` (Atlas, or MongoDB with a search node). Otherwise
 :class:`ExactCosineSearch` answers from :class:`~pipeline.ltm.index.IndexCache`.
 Both return the same thing: version ids with cosine similarities, best first.
+
+Where ``$vectorSearch`` is used, new versions store their embedding as a BSON
+vector (binary subtype 9), which Atlas indexes; elsewhere as plain float32
+bytes (mongo-java-server drops the connection on subtype 9). Versions written
+before a vector index existed are therefore not in it: create the index
+(:func:`vector_index_definition`) before the first write, or re-encode.
 """
 
 from __future__ import annotations
