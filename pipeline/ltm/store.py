@@ -155,23 +155,18 @@ class MemoryStore(MemoryReads):
     async def reconcile(self, candidate: MemoryCandidate) -> Outcome:
         """Plan and apply one candidate, exactly once in effect (see the guarantee)."""
         cid = candidate.candidate_id
-        entry = await self._read(self.ledger.find_one({"_id": cid}))
-        if entry is not None and entry.get("state") == DONE:
-            logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
-            return Outcome.model_validate({**logged["outcome"], "replayed": True})
-        if entry is not None:
-            resumed = await self._resume(candidate)
+        try:  # the usual case, a new candidate: one round trip to mark it pending
+            await self.ledger.insert_one(pending_entry(cid, self.clock()))
+        except DuplicateKeyError:
+            entry = await self._read(self.ledger.find_one({"_id": cid}))
+            if entry is not None and entry.get("state") == DONE:
+                logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
+                return Outcome.model_validate({**logged["outcome"], "replayed": True})
+            resumed = await self._resume(candidate)  # pending: interrupted, or in flight
             if resumed is not None:
                 return resumed
-        else:
-            try:
-                await self.ledger.insert_one(pending_entry(cid, self.clock()))
-            except DuplicateKeyError:  # another worker has just started it
-                resumed = await self._resume(candidate)
-                if resumed is not None:
-                    return resumed
-            except PyMongoError as exc:
-                raise StorageError(f"MongoDB write failed: {exc}") from exc
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB write failed: {exc}") from exc
         for attempt in range(1, self.max_attempts + 1):
             decision = await self.plan(candidate)
             try:
