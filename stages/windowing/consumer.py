@@ -141,6 +141,9 @@ class ChangelogTable:
                             count += 1
                         if record.offset + 1 >= ends[tp]:
                             remaining.discard(tp)
+                for tp in list(remaining):  # the end may be a record we are not shown
+                    if await reader.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
         finally:
             await reader.stop()
         return count
