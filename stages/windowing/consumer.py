@@ -232,6 +232,17 @@ class WindowingConsumer:
             raise BrokerError(f"could not commit offsets: {exc}") from exc
         self._committed.update(offsets)
 
+    def _caught_up(self, partitions: Iterable[TopicPartition]) -> bool:
+        """True when these partitions are processed up to their end as last fetched.
+
+        Only decides when to commit early: extra commits are harmless.
+        """
+        for tp in partitions:
+            end = self._consumer.highwater(tp)
+            if end is None or self._positions.get(tp, 0) < end:
+                return False
+        return True
+
     async def run(self) -> None:
         """Consume until cancelled; a record that fails for good is never committed."""
         try:
@@ -254,7 +265,9 @@ class WindowingConsumer:
                             )
                             await self._table.send_pending()
                             self._positions[tp] = record.offset + 1
-                    if time.monotonic() - last_commit >= self._commit_interval_s:
+                    due = time.monotonic() - last_commit >= self._commit_interval_s
+                    if due or (batch and self._caught_up(batch)):
+                        # Caught up: commit at once, so that lag reads 0 between ticks.
                         await self._commit()
                         last_commit = time.monotonic()
         finally:
