@@ -19,16 +19,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import MongomemError
+from pipeline.logs import configure_logging
+from pipeline.metrics import serve_metrics
 from pipeline.settings import Settings, load_settings
 
-__all__ = ["STAGES", "main"]
+__all__ = ["STAGES", "main", "supervise"]
+
+log = logging.getLogger("mongomem")
 
 #: Stage name → "module:function". The function takes (Settings, argv-namespace)
 #: and returns a coroutine that runs the stage until it is cancelled.
@@ -77,10 +83,44 @@ def _infra(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def supervise(
+    name: str,
+    run: Callable[[], Coroutine[Any, Any, None]],
+    *,
+    first_delay_s: float = 1.0,
+    max_delay_s: float = 30.0,
+) -> None:
+    """Run a stage; restart it after a *retriable* failure, with capped back-off.
+
+    A broker or database that is down at start, or goes away for longer than
+    a stage's own retries, costs a restart inside the process instead of a
+    crash (the stages' checkpoints make a restart safe). Final errors
+    (configuration, a rejected API key …) still end the process.
+    """
+    delay = first_delay_s
+    while True:
+        started = time.monotonic()
+        try:
+            await run()
+            return
+        except MongomemError as exc:
+            if not exc.retriable:
+                raise
+            if time.monotonic() - started > 60:
+                delay = first_delay_s  # it ran well for a while: start backing off afresh
+            log.warning(
+                "%s stopped on a retriable error (%s); restarting in %.0fs", name, exc, delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     entry = _load_stage(args.stage)
+    configure_logging(args.stage, settings.log_level)
+    serve_metrics(settings.metrics_port, settings.metrics_host)
     try:
-        asyncio.run(entry(settings, args))
+        asyncio.run(supervise(args.stage, lambda: entry(settings, args)))
     except KeyboardInterrupt:
         return 130
     return 0

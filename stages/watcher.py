@@ -512,10 +512,6 @@ async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
     """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT, then exits 0."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)

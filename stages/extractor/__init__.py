@@ -19,7 +19,6 @@ import logging
 import signal
 
 from pipeline.errors import ConfigError
-from pipeline.metrics import serve_metrics
 from pipeline.project_config import enabled_types, load_project_config
 from pipeline.readiness import ensure_ready
 from pipeline.settings import Settings
@@ -48,15 +47,10 @@ def specs(settings: Settings, types: list[str] | None = None) -> list[TypeSpec]:
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
     """Run the extractor until cancelled or SIGTERM."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
     chosen = specs(settings, getattr(args, "types", None))
     ensure_ready(settings)
     if not chosen:
         log.warning("no memory type is enabled: the extractor has nothing to do")
-    serve_metrics(settings.metrics_port)
     suffix = getattr(args, "group_suffix", "") or ""
     task = asyncio.create_task(
         run_extractors(settings, chosen, group_suffix=suffix) if chosen else asyncio.Event().wait()

@@ -19,7 +19,6 @@ from aiokafka import AIOKafkaConsumer
 
 from pipeline.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
 from pipeline.ltm import Judge, LLMJudge, MemoryStore
-from pipeline.metrics import serve_metrics
 from pipeline.mongo import connect, database
 from pipeline.settings import Settings
 from stages.reconciler.stage import STAGE, Reconciler, consumer_options
@@ -68,11 +67,6 @@ async def run_reconciler(
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
     """Entry of ``mongomem run reconciler``: runs until SIGTERM/SIGINT, then returns."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-    serve_metrics(settings.metrics_port)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)

@@ -94,17 +94,11 @@ async def pipeline(
     pipe.start_all()
     try:
         yield pipe
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(await pipe.diagnostics())
     finally:
         pipe.stop_all()
-
-
-@pytest.fixture(autouse=True)
-async def _diagnose(request: pytest.FixtureRequest) -> AsyncIterator[None]:
-    yield
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed and "pipeline" in request.fixturenames:
-        pipe: Pipeline = request.getfixturevalue("pipeline")
-        print(await pipe.diagnostics())
 
 
 async def write_sessions(memory: AsyncMemory, phase: dict[int, list[tuple[str, str]]]) -> None:
@@ -252,21 +246,19 @@ async def test_broker_and_mongo_restart_mid_run(pipeline: Pipeline) -> None:
             for user in USERS:
                 chat = memory.bind(MemoryRequestContext(user_id=user))
                 if await chat.get_semantic("home-airport") is None:
-                    return f"{user} has no home-airport yet; revived {pipeline.revive_exited()}"
+                    return f"{user} has no home-airport yet"
             return True
 
         await wait_until(phase_one_learned, 240, "phase one's memories", every=1.0)
+        assert all(p.alive() for p in pipeline.processes.values()), "a stage died with Kafka"
         await asyncio.to_thread(pipeline.mongo.stop)
         await asyncio.sleep(2)
         await asyncio.to_thread(pipeline.mongo.start)
         await write_sessions(memory, PHASE_TWO)
 
-        async def revived() -> bool:
-            pipeline.revive_exited()
-            return True
-
-        await revived()
         await settle(pipeline, memory)
+        # No stage needed an orchestrator's restart: each rode out both outages.
+        assert pipeline.revive_exited() == []
         async with client(pipeline) as mongo:
             db = mongo[pipeline.database]
             await snapshot_invariants(db)
