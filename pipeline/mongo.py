@@ -12,7 +12,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 from pipeline.errors import StorageError
 from pipeline.settings import MongoSettings
@@ -72,7 +72,10 @@ async def capabilities(client: AsyncMongoClient[Document]) -> Capabilities:
     indexes; the search adapter probes that itself.
     """
     try:
-        hello = await client.admin.command("hello")
+        try:
+            hello = await client.admin.command("hello")
+        except OperationFailure:  # servers that predate `hello` (mongo-java-server)
+            hello = await client.admin.command("isMaster")
         info = await client.server_info()
     except PyMongoError as exc:
         raise StorageError(f"MongoDB is unreachable: {exc}") from exc

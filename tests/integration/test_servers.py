@@ -9,8 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pymongo import AsyncMongoClient
 
+from pipeline.infra import Servers
 from pipeline.kafka import ensure_topics, make_producer
-from pipeline.mongo import Document
+from pipeline.mongo import Document, capabilities
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -70,3 +71,13 @@ async def test_kafka_committed_offsets_are_resumed_by_a_new_consumer(settings: S
     rest = await asyncio.wait_for(consume(2, commit=False), 60)
     assert first == [b"0", b"1", b"2", b"3"]
     assert rest == [b"4", b"5"]
+
+
+async def test_capabilities_probe_answers_on_this_server(
+    mongo: AsyncMongoClient[Document], servers: Servers
+) -> None:
+    caps = await capabilities(mongo)
+    assert caps.server
+    # mongo-java-server has no transactions; a replica set (containers, a given URI) has.
+    if servers.mongo is not None:
+        assert caps.transactions is False
