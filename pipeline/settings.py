@@ -105,6 +105,13 @@ class WindowingSettings(BaseSettings):
     max_messages: int = Field(default=20, ge=1, le=10_000)
     idle_timeout_s: float = Field(default=300.0, gt=0)
     tick_interval_s: float = Field(default=5.0, gt=0)
+    engine: Literal["aiokafka", "faust"] = Field(
+        default="aiokafka",
+        description=(
+            "aiokafka: consumer group + changelog table (default). faust: the same logic as a "
+            "faust agent and table; it lost a record once under rebalance in our tests."
+        ),
+    )
 
     @property
     def idle_timeout(self) -> timedelta:

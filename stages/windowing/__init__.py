@@ -48,7 +48,6 @@ import contextlib
 import logging
 import signal
 
-from pipeline.metrics import serve_metrics
 from pipeline.settings import Settings
 from stages.windowing.logic import WindowPolicy, WindowResult, WindowState, WindowTick, advance
 from stages.windowing.windower import Policies, SnapshotWindower
@@ -69,11 +68,11 @@ __all__ = [
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
     """Run the stage until cancelled or SIGTERM/SIGINT; raises if it fails."""
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    worker = WindowingWorker(
+        settings,
+        group_suffix=getattr(args, "group_suffix", "") or "",
+        engine=settings.windowing.engine,
     )
-    serve_metrics(settings.metrics_port)
-    worker = WindowingWorker(settings, group_suffix=getattr(args, "group_suffix", "") or "")
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:

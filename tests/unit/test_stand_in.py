@@ -47,7 +47,7 @@ def ask(memory_type: str) -> list[dict[str, object]]:
 
 def test_semantic_and_injection_is_just_text() -> None:
     facts = ask("semantic")
-    assert facts == [{"label": "home-airport", "fact": "The user's home airport is Boston Logan."}]
+    assert facts == [{"label": "home-airport", "text": "The user's home airport is Boston Logan."}]
 
 
 def test_taxonomic() -> None:
@@ -70,7 +70,7 @@ def test_procedural() -> None:
 def test_episodic() -> None:
     (episode,) = ask("episodic")
     assert episode["participants"] == ["assistant", "user"]
-    assert str(episode["account"]).startswith("The user said:")
+    assert str(episode["content"]).startswith("The user said:")
 
 
 def test_reconcile_verdict_rules() -> None:
