@@ -22,7 +22,7 @@ import pytest
 from pipeline.mongo import LEDGER, MEMORIES, SNAPSHOTS, TURNS
 from pipeline.sdk import AsyncMemory, MemoryRequestContext
 from pipeline.testing import FakeOpenAIServer
-from tests.e2e.harness import (
+from pipeline.testing.harness import (
     STAGES,
     Pipeline,
     client,

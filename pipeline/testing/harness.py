@@ -1,4 +1,4 @@
-"""The whole pipeline as real processes, for end-to-end fault tests.
+"""The whole pipeline as real processes, for end-to-end fault tests and benchmarks.
 
 :class:`Pipeline` runs every stage as ``python -m pipeline.cli run <stage>``
 (through :class:`pipeline.supervisor.StageProcess`, the class ``make run``
@@ -35,8 +35,20 @@ from pipeline.settings import (
     load_settings,
 )
 from pipeline.supervisor import StageProcess, stage_env
-from pipeline.testing import FakeOpenAIServer
+from pipeline.testing.server import FakeOpenAIServer
 from pipeline.testing.stand_in import STAND_IN_MODEL, StandInResponder
+
+__all__ = [
+    "STAGES",
+    "TYPES",
+    "Pipeline",
+    "client",
+    "local_servers",
+    "memory_invariants",
+    "snapshot_invariants",
+    "stand_in_llm",
+    "wait_until",
+]
 
 STAGES = ("watcher", "windowing", "extractor", "reconciler")
 TYPES = ("semantic", "episodic", "procedural", "taxonomic")
@@ -158,7 +170,7 @@ class Pipeline:
                 lines.append(f"{group}: committed {lag.committed} / end {lag.end}")
             except Exception as exc:
                 lines.append(f"{group}: {exc!r}")
-        async with AsyncMongoClient(self.mongo.uri, tz_aware=True) as mongo:
+        async with client(self) as mongo:
             db = mongo[self.database]
             for coll in (TURNS, SNAPSHOTS, MEMORIES):
                 by_user: dict[str, int] = defaultdict(int)
