@@ -1,0 +1,184 @@
+"""End-to-end benchmark: turns through every stage, as processes (issue 7; P4, P5).
+
+The stages run as separate processes (watcher, windowing, extractor for all
+four types, reconciler) against a local Kafka broker and MongoDB-compatible
+server. The LLM is the rule-based stand-in (NOT a model) behind the local
+OpenAI-compatible server, with a fixed latency per call; embeddings are the
+hashing stand-in. Measured in the same run:
+
+* the raw baseline: how fast the same turns are written (``record_turn``);
+* pipeline throughput: turns from the first write until every session's fact
+  is readable and every consumer group has caught up;
+* per session: last turn written → its fact readable (p50/p99);
+* P5: LLM calls per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pipeline.models import utcnow
+from pipeline.mongo import MEMORIES
+from pipeline.sdk import AsyncMemory, MemoryRequestContext
+from pipeline.testing import ChatRequest, FakeOpenAIServer, Reply, Slow, StandInResponder
+from pipeline.testing.harness import Pipeline, client, local_servers, wait_until
+from pipeline.testing.stand_in import STAND_IN_MODEL
+
+PY = platform.python_version()
+RESULTS = Path(__file__).resolve().parent / "results" / "pipeline_e2e.md"
+ATTRIBUTES = ("home airport", "seat preference", "favorite city", "meal preference")
+
+
+def session_turns(user: int, attr: str) -> list[tuple[str, str]]:
+    value = f"value {user} of {attr}"
+    return [
+        ("user", f"My {attr} is {value}."),
+        ("assistant", "Noted."),
+        ("user", "Thanks for remembering."),
+        ("assistant", "Any time."),
+        ("user", "Bye for now."),
+    ]  # five turns: the window closes on count (MONGOMEM_WINDOW_MAX_MESSAGES=5)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def run(args: argparse.Namespace) -> str:
+    stand_in = StandInResponder()
+
+    def slow_stand_in(request: ChatRequest) -> Reply:
+        return Slow(args.llm_latency, stand_in(request))
+
+    root = Path(tempfile.mkdtemp(prefix="mongomem-bench-e2e-"))
+    with (
+        local_servers(root) as (kafka, mongo),
+        FakeOpenAIServer(slow_stand_in, model=STAND_IN_MODEL) as llm,
+    ):
+        pipe = Pipeline(root=root, kafka=kafka, mongo=mongo, llm=llm, prefix="bench", database="b")
+        pipe.start_all()
+        try:
+            return await measure(pipe, llm, args)
+        finally:
+            pipe.stop_all()
+
+
+async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespace) -> str:
+    memory = AsyncMemory(project_id="bench", settings=pipe.settings)
+    sessions = [(u, a) for u in range(args.users) for a in ATTRIBUTES]
+    last_turn_at: dict[tuple[int, str], datetime] = {}
+    readable_at: dict[tuple[int, str], datetime] = {}
+
+    async def write(user: int, attr: str) -> None:
+        chat = memory.bind(
+            MemoryRequestContext(user_id=f"u{user}", session_id=attr.replace(" ", "-"))
+        )
+        for role, content in session_turns(user, attr):
+            turn = await chat.record_turn(role, content)
+        last_turn_at[(user, attr)] = turn.created_at
+
+    # Warm up: one session through every stage, so process start-up is not measured.
+    await memory.bind(MemoryRequestContext(user_id="warm", session_id="w")).record_turn(
+        "user", "My warm up is done."
+    )
+    async with client(pipe) as mongo:
+        db = mongo[pipe.database]
+
+        async def warmed_up() -> bool:
+            return await db[MEMORIES].count_documents({"scope.user_id": "warm"}) > 0
+
+        await wait_until(warmed_up, args.timeout, "the warm-up memory")
+        calls_before = len(llm.chat_requests)
+
+        started = time.monotonic()
+        await asyncio.gather(*(write(u, a) for u, a in sessions))
+        written = time.monotonic()
+        labels = {(u, a): (f"u{u}", a.replace(" ", "-")) for u, a in sessions}
+        while len(readable_at) < len(sessions):
+            found = db[MEMORIES].find(
+                {"memory_type": "semantic", "status": "current", "scope.project_id": "bench"},
+                {"scope.user_id": 1, "key": 1},
+            )
+            seen = {(d["scope"]["user_id"], d["key"]) async for d in found}
+            now = utcnow()
+            for session, label in labels.items():
+                if session not in readable_at and label in seen:
+                    readable_at[session] = now
+            if time.monotonic() - started > args.timeout:
+                raise SystemExit(f"only {len(readable_at)}/{len(sessions)} sessions in time")
+            await asyncio.sleep(0.2)
+
+        async def caught_up() -> bool:
+            return await pipe.lag() == 0
+
+        await wait_until(caught_up, args.timeout, "every consumer group to catch up", every=0.2)
+        done = time.monotonic()
+    await memory.close()
+
+    turns = len(sessions) * 5
+    calls = len(llm.chat_requests) - calls_before
+    latencies = [(readable_at[s] - last_turn_at[s]).total_seconds() for s in sessions]
+    write_rate = turns / (written - started)
+    pipe_rate = turns / (done - started)
+    load = " ".join(f"{x:.1f}" for x in _loadavg())
+    command = f"python -m bench.pipeline_e2e --users {args.users} --llm-latency {args.llm_latency}"
+    return f"""# Benchmark: the whole pipeline as processes (P4, P5)
+
+Command (from the repository root): `{command}`
+
+Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, Python {PY},
+2 CPUs shared by the servers, the four stage processes and this script (load average at
+the end: {load}). LLM: the rule-based stand-in (NOT a model) over HTTP with a fixed
+{args.llm_latency * 1000:.0f} ms per call; embeddings: the hashing stand-in. Windows close
+on count (5 turns). {len(sessions)} sessions of 5 turns ({args.users} users × 4), one fact each.
+
+| measure | value |
+|---|---|
+| raw baseline: `record_turn` of the same turns (concurrent) | {write_rate:,.0f} turns/s |
+| pipeline: first write → every fact readable and every group caught up | {pipe_rate:,.0f} turns/s |
+| ratio pipeline / raw writes | {pipe_rate / write_rate:.2f}× |
+| last turn of a session → its fact readable, p50 | {statistics.median(latencies):.2f} s |
+| same, p99 | {percentile(latencies, 0.99):.2f} s |
+| same, max | {max(latencies):.2f} s |
+| P5: LLM calls per turn | {calls / turns:.2f} ({calls} calls for {turns} turns) |
+
+P5 is four calls per snapshot (one per memory type) divided by the snapshot's
+turns: the window size sets it. The latency includes one LLM call ({args.llm_latency:.1f} s),
+the embedding, and a hop through each of the three Kafka topics.
+"""
+
+
+def _loadavg() -> tuple[float, float, float]:
+    try:
+        import os
+
+        return os.getloadavg()
+    except OSError:
+        return (0.0, 0.0, 0.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--users", type=int, default=10)
+    parser.add_argument("--llm-latency", type=float, default=0.2)
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    report = asyncio.run(run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
