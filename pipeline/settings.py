@@ -50,6 +50,7 @@ __all__ = [
     "KafkaSettings",
     "LLMSettings",
     "MongoSettings",
+    "ReconcileSettings",
     "ServiceSettings",
     "Settings",
     "StmSettings",
@@ -154,6 +155,22 @@ class ExtractionSettings(BaseSettings):
         return tuple(dict.fromkeys(value))
 
 
+class ReconcileSettings(BaseSettings):
+    """Cosine similarities that separate ADD / UPDATE / REINFORCE (see pipeline.ltm.plan).
+
+    The defaults were tuned on the hashing stand-in; a real embedding model
+    scores paraphrases higher, so recalibrate them on your own data.
+    """
+
+    model_config = _group("MONGOMEM_RECONCILE_")
+
+    reinforce_at: float = Field(default=0.95, ge=-1, le=1)
+    duplicate_at: float = Field(default=0.95, ge=-1, le=1)
+    ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
+    floor: float = Field(default=0.5, ge=-1, le=1)
+    neighbours: int = Field(default=5, ge=1, le=100)
+
+
 class LLMSettings(BaseSettings):
     """The OpenAI-compatible endpoint used for extraction (and the optional judge)."""
 
@@ -242,6 +259,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     infra: InfraSettings = Field(default_factory=InfraSettings)
     stm: StmSettings = Field(default_factory=StmSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     project_config: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -268,6 +286,7 @@ _GROUPS: dict[str, type[BaseSettings]] = {
     "service": ServiceSettings,
     "infra": InfraSettings,
     "stm": StmSettings,
+    "reconcile": ReconcileSettings,
 }
 
 

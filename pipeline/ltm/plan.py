@@ -31,11 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pipeline.errors import ConfigError
 from pipeline.ltm.kinds import normalize_key, normalize_text
 from pipeline.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
 from pipeline.models import stable_id as _stable_id
+from pipeline.settings import ReconcileSettings
 
 __all__ = [
     "Decision",
@@ -54,7 +56,7 @@ class _Frozen(BaseModel):
 
 
 class Thresholds(_Frozen):
-    """Cosine similarities that separate the three actions."""
+    """Cosine similarities that separate the three actions (``MONGOMEM_RECONCILE_*``)."""
 
     reinforce_at: float = Field(default=0.95, ge=-1, le=1)
     duplicate_at: float = Field(default=0.95, ge=-1, le=1)
@@ -63,6 +65,14 @@ class Thresholds(_Frozen):
     #: saves work, since nothing below ``ambiguous_at`` changes a decision.
     floor: float = Field(default=0.5, ge=-1, le=1)
     neighbours: int = Field(default=5, ge=1, le=100)
+
+    @classmethod
+    def from_settings(cls, settings: ReconcileSettings) -> Thresholds:
+        """The thresholds configured by ``MONGOMEM_RECONCILE_*`` (validated for order)."""
+        try:
+            return cls.model_validate(settings.model_dump())
+        except ValidationError as exc:
+            raise ConfigError(f"MONGOMEM_RECONCILE_*: {exc}") from exc
 
     @model_validator(mode="after")
     def _ordered(self) -> Thresholds:

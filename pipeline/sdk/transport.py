@@ -93,7 +93,8 @@ class DirectTransport:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
                 db = database(self._client, self._settings.mongodb)
-                store = MemoryStore(db, judge=self._judge, thresholds=self._thresholds)
+                thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
+                store = MemoryStore(db, judge=self._judge, thresholds=thresholds)
                 await store.setup()
                 stm = ShortTermMemory(db, self._settings.stm)
                 await stm.ensure_indexes()

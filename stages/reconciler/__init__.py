@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack
 from aiokafka import AIOKafkaConsumer
 
 from pipeline.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
-from pipeline.ltm import Judge, LLMJudge, MemoryStore
+from pipeline.ltm import Judge, LLMJudge, MemoryStore, Thresholds
 from pipeline.mongo import connect, database
 from pipeline.settings import Settings
 from stages.reconciler.stage import STAGE, Reconciler, consumer_options
@@ -50,7 +50,11 @@ async def run_reconciler(
     async with AsyncExitStack() as stack:
         client = connect(settings.mongodb)
         stack.push_async_callback(client.close)
-        store = MemoryStore(database(client, settings.mongodb), judge=judge)
+        store = MemoryStore(
+            database(client, settings.mongodb),
+            judge=judge,
+            thresholds=Thresholds.from_settings(settings.reconcile),
+        )
         await store.setup()
         producer = make_producer(kafka)
         await producer.start()

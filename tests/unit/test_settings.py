@@ -163,3 +163,15 @@ def test_overlay_can_keep_what_was_set_explicitly(monkeypatch: pytest.MonkeyPatc
     assert kept.kafka.bootstrap == "mine:9092"
     assert kept.kafka.topic_prefix == "theirs"
     assert overlay(base, saved).kafka.bootstrap == "theirs:9092"
+
+
+def test_reconcile_thresholds_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.ltm import Thresholds
+
+    monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.7")
+    thresholds = Thresholds.from_settings(load_settings().reconcile)
+    assert thresholds.ambiguous_at == 0.7
+    assert thresholds.reinforce_at == Thresholds().reinforce_at
+    monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.99")  # above reinforce_at
+    with pytest.raises(ConfigError, match="MONGOMEM_RECONCILE_"):
+        Thresholds.from_settings(load_settings().reconcile)
