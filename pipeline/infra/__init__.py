@@ -149,7 +149,11 @@ def _local_mongo(servers: Servers, settings: Settings, for_tests: bool) -> None:
     state.mkdir(parents=True, exist_ok=True)
     port = free_port() if for_tests else settings.infra.mongo_port
     mongo = LocalMongo(
-        port=port, state_dir=state, cache_dir=_cache(settings), persistent=settings.infra.persistent
+        port=port,
+        state_dir=state,
+        cache_dir=_cache(settings),
+        persistent=settings.infra.persistent,
+        die_with_parent=for_tests,
     )
     mongo.start()
     servers.mongo = mongo
@@ -168,6 +172,7 @@ def _local_kafka(servers: Servers, settings: Settings, for_tests: bool) -> None:
         state_dir=state,
         cache_dir=_cache(settings),
         controller_port=0 if for_tests else port + 1,
+        die_with_parent=for_tests,
     )
     kafka.start()
     servers.kafka = kafka

@@ -126,6 +126,10 @@ class LocalServer:
     state_dir: Path
     cache_dir: Path
     env: dict[str, str] | None = None
+    #: End the server when the process that started it dies (Linux), so a
+    #: killed test run leaves no servers behind. Only for servers started and
+    #: stopped from one thread, such as the test session's.
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -169,6 +173,9 @@ class LocalServer:
                     f"{'KAFKA' if self.name == 'kafka' else 'MONGO'}_PORT."
                 )
         command = self._command()
+        setpriv = shutil.which("setpriv") if self.die_with_parent else None
+        if setpriv is not None:  # Linux util-linux: SIGTERM the server if we die first
+            command = [setpriv, "--pdeathsig", "TERM", "--", *command]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_file.open("ab")
         self.process = subprocess.Popen(
