@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import importlib
 import logging
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +117,43 @@ async def supervise(
             delay = min(delay * 2, max_delay_s)
 
 
+async def run_all(settings: Settings, args: argparse.Namespace) -> None:
+    """Every stage in this one process (development mode), each under :func:`supervise`.
+
+    SIGTERM/SIGINT cancel every stage. That is not the graceful flush each
+    stage does on its own, but their checkpoints make it as safe as a crash:
+    at-least-once in, idempotent out.
+    """
+    tasks = [
+        asyncio.create_task(supervise(name, partial(_load_stage(name), settings, args)), name=name)
+        for name in STAGES
+    ]
+    await asyncio.sleep(1.0)  # each stage installs its own signal handler as it starts
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: [t.cancel() for t in tasks])
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            failure = None if task.cancelled() else task.exception()
+            if failure is not None:
+                raise failure
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    entry = _load_stage(args.stage)
     configure_logging(args.stage, settings.log_level)
     serve_metrics(settings.metrics_port, settings.metrics_host)
+    if args.stage == "all":
+        coro = run_all(settings, args)
+    else:
+        entry = _load_stage(args.stage)
+        coro = supervise(args.stage, lambda: entry(settings, args))
     try:
-        asyncio.run(supervise(args.stage, lambda: entry(settings, args)))
+        asyncio.run(coro)
     except KeyboardInterrupt:
         return 130
     return 0
@@ -172,7 +205,11 @@ def _parser() -> argparse.ArgumentParser:
     infra_p.set_defaults(handler=_infra)
 
     run_p = sub.add_parser("run", help="run one stage in this process")
-    run_p.add_argument("stage", choices=sorted(STAGES))
+    run_p.add_argument(
+        "stage",
+        choices=[*sorted(STAGES), "all"],
+        help="a stage, or all of them in one process (development mode)",
+    )
     run_p.add_argument(
         "--type",
         dest="types",

@@ -48,34 +48,53 @@ async def _converse(chat: AsyncBoundMemory, turns: tuple[tuple[str, str], ...], 
         say(f"    [{turn.seq}] {role:>9}: {content}")
 
 
-async def _wait_for(memory: AsyncBoundMemory, timeout_s: float, say: Say) -> bool:
+async def _state(memory: AsyncBoundMemory) -> tuple[int, int, int, int, bool]:
+    """(home-airport version, seat-preference count, red-eye count, episode evidence, Denver?).
+
+    Episode evidence is the episodes' reinforcement counts summed: a rerun of
+    the demo tells the same two episodes again, which REINFORCEs them.
+    """
+    airport = await memory.get_semantic("home-airport")
+    seat = await memory.get_semantic("seat-preference")
+    term = await memory.get_taxonomic_term("airline", "red-eye")
+    episodes = await memory.list_episodes(limit=1000)
+    return (
+        airport.version if airport else 0,
+        seat.reinforcement_count if seat else 0,
+        term.reinforcement_count if term else 0,
+        sum(e.reinforcement_count for e in episodes),
+        airport is not None and "Denver" in airport.text,
+    )
+
+
+async def _wait_for(
+    memory: AsyncBoundMemory,
+    before: tuple[int, int, int, int, bool],
+    timeout_s: float,
+    say: Say,
+) -> bool:
+    """Wait until this run's conversation shows in memory (on top of earlier runs')."""
     import asyncio
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     last = ""
     while loop.time() < deadline:
-        airport = await memory.get_semantic("home-airport")
-        seat = await memory.get_semantic("seat-preference")
-        term = await memory.get_taxonomic_term("airline", "red-eye")
-        episodes = await memory.list_episodes()
+        version, seat, term, episodes, denver = await _state(memory)
         state = (
-            f"home-airport={'Denver' if airport and 'Denver' in airport.text else '…'} "
-            f"seat-preference×{seat.reinforcement_count if seat else 0} "
-            f"red-eye={'yes' if term else '…'} episodes={len(episodes)}"
+            f"home-airport v{version}{' (Denver)' if denver else ''}, "
+            f"seat-preference ×{seat}, red-eye ×{term}, episode evidence ×{episodes}"
         )
         if state != last:
             say(f"  waiting for the pipeline: {state}")
             last = state
-        done = (
-            airport is not None
-            and "Denver" in airport.text
-            and seat is not None
-            and seat.reinforcement_count >= 2
-            and term is not None
-            and len(episodes) >= 2
-        )
-        if done:
+        if (
+            denver
+            and version >= before[0] + 2  # Boston (ADD or UPDATE), then Denver (UPDATE)
+            and seat >= before[1] + 2  # said once per session: REINFORCE
+            and term >= before[2] + 1
+            and episodes >= before[3] + 2
+        ):
             return True
         await asyncio.sleep(1.0)
     return False
@@ -122,13 +141,14 @@ async def run_demo(
     async with AsyncMemory(project_id=DEMO_PROJECT, settings=settings) as memory:
         one = memory.bind(MemoryRequestContext(user_id=DEMO_USER, session_id=f"trip-{run}-1"))
         two = memory.bind(MemoryRequestContext(user_id=DEMO_USER, session_id=f"trip-{run}-2"))
+        before = await _state(two)
         say("")
         say(f"Demo conversation, session {one.identity.session_id}:")
         await _converse(one, SESSION_ONE, say)
         say(f"Demo conversation, session {two.identity.session_id}:")
         await _converse(two, SESSION_TWO, say)
         say("")
-        ok = await _wait_for(two, timeout_s, say)
+        ok = await _wait_for(two, before, timeout_s, say)
         await _show(two, say)
     say("")
     if not ok:

@@ -135,16 +135,19 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     types = enabled_types(child)
     asyncio.run(ensure_topics(child.kafka, _all_topics(child.kafka, types)))
     for name, stage, args in stage_specs(types):
+        metrics_port = free_port()
         process = StageProcess(
-            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root, env=env,
-            settle_s=1.0,
+            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root,
+            env={**env, "MONGOMEM_METRICS_PORT": str(metrics_port)}, settle_s=1.0,
         )  # fmt: skip
         pid = process.running_pid()
         if pid is not None:
             say(f"  {name:<24} already running (pid {pid})")
             continue
         process.start(timeout_s=30)
-        say(f"  {name:<24} started (pid {process.running_pid()}), log {process.log_file}")
+        metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        say(f"  {name:<24} pid {process.running_pid()!s:<7} metrics {metrics}")
+    say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
     if demo:
         from pipeline.demo import run_demo
