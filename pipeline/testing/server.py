@@ -264,6 +264,12 @@ class FakeOpenAIServer:
             loop.run_forever()
             if self._runner is not None:
                 loop.run_until_complete(self._runner.cleanup())
+            # Requests still in flight (a Slow reply, a held embedding) end here,
+            # not as "Task was destroyed but it is pending" at interpreter exit.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fake-openai", daemon=True)
