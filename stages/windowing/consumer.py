@@ -12,9 +12,12 @@ never acknowledged without having been applied:
   partitions are revoked, always after every changelog write so far has been
   acknowledged. So the table is never behind the committed offset; it may be
   ahead, which the windower's per-session position stamp makes harmless.
-* one record at a time (the windower's order per partition), under a lock
-  that the revocation callback also takes, so a rebalance never interleaves
-  with a record in flight.
+* one fetched batch of a partition at a time, in order
+  (:meth:`~stages.windowing.windower.SnapshotWindower.process_batch`: its
+  snapshots delivered, then the changed states written once each), under a
+  lock that the revocation callback also takes, so a rebalance never
+  interleaves with a batch in flight. A batch's position is recorded only
+  after the whole batch was applied.
 
 Why not faust here: see the report of issue 4 — under a rebalance in which a
 worker keeps its partitions while another joins, faust-streaming 0.15.3
@@ -161,7 +164,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class WindowingConsumer:
-    """Reads the turns topic in a consumer group and feeds the windower, record by record."""
+    """Reads the turns topic in a consumer group and feeds the windower, batch by batch."""
 
     def __init__(
         self,
@@ -257,14 +260,13 @@ class WindowingConsumer:
                 async with self._lock:
                     assigned = self._consumer.assignment()
                     for tp, records in batch.items():
-                        if tp not in assigned:
+                        if tp not in assigned or not records:
                             continue  # revoked while fetched: the new owner reads them
-                        for record in records:
-                            await self._windower.process(
-                                record.partition, record.offset, record.key, record.value
-                            )
-                            await self._table.send_pending()
-                            self._positions[tp] = record.offset + 1
+                        await self._windower.process_batch(
+                            tp.partition, [(r.offset, r.key, r.value) for r in records]
+                        )
+                        await self._table.send_pending()
+                        self._positions[tp] = records[-1].offset + 1
                     due = time.monotonic() - last_commit >= self._commit_interval_s
                     if due or (batch and self._caught_up(batch)):
                         # Caught up: commit at once, so that lag reads 0 between ticks.

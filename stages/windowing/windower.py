@@ -21,6 +21,19 @@ already been applied to it and is skipped, so re-reading records after a crash
 (the committed offset lags the table's changelog) never applies an event
 twice.
 
+Batches: :meth:`SnapshotWindower.process_batch` applies a run of one
+partition's records at once. The pure logic runs over all of them in order
+(against the store plus the batch's own not-yet-written states), the snapshots
+they close are delivered concurrently — one session's in order, sessions side
+by side — and only when all are delivered is each changed session's *final*
+state written, once. That is exactly what applying the records one by one
+would leave in the store (the same states, stamped with the same positions,
+and the same snapshots), with one state write per session per batch instead
+of one per record. If anything in the batch fails, nothing of it has been
+written, and the batch is applied again record by record with
+:meth:`~SnapshotWindower.process` (snapshots already delivered are delivered
+again: idempotent), so failures are handled exactly as for single records.
+
 Failures: a retriable error (MongoDB or Kafka unavailable) is retried with
 backoff ``max_attempts`` times and then raised — the record stays unacknowledged
 and the stage stops, because dead-lettering a turn on an outage would cut it
@@ -32,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +70,7 @@ __all__ = [
     "DeadLetterSink",
     "MemoryStore",
     "Policies",
+    "Record",
     "SnapshotSink",
     "SnapshotWindower",
     "WindowStore",
@@ -141,6 +155,35 @@ class WindowerStats:
     dead_letters: int = 0
 
 
+#: One record of the turns topic within a partition: ``(offset, key, value)``.
+Record = tuple[int, bytes | None, bytes | None]
+
+
+@dataclass
+class _Pass:
+    """The effects of applying some records of one partition, not yet carried out.
+
+    ``states`` holds each changed session's latest state (stamped); reads see
+    it before the store, so the records of a pass see each other's effects.
+    """
+
+    store: WindowStore
+    states: dict[bytes, WindowState] = field(default_factory=dict)
+    snapshots: list[tuple[bytes, Snapshot]] = field(default_factory=list)
+    letters: list[tuple[Record, InputError]] = field(default_factory=list)
+    stats: WindowerStats = field(default_factory=WindowerStats)
+    applied: int = 0  # records applied (not dead-lettered)
+
+    def get(self, key: bytes) -> WindowState | None:
+        state = self.states.get(key)
+        return state if state is not None else self.store.get(key)
+
+
+def _add_stats(total: WindowerStats, part: WindowerStats) -> None:
+    for name in vars(part):
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+
+
 @dataclass
 class SnapshotWindower:
     """Applies turns and ticks of the turns topic to the session windows."""
@@ -153,6 +196,8 @@ class SnapshotWindower:
     max_attempts: int = 4
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
+    #: At most this many sessions' snapshots are being delivered at once (in a batch).
+    max_concurrent_deliveries: int = 64
     stats: WindowerStats = field(default_factory=WindowerStats)
     on_snapshot: Callable[[Snapshot], None] | None = None
     _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
@@ -163,6 +208,31 @@ class SnapshotWindower:
         self._open.clear()
         self._indexed.clear()
 
+    async def process_batch(self, partition: int, records: Sequence[Record]) -> None:
+        """Apply records of one partition, in order; returns once all may be acknowledged.
+
+        Leaves the store, the sinks and the dead-letter topic as calling
+        :meth:`process` for each record would (see the module docstring).
+        """
+        if not records:
+            return
+        run = _Pass(self.store)
+        try:
+            for record in records:
+                self._plan(run, partition, *record)
+            await self._deliver_concurrently(run.snapshots)
+            for (offset, key, value), exc in run.letters:
+                await self._dead_letter(partition, offset, key, value, exc, 1)
+        except Exception as exc:
+            log.warning(
+                "batch %s[%d]@%d..%d failed (%s: %s); applying it record by record",
+                self.topic, partition, records[0][0], records[-1][0], type(exc).__name__, exc,
+            )  # fmt: skip
+            for offset, key, value in records:
+                await self.process(partition, offset, key, value)
+            return
+        self._commit(run, partition)
+
     async def process(
         self, partition: int, offset: int, key: bytes | None, value: bytes | None
     ) -> None:
@@ -172,7 +242,6 @@ class SnapshotWindower:
             attempt += 1
             try:
                 await self._apply(partition, offset, key, value)
-                MESSAGES.labels(STAGE, "ok").inc()
                 return
             except InputError as exc:
                 await self._dead_letter(partition, offset, key, value, exc, attempt)
@@ -229,30 +298,53 @@ class SnapshotWindower:
     async def _apply(
         self, partition: int, offset: int, key: bytes | None, value: bytes | None
     ) -> None:
-        kind = peek_kind(value)
-        if kind == TURN_KIND:
-            turn = decode(value, Turn)
-            session_key = SessionKey.model_construct(
-                project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
-            ).kafka_key()
-            if key is not None and key != session_key:
-                # A session's turns must share one partition, or its window splits.
-                raise MessageDecodeError(f"turn {turn.turn_id} is not keyed by its session")
-            self.stats.turns += 1
-            await self._advance(session_key, None, turn, partition, offset)
-        elif kind == TICK_KIND:
-            tick = decode(value, WindowTick)
-            self.stats.ticks += 1
-            for session_key in sorted(self._open_in(partition)):
-                state = self.store.get(session_key)
-                if state is None or not state.pending:
-                    self._open[partition].discard(session_key)
-                    continue
-                await self._advance(session_key, state, tick, partition, offset)
-        else:
-            raise MessageDecodeError(
-                f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
-            )
+        """One record on its own: plan, deliver in order, write (raises ``InputError`` as is)."""
+        run = _Pass(self.store)
+        self._plan(run, partition, offset, key, value, strict=True)
+        for _, snapshot in run.snapshots:
+            await self.sink.deliver(snapshot)
+        self._commit(run, partition)
+
+    def _plan(
+        self,
+        run: _Pass,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        strict: bool = False,
+    ) -> None:
+        """Apply one record to ``run`` (no I/O); note a poison record, or raise it if ``strict``."""
+        try:
+            event = _decode(value)
+            if isinstance(event, Turn):
+                session_key = SessionKey.model_construct(
+                    project_id=event.project_id, user_id=event.user_id, session_id=event.session_id
+                ).kafka_key()
+                if key is not None and key != session_key:
+                    # A session's turns must share one partition, or its window splits.
+                    raise MessageDecodeError(f"turn {event.turn_id} is not keyed by its session")
+        except InputError as exc:
+            if strict:
+                raise
+            run.letters.append(((offset, key, value), exc))
+            return
+        run.applied += 1
+        if isinstance(event, Turn):
+            run.stats.turns += 1
+            self._advance(run, session_key, None, event, partition, offset)
+            return
+        run.stats.ticks += 1
+        candidates = self._open_in(partition)
+        candidates.update(k for k, s in run.states.items() if s.partition == partition)
+        for session_key in sorted(candidates):
+            state = run.get(session_key)
+            if state is None or not state.pending:
+                if session_key not in run.states:  # the store says so: safe to forget now
+                    self._open.get(partition, set()).discard(session_key)
+                continue
+            self._advance(run, session_key, state, event, partition, offset)
 
     def _open_in(self, partition: int) -> set[bytes]:
         if partition not in self._indexed:
@@ -262,8 +354,9 @@ class SnapshotWindower:
             self._indexed.add(partition)
         return set(self._open.get(partition, ()))
 
-    async def _advance(
+    def _advance(
         self,
+        run: _Pass,
         session_key: bytes,
         state: WindowState | None,
         event: Turn | WindowTick,
@@ -271,41 +364,86 @@ class SnapshotWindower:
         offset: int,
     ) -> None:
         if state is None:
-            state = self.store.get(session_key)
+            state = run.get(session_key)
         if state is None:
             assert isinstance(event, Turn)
             state = initial_state(event.session)
         if state.partition == partition and state.offset is not None and offset <= state.offset:
-            self.stats.redelivered += 1
+            run.stats.redelivered += 1
             return
         result = advance(state, event, self.policies.for_project(state.project_id))
-        self._report(result)
-        for snapshot in result.snapshots:
-            await self.sink.deliver(snapshot)
-            self.stats.snapshots += 1
-            if self.on_snapshot is not None:
-                self.on_snapshot(snapshot)
+        self._report(run.stats, result)
+        run.snapshots.extend((session_key, snapshot) for snapshot in result.snapshots)
         if result.state == state:
             return  # a no-op tick, a late or duplicate turn: nothing to write
-        self.store.put(
-            session_key, result.state.model_copy(update={"partition": partition, "offset": offset})
+        run.states[session_key] = result.state.model_copy(
+            update={"partition": partition, "offset": offset}
         )
-        index = self._open.setdefault(partition, set())
-        if result.state.pending:
-            index.add(session_key)
-        else:
-            index.discard(session_key)
 
-    def _report(self, result: WindowResult) -> None:
+    async def _deliver_concurrently(self, snapshots: list[tuple[bytes, Snapshot]]) -> None:
+        """Deliver each session's snapshots in order, sessions concurrently (bounded)."""
+        if not snapshots:
+            return
+        chains: dict[bytes, list[Snapshot]] = {}
+        for session_key, snapshot in snapshots:
+            chains.setdefault(session_key, []).append(snapshot)
+        if len(chains) == 1:
+            for _, snapshot in snapshots:
+                await self.sink.deliver(snapshot)
+            return
+        slots = asyncio.Semaphore(self.max_concurrent_deliveries)
+
+        async def deliver_chain(chain: list[Snapshot]) -> None:
+            async with slots:
+                for snapshot in chain:
+                    await self.sink.deliver(snapshot)
+
+        async with asyncio.TaskGroup() as group:
+            for chain in chains.values():
+                group.create_task(deliver_chain(chain))
+
+    def _commit(self, run: _Pass, partition: int) -> None:
+        """Every snapshot of ``run`` is delivered: write its states, count, report."""
+        index = self._open.setdefault(partition, set())
+        for session_key, state in run.states.items():
+            self.store.put(session_key, state)
+            if state.pending:
+                index.add(session_key)
+            else:
+                index.discard(session_key)
+        run.stats.snapshots += len(run.snapshots)
+        _add_stats(self.stats, run.stats)
+        if run.applied:
+            MESSAGES.labels(STAGE, "ok").inc(run.applied)
+        if self.on_snapshot is not None:
+            for _, snapshot in run.snapshots:
+                self.on_snapshot(snapshot)
+
+    def _report(self, stats: WindowerStats, result: WindowResult) -> None:
         state = result.state
         if result.late:
-            self.stats.late += len(result.late)
+            stats.late += len(result.late)
             log.info("late turn(s) %s of session %s ignored", result.late, state.session_id)
         if result.duplicates:
-            self.stats.duplicates += len(result.duplicates)
+            stats.duplicates += len(result.duplicates)
         if result.lost:
-            self.stats.lost += len(result.lost)
+            stats.lost += len(result.lost)
             log.warning(
                 "session %s/%s/%s: seq(s) %s never arrived; closed the window without them",
                 state.project_id, state.user_id, state.session_id, list(result.lost),
             )  # fmt: skip
+
+
+def _decode(value: bytes | None) -> Turn | WindowTick:
+    """A turn or a tick; parses a turn's JSON once (turns are nearly all records)."""
+    try:
+        return decode(value, Turn)
+    except MessageDecodeError:
+        kind = peek_kind(value)
+        if kind == TICK_KIND:
+            return decode(value, WindowTick)
+        if kind == TURN_KIND:
+            raise
+    raise MessageDecodeError(
+        f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
+    )

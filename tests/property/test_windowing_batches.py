@@ -1,0 +1,228 @@
+"""Hypothesis: applying records in batches is applying them one by one (SPEC B2, B4).
+
+``SnapshotWindower.process_batch`` runs the logic over a whole batch, delivers
+the snapshots concurrently and writes each changed session's final state once.
+For any records (turns of several sessions, in or out of order, duplicated,
+with holes, ticks, poison messages), cut into any batches, and with a crash
+and restart anywhere, it must leave the same store (states and position
+stamps), deliver the same snapshots (each session's in the same order) and
+dead-letter the same records as :meth:`process` record by record. A delivery
+that fails inside a batch must leave nothing of the batch written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.codec import encode
+from pipeline.errors import StorageError
+from pipeline.kafka import DeadLetter
+from pipeline.models import SessionKey, Snapshot, Turn
+from pipeline.settings import WindowingSettings
+from stages.windowing.logic import WindowTick
+from stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+IDLE = 10
+MAX = 3
+SESSIONS = [SessionKey(project_id="p", user_id="u", session_id=f"s{i}") for i in range(4)]
+POISON = [b"not json", b'{"kind":"mystery","v":1,"data":{}}', None]
+
+
+def make_turn(session: SessionKey, seq: int, second: int) -> Turn:
+    return Turn(
+        turn_id=Turn.make_id(session.project_id, session.user_id, session.session_id, seq),
+        project_id=session.project_id,
+        user_id=session.user_id,
+        session_id=session.session_id,
+        seq=seq,
+        role="user",
+        content=f"{session.session_id}#{seq}",
+        created_at=T0 + timedelta(seconds=second),
+    )
+
+
+@st.composite
+def partition_logs(draw: st.DrawFn) -> list[Record]:
+    """One partition's records: turns (any order, repeats, holes), ticks and poison."""
+    out: list[Record] = []
+    for offset in range(draw(st.integers(1, 60))):
+        choice = draw(st.integers(0, 9))
+        second = draw(st.integers(0, 6 * IDLE))
+        if choice < 7:
+            session = draw(st.sampled_from(SESSIONS))
+            seq = draw(st.integers(1, 9))
+            keyed = draw(st.booleans())
+            value = encode(make_turn(session, seq, second))
+            out.append((offset, session.kafka_key() if keyed else None, value))
+        elif choice < 9:
+            out.append((offset, None, encode(WindowTick(at=T0 + timedelta(seconds=second)))))
+        else:
+            out.append((offset, b"k", draw(st.sampled_from(POISON))))
+    return out
+
+
+@st.composite
+def cuts(draw: st.DrawFn, records: list[Record]) -> list[list[Record]]:
+    """``records`` cut into consecutive non-empty batches."""
+    points = sorted(draw(st.sets(st.integers(1, max(1, len(records) - 1)), max_size=6)))
+    bounds = [0, *(p for p in points if p < len(records)), len(records)]
+    return [records[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+
+
+class RecordingSink:
+    def __init__(self, failures: int = 0) -> None:
+        self.delivered: list[Snapshot] = []
+        self.failures = failures
+
+    async def deliver(self, snapshot: Snapshot) -> None:
+        await asyncio.sleep(0)  # let concurrent deliveries interleave
+        if self.failures:
+            self.failures -= 1
+            raise StorageError("down for a moment")
+        self.delivered.append(snapshot)
+
+
+class Letters:
+    def __init__(self) -> None:
+        self.sent: list[DeadLetter] = []
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
+        self.sent.append(letter)
+
+
+def windower(store: MemoryStore, sink: RecordingSink, letters: Letters) -> SnapshotWindower:
+    return SnapshotWindower(
+        store=store,
+        sink=sink,
+        policies=Policies(WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE)),
+        dead_letters=letters,
+        topic="turns",
+        backoff_s=0,
+    )
+
+
+def per_session(snapshots: list[Snapshot]) -> dict[str, list[Snapshot]]:
+    out: dict[str, list[Snapshot]] = {}
+    for snap in snapshots:
+        out.setdefault(snap.session_id, []).append(snap)
+    return out
+
+
+async def one_by_one(
+    records: list[Record], store: MemoryStore | None = None, partition: int = 0
+) -> tuple[MemoryStore, RecordingSink, Letters, SnapshotWindower]:
+    store, sink, letters = store or MemoryStore(), RecordingSink(), Letters()
+    w = windower(store, sink, letters)
+    for offset, key, value in records:
+        await w.process(partition, offset, key, value)
+    return store, sink, letters, w
+
+
+def distinct(snapshots: list[Snapshot]) -> list[Snapshot]:
+    """Each snapshot once, where it first came; a repeat must be identical."""
+    seen: dict[str, Snapshot] = {}
+    for snap in snapshots:
+        assert seen.setdefault(snap.snapshot_id, snap) == snap
+    return list(seen.values())
+
+
+def letters_of(letters: Letters) -> list[tuple[int, str]]:
+    return [(d.source_offset, d.error_class) for d in letters.sent]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> None:
+    records = data.draw(partition_logs(), label="records")
+    batches = data.draw(cuts(records), label="batches")
+    failures = data.draw(st.integers(0, 2), label="failures")
+
+    async def scenario() -> None:
+        expected_store, expected_sink, expected_letters, expected = await one_by_one(records)
+
+        store, sink, letters = MemoryStore(), RecordingSink(failures), Letters()
+        w = windower(store, sink, letters)
+        for batch in batches:
+            await w.process_batch(0, batch)
+
+        assert store.data == expected_store.data, "same states, same position stamps"
+        # A failed batch is applied again record by record: its snapshots may come twice.
+        assert per_session(distinct(sink.delivered)) == per_session(expected_sink.delivered)
+        if not failures:
+            assert sink.delivered == distinct(sink.delivered), "each delivered once"
+        assert w.stats == expected.stats
+        assert letters_of(letters) == letters_of(expected_letters)
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_restart_in_batches_yields_the_live_snapshots(data: st.DataObject) -> None:
+    records = data.draw(partition_logs(), label="records")
+    crash_at = data.draw(st.integers(0, len(records)), label="crash_at")
+    committed = data.draw(st.integers(0, crash_at), label="committed")
+
+    async def scenario() -> None:
+        _, live, _, _ = await one_by_one(records)
+
+        store, sink, letters = MemoryStore(), RecordingSink(), Letters()
+        first = windower(store, sink, letters)
+        for batch in data.draw(cuts(records[:crash_at]), label="before") if crash_at else []:
+            await first.process_batch(0, batch)
+        restarted = windower(store, sink, letters)  # the store survives; the index does not
+        rest = records[committed:]
+        for batch in data.draw(cuts(rest), label="after") if rest else []:
+            await restarted.process_batch(0, batch)
+
+        distinct = {s.snapshot_id: s for s in sink.delivered}
+        assert sorted(distinct) == sorted({s.snapshot_id for s in live.delivered})
+        for snap in live.delivered:
+            assert distinct[snap.snapshot_id] == snap, "the same snapshot, whenever delivered"
+
+    asyncio.run(scenario())
+
+
+async def test_a_batch_that_cannot_be_delivered_writes_nothing_and_raises() -> None:
+    session = SESSIONS[0]
+    records: list[Record] = [
+        (offset, None, encode(make_turn(session, offset + 1, offset))) for offset in range(3)
+    ]
+    store = MemoryStore()
+    w = windower(store, RecordingSink(failures=100), Letters())
+    with pytest.raises(StorageError):
+        await w.process_batch(0, records)
+    # The record before the failing one (max_messages=3: the third closes a window) was
+    # applied on its own by the record-by-record fallback; the failing one was not.
+    state = store.get(session.kafka_key())
+    assert state is not None
+    assert state.offset == 1
+    assert [t.seq for t in state.open] == [1, 2]
+
+
+async def test_many_sessions_close_in_one_batch_and_each_state_is_written_once() -> None:
+    class CountingStore(MemoryStore):
+        puts = 0
+
+        def put(self, key: bytes, state: object) -> None:  # type: ignore[override]
+            CountingStore.puts += 1
+            super().put(key, state)  # type: ignore[arg-type]
+
+    records: list[Record] = []
+    for seq in range(1, MAX + 1):
+        for session in SESSIONS:
+            records.append((len(records), session.kafka_key(), encode(make_turn(session, seq, 0))))
+    store, sink = CountingStore(), RecordingSink()
+    w = windower(store, sink, Letters())
+    await w.process_batch(0, records)
+    assert sorted(s.session_id for s in sink.delivered) == sorted(s.session_id for s in SESSIONS)
+    assert CountingStore.puts == len(SESSIONS)
+    assert w.stats.turns == len(records)
+    assert w.stats.snapshots == len(SESSIONS)
