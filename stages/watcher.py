@@ -31,7 +31,9 @@ Delivery semantics
   in order per session (see :mod:`pipeline.stm`), so every turn not yet
   published is above its session's mark — no clock is involved.
 * A turn document that is not a valid turn goes to ``dlq.watcher`` with its
-  JSON text; the stream goes on.
+  JSON text; the stream goes on. Documents become Kafka records in
+  :mod:`stages.watcher_encode`: a checked fast path for the plain shape, full
+  validation for everything else — the same bytes and the same verdicts.
 * SIGTERM/SIGINT: flush, store the checkpoint, exit 0. A broken connection
   to MongoDB or Kafka restarts the loop from the stored checkpoint after a
   back-off.
@@ -79,11 +81,11 @@ from pipeline.kafka import (
     make_producer,
     pipeline_topics,
 )
-from pipeline.models import SessionKey, utcnow
+from pipeline.models import utcnow
 from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from pipeline.settings import KafkaSettings, Settings, StmSettings
-from pipeline.stm import turn_from_document
 from stages.watcher_batches import PartitionBatcher
+from stages.watcher_encode import TurnEncoder
 from stages.watcher_logic import (
     WATCH_PIPELINE,
     FlushPolicy,
@@ -137,6 +139,7 @@ class ChangeStreamWatcher:
         self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
         self._poll_s = stm.watcher_poll_interval_s
         self._ledger = PublishLedger()
+        self._encoder = TurnEncoder()
         self._pending: list[asyncio.Future[Any]] = []
         self._count = 0
         self._batcher: PartitionBatcher | None = None
@@ -297,16 +300,13 @@ class ChangeStreamWatcher:
 
     async def _publish(self, document: Mapping[str, Any]) -> None:
         try:
-            turn = turn_from_document(document)
+            record = self._encoder.record(document)
         except ValidationError as exc:
             await self._dead_letter(document, exc)
             return
-        if not self._ledger.admit((turn.project_id, turn.user_id, turn.session_id), turn.seq):
+        if not self._ledger.admit(record.slot, record.seq):
             return
-        key = SessionKey.model_construct(
-            project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
-        ).kafka_key()  # already validated as part of the turn
-        full = await self._batches().add(key, encode(turn))
+        full = await self._batches().add(record.key, record.value)
         if full is not None:
             self._pending.append(full)
         self._note()
