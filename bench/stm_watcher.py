@@ -30,12 +30,12 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from pipeline.infra import start_servers
-from pipeline.kafka import ensure_topics, make_producer, pipeline_topics
+from pipeline.kafka import ensure_topics, pipeline_topics
 from pipeline.models import Role, Turn, utcnow
 from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect
 from pipeline.settings import KafkaSettings, MongoSettings, Settings, load_settings
 from pipeline.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key, turn_document
-from stages.watcher import STAGE, ChangeStreamWatcher
+from stages.watcher import STAGE, ChangeStreamWatcher, make_watcher_producer
 from stages.watcher_logic import WATCH_PIPELINE, token_id
 
 #: How long a raw reader sleeps when the stream has nothing (the watcher's default).
@@ -173,7 +173,7 @@ async def watcher_drain(
     await db[CHECKPOINTS].delete_many({})
     await db[CHECKPOINTS].insert_one({"_id": token_id(topic), "token": token})
     await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
-    producer = make_producer(settings.kafka)
+    producer = make_watcher_producer(settings.kafka)
     await producer.start()
     try:
         # Warm-up outside the timing: the new topic's metadata and a first
@@ -235,7 +235,7 @@ async def p2_live(client: AsyncMongoClient[Document], base: Settings, m: int) ->
     await stm.ensure_indexes()
     topic = settings.kafka.topic("turns")
     await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
-    producer = make_producer(settings.kafka)
+    producer = make_watcher_producer(settings.kafka)
     await producer.start()
     done: dict[str, float] = {}
     try:

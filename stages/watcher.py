@@ -98,12 +98,14 @@ from stages.watcher_logic import (
 )
 
 __all__ = [
+    "BATCH_BYTES",
     "COMMITS_IN_FLIGHT",
     "MARKS_INTERVAL_S",
     "STAGE",
     "TOKEN_REFRESH_S",
     "ChangeStreamWatcher",
     "main",
+    "make_watcher_producer",
     "run_watcher",
 ]
 
@@ -114,6 +116,11 @@ MARKS_INTERVAL_S = 5.0
 COMMITS_IN_FLIGHT = 4
 #: How often a token that moved without any turn (an idle stream) is stored.
 TOKEN_REFRESH_S = 5.0
+#: Bytes per partition batch (aiokafka's default is 16 KiB). aiokafka sends one
+#: request at a time to a broker, with at most one batch per partition in it,
+#: so small batches cap a backlog drain; this stays well under the broker's
+#: default ``message.max.bytes`` (1 MiB).
+BATCH_BYTES = 256 * 1024
 log = logging.getLogger("mongomem.watcher")
 
 Stream = AsyncChangeStream[Document]
@@ -476,6 +483,16 @@ async def _close(stream: Stream) -> None:
 # ---------------------------------------------------------------------- process
 
 
+def make_watcher_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
+    """:func:`~pipeline.kafka.make_producer` with larger batches and no linger.
+
+    The watcher fills its batches itself and sends them when full or at a
+    flush (:class:`~stages.watcher_batches.PartitionBatcher`); lingering
+    would only delay a batch that is already complete.
+    """
+    return make_producer(kafka, max_batch_size=BATCH_BYTES, linger_ms=0)
+
+
 async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
     """Run the watcher until ``stop`` is set, restarting after retriable failures."""
     await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
@@ -483,7 +500,7 @@ async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
     try:
         backoff = 0.5
         while not stop.is_set():
-            producer = make_producer(settings.kafka)
+            producer = make_watcher_producer(settings.kafka)
             try:
                 try:
                     await producer.start()

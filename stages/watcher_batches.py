@@ -5,6 +5,8 @@ than one ``send()`` call per record. The partition of a key is chosen by the
 same murmur2 partitioner ``send()`` uses, so a session lands in the same
 partition either way. Batches of one partition are sent in the order they
 were filled, and the producer is idempotent, so per-partition order holds.
+The partition of each key is remembered (murmur2 is pure Python, and a
+session sends many turns); the partition list is fixed for a batcher's life.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pipeline.errors import BrokerError
 
 __all__ = ["PartitionBatcher"]
 
+#: Keys whose partition is remembered (the memo is emptied when it is full).
+_KEYS_REMEMBERED = 65_536
+
 
 class PartitionBatcher:
     """Collects keyed records into one open batch per partition."""
@@ -33,9 +38,16 @@ class PartitionBatcher:
         self._partitions = sorted(partitions)
         self._partitioner = DefaultPartitioner()
         self._open: dict[int, Any] = {}
+        self._partition_of: dict[bytes, int] = {}
 
     def partition_of(self, key: bytes) -> int:
-        return int(self._partitioner(key, self._partitions, self._partitions))
+        partition = self._partition_of.get(key)
+        if partition is None:
+            partition = int(self._partitioner(key, self._partitions, self._partitions))
+            if len(self._partition_of) >= _KEYS_REMEMBERED:
+                self._partition_of.clear()
+            self._partition_of[key] = partition
+        return partition
 
     async def add(self, key: bytes, value: bytes) -> asyncio.Future[Any] | None:
         """Add a record; returns the ack future of a batch sent because it was full."""
