@@ -5,17 +5,23 @@ upserted under its deterministic id, the turns are marked with that id, and
 the snapshot is published (keyed by session) and acknowledged by the broker
 before ``deliver`` returns. A redelivery rewrites the same document and
 publishes the same message again — consumers of the snapshots topic
-de-duplicate by ``snapshot_id``. pymongo and aiokafka errors become
-:class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.BrokerError`.
+de-duplicate by ``snapshot_id``. :meth:`SnapshotPublisher.deliver_many` does the
+same for a batch of snapshots with one bulk write per collection and the
+publishes pipelined (in the given order, so one session's snapshots reach its
+partition in order); it returns once all are stored and acknowledged, and if it
+raises, any of them may or may not have been delivered. pymongo and aiokafka
+errors become :class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.BrokerError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from pymongo import ReplaceOne, UpdateMany
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
@@ -49,6 +55,40 @@ class SnapshotPublisher:
     async def deliver(self, snapshot: Snapshot) -> None:
         # The three writes are independent and idempotent: run them concurrently.
         await asyncio.gather(self._store(snapshot), self._publish(snapshot))
+
+    async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
+        """Store and publish all of ``snapshots`` (idempotent), with few round trips."""
+        if snapshots:
+            await asyncio.gather(self._store_many(snapshots), self._publish_many(snapshots))
+
+    async def _store_many(self, snapshots: Sequence[Snapshot]) -> None:
+        upserts = [
+            ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in snapshots
+        ]
+        lineage = [
+            UpdateMany(
+                {"_id": {"$in": [t.turn_id for t in s.turns]}},
+                {"$set": {"snapshot_id": s.snapshot_id}},
+            )
+            for s in snapshots
+        ]
+        try:
+            await asyncio.gather(
+                self._snapshots.bulk_write(upserts, ordered=False),
+                self._turns.bulk_write(lineage, ordered=False),
+            )
+        except PyMongoError as exc:
+            raise StorageError(f"could not store {len(snapshots)} snapshot(s): {exc}") from exc
+
+    async def _publish_many(self, snapshots: Sequence[Snapshot]) -> None:
+        try:
+            sent = [
+                await self._producer.send(self._topic, encode(s), key=s.session.kafka_key())
+                for s in snapshots
+            ]
+            await asyncio.gather(*sent)
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish {len(snapshots)} snapshot(s): {exc}") from exc
 
     async def _store(self, snapshot: Snapshot) -> None:
         try:

@@ -47,7 +47,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from pipeline.codec import decode, kind_of, peek_kind
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
@@ -67,6 +67,7 @@ from stages.windowing.logic import (
 
 __all__ = [
     "STAGE",
+    "BulkSnapshotSink",
     "DeadLetterSink",
     "MemoryStore",
     "Policies",
@@ -97,6 +98,14 @@ class WindowStore(Protocol):
 class SnapshotSink(Protocol):
     async def deliver(self, snapshot: Snapshot) -> None:
         """Store and publish ``snapshot``; idempotent (the id is deterministic)."""
+
+
+@runtime_checkable
+class BulkSnapshotSink(SnapshotSink, Protocol):
+    """A sink that can also deliver many snapshots at once (fewer round trips)."""
+
+    async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
+        """Like :meth:`deliver` for each, one session's in the given order; returns when all are."""
 
 
 class DeadLetterSink(Protocol):
@@ -381,8 +390,11 @@ class SnapshotWindower:
         )
 
     async def _deliver_concurrently(self, snapshots: list[tuple[bytes, Snapshot]]) -> None:
-        """Deliver each session's snapshots in order, sessions concurrently (bounded)."""
+        """Deliver each session's snapshots in order, sessions concurrently (or in bulk)."""
         if not snapshots:
+            return
+        if isinstance(self.sink, BulkSnapshotSink):
+            await self.sink.deliver_many([snapshot for _, snapshot in snapshots])
             return
         chains: dict[bytes, list[Snapshot]] = {}
         for session_key, snapshot in snapshots:
