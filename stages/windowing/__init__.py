@@ -23,7 +23,9 @@ plus the ``windows`` table's compacted changelog topic
 are delivered before the state that records them is written, and every
 changelog write is acknowledged before an offset is committed; each state
 carries the position of the last record applied to it, so records read again
-after a crash are skipped for the sessions that already saw them.
+after a crash are skipped for the sessions that already saw them. Records are
+applied a fetched partition batch at a time, with the same effect as one by one
+(snapshots of the whole batch delivered, then each changed state written once).
 
 **Time**: event time only. A turn's ``created_at``; and ticks produced
 in-band into every partition of the turns topic (``window-tick`` messages),
