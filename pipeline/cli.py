@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -292,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MongomemError as exc:
         print(f"mongomem: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the flush at exit
+        return 0
 
 
 if __name__ == "__main__":
