@@ -198,7 +198,12 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mongomem", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="mongomem",
+        description="mongomem: long-term memory for LLM agents.\n\n"
+        + (__doc__ or "").split("::", 1)[-1].split("Errors print")[0].rstrip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     infra_p = sub.add_parser("infra", help="local Kafka and MongoDB-compatible servers")

@@ -8,6 +8,7 @@ is never disturbed and the replay's writes meet the stages' idempotent sinks.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,7 +82,15 @@ async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     try:
         await admin.start()
-        offsets = await admin.list_consumer_group_offsets(group)
+        for attempt in range(20):
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+                break
+            except KafkaError as exc:
+                # A young cluster has no group coordinator until __consumer_offsets exists.
+                if not getattr(exc, "retriable", False) or attempt == 19:
+                    raise
+                await asyncio.sleep(0.5)
         ends = await _end_offsets(settings, [topic])
     except KafkaError as exc:
         raise BrokerError(f"could not read the lag of {group}: {exc}") from exc

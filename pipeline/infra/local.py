@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from pipeline.errors import InfraError
 
@@ -131,7 +131,6 @@ class LocalServer:
     #: stopped from one thread, such as the test session's.
     die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _log: IO[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def pid_file(self) -> Path:
@@ -177,15 +176,15 @@ class LocalServer:
         if setpriv is not None:  # Linux util-linux: SIGTERM the server if we die first
             command = [setpriv, "--pdeathsig", "TERM", "--", *command]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_file.open("ab")
-        self.process = subprocess.Popen(
-            command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=self.env,
-        )
+        with self.log_file.open("ab") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+            )
         self.pid_file.write_text(str(self.process.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -234,9 +233,6 @@ class LocalServer:
     def _cleanup(self) -> None:
         self.process = None
         self.pid_file.unlink(missing_ok=True)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
