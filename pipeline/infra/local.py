@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,7 @@ def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
 
 
 @dataclass(kw_only=True)
-class LocalServer:
+class LocalServer(ABC):
     """A server process we start, wait for, and stop; its pid is kept in a file."""
 
     name: str
@@ -140,11 +141,13 @@ class LocalServer:
     def log_file(self) -> Path:
         return self.state_dir / "logs" / f"{self.name}.log"
 
-    def _command(self) -> list[str]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _command(self) -> list[str]:
+        """The command line that starts the server."""
 
-    def _ready(self) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _ready(self) -> bool:
+        """True once the server answers requests."""
 
     def _ports(self) -> tuple[int, ...]:
         return (self.port,)
