@@ -136,6 +136,9 @@ class ExtractionSettings(BaseSettings):
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
     concurrency: int = Field(default=4, ge=1, le=256)
+    max_rps: float | None = Field(
+        default=None, gt=0, description="LLM calls per second per memory type (unset: no limit)"
+    )
 
     @field_validator("enabled", mode="before")
     @classmethod

@@ -114,6 +114,8 @@ class TypeHandler:
         self._monotonic = monotonic
         self._limit = asyncio.Semaphore(extraction.concurrency)
         self._paused_until = 0.0  # monotonic time before which no LLM call starts (after a 429)
+        self._interval = 1.0 / extraction.max_rps if extraction.max_rps else 0.0
+        self._next_start = 0.0  # monotonic time of the next free slot under max_rps
         self._topic = kafka.topic(CANDIDATES)
 
     async def handle(self, record: SourceRecord) -> Outcome:
@@ -193,6 +195,13 @@ class TypeHandler:
         wait = self._paused_until - self._monotonic()
         if wait > 0:
             await self._sleep(wait)
+        if self._interval:
+            # Reserve a start slot before awaiting, so concurrent calls space out too.
+            now = self._monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + self._interval
+            if start > now:
+                await self._sleep(start - now)
 
     async def _candidates(
         self, snapshot: Snapshot, answer: LLMResult[BaseModel]

@@ -180,3 +180,42 @@ async def test_a_429_holds_back_the_handlers_next_calls() -> None:
     assert outcomes[0].dead_lettered  # one attempt only: the 429 is final for it
     assert not outcomes[1].dead_lettered
     assert delays == [5]  # the next snapshot's call waited out the Retry-After
+
+
+async def test_max_rps_spaces_the_llm_calls_of_a_handler() -> None:
+    delays: list[float] = []
+    clock = [10.0]
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        clock[0] += seconds
+
+    with FakeOpenAIServer() as server:
+        server.script(Answer(FACT), Answer(FACT), Answer(FACT))
+        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=Producer(),  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_rps=2),
+            usage=MemoryUsageRecorder(),
+            sleep=sleep,
+            monotonic=lambda: clock[0],
+        )
+        try:
+            snaps = [make_snapshot([("user", f"turn {n}")], session_id=f"s{n}") for n in range(3)]
+            outcomes = await asyncio.gather(
+                *(
+                    handler.handle(Record("t.snapshots", 0, n, s.session.kafka_key(), encode(s)))
+                    for n, s in enumerate(snaps)
+                )
+            )
+        finally:
+            await llm.close()
+    assert all(not o.dead_lettered for o in outcomes)
+    # Only the limiter's sleeps move the virtual clock: three calls at 2/s start
+    # 0, 0.5 and 1.0 s in, so the third began exactly one second after the first.
+    assert clock[0] - 10.0 == pytest.approx(1.0)
+    assert len(delays) == 2
