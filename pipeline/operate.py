@@ -159,14 +159,7 @@ def apply(
 
     configure(settings, file, say)
     env = read_project_env(settings)
-    applied = settings.model_copy(
-        update={
-            "project_config": Path(env["MONGOMEM_PROJECT_CONFIG"]),
-            "extraction": ExtractionSettings(enabled=tuple(
-                env["MONGOMEM_ENABLED_EXTRACTIONS"].split(",")
-            )),
-        }
-    )  # fmt: skip
+    applied = overlay(settings, env)
     types = enabled_types(applied)
     running = restart_extractors(applied, types, env, say)
     deadline = time.monotonic() + timeout_s

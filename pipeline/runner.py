@@ -21,7 +21,7 @@ from pipeline.infra.local import LocalServer, free_port, port_in_use
 from pipeline.kafka import ensure_topics, pipeline_topics
 from pipeline.operate import read_project_env
 from pipeline.project_config import enabled_types
-from pipeline.settings import ExtractionSettings, KafkaSettings, MongoSettings, Settings
+from pipeline.settings import KafkaSettings, MongoSettings, Settings, overlay
 from pipeline.supervisor import StageProcess, stage_env
 
 __all__ = ["LLMStandIn", "down", "restart_extractors", "stage_specs", "up"]
@@ -123,15 +123,7 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
             "kafka": settings.kafka.model_copy(update={"bootstrap": bootstrap}),
         }
     )
-    if project_env:
-        child = child.model_copy(
-            update={
-                "project_config": Path(project_env["MONGOMEM_PROJECT_CONFIG"]),
-                "extraction": ExtractionSettings(
-                    enabled=tuple(project_env["MONGOMEM_ENABLED_EXTRACTIONS"].split(","))
-                ),
-            }
-        )
+    child = overlay(child, project_env)
     types = enabled_types(child)
     asyncio.run(ensure_topics(child.kafka, _all_topics(child.kafka, types)))
     for name, stage, args in stage_specs(types):

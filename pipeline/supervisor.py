@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pipeline.infra.local import LocalServer
 
@@ -49,9 +48,3 @@ def stage_env(base: Mapping[str, str], overrides: Mapping[str, str]) -> dict[str
     env.update(overrides)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def stage_state_dir(root: Path) -> Path:
-    path = root / "stages"
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -147,75 +147,68 @@ async def test_a_rejected_key_stops_the_stage_instead_of_dead_lettering() -> Non
             await run(server, HashingEmbedder(16))
 
 
+class VirtualClock:
+    """Time that only moves when the handler sleeps."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+        self.delays: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.now += seconds
+
+
+def handler_on(
+    server: FakeOpenAIServer, clock: VirtualClock, extraction: ExtractionSettings
+) -> tuple[TypeHandler, OpenAILLM]:
+    llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+    handler = TypeHandler(
+        builtin_spec("semantic"),
+        llm=llm,
+        embedder=HashingEmbedder(16),
+        producer=Producer(),  # type: ignore[arg-type]
+        kafka=KafkaSettings(topic_prefix="t"),
+        extraction=extraction,
+        usage=MemoryUsageRecorder(),
+        sleep=clock.sleep,
+        monotonic=lambda: clock.now,
+    )
+    return handler, llm
+
+
+def snapshot_record(n: int) -> Record:
+    snap = make_snapshot([("user", f"turn {n}")], session_id=f"s{n}")
+    return Record("t.snapshots", 0, n, snap.session.kafka_key(), encode(snap))
+
+
 async def test_a_429_holds_back_the_handlers_next_calls() -> None:
-    delays: list[float] = []
-    clock = [50.0]
-
-    async def sleep(seconds: float) -> None:
-        delays.append(seconds)
-        clock[0] += seconds
-
+    clock = VirtualClock(50.0)
     with FakeOpenAIServer() as server:
         server.script(RateLimited(retry_after=5), Answer(FACT))
-        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
-        handler = TypeHandler(
-            builtin_spec("semantic"),
-            llm=llm,
-            embedder=HashingEmbedder(16),
-            producer=Producer(),  # type: ignore[arg-type]
-            kafka=KafkaSettings(topic_prefix="t"),
-            extraction=ExtractionSettings(max_attempts=1),
-            usage=MemoryUsageRecorder(),
-            sleep=sleep,
-            monotonic=lambda: clock[0],
-        )
+        handler, llm = handler_on(server, clock, ExtractionSettings(max_attempts=1))
         outcomes = []
         try:
             for n in range(2):
-                snap = make_snapshot([("user", f"turn {n}")], session_id=f"s{n}")
-                record = Record("t.snapshots", 0, n, snap.session.kafka_key(), encode(snap))
-                outcomes.append(await handler.handle(record))
+                outcomes.append(await handler.handle(snapshot_record(n)))
         finally:
             await llm.close()
     assert outcomes[0].dead_lettered  # one attempt only: the 429 is final for it
     assert not outcomes[1].dead_lettered
-    assert delays == [5]  # the next snapshot's call waited out the Retry-After
+    assert clock.delays == [5]  # the next snapshot's call waited out the Retry-After
 
 
 async def test_max_rps_spaces_the_llm_calls_of_a_handler() -> None:
-    delays: list[float] = []
-    clock = [10.0]
-
-    async def sleep(seconds: float) -> None:
-        delays.append(seconds)
-        clock[0] += seconds
-
+    clock = VirtualClock(10.0)
     with FakeOpenAIServer() as server:
         server.script(Answer(FACT), Answer(FACT), Answer(FACT))
-        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
-        handler = TypeHandler(
-            builtin_spec("semantic"),
-            llm=llm,
-            embedder=HashingEmbedder(16),
-            producer=Producer(),  # type: ignore[arg-type]
-            kafka=KafkaSettings(topic_prefix="t"),
-            extraction=ExtractionSettings(max_rps=2),
-            usage=MemoryUsageRecorder(),
-            sleep=sleep,
-            monotonic=lambda: clock[0],
-        )
+        handler, llm = handler_on(server, clock, ExtractionSettings(max_rps=2))
         try:
-            snaps = [make_snapshot([("user", f"turn {n}")], session_id=f"s{n}") for n in range(3)]
-            outcomes = await asyncio.gather(
-                *(
-                    handler.handle(Record("t.snapshots", 0, n, s.session.kafka_key(), encode(s)))
-                    for n, s in enumerate(snaps)
-                )
-            )
+            outcomes = await asyncio.gather(*(handler.handle(snapshot_record(n)) for n in range(3)))
         finally:
             await llm.close()
     assert all(not o.dead_lettered for o in outcomes)
     # Only the limiter's sleeps move the virtual clock: three calls at 2/s start
     # 0, 0.5 and 1.0 s in, so the third began exactly one second after the first.
-    assert clock[0] - 10.0 == pytest.approx(1.0)
-    assert len(delays) == 2
+    assert clock.now - 10.0 == pytest.approx(1.0)
+    assert len(clock.delays) == 2
