@@ -10,6 +10,7 @@ lives in :mod:`pipeline.codec`.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_identifier(value: str) -> str:
     """Return ``value`` if it is a valid id, else raise ``ValueError`` saying why.
 
@@ -51,7 +55,7 @@ def check_identifier(value: str) -> str:
         raise ValueError("must be at most 128 characters")
     if value != value.strip():
         raise ValueError("must not start or end with whitespace")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    if _CONTROL.search(value):
         raise ValueError("must not contain control characters")
     if value.startswith("$"):
         raise ValueError("must not start with '$'")
@@ -183,7 +187,10 @@ class Snapshot(_Frozen):
             raise ValueError("turns must be in strictly increasing seq order")
         if seqs[0] != self.first_seq or seqs[-1] != self.last_seq:
             raise ValueError("first_seq/last_seq must match the turns")
-        if self.snapshot_id != Snapshot.make_id(self.session, self.first_seq, self.last_seq):
+        expected = stable_id(
+            "snap", self.project_id, self.user_id, self.session_id, self.first_seq, self.last_seq
+        )
+        if self.snapshot_id != expected:
             raise ValueError("snapshot_id does not match (session, first_seq, last_seq)")
         return self
 
