@@ -31,8 +31,10 @@ duplicate or overlapping snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -40,12 +42,14 @@ from pipeline.codec import register
 from pipeline.models import SessionKey, Snapshot, SnapshotTurn, Turn
 
 __all__ = [
+    "Window",
     "WindowPolicy",
     "WindowResult",
     "WindowState",
     "WindowTick",
     "advance",
     "initial_state",
+    "snapshot_turn",
 ]
 
 
@@ -132,20 +136,107 @@ class WindowResult:
     lost: tuple[int, ...] = ()  # seqs given up after waiting (gap)
 
 
-@dataclass
-class _Work:
-    """Mutable scratch space for one :func:`advance` call."""
+#: What became of a turn that changed nothing: it came after its place was promoted, or twice.
+Outcome = Literal["late", "duplicate"] | None
 
-    session: SessionKey
-    next_seq: int
-    open: list[SnapshotTurn]
-    ahead: list[SnapshotTurn]
-    last_at: AwareDatetime | None
-    gap_since: AwareDatetime | None
-    snapshots: list[Snapshot] = field(default_factory=list)
-    lost: list[int] = field(default_factory=list)
 
-    def close(self, count: int, reason: str, now: AwareDatetime) -> None:
+class Window:
+    """One session's window while events are applied to it: :func:`advance`'s working copy.
+
+    Mutable, and never shared: :meth:`of` copies a :class:`WindowState`, the
+    ``on_*`` methods apply events in order (each is what :func:`advance` does
+    for one event), and :meth:`state` freezes the result. Applying a run of
+    events to one ``Window`` is applying them one by one with :func:`advance`,
+    without building a state after every event (the windowing stage's batches).
+    ``snapshots`` and ``lost`` accumulate over every event applied so far.
+    """
+
+    __slots__ = (
+        "ahead", "gap_since", "last_at", "lost", "next_seq", "open", "session", "snapshots",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        session: SessionKey,
+        next_seq: int = 1,
+        open: Iterable[SnapshotTurn] = (),
+        ahead: Iterable[SnapshotTurn] = (),
+        last_at: AwareDatetime | None = None,
+        gap_since: AwareDatetime | None = None,
+    ) -> None:
+        self.session = session
+        self.next_seq = next_seq
+        self.open: list[SnapshotTurn] = list(open)
+        self.ahead: list[SnapshotTurn] = list(ahead)
+        self.last_at = last_at
+        self.gap_since = gap_since
+        self.snapshots: list[Snapshot] = []
+        self.lost: list[int] = []
+
+    @classmethod
+    def of(cls, state: WindowState) -> Window:
+        return cls(
+            state.session, state.next_seq, state.open, state.ahead, state.last_at, state.gap_since
+        )
+
+    def signature(self) -> tuple[object, ...]:
+        """Equal before and after an event exactly when the event changed nothing.
+
+        ``open`` is always the run ``next_seq, next_seq+1, …`` and ``ahead``
+        only gains a new seq or loses its first, so no event can change their
+        turns without changing ``next_seq`` or a length.
+        """
+        return (self.next_seq, len(self.open), len(self.ahead), self.last_at, self.gap_since)
+
+    def state(self, **stamp: int | None) -> WindowState:
+        """The window as a :class:`WindowState` (``stamp``: ``partition``/``offset``)."""
+        return WindowState(
+            project_id=self.session.project_id,
+            user_id=self.session.user_id,
+            session_id=self.session.session_id,
+            next_seq=self.next_seq,
+            open=tuple(self.open),
+            ahead=tuple(self.ahead),
+            last_at=self.last_at,
+            gap_since=self.gap_since,
+            **stamp,
+        )
+
+    # -- events ------------------------------------------------------------------------------
+    def on_tick(self, at: AwareDatetime, policy: WindowPolicy) -> None:
+        """Event time has reached ``at`` (rules 1 and 2)."""
+        self._time_closes(policy, at)
+
+    def on_turn(self, turn: SnapshotTurn, policy: WindowPolicy) -> Outcome:
+        """A turn of this session (all three rules); says if it was late or a duplicate."""
+        now = turn.created_at
+        self._time_closes(policy, now)
+        seq = turn.seq
+        expected = self.next_seq + len(self.open)
+        if seq < self.next_seq:
+            return "late"
+        if seq < expected or any(t.seq == seq for t in self.ahead):
+            return "duplicate"
+        if seq == expected:
+            self.open.append(turn)
+            if self.ahead:
+                self._pull()
+        else:
+            self.ahead.append(turn)
+            self.ahead.sort(key=_by_seq)
+            if self.gap_since is None:
+                self.gap_since = now
+        if not self.ahead:
+            self.gap_since = None
+        self.last_at = now if self.last_at is None else max(self.last_at, now)
+        if len(self.open) >= policy.max_messages:
+            self._count_closes(policy, now)
+        if not (self.open or self.ahead):
+            self.last_at = None
+        return None
+
+    # -- rules -------------------------------------------------------------------------------
+    def _close(self, count: int, reason: str, now: AwareDatetime) -> None:
         turns, self.open = self.open[:count], self.open[count:]
         first, last = turns[0].seq, turns[-1].seq
         self.snapshots.append(
@@ -165,49 +256,56 @@ class _Work:
         )
         self.next_seq = last + 1
 
-    def pull(self) -> None:
+    def _pull(self) -> None:
         """Move waiting turns that continue the open run into it."""
         while self.ahead and self.ahead[0].seq == self.next_seq + len(self.open):
             self.open.append(self.ahead.pop(0))
 
-    def give_up_hole(self, now: AwareDatetime) -> None:
+    def _give_up_hole(self, now: AwareDatetime) -> None:
         """Declare the seqs before the first waiting turn lost and move past them."""
         if self.open:
-            self.close(len(self.open), "gap", now)
+            self._close(len(self.open), "gap", now)
         start = self.ahead[0].seq
         self.lost.extend(range(self.next_seq, start))
         self.next_seq = start
-        self.pull()
+        self._pull()
         self.gap_since = now if self.ahead else None
 
-    def count_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+    def _count_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
         while len(self.open) >= policy.max_messages:
-            self.close(policy.max_messages, "count", now)
-            self.pull()
+            self._close(policy.max_messages, "count", now)
+            self._pull()
 
-    def time_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+    def _time_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
         while (
             self.ahead and self.gap_since is not None and now - self.gap_since >= policy.gap_timeout
         ):
-            self.give_up_hole(now)
-            self.count_closes(policy, now)
+            self._give_up_hole(now)
+            self._count_closes(policy, now)
         if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
             while self.ahead:
-                self.give_up_hole(now)
-                self.count_closes(policy, now)
+                self._give_up_hole(now)
+                self._count_closes(policy, now)
             if self.open:
-                self.close(len(self.open), "idle", now)
+                self._close(len(self.open), "idle", now)
             self.last_at = None
             self.gap_since = None
 
 
-def _snapshot_turn(turn: Turn) -> SnapshotTurn:
-    return SnapshotTurn(
-        turn_id=turn.turn_id,
-        seq=turn.seq,
-        role=turn.role,
-        content=turn.content,
-        created_at=turn.created_at,
+def _by_seq(turn: SnapshotTurn) -> int:
+    return turn.seq
+
+
+def snapshot_turn(turn: Turn) -> SnapshotTurn:
+    """The part of a turn that a window keeps and a snapshot carries."""
+    return SnapshotTurn.model_validate(
+        {
+            "turn_id": turn.turn_id,
+            "seq": turn.seq,
+            "role": turn.role,
+            "content": turn.content,
+            "created_at": turn.created_at,
+        }
     )
 
 
@@ -216,16 +314,8 @@ def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) 
 
     ``event`` is a turn of this session or a tick of its partition.
     """
-    now = event.created_at if isinstance(event, Turn) else event.at
-    work = _Work(
-        session=state.session,
-        next_seq=state.next_seq,
-        open=list(state.open),
-        ahead=list(state.ahead),
-        last_at=state.last_at,
-        gap_since=state.gap_since,
-    )
-    work.time_closes(policy, now)
+    window = Window.of(state)
+    before = window.signature()
     late: tuple[int, ...] = ()
     duplicates: tuple[int, ...] = ()
     if isinstance(event, Turn):
@@ -235,40 +325,18 @@ def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) 
             state.session_id,
         ):
             raise ValueError("a turn of another session was applied to this window")
-        seq = event.seq
-        if seq < work.next_seq:
-            late = (seq,)
-        elif seq < work.next_seq + len(work.open) or any(t.seq == seq for t in work.ahead):
-            duplicates = (seq,)
-        else:
-            turn = _snapshot_turn(event)
-            if seq == work.next_seq + len(work.open):
-                work.open.append(turn)
-                work.pull()
-            else:
-                work.ahead.append(turn)
-                work.ahead.sort(key=lambda t: t.seq)
-                if work.gap_since is None:
-                    work.gap_since = now
-            if not work.ahead:
-                work.gap_since = None
-            work.last_at = now if work.last_at is None else max(work.last_at, now)
-            work.count_closes(policy, now)
-            if not (work.open or work.ahead):
-                work.last_at = None
-    new_state = state.model_copy(
-        update={
-            "next_seq": work.next_seq,
-            "open": tuple(work.open),
-            "ahead": tuple(work.ahead),
-            "last_at": work.last_at,
-            "gap_since": work.gap_since,
-        }
-    )
+        outcome = window.on_turn(snapshot_turn(event), policy)
+        if outcome == "late":
+            late = (event.seq,)
+        elif outcome == "duplicate":
+            duplicates = (event.seq,)
+    else:
+        window.on_tick(event.at, policy)
+    unchanged = window.signature() == before
     return WindowResult(
-        state=new_state,
-        snapshots=tuple(work.snapshots),
+        state=state if unchanged else window.state(partition=state.partition, offset=state.offset),
+        snapshots=tuple(window.snapshots),
         late=late,
         duplicates=duplicates,
-        lost=tuple(work.lost),
+        lost=tuple(window.lost),
     )

@@ -49,21 +49,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from pipeline.codec import decode, kind_of, peek_kind
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
 from pipeline.kafka import DeadLetter
 from pipeline.metrics import DEAD_LETTERS, MESSAGES
-from pipeline.models import SessionKey, Snapshot, Turn
+from pipeline.models import Snapshot
 from pipeline.project_config import WindowingConfig
 from pipeline.settings import WindowingSettings
-from stages.windowing.logic import (
-    WindowPolicy,
-    WindowResult,
-    WindowState,
-    WindowTick,
-    advance,
-    initial_state,
-)
+from stages.windowing.logic import Window, WindowPolicy, WindowState
+from stages.windowing.reader import TurnReader, TurnRecord
 
 __all__ = [
     "STAGE",
@@ -79,8 +72,6 @@ __all__ = [
 ]
 
 STAGE = "windowing"
-TURN_KIND = kind_of(Turn)
-TICK_KIND = kind_of(WindowTick)
 
 log = logging.getLogger("mongomem.windowing")
 
@@ -169,23 +160,36 @@ Record = tuple[int, bytes | None, bytes | None]
 
 
 @dataclass
+class _Open:
+    """A session's window during a pass: the stored state it started from, and its changes."""
+
+    window: Window
+    stored: WindowState | None
+    offset: int | None = None  # the source position of the last event that changed it
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.window.open or self.window.ahead)
+
+
+@dataclass
 class _Pass:
     """The effects of applying some records of one partition, not yet carried out.
 
-    ``states`` holds each changed session's latest state (stamped); reads see
-    it before the store, so the records of a pass see each other's effects.
+    ``windows`` holds the working window of every session the records touched;
+    the records of a pass see each other's effects through them.
     """
 
     store: WindowStore
-    states: dict[bytes, WindowState] = field(default_factory=dict)
-    snapshots: list[tuple[bytes, Snapshot]] = field(default_factory=list)
+    windows: dict[bytes, _Open] = field(default_factory=dict)
     letters: list[tuple[Record, InputError]] = field(default_factory=list)
     stats: WindowerStats = field(default_factory=WindowerStats)
     applied: int = 0  # records applied (not dead-lettered)
 
-    def get(self, key: bytes) -> WindowState | None:
-        state = self.states.get(key)
-        return state if state is not None else self.store.get(key)
+    @property
+    def snapshots(self) -> list[tuple[bytes, Snapshot]]:
+        """Every snapshot the pass closed, each session's in order."""
+        return [(k, s) for k, o in self.windows.items() for s in o.window.snapshots]
 
 
 def _add_stats(total: WindowerStats, part: WindowerStats) -> None:
@@ -211,6 +215,7 @@ class SnapshotWindower:
     on_snapshot: Callable[[Snapshot], None] | None = None
     _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
     _indexed: set[int] = field(default_factory=set, repr=False)
+    _reader: TurnReader = field(default_factory=TurnReader, repr=False)
 
     def invalidate_index(self) -> None:
         """Forget which sessions are open (call after a rebalance; rebuilt on the next tick)."""
@@ -326,34 +331,97 @@ class SnapshotWindower:
     ) -> None:
         """Apply one record to ``run`` (no I/O); note a poison record, or raise it if ``strict``."""
         try:
-            event = _decode(value)
-            if isinstance(event, Turn):
-                session_key = SessionKey.model_construct(
-                    project_id=event.project_id, user_id=event.user_id, session_id=event.session_id
-                ).kafka_key()
-                if key is not None and key != session_key:
-                    # A session's turns must share one partition, or its window splits.
-                    raise MessageDecodeError(f"turn {event.turn_id} is not keyed by its session")
+            event = self._reader.read(value)
+            if isinstance(event, TurnRecord) and key is not None and key != event.key:
+                # A session's turns must share one partition, or its window splits.
+                raise MessageDecodeError(f"turn {event.turn.turn_id} is not keyed by its session")
         except InputError as exc:
             if strict:
                 raise
             run.letters.append(((offset, key, value), exc))
             return
         run.applied += 1
-        if isinstance(event, Turn):
+        if isinstance(event, TurnRecord):
             run.stats.turns += 1
-            self._advance(run, session_key, None, event, partition, offset)
+            entry = self._enter(run, event.key, partition, offset, event)
+            if entry is not None:
+                window = entry.window
+                before, lost = window.signature(), len(window.lost)
+                policy = self.policies.for_project(event.session.project_id)
+                outcome = window.on_turn(event.turn, policy)
+                if outcome is not None:
+                    self._report_turn(run.stats, window, event.turn.seq, outcome)
+                self._settle(run.stats, entry, before, lost, offset)
             return
         run.stats.ticks += 1
         candidates = self._open_in(partition)
-        candidates.update(k for k, s in run.states.items() if s.partition == partition)
+        candidates.update(run.windows)
         for session_key in sorted(candidates):
-            state = run.get(session_key)
-            if state is None or not state.pending:
-                if session_key not in run.states:  # the store says so: safe to forget now
+            entry = run.windows.get(session_key)
+            if entry is None:
+                stored = self.store.get(session_key)
+                if stored is None or not stored.pending:  # the store says so: forget it
                     self._open.get(partition, set()).discard(session_key)
+                    continue
+                entry = self._enter(run, session_key, partition, offset, stored=stored)
+                if entry is None:
+                    continue
+            elif not entry.pending:
                 continue
-            self._advance(run, session_key, state, event, partition, offset)
+            window = entry.window
+            before, lost = window.signature(), len(window.lost)
+            window.on_tick(event.at, self.policies.for_project(window.session.project_id))
+            self._settle(run.stats, entry, before, lost, offset)
+
+    def _enter(
+        self,
+        run: _Pass,
+        session_key: bytes,
+        partition: int,
+        offset: int,
+        record: TurnRecord | None = None,
+        stored: WindowState | None = None,
+    ) -> _Open | None:
+        """The session's window in ``run``; ``None`` if the store has this record applied."""
+        entry = run.windows.get(session_key)
+        if entry is not None:
+            return entry  # a pass's records are in offset order: this one is new to it
+        if stored is None:
+            stored = self.store.get(session_key)
+        if stored is not None:
+            stamp = stored.offset if stored.partition == partition else None
+            if stamp is not None and offset <= stamp:
+                run.stats.redelivered += 1
+                return None
+            window = Window.of(stored)
+        else:
+            assert record is not None  # a tick only visits stored sessions
+            window = Window(record.session)
+        entry = run.windows[session_key] = _Open(window, stored)
+        return entry
+
+    def _settle(
+        self, stats: WindowerStats, entry: _Open, before: tuple[object, ...], lost: int, offset: int
+    ) -> None:
+        """After an event: stamp the window if the event changed it, report lost seqs."""
+        window = entry.window
+        if window.signature() != before:
+            entry.offset = offset
+        if len(window.lost) > lost:
+            seqs = window.lost[lost:]
+            stats.lost += len(seqs)
+            session = window.session
+            log.warning(
+                "session %s/%s/%s: seq(s) %s never arrived; closed the window without them",
+                session.project_id, session.user_id, session.session_id, seqs,
+            )  # fmt: skip
+
+    def _report_turn(self, stats: WindowerStats, window: Window, seq: int, outcome: str) -> None:
+        if outcome == "late":
+            stats.late += 1
+            log.info("late turn(s) %s of session %s ignored", [seq], window.session.session_id)
+        else:
+            stats.duplicates += 1
 
     def _open_in(self, partition: int) -> set[bytes]:
         if partition not in self._indexed:
@@ -362,32 +430,6 @@ class SnapshotWindower:
             }
             self._indexed.add(partition)
         return set(self._open.get(partition, ()))
-
-    def _advance(
-        self,
-        run: _Pass,
-        session_key: bytes,
-        state: WindowState | None,
-        event: Turn | WindowTick,
-        partition: int,
-        offset: int,
-    ) -> None:
-        if state is None:
-            state = run.get(session_key)
-        if state is None:
-            assert isinstance(event, Turn)
-            state = initial_state(event.session)
-        if state.partition == partition and state.offset is not None and offset <= state.offset:
-            run.stats.redelivered += 1
-            return
-        result = advance(state, event, self.policies.for_project(state.project_id))
-        self._report(run.stats, result)
-        run.snapshots.extend((session_key, snapshot) for snapshot in result.snapshots)
-        if result.state == state:
-            return  # a no-op tick, a late or duplicate turn: nothing to write
-        run.states[session_key] = result.state.model_copy(
-            update={"partition": partition, "offset": offset}
-        )
 
     async def _deliver_concurrently(self, snapshots: list[tuple[bytes, Snapshot]]) -> None:
         """Deliver each session's snapshots in order, sessions concurrently (or in bulk)."""
@@ -417,45 +459,20 @@ class SnapshotWindower:
     def _commit(self, run: _Pass, partition: int) -> None:
         """Every snapshot of ``run`` is delivered: write its states, count, report."""
         index = self._open.setdefault(partition, set())
-        for session_key, state in run.states.items():
+        for session_key, entry in run.windows.items():
+            if entry.offset is None:
+                continue  # no event changed it: nothing to write
+            state = entry.window.state(partition=partition, offset=entry.offset)
             self.store.put(session_key, state)
-            if state.pending:
+            if entry.pending:
                 index.add(session_key)
             else:
                 index.discard(session_key)
-        run.stats.snapshots += len(run.snapshots)
+        snapshots = run.snapshots
+        run.stats.snapshots += len(snapshots)
         _add_stats(self.stats, run.stats)
         if run.applied:
             MESSAGES.labels(STAGE, "ok").inc(run.applied)
         if self.on_snapshot is not None:
-            for _, snapshot in run.snapshots:
+            for _, snapshot in snapshots:
                 self.on_snapshot(snapshot)
-
-    def _report(self, stats: WindowerStats, result: WindowResult) -> None:
-        state = result.state
-        if result.late:
-            stats.late += len(result.late)
-            log.info("late turn(s) %s of session %s ignored", result.late, state.session_id)
-        if result.duplicates:
-            stats.duplicates += len(result.duplicates)
-        if result.lost:
-            stats.lost += len(result.lost)
-            log.warning(
-                "session %s/%s/%s: seq(s) %s never arrived; closed the window without them",
-                state.project_id, state.user_id, state.session_id, list(result.lost),
-            )  # fmt: skip
-
-
-def _decode(value: bytes | None) -> Turn | WindowTick:
-    """A turn or a tick; parses a turn's JSON once (turns are nearly all records)."""
-    try:
-        return decode(value, Turn)
-    except MessageDecodeError:
-        kind = peek_kind(value)
-        if kind == TICK_KIND:
-            return decode(value, WindowTick)
-        if kind == TURN_KIND:
-            raise
-    raise MessageDecodeError(
-        f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
-    )
