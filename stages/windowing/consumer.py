@@ -12,6 +12,8 @@ never acknowledged without having been applied:
   partitions are revoked, always after every changelog write so far has been
   acknowledged. So the table is never behind the committed offset; it may be
   ahead, which the windower's per-session position stamp makes harmless.
+  The changelog is written at those commits, with each changed session's
+  latest state only (a session that changed in many batches is written once).
 * records are applied as fetched, one batch per partition
   (:meth:`~stages.windowing.windower.SnapshotWindower.process_batch`: its
   snapshots delivered, then the changed states written once each; the
@@ -83,7 +85,7 @@ class ChangelogTable:
         self._bootstrap = bootstrap
         self._data: dict[bytes, WindowState] = {}
         self._keys: dict[int, set[bytes]] = {}
-        self._outbox: list[tuple[bytes, bytes, int]] = []
+        self._dirty: dict[bytes, WindowState] = {}  # written since the last send, latest only
         self._in_flight: list[asyncio.Future[Any]] = []
 
     # -- WindowStore ------------------------------------------------------------------------
@@ -94,19 +96,30 @@ class ChangelogTable:
         assert state.partition is not None
         self._data[key] = state
         self._keys.setdefault(state.partition, set()).add(key)
-        self._outbox.append((key, state.model_dump_json().encode(), state.partition))
+        self._dirty[key] = state
 
     def items(self) -> Iterable[tuple[bytes, WindowState]]:
         return list(self._data.items())
 
     # -- changelog --------------------------------------------------------------------------
     async def send_pending(self) -> None:
-        """Hand the writes so far to the producer (in order), without waiting for acks."""
-        outbox, self._outbox = self._outbox, []
+        """Hand the writes so far to the producer, without waiting for acks.
+
+        Only each key's latest state is sent: an older one would be compacted
+        away anyway, and nobody reads the changelog between two sends
+        (:meth:`restore` runs on assignment, after a revocation flushed it).
+        """
+        dirty, self._dirty = self._dirty, {}
         try:
-            for key, value, partition in outbox:
+            for key, state in dirty.items():
+                assert state.partition is not None
                 self._in_flight.append(
-                    await self._producer.send(self._topic, value, key=key, partition=partition)
+                    await self._producer.send(
+                        self._topic,
+                        state.model_dump_json().encode(),
+                        key=key,
+                        partition=state.partition,
+                    )
                 )
         except KafkaError as exc:
             raise BrokerError(f"could not write the changelog: {exc}") from exc
@@ -124,6 +137,7 @@ class ChangelogTable:
         for partition in partitions:
             for key in self._keys.pop(partition, set()):
                 self._data.pop(key, None)
+                self._dirty.pop(key, None)
 
     async def restore(self, partitions: Iterable[int]) -> int:
         """Load the given changelog partitions from the beginning; returns records read."""
@@ -254,7 +268,6 @@ class WindowingConsumer:
         await self._windower.process_batch(
             tp.partition, [(r.offset, r.key, r.value) for r in records]
         )
-        await self._table.send_pending()
         self._positions[tp] = records[-1].offset + 1
 
     async def run(self) -> None:

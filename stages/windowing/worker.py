@@ -35,6 +35,9 @@ from stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowS
 
 __all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
 
+#: The producer's batch size (a broker's ``max.message.bytes`` must allow it; the default is 1 MiB).
+PRODUCER_BATCH_BYTES = 256 * 1024
+
 log = logging.getLogger("mongomem.windowing")
 
 #: How long a stop may wait for the record in flight (a retry in progress) to finish.
@@ -103,7 +106,9 @@ class WindowingWorker:
             config = load_project_config(settings.project_config).memory.windowing
         policies = Policies(settings.windowing, config)
         client = connect(settings.mongodb)
-        producer = make_producer(kafka, linger_ms=0)  # each send is awaited: nothing to batch
+        # Snapshots and changelog states are sent many at a time and are kilobytes each:
+        # large batches carry one partition's share of a delivery in one request.
+        producer = make_producer(kafka, linger_ms=0, max_batch_size=PRODUCER_BATCH_BYTES)
         app: Any = None
         ticker: asyncio.Task[None] | None = None
         consuming: asyncio.Task[None] | None = None
