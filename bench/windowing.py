@@ -7,8 +7,11 @@ writes ``bench/results/windowing.md``.
   consumer group, table + changelog, snapshot upsert + turn lineage in
   MongoDB, snapshot published with acks=all; and the faust engine for
   comparison) draining a backlog of turns, against a raw aiokafka consume
-  loop over the same topic in its own group, in the same run. Both are timed
-  from their first record to their last.
+  loop over the same topic in its own group (the median of three), in the
+  same run. Both are timed from their first record to their last. A third
+  row measures the MongoDB server alone doing the writes the stage makes
+  for this backlog (snapshot upserts and one lineage mark per turn, as bare
+  ``bulk_write`` calls): the ceiling that the database sets on the stage.
 * **P4** time from a session's last turn (its ``created_at``) to its idle
   snapshot arriving on the snapshots topic, for many sessions that go quiet
   at staggered moments, with the stage live.
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer
+from pymongo import ReplaceOne, UpdateOne
 
 from pipeline.codec import decode, encode
 from pipeline.infra import start_servers
@@ -45,8 +49,11 @@ from pipeline.settings import (
     load_settings,
 )
 from stages.windowing import WindowingWorker
+from stages.windowing.consumer import MAX_POLL_RECORDS
+from stages.windowing.sinks import snapshot_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
+PARTITIONS = 3
 CONTENT = "Please compare the flights to Lisbon on June 3rd by price, stops and travel time. " * 4
 
 
@@ -75,11 +82,22 @@ def scoped(base: Settings, name: str, **windowing: Any) -> Settings:
         update={
             "mongodb": MongoSettings(uri=base.mongodb.uri, database=f"bench-{unique}"),
             "kafka": KafkaSettings(
-                bootstrap=base.kafka.bootstrap, topic_prefix=f"bench.{unique}", partitions=3
+                bootstrap=base.kafka.bootstrap,
+                topic_prefix=f"bench.{unique}",
+                partitions=PARTITIONS,
             ),
             "windowing": WindowingSettings(**windowing),
         }
     )
+
+
+def turn_documents(turns: list[Turn]) -> list[dict[str, Any]]:
+    docs = []
+    for t in turns:
+        doc = {"_id": t.turn_id, **t.model_dump(mode="python", exclude={"turn_id"})}
+        doc["role"] = str(doc["role"])
+        docs.append(doc)
+    return docs
 
 
 async def backlog(settings: Settings, sessions: int, per_session: int) -> int:
@@ -96,12 +114,7 @@ async def backlog(settings: Settings, sessions: int, per_session: int) -> int:
         coll = client[settings.mongodb.database][TURNS_COLLECTION]
         for seq in range(1, per_session + 1):
             turns = [make_turn(k, seq) for k in keys]
-            docs = []
-            for t in turns:
-                doc = {"_id": t.turn_id, **t.model_dump(mode="python", exclude={"turn_id"})}
-                doc["role"] = str(doc["role"])
-                docs.append(doc)
-            await coll.insert_many(docs)
+            await coll.insert_many(turn_documents(turns))
             sent = [await producer.send(topic, encode(t), key=t.session.kafka_key()) for t in turns]
             await asyncio.gather(*sent)
     finally:
@@ -137,12 +150,72 @@ async def raw_consume(settings: Settings, total: int) -> float:
         await consumer.stop()
 
 
+async def raw_mongo_writes(settings: Settings, snapshots: list[Snapshot], total: int) -> float:
+    """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog.
+
+    A fresh database gets the same turns (untimed); then the snapshot upserts
+    and one lineage mark per turn go out in chunks of about as many turns as
+    the stage fetches at once, three chunks at a time (one per partition),
+    as the stage sends them. Timed from the first write to the last reply.
+    """
+    client = connect(settings.mongodb)
+    try:
+        db = client[f"{settings.mongodb.database}-raw"]
+        turns = db[TURNS_COLLECTION]
+        for chunk in range(0, len(snapshots), 500):
+            await turns.insert_many(
+                turn_documents(
+                    [
+                        Turn(
+                            **t.model_dump(),
+                            project_id=s.project_id,
+                            user_id=s.user_id,
+                            session_id=s.session_id,
+                        )
+                        for s in snapshots[chunk : chunk + 500]
+                        for t in s.turns
+                    ]
+                )
+            )
+        turns_each = max(1, total // max(1, len(snapshots)))
+        per_write = max(1, round(MAX_POLL_RECORDS / PARTITIONS / turns_each))
+        chunks = [snapshots[i : i + per_write] for i in range(0, len(snapshots), per_write)]
+        ops = [
+            (
+                [ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in c],
+                [
+                    UpdateOne({"_id": t.turn_id}, {"$set": {"snapshot_id": s.snapshot_id}})
+                    for s in c
+                    for t in s.turns
+                ],
+            )
+            for c in chunks
+        ]
+
+        async def write(upserts: list[Any], marks: list[Any]) -> None:
+            await asyncio.gather(
+                db["snapshots"].bulk_write(upserts, ordered=False),
+                turns.bulk_write(marks, ordered=False),
+            )
+
+        started = time.perf_counter()
+        for i in range(0, len(ops), PARTITIONS):
+            await asyncio.gather(*(write(u, m) for u, m in ops[i : i + PARTITIONS]))
+        return total / (time.perf_counter() - started)
+    finally:
+        await client.drop_database(f"{settings.mongodb.database}-raw")
+        await client.close()
+
+
 async def windowing_drain(
     settings: Settings, total: int, engine: Literal["aiokafka", "faust"]
-) -> tuple[float, int]:
+) -> tuple[float, list[Snapshot]]:
     """Turns/s of the stage over the backlog (first turn applied → last turn applied)."""
     suffix = f".bench-{engine}-{uuid.uuid4().hex[:6]}"
-    worker = WindowingWorker(settings, group_suffix=suffix, engine=engine)
+    closed: list[Snapshot] = []
+    worker = WindowingWorker(
+        settings, group_suffix=suffix, engine=engine, on_snapshot=closed.append
+    )
     task = asyncio.create_task(worker.run())
     first = last = 0.0
     try:
@@ -158,20 +231,29 @@ async def windowing_drain(
                 break
             await asyncio.sleep(0.005)
         assert worker.windower is not None
-        return total / (last - first), worker.windower.stats.snapshots
+        return total / (last - first), closed
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
 
-async def p3(base: Settings, sessions: int, per_session: int) -> dict[str, float]:
+async def p3(base: Settings, sessions: int, per_session: int) -> dict[str, Any]:
     settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600, tick_interval_s=1.0)
     total = await backlog(settings, sessions, per_session)
-    raw = await raw_consume(settings, total)
+    raws = sorted([await raw_consume(settings, total) for _ in range(3)])
     stage, snapshots = await windowing_drain(settings, total, "aiokafka")
+    mongo = await raw_mongo_writes(settings, snapshots, total)
     on_faust, _ = await windowing_drain(settings, total, "faust")
-    return {"turns": total, "raw": raw, "stage": stage, "faust": on_faust, "snapshots": snapshots}
+    return {
+        "turns": total,
+        "raw": raws[1],
+        "raws": raws,
+        "mongo": mongo,
+        "stage": stage,
+        "faust": on_faust,
+        "snapshots": len(snapshots),
+    }
 
 
 async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[str, Any]:
@@ -241,9 +323,10 @@ async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[st
 
 
 def report(
-    command: str, servers: str, r3: dict[str, float], r4: dict[str, Any], idle: float, tick: float
+    command: str, servers: str, r3: dict[str, Any], r4: dict[str, Any], idle: float, tick: float
 ) -> str:
     ratio = r3["stage"] / r3["raw"]
+    raws = ", ".join(f"{r:,.0f}" for r in r3["raws"])
     bound = idle + 1.0
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return f"""# Benchmark: the windowing stage (P3, P4)
@@ -266,25 +349,29 @@ sessions of equal length, `max_messages` = 20, so the stage closes
 
 | reader | turns/s (first record → last) |
 |---|---|
-| raw aiokafka `getmany` loop (no decoding, own group) | {r3["raw"]:,.0f} |
+| raw aiokafka `getmany` loop (no decoding, own group; median of {raws}) | {r3["raw"]:,.0f} |
+| MongoDB alone: the stage's writes for this backlog as bare `bulk_write`s \
+(snapshot upserts + one lineage mark per turn) | {r3["mongo"]:,.0f} |
 | windowing stage, default engine (aiokafka group + changelog table, MongoDB upsert \
 + lineage, publish acks=all) | {r3["stage"]:,.0f} |
 | windowing stage, `engine="faust"` (faust agent + table, same sinks) | {r3["faust"]:,.0f} |
 
-Ratio stage / raw = **{ratio:.3f}×** (goal ≥ 0.5×: **{"met" if ratio >= 0.5 else "not met"}**);
-faust engine / raw = {r3["faust"] / r3["raw"]:.3f}×.
+Ratio stage / raw consume loop = **{ratio:.3f}×** (goal ≥ 0.5×: \
+**{"met" if ratio >= 0.5 else "not met"}**); faust engine / raw = {r3["faust"] / r3["raw"]:.3f}×.
+Stage / MongoDB alone = **{r3["stage"] / r3["mongo"]:.2f}×**.
 
-Why the goal is far off: the raw loop does nothing per record, while the stage
-decodes and validates every turn (JSON, pydantic, the turn-id hash) and applies
-the window logic in Python — the pure core alone (decode + logic, no I/O) runs
-at roughly 15–16k turns/s on this machine, a tenth of the raw loop. The I/O is
-batched: the default engine applies each fetched partition batch at once
-(`SnapshotWindower.process_batch`), delivers its snapshots in one bulk write per
-collection with the publishes pipelined, waits for them, and only then writes
-each changed session's final state to the changelog once; the partitions of a
-fetch go side by side. What remains on top of the core is one delivery round
-trip per batch and the changelog writes. The faust engine still applies one
-record at a time.
+What bounds the stage: every turn costs MongoDB one document update (its
+lineage mark), and the row "MongoDB alone" shows how many of those, with the
+snapshot upserts, this server applies per second when nothing else runs —
+mongo-java-server clones, re-indexes and logs each updated document in Java,
+at tens of microseconds each. The stage cannot be faster than that row, and
+the raw consume loop, which writes nothing, is {r3["raw"] / r3["mongo"]:.0f}× faster than it.
+Everything else is batched: turns are read by a checked fast path (orjson, a
+session's ids validated once), a fetched partition batch is applied to one
+working window per session, its snapshots are delivered in one bulk write per
+collection with the publishes pipelined in 256 KiB producer batches, and the
+changelog gets each changed session's latest state once per commit. The faust
+engine still applies one record at a time.
 
 ## P4 — last turn → idle snapshot on the snapshots topic
 
