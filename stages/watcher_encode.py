@@ -22,6 +22,7 @@ dead-letter topic.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from pipeline.models import Role, SessionKey, Turn, check_identifier
 from pipeline.stm import turn_from_document
 from stages.watcher_logic import Slot
 
-__all__ = ["TurnEncoder", "TurnRecord", "fast_value"]
+__all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
 
 _KIND = kind_of(Turn)
 #: The settings of :func:`pipeline.codec.encode`, built once.
@@ -50,8 +51,9 @@ _REQUIRED = frozenset(
 _ALLOWED = _REQUIRED | {"metadata"}
 #: Deeper metadata takes the full path (the fast check recurses).
 _MAX_DEPTH = 32
-#: Sessions whose ids passed ``check_identifier``: their Kafka key.
+#: Sessions whose ids passed ``check_identifier`` (:class:`SessionParts`).
 _KEYS_CACHED = 65_536
+_NO_METADATA: dict[str, Any] = {}
 
 
 class TurnRecord(NamedTuple):
@@ -63,6 +65,16 @@ class TurnRecord(NamedTuple):
     value: bytes
 
 
+class SessionParts(NamedTuple):
+    """What every turn of one valid session shares, computed once per session."""
+
+    key: bytes
+    #: The session's fields of the envelope, from after ``turn_id`` to ``"seq":``.
+    fields: str
+    #: SHA-256 fed with the session part of :meth:`Turn.make_id`; copied per turn.
+    id_hash: Any
+
+
 class TurnEncoder:
     """Documents of ``turns`` → :class:`TurnRecord` (fast path, full path fallback).
 
@@ -71,13 +83,13 @@ class TurnEncoder:
     """
 
     def __init__(self) -> None:
-        self._keys: dict[Slot, bytes] = {}
+        self._sessions: dict[Slot, SessionParts] = {}
         self.fast = 0
         self.full = 0
 
     def record(self, doc: Mapping[str, Any]) -> TurnRecord:
         """The record of ``doc``; :class:`pydantic.ValidationError` when it is not a turn."""
-        fast = fast_value(doc, self._keys)
+        fast = fast_value(doc, self._sessions)
         if fast is not None:
             self.fast += 1
             return fast
@@ -90,18 +102,18 @@ class TurnEncoder:
         return TurnRecord(slot, turn.seq, key, encode(turn))
 
 
-def fast_value(doc: Mapping[str, Any], known: dict[Slot, bytes]) -> TurnRecord | None:
+def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnRecord | None:
     """The record of a document in the plain shape of a valid turn, else ``None``.
 
-    ``known`` maps sessions whose ids are valid to their Kafka key; this
-    function adds to it (and empties it when it grows past a bound).
+    ``known`` holds the sessions whose ids are valid (:class:`SessionParts`);
+    this function adds to it (and empties it when it grows past a bound).
     """
     if type(doc) is not dict or not _REQUIRED <= doc.keys() <= _ALLOWED:
         return None
     turn_id = doc["_id"]
     project, user, session = doc["project_id"], doc["user_id"], doc["session_id"]
     seq, role, content = doc["seq"], doc["role"], doc["content"]
-    metadata = doc.get("metadata", {})
+    metadata = doc.get("metadata", _NO_METADATA)
     created = doc["created_at"]
     if not (
         type(turn_id) is str
@@ -118,60 +130,113 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, bytes]) -> TurnRecord |
     ):
         return None
     tz = created.tzinfo
-    if tz is not None and tz is not bson_utc and tz is not UTC:
+    if tz is None:
+        stamp = created.isoformat()  # a naive time is read as UTC (turn_from_document)
+    elif tz is bson_utc or tz is UTC:
+        stamp = created.isoformat()[:-6]  # without its "+00:00"
+    else:
         return None
     slot = (project, user, session)
-    key = known.get(slot)
-    if key is None:
-        key = _valid_key(slot)
-        if key is None:
+    parts = known.get(slot)
+    if parts is None:
+        parts = _session_parts(slot)
+        if parts is None:
             return None
         if len(known) >= _KEYS_CACHED:
             known.clear()
-        known[slot] = key
-    if turn_id != Turn.make_id(project, user, session, seq) or not _plain(metadata, 0):
+        known[slot] = parts
+    # Turn.make_id(project, user, session, seq), from the session's hash state.
+    id_hash = parts.id_hash.copy()
+    id_hash.update(str(seq).encode())
+    if turn_id != "turn_" + id_hash.hexdigest()[:24]:
         return None
-    # pydantic's form of a UTC time; a naive one is read as UTC (turn_from_document).
-    stamp = (created if tz is None else created.replace(tzinfo=None)).isoformat() + "Z"
-    # The bytes of pipeline.codec.encode, field by field (model field order).
+    if metadata:
+        if not _plain_dict(metadata, 0):
+            return None
+        meta = _JSON.encode(metadata)
+    else:
+        meta = "{}"
+    # The bytes of pipeline.codec.encode, field by field (model field order);
+    # pydantic writes a UTC time with a "Z".
     try:
         value = "".join(
             (
-                _PREFIX, _str(turn_id),
-                ',"project_id":', _str(project),
-                ',"user_id":', _str(user),
-                ',"session_id":', _str(session),
-                ',"seq":', str(seq),
+                _PREFIX, _str(turn_id), parts.fields, str(seq),
                 ',"role":', _str(role),
                 ',"content":', _str(content),
-                ',"metadata":', _JSON.encode(metadata) if metadata else "{}",
-                ',"created_at":"', stamp, '"}}',
+                ',"metadata":', meta,
+                ',"created_at":"', stamp, 'Z"}}',
             )
         ).encode()  # fmt: skip
     except UnicodeEncodeError:  # an unpaired surrogate, not from BSON: the full path says
         return None
-    return TurnRecord(slot, seq, key, value)
+    return TurnRecord(slot, seq, parts.key, value)
 
 
-def _valid_key(slot: Slot) -> bytes | None:
+def _session_parts(slot: Slot) -> SessionParts | None:
+    """The shared parts of a session's turns; ``None`` when an id is not valid."""
     try:
         for part in slot:
             check_identifier(part)
-    except ValueError:
+        fields = "".join(
+            (
+                ',"project_id":', _str(slot[0]),
+                ',"user_id":', _str(slot[1]),
+                ',"session_id":', _str(slot[2]),
+                ',"seq":',
+            )
+        )  # fmt: skip
+        key = "\x00".join(slot).encode()
+        id_hash = hashlib.sha256("\x00".join((*slot, "")).encode())
+    except (ValueError, UnicodeEncodeError):
         return None
-    return "\x00".join(slot).encode()
+    return SessionParts(key, fields, id_hash)
 
 
-def _plain(value: object, depth: int) -> bool:
-    """True for JSON made of exact dict/list/str/int/finite float/bool/None."""
-    if value is None or type(value) is str or type(value) is int or type(value) is bool:
-        return True
-    if type(value) is float:
-        return math.isfinite(value)
+def _plain_dict(value: dict[Any, Any], depth: int) -> bool:
+    """True for a dict of JSON made of exact dict/list/str/int/finite float/bool/None.
+
+    Containers deeper than ``_MAX_DEPTH`` are refused (the full path decides).
+    """
     if depth >= _MAX_DEPTH:
         return False
-    if type(value) is dict:
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
-    if type(value) is list:
-        return all(_plain(v, depth + 1) for v in value)
-    return False
+    for key, item in value.items():
+        if type(key) is not str:
+            return False
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is dict:
+            if not _plain_dict(item, depth + 1):
+                return False
+        elif kind is list:
+            if not _plain_list(item, depth + 1):
+                return False
+        else:
+            return False
+    return True
+
+
+def _plain_list(value: list[Any], depth: int) -> bool:
+    """:func:`_plain_dict` for a list."""
+    if depth >= _MAX_DEPTH:
+        return False
+    for item in value:
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is dict:
+            if not _plain_dict(item, depth + 1):
+                return False
+        elif kind is list:
+            if not _plain_list(item, depth + 1):
+                return False
+        else:
+            return False
+    return True

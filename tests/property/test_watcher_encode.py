@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from pipeline.codec import decode, encode
 from pipeline.models import Role, SessionKey, Turn, check_identifier
 from pipeline.stm import turn_document, turn_from_document
-from stages.watcher_encode import TurnEncoder, TurnRecord, fast_value
+from stages.watcher_encode import SessionParts, TurnEncoder, TurnRecord, fast_value
 
 
 def _is_identifier(value: str) -> bool:
@@ -222,12 +222,13 @@ def test_the_session_memo_holds_only_valid_sessions() -> None:
         content="hi",
         created_at=datetime(2026, 11, 29, 12, tzinfo=UTC),
     )
-    known: dict[tuple[str, str, str], bytes] = {}
+    known: dict[tuple[str, str, str], SessionParts] = {}
     bad = as_stored(turn, UTC) | {"session_id": "$s", "_id": Turn.make_id("p", "u", "$s", 1)}
     assert fast_value(bad, known) is None
     assert known == {}
     assert fast_value(as_stored(turn, UTC), known) is not None
-    assert known == {("p", "u", "s"): b"p\x00u\x00s"}
+    assert list(known) == [("p", "u", "s")]
+    assert known["p", "u", "s"].key == b"p\x00u\x00s"
     encoder = TurnEncoder()
     encoder.record(as_stored(turn, UTC))
     with pytest.raises(ValidationError):
