@@ -10,18 +10,30 @@ Delivery semantics
 **At-least-once into Kafka; consumers de-duplicate by ``turn_id``.**
 
 * The checkpoint lives in MongoDB (``checkpoints``): the change stream's
-  resume token, written only after Kafka acknowledged every event up to it,
-  at most ``MONGOMEM_STM_WATCHER_BATCH_MAX`` events or ``…_FLUSH_INTERVAL_S``
-  seconds apart; and one high-water mark (highest acknowledged seq) per
-  session, written every ``MARKS_INTERVAL_S`` and at every graceful stop and
-  back-fill end. A mark may lag (that only adds duplicates to a back-fill),
-  it is never ahead of Kafka. The next batch is read and sent while the
-  previous ones are being acknowledged; checkpoints are stored in order.
-  A token that moved while no turn arrived (an idle stream on MongoDB) is
-  stored at most every ``TOKEN_REFRESH_S``.
+  resume token, written only after Kafka acknowledged every event up to it;
+  and one high-water mark (highest acknowledged seq) per session, written
+  every ``MARKS_INTERVAL_S`` and at every graceful stop and back-fill end. A
+  mark may lag (that only adds duplicates to a back-fill), it is never ahead
+  of Kafka. Checkpoints are stored in order.
+* Turns go into one open batch per partition and leave in flushes
+  (:class:`~stages.watcher_logic.FlushPolicy`): when the stream is idle, or
+  after ``MONGOMEM_STM_WATCHER_BATCH_MAX`` turns or ``…_FLUSH_INTERVAL_S`` —
+  but those two wait while Kafka has not acknowledged the previous flush;
+  the turns keep filling the open batches (a full one, ``BATCH_BYTES``, is
+  sent on its own). So a backlog is checkpointed about once per Kafka round
+  trip rather than every ``BATCH_MAX`` turns. A token that moved while no
+  turn arrived (an idle stream on MongoDB) is stored at most every
+  ``TOKEN_REFRESH_S``.
+* The stream is read ahead (:class:`ChangeReader`, ``READ_BATCH`` changes
+  per server batch, at most ``READ_AHEAD`` waiting), so the next batch is on
+  its way while the current one is published; only the resume token and the
+  turn are read (:data:`~stages.watcher_logic.READ_PIPELINE`). The token
+  stored is that of the last change *published*, never one merely read.
 * On restart the stream resumes after the stored token. A crash republishes
-  the events after the last stored checkpoint — the batches still being
-  acknowledged, at most ``COMMITS_IN_FLIGHT + 1`` batches — never fewer.
+  the events after the last stored checkpoint — the unacknowledged flush,
+  the open and full batches (at most ``BATCH_BYTES`` each, one open and two
+  handed over per partition) and the commits still being stored (at most
+  ``COMMITS_IN_FLIGHT``) — never fewer.
 * If the stored token cannot be resumed (the server reports the history as
   lost or rejects the token), or there is no token at all, the watcher logs
   it loudly and **back-fills**: it opens a new stream first, then scans
@@ -52,7 +64,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -87,6 +99,7 @@ from pipeline.settings import KafkaSettings, Settings, StmSettings
 from stages.watcher_batches import PartitionBatcher
 from stages.watcher_encode import TurnEncoder
 from stages.watcher_logic import (
+    READ_PIPELINE,
     WATCH_PIPELINE,
     FlushPolicy,
     PublishLedger,
@@ -101,9 +114,13 @@ __all__ = [
     "BATCH_BYTES",
     "COMMITS_IN_FLIGHT",
     "MARKS_INTERVAL_S",
+    "READ_AHEAD",
+    "READ_BATCH",
     "STAGE",
     "TOKEN_REFRESH_S",
+    "ChangeReader",
     "ChangeStreamWatcher",
+    "Idle",
     "main",
     "make_watcher_producer",
     "run_watcher",
@@ -121,9 +138,93 @@ TOKEN_REFRESH_S = 5.0
 #: so small batches cap a backlog drain; this stays well under the broker's
 #: default ``message.max.bytes`` (1 MiB).
 BATCH_BYTES = 256 * 1024
+#: Changes per change-stream batch. A backlog then arrives in pieces, and the
+#: publisher starts on the first while the server still prepares the next.
+READ_BATCH = 3000
+#: Changes read ahead of the publisher, at most.
+READ_AHEAD = 2 * READ_BATCH
 log = logging.getLogger("mongomem.watcher")
 
 Stream = AsyncChangeStream[Document]
+
+
+class Idle(NamedTuple):
+    """An empty read: nothing more to read now; the stream's token at that point."""
+
+    token: Mapping[str, Any] | None
+
+
+class ChangeReader:
+    """Reads a change stream ahead of the publisher, in a task of its own.
+
+    pymongo asks the server for the next batch (getMore) only when the
+    current one is used up; reading in a separate task keeps that request in
+    flight, and the server busy, while the publisher encodes and sends the
+    changes already read. At most ``limit`` changes wait. An empty read is
+    queued as :class:`Idle`; after two in a row the reader pauses ``poll_s``.
+    A failure of the stream is raised by :meth:`take` once the changes read
+    before it have been taken.
+    """
+
+    def __init__(self, stream: Stream, wake: asyncio.Event, *, limit: int, poll_s: float) -> None:
+        self._stream = stream
+        self._wake = wake
+        self._limit = limit
+        self._poll_s = poll_s
+        self._queue: deque[Mapping[str, Any] | Idle] = deque()
+        self._room = asyncio.Event()
+        self._error: Exception | None = None
+        self._task = asyncio.create_task(self._read())
+
+    def take(self, most: int) -> list[Mapping[str, Any] | Idle]:
+        """Up to ``most`` changes in stream order (none yet: empty); raises a stream failure."""
+        queue = self._queue
+        if len(queue) <= most:
+            changes = list(queue)
+            queue.clear()
+        else:
+            changes = [queue.popleft() for _ in range(most)]
+        self._room.set()
+        if not changes and self._error is not None:
+            raise self._error
+        return changes
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _read(self) -> None:
+        idle = False
+        try:
+            while True:
+                change = await self._next()
+                if change is None:
+                    self._queue.append(Idle(self._stream.resume_token))
+                    self._wake.set()
+                    if idle:  # twice in a row: nothing is coming, do not spin
+                        await asyncio.sleep(self._poll_s)
+                    idle = True
+                    continue
+                idle = False
+                self._queue.append(change)
+                self._wake.set()
+                if len(self._queue) >= self._limit:
+                    self._room.clear()
+                    await self._room.wait()
+        except Exception as exc:  # handed to the publisher, which raises it
+            self._error = exc
+            self._wake.set()
+
+    async def _next(self) -> Document | None:
+        try:
+            return await self._stream.try_next()
+        except OperationFailure as exc:
+            if open_failure_verdict(exc.code, with_token=False) == "lost":
+                raise ResumeTokenLost(f"server code {exc.code}: {exc}") from exc
+            raise ChangeFeedError(f"the change stream failed: {exc}") from exc
+        except PyMongoError as exc:
+            raise ChangeFeedError(f"the change stream failed: {exc}") from exc
 
 
 class ChangeStreamWatcher:
@@ -148,6 +249,14 @@ class ChangeStreamWatcher:
         self._ledger = PublishLedger()
         self._encoder = TurnEncoder()
         self._pending: list[asyncio.Future[Any]] = []
+        self._dead: list[tuple[Mapping[str, Any], ValidationError]] = []
+        #: Batches of the latest flush that Kafka has not acknowledged yet.
+        self._unacked = 0
+        self._flushes = 0
+        #: Set when the reader has changes or Kafka acknowledged everything sent.
+        self._wake = asyncio.Event()
+        #: The resume token of the last change handled (``None``: none yet).
+        self._token: Mapping[str, Any] | None = None
         self._count = 0
         self._batcher: PartitionBatcher | None = None
         self._oldest = 0.0
@@ -223,7 +332,10 @@ class ChangeStreamWatcher:
         max_await = max(1, int(self._policy.interval_s * 1000))
         try:
             return await self._turns.watch(
-                WATCH_PIPELINE, resume_after=token, max_await_time_ms=max_await
+                READ_PIPELINE,
+                resume_after=token,
+                max_await_time_ms=max_await,
+                batch_size=READ_BATCH,
             )
         except OperationFailure as exc:
             verdict = open_failure_verdict(exc.code, with_token=token is not None)
@@ -247,30 +359,35 @@ class ChangeStreamWatcher:
             self.streaming = False
 
     async def _follow(self, stream: Stream, stop: asyncio.Event) -> None:
-        idle = False
-        while not stop.is_set():
-            try:
-                change = await stream.try_next()
-            except OperationFailure as exc:
-                if open_failure_verdict(exc.code, with_token=False) == "lost":
-                    raise ResumeTokenLost(f"server code {exc.code}: {exc}") from exc
-                raise ChangeFeedError(f"the change stream failed: {exc}") from exc
-            except PyMongoError as exc:
-                raise ChangeFeedError(f"the change stream failed: {exc}") from exc
-            if change is None:
-                await self._flush(stream.resume_token)
-                if idle:  # twice in a row: nothing is coming, do not spin
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self._poll_s)
-                idle = True
-                continue
-            idle = False
-            document = change.get("fullDocument")
-            if isinstance(document, Mapping):
-                await self._publish(document)
-            if self._policy.due(self._count, self._age(), idle=False):
-                await self._flush(stream.resume_token)
-        await self._flush(stream.resume_token, wait=True)
+        self._token = None
+        reader = ChangeReader(stream, self._wake, limit=READ_AHEAD, poll_s=self._poll_s)
+        try:
+            while not stop.is_set():
+                changes = reader.take(self._policy.batch_max)
+                if not changes:
+                    if self._due(idle=False):  # Kafka acknowledged while records waited
+                        await self._flush(self._token)
+                        continue
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                idle = False
+                for change in changes:
+                    if isinstance(change, Idle):
+                        self._token, idle = change.token, True
+                        continue
+                    idle = False
+                    document = change.get("fullDocument")
+                    if isinstance(document, Mapping):
+                        self._publish(document)
+                    self._token = change["_id"]
+                await self._hand_over()
+                if idle or self._due(idle=False):
+                    await self._flush(self._token)
+                await asyncio.sleep(0)  # let acknowledgements and the reader in
+        finally:
+            await reader.close()
+        await self._flush(self._token, wait=True)
 
     async def _backfill(self, stop: asyncio.Event) -> bool:
         """Publish every turn above its session's mark; False when stopped midway."""
@@ -284,13 +401,20 @@ class ChangeStreamWatcher:
                 [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING),
                  ("seq", ASCENDING)]
             )  # fmt: skip
+            handled = 0
             async for document in cursor:
-                await self._publish(document)
-                if self._policy.due(self._count, self._age(), idle=False):
+                self._publish(document)
+                handled += 1
+                if handled % self._policy.batch_max:
+                    continue
+                await self._hand_over()
+                if self._due(idle=False):
                     await self._flush(None)
                 if stop.is_set():
                     complete = False
                     break
+                await asyncio.sleep(0)  # let acknowledgements in
+            await self._hand_over()
         except PyMongoError as exc:
             raise StorageError(f"back-fill could not read {TURNS!r}: {exc}") from exc
         await self._flush(None, wait=True)
@@ -305,19 +429,45 @@ class ChangeStreamWatcher:
 
     # ------------------------------------------------------------------ publish
 
-    async def _publish(self, document: Mapping[str, Any]) -> None:
+    def _publish(self, document: Mapping[str, Any]) -> None:
+        """Encode one turn into its partition's open batch (no I/O; see ``_hand_over``)."""
         try:
             record = self._encoder.record(document)
         except ValidationError as exc:
-            await self._dead_letter(document, exc)
+            self._dead.append((document, exc))
             return
         if not self._ledger.admit(record.slot, record.seq):
             return
-        full = await self._batches().add(record.key, record.value)
-        if full is not None:
-            self._pending.append(full)
+        self._batches().add(record.key, record.value)
         self._note()
         self.published += 1
+
+    async def _hand_over(self) -> None:
+        """Send what cannot wait for the next flush: full batches, dead letters."""
+        dead, self._dead = self._dead, []
+        for document, error in dead:
+            await self._dead_letter(document, error)
+        batcher = self._batches()
+        if batcher.full:
+            self._pending += await batcher.send_full()
+
+    def _watch_acks(self, futures: list[asyncio.Future[Any]]) -> None:
+        """Count the latest flush's batches until Kafka acknowledged them; then wake up."""
+        self._flushes += 1
+        self._unacked = len(futures)
+        flush = self._flushes
+
+        def acked(_: asyncio.Future[Any]) -> None:
+            if flush == self._flushes:
+                self._unacked -= 1
+                if not self._unacked:
+                    self._wake.set()
+
+        for future in futures:
+            future.add_done_callback(acked)
+
+    def _due(self, *, idle: bool) -> bool:
+        return self._policy.due(self._count, self._age(), idle=idle, unacked=self._unacked > 0)
 
     async def _dead_letter(self, document: Mapping[str, Any], error: Exception) -> None:
         log.error(
@@ -370,6 +520,7 @@ class ChangeStreamWatcher:
         pending, self._pending = self._pending, []
         if self._count:
             pending += await self._batches().send_all()
+            self._watch_acks(pending)
             self._count = 0
         marks = self._ledger.take_marks()
         new_token = dict(token) if token is not None else None

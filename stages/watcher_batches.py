@@ -7,6 +7,10 @@ partition either way. Batches of one partition are sent in the order they
 were filled, and the producer is idempotent, so per-partition order holds.
 The partition of each key is remembered (murmur2 is pure Python, and a
 session sends many turns); the partition list is fixed for a batcher's life.
+
+:meth:`PartitionBatcher.add` is synchronous and cheap: a batch that fills up
+waits in :attr:`PartitionBatcher.full` until the caller sends it
+(:meth:`~PartitionBatcher.send_full`), so the per-record path never awaits.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class PartitionBatcher:
         self._partitioner = DefaultPartitioner()
         self._open: dict[int, Any] = {}
         self._partition_of: dict[bytes, int] = {}
+        #: Batches that filled up, in the order they filled: (partition, batch).
+        self.full: list[tuple[int, Any]] = []
 
     def partition_of(self, key: bytes) -> int:
         partition = self._partition_of.get(key)
@@ -49,25 +55,36 @@ class PartitionBatcher:
             self._partition_of[key] = partition
         return partition
 
-    async def add(self, key: bytes, value: bytes) -> asyncio.Future[Any] | None:
-        """Add a record; returns the ack future of a batch sent because it was full."""
+    def add(self, key: bytes, value: bytes) -> bool:
+        """Add a record; True when a batch filled up and waits in :attr:`full`."""
         partition = self.partition_of(key)
         batch = self._open.get(partition)
         if batch is None:
             batch = self._open[partition] = self._producer.create_batch()
         if batch.append(key=key, value=value, timestamp=None) is not None:
-            return None
-        # Full: send it, and start the next batch with this record.
-        future = await self._send(batch, partition)
+            return False
+        # Full: it waits to be sent; the next batch starts with this record.
+        self.full.append((partition, batch))
         batch = self._open[partition] = self._producer.create_batch()
         if batch.append(key=key, value=value, timestamp=None) is None:
             raise BrokerError(f"a record of {len(value)} bytes does not fit in an empty batch")
-        return future
+        return True
+
+    async def send_full(self) -> list[asyncio.Future[Any]]:
+        """Send the batches that filled up; their ack futures.
+
+        aiokafka queues one batch per partition behind the one in flight; a
+        second one waits here until the first is taken (backpressure).
+        """
+        full, self.full = self.full, []
+        return [await self._send(batch, partition) for partition, batch in full]
 
     async def send_all(self) -> list[asyncio.Future[Any]]:
-        """Send every open batch; their ack futures."""
+        """Send the full batches, then every open batch; their ack futures."""
+        futures = await self.send_full()
         batches, self._open = self._open, {}
-        return [await self._send(batch, partition) for partition, batch in batches.items()]
+        futures += [await self._send(batch, partition) for partition, batch in batches.items()]
+        return futures
 
     async def _send(self, batch: Any, partition: int) -> asyncio.Future[Any]:
         try:

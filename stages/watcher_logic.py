@@ -8,8 +8,8 @@ functions, tested without servers:
   stream means (history lost, or ask the server again without a token).
 * :class:`PublishLedger` — per-session high-water marks: what may be skipped
   as already published, and which marks the next checkpoint must store.
-* :class:`FlushPolicy` — when the pending batch must be acknowledged and
-  checkpointed.
+* :class:`FlushPolicy` — when the pending records are sent and checkpointed
+  (and when they wait for Kafka to acknowledge the previous flush).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pipeline.models import stable_id
 
 __all__ = [
     "HISTORY_LOST_CODES",
+    "READ_PIPELINE",
     "WATCH_PIPELINE",
     "FlushPolicy",
     "PublishLedger",
@@ -39,6 +40,10 @@ Slot = tuple[str, str, str]
 
 #: Only inserts: a turn is never updated, and the full document comes with it.
 WATCH_PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": "insert"}}]
+#: What the watcher reads of each insert: the resume token (``_id``, which a
+#: change stream must keep) and the turn. The rest of a change event (the
+#: namespace, the document key, the cluster time) is neither sent nor decoded.
+READ_PIPELINE: list[dict[str, Any]] = [*WATCH_PIPELINE, {"$project": {"fullDocument": 1}}]
 
 #: Server codes that mean "this resume token cannot be resumed from":
 #: CappedPositionLost, InvalidResumeToken, ChangeStreamFatalError,
@@ -178,12 +183,27 @@ class PublishLedger:
 
 @dataclass(frozen=True)
 class FlushPolicy:
-    """Flush when the batch is full, when it is old, or when the stream is idle."""
+    """When the records handed to the open batches are sent and checkpointed.
+
+    A flush is due when the stream is idle (nothing more to read right now),
+    or when ``batch_max`` records are pending or the oldest waited
+    ``interval_s`` — but the last two wait while Kafka has not yet
+    acknowledged everything sent before (``unacked``). Meanwhile the records
+    keep filling the open per-partition batches (a full one is sent on its
+    own), so a backlog leaves in a few large requests, about one per Kafka
+    round trip, instead of many small batches queued behind the single
+    request aiokafka keeps in flight per broker. An idle stream flushes at
+    once, so a live turn is never held back.
+    """
 
     batch_max: int
     interval_s: float
 
-    def due(self, pending: int, oldest_age_s: float, *, idle: bool) -> bool:
+    def due(self, pending: int, oldest_age_s: float, *, idle: bool, unacked: bool) -> bool:
         if pending == 0:
             return False
-        return idle or pending >= self.batch_max or oldest_age_s >= self.interval_s
+        if idle:
+            return True
+        if unacked:
+            return False
+        return pending >= self.batch_max or oldest_age_s >= self.interval_s

@@ -355,3 +355,29 @@ async def test_a_backfill_stopped_midway_stores_no_token_and_resumes_next_time(
     in_mongo = {d["_id"] for d in await db[TURNS].find({}, {"_id": 1}).to_list()}
     assert set(sent) == in_mongo
     assert len(sent) == 30  # the marks of the first run spared its 10 turns
+
+
+async def test_a_backlog_waits_in_the_open_batches_while_the_previous_flush_is_unacknowledged(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    for i in range(60):
+        await stm.record_turn(session_key("p", "u", f"s{i % 3}"), "user", str(i))
+    producer = HeldProducer()
+    small = StmSettings(watcher_batch_max=10)
+    watcher = ChangeStreamWatcher(db, cast(AIOKafkaProducer, producer), settings.kafka, small)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))  # no token: a back-fill of all 60
+    try:
+        await until(lambda: len(producer.sent) == 60, task)  # the scan's end flushes the rest
+        # Held acks: the first flush of 10, then the other 50 in one flush, at
+        # most one batch per partition each — not six flushes of 10.
+        assert len(producer.futures) <= 2 * 3
+        for future in producer.futures:
+            future.set_result(None)
+        await until(lambda: watcher.streaming, task)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert watcher.published == 60

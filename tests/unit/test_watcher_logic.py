@@ -1,12 +1,23 @@
-"""The watcher's pure decisions: token validity, error verdicts, flush timing."""
+"""The watcher's pure decisions (token validity, error verdicts, flush timing), its read-ahead
+and its batches, without servers."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from pymongo.errors import OperationFailure
 
+from pipeline.errors import ResumeTokenLost
+from stages.watcher import ChangeReader, Idle, Stream
+from stages.watcher_batches import PartitionBatcher
 from stages.watcher_logic import (
+    READ_PIPELINE,
+    WATCH_PIPELINE,
     FlushPolicy,
     checkpoint_updates,
     mark_id,
@@ -55,11 +66,134 @@ def test_checkpoint_ids_are_stable_and_per_topic() -> None:
 
 def test_flush_policy() -> None:
     policy = FlushPolicy(batch_max=3, interval_s=0.5)
-    assert not policy.due(0, 10.0, idle=True)
-    assert policy.due(1, 0.0, idle=True)
-    assert not policy.due(2, 0.1, idle=False)
-    assert policy.due(3, 0.0, idle=False)
-    assert policy.due(1, 0.5, idle=False)
+    assert not policy.due(0, 10.0, idle=True, unacked=False)
+    assert policy.due(1, 0.0, idle=True, unacked=False)
+    assert not policy.due(2, 0.1, idle=False, unacked=False)
+    assert policy.due(3, 0.0, idle=False, unacked=False)
+    assert policy.due(1, 0.5, idle=False, unacked=False)
+
+
+def test_a_full_or_old_batch_waits_for_the_previous_flush_but_an_idle_stream_does_not() -> None:
+    policy = FlushPolicy(batch_max=3, interval_s=0.5)
+    assert not policy.due(300, 0.0, idle=False, unacked=True)
+    assert not policy.due(1, 9.0, idle=False, unacked=True)
+    assert policy.due(1, 0.0, idle=True, unacked=True)
+    assert not policy.due(0, 9.0, idle=True, unacked=True)
+
+
+def test_the_read_pipeline_keeps_the_resume_token_and_the_turn_only() -> None:
+    assert READ_PIPELINE[: len(WATCH_PIPELINE)] == WATCH_PIPELINE
+    assert READ_PIPELINE[-1] == {"$project": {"fullDocument": 1}}  # _id stays (default)
+
+
+# ---------------------------------------------------------------------- read-ahead
+
+
+class FakeStream:
+    """Batches as a change stream returns them; an exception in place of a batch is raised."""
+
+    def __init__(self, batches: list[list[dict[str, Any]] | Exception]) -> None:
+        self.batches = deque(batches)
+        self.buffer: deque[dict[str, Any]] = deque()
+        self.resume_token: dict[str, Any] | None = {"_data": "00"}
+        self.getmores = 0
+
+    async def try_next(self) -> dict[str, Any] | None:
+        if not self.buffer:
+            await asyncio.sleep(0)  # the round trip
+            if not self.batches:
+                return None
+            batch = self.batches.popleft()
+            if isinstance(batch, Exception):
+                raise batch
+            self.getmores += 1
+            self.buffer.extend(batch)
+            if not self.buffer:
+                return None
+        change = self.buffer.popleft()
+        self.resume_token = change["_id"]
+        return change
+
+
+def change(n: int) -> dict[str, Any]:
+    return {"_id": {"_data": f"{n:02d}"}, "fullDocument": {"n": n}}
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_the_reader_fetches_the_next_batch_before_the_publisher_takes_the_first() -> None:
+    stream = FakeStream([[change(1), change(2)], [change(3), change(4)], [change(5)]])
+    wake = asyncio.Event()
+    reader = ChangeReader(cast(Stream, stream), wake, limit=4, poll_s=0.01)
+    try:
+        await settle()
+        assert wake.is_set()
+        assert stream.getmores == 2  # stopped at the limit, not after the first batch
+        assert reader.take(3) == [change(1), change(2), change(3)]
+        await settle()
+        assert stream.getmores == 3
+        assert reader.take(10)[:2] == [change(4), change(5)]
+    finally:
+        await reader.close()
+
+
+async def test_the_reader_marks_an_empty_read_with_the_token_and_raises_failures_in_order() -> None:
+    lost = OperationFailure("history lost", code=286)
+    stream = FakeStream([[change(1)], [], [change(2)], lost])
+    reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=0.01)
+    try:
+        await settle()
+        assert reader.take(10) == [change(1), Idle({"_data": "01"}), change(2)]
+        with pytest.raises(ResumeTokenLost):
+            reader.take(10)
+    finally:
+        await reader.close()
+
+
+# ---------------------------------------------------------------------- batches
+
+
+class SmallBatch:
+    """Holds two records."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    def append(self, *, key: bytes, value: bytes, timestamp: None) -> object | None:
+        if len(self.records) == 2:
+            return None
+        self.records.append(value)
+        return object()
+
+
+class BatchProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, list[bytes]]] = []
+
+    def create_batch(self) -> SmallBatch:
+        return SmallBatch()
+
+    async def send_batch(self, batch: SmallBatch, topic: str, *, partition: int) -> object:
+        self.sent.append((partition, batch.records))
+        return asyncio.get_running_loop().create_future()
+
+
+async def test_a_full_batch_waits_for_the_caller_and_is_sent_before_the_open_ones() -> None:
+    producer = BatchProducer()
+    batcher = PartitionBatcher(cast(AIOKafkaProducer, producer), "t", [0])
+    assert [batcher.add(b"k", v) for v in (b"1", b"2", b"3", b"4", b"5")] == [
+        False, False, True, False, True
+    ]  # fmt: skip
+    assert producer.sent == []  # adding never sends
+    assert len(await batcher.send_full()) == 2
+    assert producer.sent == [(0, [b"1", b"2"]), (0, [b"3", b"4"])]
+    batcher.add(b"k", b"6")
+    batcher.add(b"k", b"7")
+    await batcher.send_all()
+    assert producer.sent[2:] == [(0, [b"5", b"6"]), (0, [b"7"])]
 
 
 def test_checkpoint_writes_marks_before_the_token_and_never_lowers_a_mark() -> None:
