@@ -14,13 +14,15 @@ never acknowledged without having been applied:
   ahead, which the windower's per-session position stamp makes harmless.
   The changelog is written at those commits, with each changed session's
   latest state only (a session that changed in many batches is written once).
-* records are applied as fetched, one batch per partition
-  (:meth:`~stages.windowing.windower.SnapshotWindower.process_batch`: its
-  snapshots delivered, then the changed states written once each; the
-  partitions of one fetch side by side), under a lock that the revocation
-  callback also takes, so a rebalance never interleaves with a batch in
-  flight. A batch's position is recorded only after the whole batch was
-  applied.
+* records are applied as fetched, one batch per partition, through a
+  :class:`~stages.windowing.batches.BatchPipeline` per partition: a batch is
+  planned at once and delivered (snapshots, then the changed states written
+  once each) when the partition's previous batch is applied, so planning the
+  next batch overlaps the delivery of the last; partitions go side by side.
+  Batches are handed over under a lock that the rebalance callbacks also
+  take, and a revocation waits for every batch in flight, so a rebalance
+  never interleaves with one. A batch's position is recorded only after the
+  whole batch was applied.
 
 Why not faust here: see the report of issue 4 — under a rebalance in which a
 worker keeps its partitions while another joins, faust-streaming 0.15.3
@@ -34,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -44,8 +46,9 @@ from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsErr
 
 from pipeline.errors import BrokerError
 from pipeline.settings import KafkaSettings
+from stages.windowing.batches import BatchPipeline
 from stages.windowing.logic import WindowState
-from stages.windowing.windower import SnapshotWindower
+from stages.windowing.windower import Record, SnapshotWindower
 
 __all__ = ["ChangelogTable", "WindowingConsumer", "ensure_changelog"]
 
@@ -200,8 +203,11 @@ class WindowingConsumer:
         self._windower = windower
         self._commit_interval_s = commit_interval_s
         self._lock = asyncio.Lock()
-        self._positions: dict[TopicPartition, int] = {}
+        self._positions: dict[TopicPartition, int] = {}  # applied up to (may be committed)
+        self._fetched: dict[TopicPartition, int] = {}  # handed to a pipeline up to
         self._committed: dict[TopicPartition, int] = {}
+        self._pipelines: dict[TopicPartition, BatchPipeline] = {}
+        self._failure: BaseException | None = None
         self.ready = asyncio.Event()
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.bootstrap,
@@ -215,11 +221,17 @@ class WindowingConsumer:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         async with self._lock:
+            try:
+                await self._drain()
+            except Exception as exc:  # the stage fails with it at its next batch
+                self._failure = exc
             await self._commit(only=set(revoked))
             self._table.drop(tp.partition for tp in revoked)
             for tp in revoked:
                 self._positions.pop(tp, None)
+                self._fetched.pop(tp, None)
                 self._committed.pop(tp, None)
+                self._pipelines.pop(tp, None)
             self._windower.invalidate_index()
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
@@ -254,21 +266,34 @@ class WindowingConsumer:
         self._committed.update(offsets)
 
     def _caught_up(self, partitions: Iterable[TopicPartition]) -> bool:
-        """True when these partitions are processed up to their end as last fetched.
+        """True when these partitions are handed over up to their end as last fetched.
 
         Only decides when to commit early: extra commits are harmless.
         """
         for tp in partitions:
             end = self._consumer.highwater(tp)
-            if end is None or self._positions.get(tp, 0) < end:
+            if end is None or self._fetched.get(tp, 0) < end:
                 return False
         return True
 
-    async def _apply(self, tp: TopicPartition, records: list[ConsumerRecord[Any, Any]]) -> None:
-        await self._windower.process_batch(
-            tp.partition, [(r.offset, r.key, r.value) for r in records]
-        )
-        self._positions[tp] = records[-1].offset + 1
+    def _pipeline(self, tp: TopicPartition) -> BatchPipeline:
+        pipeline = self._pipelines.get(tp)
+        if pipeline is None:
+
+            def applied(records: Sequence[Record]) -> None:
+                self._positions[tp] = records[-1][0] + 1
+
+            pipeline = self._pipelines[tp] = BatchPipeline(self._windower, tp.partition, applied)
+        return pipeline
+
+    async def _submit(self, tp: TopicPartition, records: list[ConsumerRecord[Any, Any]]) -> None:
+        self._fetched[tp] = records[-1].offset + 1
+        await self._pipeline(tp).submit([(r.offset, r.key, r.value) for r in records])
+
+    async def _drain(self) -> None:
+        """Wait until every batch handed over is applied (raises the first failure)."""
+        for pipeline in list(self._pipelines.values()):
+            await pipeline.drain()
 
     async def run(self) -> None:
         """Consume until cancelled; a record that fails for good is never committed."""
@@ -282,24 +307,31 @@ class WindowingConsumer:
             while True:
                 batch = await self._consumer.getmany(timeout_ms=200)
                 async with self._lock:
+                    if self._failure is not None:
+                        raise self._failure
+                    for pipeline in self._pipelines.values():
+                        pipeline.raise_failure()
                     assigned = self._consumer.assignment()
-                    # Partitions are independent (own sessions, own states): apply their
-                    # batches side by side. A failure cancels the others; a batch that did
-                    # not finish has written nothing and its position is not recorded.
-                    try:
-                        async with asyncio.TaskGroup() as group:
-                            for tp, records in batch.items():
-                                if tp in assigned and records:  # else revoked while fetched
-                                    group.create_task(self._apply(tp, records))
-                    except ExceptionGroup as failed:
-                        raise failed.exceptions[0] from None  # the stage's error, as is
-                    due = time.monotonic() - last_commit >= self._commit_interval_s
-                    if due or (batch and self._caught_up(batch)):
-                        # Caught up: commit at once, so that lag reads 0 between ticks.
+                    # Partitions are independent (own sessions, own states): each has its
+                    # pipeline, which plans this batch now and delivers it in the background
+                    # once the partition's previous batch is applied. A batch's position is
+                    # recorded when it is applied; a failure stops the stage.
+                    for tp, records in batch.items():
+                        if tp in assigned and records:  # else revoked while fetched
+                            await self._submit(tp, records)
+                    if batch and self._caught_up(batch):
+                        # Caught up: let the last batches land and commit at once, so that
+                        # lag reads 0 between ticks.
+                        await self._drain()
+                        await self._commit()
+                        last_commit = time.monotonic()
+                    elif time.monotonic() - last_commit >= self._commit_interval_s:
                         await self._commit()
                         last_commit = time.monotonic()
         finally:
             with contextlib.suppress(Exception):
                 async with self._lock:
+                    for pipeline in self._pipelines.values():
+                        await pipeline.cancel()  # not applied: read again after a restart
                     await self._commit()
             await self._consumer.stop()

@@ -179,6 +179,12 @@ class Window:
             state.session, state.next_seq, state.open, state.ahead, state.last_at, state.gap_since
         )
 
+    def copy(self) -> Window:
+        """A new working copy of this window as it stands (nothing closed or lost yet)."""
+        return Window(
+            self.session, self.next_seq, self.open, self.ahead, self.last_at, self.gap_since
+        )
+
     def signature(self) -> tuple[object, ...]:
         """Equal before and after an event exactly when the event changed nothing.
 

@@ -63,6 +63,7 @@ __all__ = [
     "BulkSnapshotSink",
     "DeadLetterSink",
     "MemoryStore",
+    "PlannedBatch",
     "Policies",
     "Record",
     "SnapshotSink",
@@ -161,10 +162,9 @@ Record = tuple[int, bytes | None, bytes | None]
 
 @dataclass
 class _Open:
-    """A session's window during a pass: the stored state it started from, and its changes."""
+    """A session's working window during a pass, and the position of its last change."""
 
     window: Window
-    stored: WindowState | None
     offset: int | None = None  # the source position of the last event that changed it
 
     @property
@@ -173,23 +173,32 @@ class _Open:
 
 
 @dataclass
-class _Pass:
-    """The effects of applying some records of one partition, not yet carried out.
+class PlannedBatch:
+    """A batch of one partition's records, applied to working windows but not carried out.
 
-    ``windows`` holds the working window of every session the records touched;
-    the records of a pass see each other's effects through them.
+    ``windows`` holds the working window of every session the records touched
+    (the records of a batch see each other's effects through them). Nothing
+    of it is in the store, the sinks or the dead-letter topic until
+    :meth:`SnapshotWindower.finish_batch`.
     """
 
-    store: WindowStore
+    partition: int
+    records: Sequence[Record]
+    after: PlannedBatch | None = None  # the batch in flight when this one was planned
     windows: dict[bytes, _Open] = field(default_factory=dict)
     letters: list[tuple[Record, InputError]] = field(default_factory=list)
     stats: WindowerStats = field(default_factory=WindowerStats)
     applied: int = 0  # records applied (not dead-lettered)
+    failed: Exception | None = None  # planning itself failed (a bug): apply record by record
 
     @property
     def snapshots(self) -> list[tuple[bytes, Snapshot]]:
-        """Every snapshot the pass closed, each session's in order."""
+        """Every snapshot the batch closes, each session's in order."""
         return [(k, s) for k, o in self.windows.items() for s in o.window.snapshots]
+
+    def earlier(self, key: bytes) -> _Open | None:
+        """The session's window as the batch planned before this one left it, if it touched it."""
+        return self.after.windows.get(key) if self.after is not None else None
 
 
 def _add_stats(total: WindowerStats, part: WindowerStats) -> None:
@@ -228,12 +237,37 @@ class SnapshotWindower:
         Leaves the store, the sinks and the dead-letter topic as calling
         :meth:`process` for each record would (see the module docstring).
         """
-        if not records:
-            return
-        run = _Pass(self.store)
+        if records:
+            await self.finish_batch(self.plan_batch(partition, records))
+
+    def plan_batch(
+        self, partition: int, records: Sequence[Record], after: PlannedBatch | None = None
+    ) -> PlannedBatch:
+        """Apply records of one partition to working windows (no I/O, nothing written).
+
+        ``after`` is a batch of the same partition planned before and not yet
+        finished: this batch continues from the windows it left. At most one
+        such batch may be in flight, and it must finish before this one.
+        """
+        run = PlannedBatch(partition, records, after)
         try:
             for record in records:
-                self._plan(run, partition, *record)
+                self._plan(run, *record)
+        except Exception as exc:
+            run.failed = exc
+        return run
+
+    async def finish_batch(self, run: PlannedBatch) -> bool:
+        """Deliver a planned batch's snapshots and dead letters, then write its states.
+
+        Returns ``True`` when it went as planned, ``False`` when it failed and
+        was applied record by record instead (a batch planned *after* it must
+        then be planned again, from the store).
+        """
+        partition, records = run.partition, run.records
+        try:
+            if run.failed is not None:
+                raise run.failed
             await self._deliver_concurrently(run.snapshots)
             for (offset, key, value), exc in run.letters:
                 await self._dead_letter(partition, offset, key, value, exc, 1)
@@ -244,8 +278,9 @@ class SnapshotWindower:
             )  # fmt: skip
             for offset, key, value in records:
                 await self.process(partition, offset, key, value)
-            return
-        self._commit(run, partition)
+            return False
+        self._commit(run)
+        return True
 
     async def process(
         self, partition: int, offset: int, key: bytes | None, value: bytes | None
@@ -313,16 +348,15 @@ class SnapshotWindower:
         self, partition: int, offset: int, key: bytes | None, value: bytes | None
     ) -> None:
         """One record on its own: plan, deliver in order, write (raises ``InputError`` as is)."""
-        run = _Pass(self.store)
-        self._plan(run, partition, offset, key, value, strict=True)
+        run = PlannedBatch(partition, [(offset, key, value)])
+        self._plan(run, offset, key, value, strict=True)
         for _, snapshot in run.snapshots:
             await self.sink.deliver(snapshot)
-        self._commit(run, partition)
+        self._commit(run)
 
     def _plan(
         self,
-        run: _Pass,
-        partition: int,
+        run: PlannedBatch,
         offset: int,
         key: bytes | None,
         value: bytes | None,
@@ -343,7 +377,7 @@ class SnapshotWindower:
         run.applied += 1
         if isinstance(event, TurnRecord):
             run.stats.turns += 1
-            entry = self._enter(run, event.key, partition, offset, event)
+            entry = self._enter(run, event.key, offset, event)
             if entry is not None:
                 window = entry.window
                 before, lost = window.signature(), len(window.lost)
@@ -354,50 +388,63 @@ class SnapshotWindower:
                 self._settle(run.stats, entry, before, lost, offset)
             return
         run.stats.ticks += 1
-        candidates = self._open_in(partition)
-        candidates.update(run.windows)
-        for session_key in sorted(candidates):
-            entry = run.windows.get(session_key)
-            if entry is None:
-                stored = self.store.get(session_key)
-                if stored is None or not stored.pending:  # the store says so: forget it
-                    self._open.get(partition, set()).discard(session_key)
-                    continue
-                entry = self._enter(run, session_key, partition, offset, stored=stored)
-                if entry is None:
-                    continue
-            elif not entry.pending:
+        for session_key in self._pending_sessions(run):
+            entry = self._enter(run, session_key, offset)
+            if entry is None or not entry.pending:
                 continue
             window = entry.window
             before, lost = window.signature(), len(window.lost)
             window.on_tick(event.at, self.policies.for_project(window.session.project_id))
             self._settle(run.stats, entry, before, lost, offset)
 
+    def _pending_sessions(self, run: PlannedBatch) -> list[bytes]:
+        """The sessions of ``run``'s partition that may have turns waiting, in key order."""
+        partition = run.partition
+        candidates = self._open_in(partition)
+        candidates.update(run.windows)
+        if run.after is not None:
+            candidates.update(run.after.windows)
+        out = []
+        for session_key in sorted(candidates):
+            if session_key in run.windows or run.earlier(session_key) is not None:
+                out.append(session_key)
+                continue
+            stored = self.store.get(session_key)
+            if stored is None or not stored.pending:  # the store says so: forget it
+                self._open.get(partition, set()).discard(session_key)
+                continue
+            out.append(session_key)
+        return out
+
     def _enter(
-        self,
-        run: _Pass,
-        session_key: bytes,
-        partition: int,
-        offset: int,
-        record: TurnRecord | None = None,
-        stored: WindowState | None = None,
+        self, run: PlannedBatch, session_key: bytes, offset: int, record: TurnRecord | None = None
     ) -> _Open | None:
-        """The session's window in ``run``; ``None`` if the store has this record applied."""
+        """The session's working window in ``run``; ``None`` if the record is applied already.
+
+        A new working window starts from the batch planned before (if it
+        touched the session), else from the store. Only the store's state can
+        be ahead of a record: a batch's records come after those of the batch
+        before, and that one has already skipped what the store had applied.
+        """
         entry = run.windows.get(session_key)
         if entry is not None:
-            return entry  # a pass's records are in offset order: this one is new to it
-        if stored is None:
-            stored = self.store.get(session_key)
-        if stored is not None:
-            stamp = stored.offset if stored.partition == partition else None
-            if stamp is not None and offset <= stamp:
-                run.stats.redelivered += 1
-                return None
-            window = Window.of(stored)
+            return entry
+        earlier = run.earlier(session_key)
+        if earlier is not None:
+            window = earlier.window.copy()
         else:
-            assert record is not None  # a tick only visits stored sessions
-            window = Window(record.session)
-        entry = run.windows[session_key] = _Open(window, stored)
+            stored = self.store.get(session_key)
+            if stored is not None:
+                stamp = stored.offset if stored.partition == run.partition else None
+                if stamp is not None and offset <= stamp:
+                    run.stats.redelivered += 1
+                    return None
+                window = Window.of(stored)
+            elif record is not None:
+                window = Window(record.session)
+            else:
+                return None  # a tick for a session nobody has seen
+        entry = run.windows[session_key] = _Open(window)
         return entry
 
     def _settle(
@@ -456,8 +503,9 @@ class SnapshotWindower:
             for chain in chains.values():
                 group.create_task(deliver_chain(chain))
 
-    def _commit(self, run: _Pass, partition: int) -> None:
+    def _commit(self, run: PlannedBatch) -> None:
         """Every snapshot of ``run`` is delivered: write its states, count, report."""
+        partition = run.partition
         index = self._open.setdefault(partition, set())
         for session_key, entry in run.windows.items():
             if entry.offset is None:

@@ -27,6 +27,7 @@ from pipeline.errors import StorageError
 from pipeline.kafka import DeadLetter
 from pipeline.models import SessionKey, Snapshot, Turn
 from pipeline.settings import WindowingSettings
+from stages.windowing.batches import BatchPipeline
 from stages.windowing.logic import WindowTick
 from stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
 
@@ -177,6 +178,77 @@ def test_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> Non
         assert letters_of(letters) == letters_of(expected_letters)
 
     asyncio.run(scenario())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_pipelined_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> None:
+    """Batch N+1 planned while batch N is delivered (``BatchPipeline``), failures included."""
+    records = data.draw(partition_logs(), label="records")
+    batches = data.draw(cuts(records), label="batches")
+    failures = data.draw(st.integers(0, 3), label="failures")
+    bulk = data.draw(st.booleans(), label="bulk")
+
+    async def scenario() -> None:
+        expected_store, expected_sink, expected_letters, expected = await one_by_one(records)
+
+        sink = BulkRecordingSink(failures) if bulk else RecordingSink(failures)
+        store, letters = MemoryStore(), Letters()
+        w = windower(store, sink, letters)
+        done: list[int] = []
+        pipeline = BatchPipeline(w, 0, on_done=lambda batch: done.append(batch[-1][0]))
+        for batch in batches:
+            await pipeline.submit(batch)
+            assert pipeline.in_flight <= 2
+        await pipeline.drain()
+
+        assert done == [batch[-1][0] for batch in batches], "each batch reported, in order"
+        assert store.data == expected_store.data, "same states, same position stamps"
+        assert per_session(distinct(sink.delivered)) == per_session(expected_sink.delivered)
+        if not failures:
+            assert sink.delivered == distinct(sink.delivered), "each delivered once"
+        assert w.stats == expected.stats
+        assert letters_of(letters) == letters_of(expected_letters)
+
+    asyncio.run(scenario())
+
+
+async def test_a_batch_planned_after_one_that_fell_back_is_planned_again() -> None:
+    """The batch before dead-letters a record its plan applied: the next is planned anew."""
+
+    class PoisonOnce(RecordingSink):
+        """Cannot deliver the first window's snapshot, ever: its closing turn is dead-lettered."""
+
+        async def deliver(self, snapshot: Snapshot) -> None:
+            if snapshot.first_seq == 1:
+                raise ValueError("this snapshot cannot be stored")  # not retriable: dead-lettered
+            await super().deliver(snapshot)
+
+    session = SESSIONS[0]
+    turns = [
+        (offset, session.kafka_key(), encode(make_turn(session, offset + 1, 0)))
+        for offset in range(2 * MAX)
+    ]
+    sink, letters = PoisonOnce(), Letters()
+    store = MemoryStore()
+    w = windower(store, sink, letters)
+    pipeline = BatchPipeline(w, 0)
+    await pipeline.submit(turns[:MAX])  # closes seqs 1..MAX: delivery fails, record 3 is dead
+    await pipeline.submit(turns[MAX:])  # planned on the first plan's windows
+    await pipeline.drain()
+
+    expected_store, expected_sink, expected_letters = MemoryStore(), PoisonOnce(), Letters()
+    one = windower(expected_store, expected_sink, expected_letters)
+    for turn in turns:
+        await one.process(0, *turn)
+    assert letters_of(letters) == letters_of(expected_letters) == [(MAX - 1, "ValueError")]
+    assert sink.delivered == expected_sink.delivered
+    assert store.data == expected_store.data
+    # Planned on the first plan (next seq MAX+1), the second batch would have closed a window;
+    # planned again on what the fallback left (seq MAX dead), its turns wait past a hole.
+    state = store.get(session.kafka_key())
+    assert state is not None
+    assert [t.seq for t in state.ahead] == list(range(MAX + 1, 2 * MAX + 1))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
