@@ -26,7 +26,8 @@ MONGOMEM_EMBEDDING_MODEL / _DIMENSIONS embedding model and vector size
 MONGOMEM_PROJECT_CONFIG                path of project-config.yaml
 MONGOMEM_STM_MAX_CONTENT_BYTES         largest turn content, UTF-8 bytes (256 KiB)
 MONGOMEM_STM_MAX_METADATA_BYTES        largest turn metadata, as JSON (64 KiB)
-MONGOMEM_STM_WATCHER_BATCH_MAX         turns per watcher flush/checkpoint (500)
+MONGOMEM_STM_WATCHER_BATCH_MAX         turns that make a watcher flush due (500;
+                                       held while Kafka acknowledges the last one)
 =====================================  ==========================================
 """
 

@@ -24,7 +24,7 @@ Delivery semantics
   trip rather than every ``BATCH_MAX`` turns. A token that moved while no
   turn arrived (an idle stream on MongoDB) is stored at most every
   ``TOKEN_REFRESH_S``.
-* The stream is read ahead (:class:`ChangeReader`, ``READ_BATCH`` changes
+* The stream is read ahead (:class:`~stages.watcher_reader.ChangeReader`, ``READ_BATCH`` changes
   per server batch, at most ``READ_AHEAD`` waiting), so the next batch is on
   its way while the current one is published; only the resume token and the
   turn are read (:data:`~stages.watcher_logic.READ_PIPELINE`). The token
@@ -64,14 +64,13 @@ import signal
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from bson import json_util
 from pydantic import ValidationError
 from pymongo import ASCENDING, UpdateOne
-from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
@@ -109,6 +108,7 @@ from stages.watcher_logic import (
     token_id,
     usable_token,
 )
+from stages.watcher_reader import ChangeReader, Idle, Stream
 
 __all__ = [
     "BATCH_BYTES",
@@ -144,87 +144,6 @@ READ_BATCH = 3000
 #: Changes read ahead of the publisher, at most.
 READ_AHEAD = 2 * READ_BATCH
 log = logging.getLogger("mongomem.watcher")
-
-Stream = AsyncChangeStream[Document]
-
-
-class Idle(NamedTuple):
-    """An empty read: nothing more to read now; the stream's token at that point."""
-
-    token: Mapping[str, Any] | None
-
-
-class ChangeReader:
-    """Reads a change stream ahead of the publisher, in a task of its own.
-
-    pymongo asks the server for the next batch (getMore) only when the
-    current one is used up; reading in a separate task keeps that request in
-    flight, and the server busy, while the publisher encodes and sends the
-    changes already read. At most ``limit`` changes wait. An empty read is
-    queued as :class:`Idle`; after two in a row the reader pauses ``poll_s``.
-    A failure of the stream is raised by :meth:`take` once the changes read
-    before it have been taken.
-    """
-
-    def __init__(self, stream: Stream, wake: asyncio.Event, *, limit: int, poll_s: float) -> None:
-        self._stream = stream
-        self._wake = wake
-        self._limit = limit
-        self._poll_s = poll_s
-        self._queue: deque[Mapping[str, Any] | Idle] = deque()
-        self._room = asyncio.Event()
-        self._error: Exception | None = None
-        self._task = asyncio.create_task(self._read())
-
-    def take(self, most: int) -> list[Mapping[str, Any] | Idle]:
-        """Up to ``most`` changes in stream order (none yet: empty); raises a stream failure."""
-        queue = self._queue
-        if len(queue) <= most:
-            changes = list(queue)
-            queue.clear()
-        else:
-            changes = [queue.popleft() for _ in range(most)]
-        self._room.set()
-        if not changes and self._error is not None:
-            raise self._error
-        return changes
-
-    async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def _read(self) -> None:
-        idle = False
-        try:
-            while True:
-                change = await self._next()
-                if change is None:
-                    self._queue.append(Idle(self._stream.resume_token))
-                    self._wake.set()
-                    if idle:  # twice in a row: nothing is coming, do not spin
-                        await asyncio.sleep(self._poll_s)
-                    idle = True
-                    continue
-                idle = False
-                self._queue.append(change)
-                self._wake.set()
-                if len(self._queue) >= self._limit:
-                    self._room.clear()
-                    await self._room.wait()
-        except Exception as exc:  # handed to the publisher, which raises it
-            self._error = exc
-            self._wake.set()
-
-    async def _next(self) -> Document | None:
-        try:
-            return await self._stream.try_next()
-        except OperationFailure as exc:
-            if open_failure_verdict(exc.code, with_token=False) == "lost":
-                raise ResumeTokenLost(f"server code {exc.code}: {exc}") from exc
-            raise ChangeFeedError(f"the change stream failed: {exc}") from exc
-        except PyMongoError as exc:
-            raise ChangeFeedError(f"the change stream failed: {exc}") from exc
 
 
 class ChangeStreamWatcher:
