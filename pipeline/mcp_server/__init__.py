@@ -1,0 +1,79 @@
+"""An MCP server over mongomem memory (SPEC G3), on the official ``mcp`` SDK.
+
+::
+
+    mongomem mcp --project-id travel-agent --user-id user_1            # stdio
+    python -m pipeline.mcp_server --project-id travel-agent --user-id user_1
+
+**Identity (F1–F3).** One server process acts for exactly one caller, fixed
+at launch: ``--project-id`` plus either ``--user-id`` (an end user, F2) or
+``--service-account`` (the account's own identity, F1). This matches how MCP
+clients work: a desktop client launches one stdio server per configured
+entry, for the one person using it. Tools take **no** project or user id; an
+argument a tool does not declare (``user_id="someone-else"``) is refused
+before anything runs, so no call can widen the scope (F3). A tool that works
+on a session takes an optional ``session_id``, which can only name another
+session *of the same user*; it defaults to ``--session-id``, or to a fresh
+``mcp-<UTC time>-<random>`` id per launch. Taxonomic terms are project-wide,
+as in the SDK.
+
+**Tools.** ``record_turn``, ``recent_turns``, ``list_sessions`` (short-term
+memory); ``save_semantic``/``get_semantic``/``search_semantic``;
+``save_episode``/``search_episodes``/``list_episodes``;
+``save_procedure``/``discover_procedures``/``get_procedure``;
+``save_taxonomic``/``get_taxonomic_term``/``search_taxonomic``/``list_domains``;
+``build_context``, ``memory_history`` and ``whoami``. Each maps onto one call of
+:class:`~pipeline.sdk.AsyncBoundMemory`, so saves go through the same
+reconciliation as extracted memories (E2). Results are the SDK's models, as
+structured content and as JSON text. ``get_*`` tools answer
+``{"found": false}`` rather than failing.
+
+**Resources.** ``mongomem://identity`` (whom the server acts for) and
+``mongomem://sessions/{session_id}/turns`` (the last 50 turns of a session).
+
+**Errors.** Bad input is a tool result with ``isError`` set whose text names
+the argument (``invalid input (role): …``); the SDK validates before writing,
+so nothing partial is stored. See :mod:`pipeline.mcp_server.server`.
+
+**Transports.** stdio (default) and streamable HTTP (``--transport
+streamable-http``, bound to 127.0.0.1:8765 by default). The HTTP endpoint has
+no authentication and acts for the launch identity: keep it on loopback.
+Memory is reached through any :class:`~pipeline.sdk.MemoryTransport`
+(:func:`serve` takes one; default: the direct MongoDB transport from
+settings), so the same server works over the HTTP memory service (G2).
+"""
+
+from __future__ import annotations
+
+from pipeline.mcp_server.config import (
+    McpServerConfig,
+    add_arguments,
+    config_from_args,
+    parse_args,
+)
+from pipeline.mcp_server.launch import main, run, run_from_args, serve
+from pipeline.mcp_server.server import (
+    Caller,
+    Lookup,
+    MemoryMcpServer,
+    build_server,
+    describe_error,
+    tool_errors,
+)
+
+__all__ = [
+    "Caller",
+    "Lookup",
+    "McpServerConfig",
+    "MemoryMcpServer",
+    "add_arguments",
+    "build_server",
+    "config_from_args",
+    "describe_error",
+    "main",
+    "parse_args",
+    "run",
+    "run_from_args",
+    "serve",
+    "tool_errors",
+]

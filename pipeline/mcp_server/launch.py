@@ -1,0 +1,79 @@
+"""Running the MCP server: ``python -m pipeline.mcp_server`` / ``mongomem mcp``.
+
+The process serves one caller (see :mod:`pipeline.mcp_server`) until its
+client goes away: over stdio it stops when stdin closes; over streamable HTTP
+it runs until interrupted. Logs go to stderr as JSON lines, so stdout carries
+nothing but the protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from pipeline.errors import MongomemError
+from pipeline.logs import configure_logging
+from pipeline.mcp_server.config import McpServerConfig, config_from_args, parse_args
+from pipeline.mcp_server.server import build_server
+from pipeline.sdk import AsyncMemory, MemoryTransport
+from pipeline.settings import Settings, load_settings
+
+__all__ = ["main", "run", "run_from_args", "serve"]
+
+
+async def serve(
+    settings: Settings, config: McpServerConfig, *, transport: MemoryTransport | None = None
+) -> None:
+    """Serve until the client leaves. ``transport`` (default: direct, from ``settings``) is
+    any :class:`~pipeline.sdk.MemoryTransport`; it is closed when the server stops."""
+    async with AsyncMemory(
+        project_id=config.project_id, settings=settings, transport=transport
+    ) as memory:
+        server = build_server(memory, config)
+        if config.transport == "stdio":
+            await server.run_stdio_async()
+        else:
+            await server.run_streamable_http_async(host=config.host, port=config.port)
+
+
+def run(
+    settings: Settings, config: McpServerConfig, *, transport: MemoryTransport | None = None
+) -> int:
+    """Configure logging and serve (blocking); the exit status."""
+    configure_logging("mcp", settings.log_level)
+    try:
+        asyncio.run(serve(settings, config, transport=transport))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def run_from_args(args: argparse.Namespace, settings: Settings) -> int:
+    """``mongomem mcp``: ``args`` as parsed with :func:`~pipeline.mcp_server.add_arguments`."""
+    try:
+        config = config_from_args(args)
+    except ValidationError as exc:
+        raise MongomemError(f"bad MCP server options: {_first(exc)}") from exc
+    return run(settings, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pipeline.mcp_server [options]``; errors print one line, status 1."""
+    try:
+        config = parse_args(argv)
+        return run(load_settings(), config)
+    except ValidationError as exc:
+        print(f"mongomem mcp: bad options: {_first(exc)}", file=sys.stderr)
+    except MongomemError as exc:
+        print(f"mongomem mcp: {exc}", file=sys.stderr)
+    return 1
+
+
+def _first(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else str(err["msg"])

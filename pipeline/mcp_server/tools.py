@@ -1,0 +1,228 @@
+"""The tools of the MCP server: thin mappings onto :class:`~pipeline.sdk.AsyncBoundMemory`.
+
+Every tool acts for the :class:`~pipeline.mcp_server.server.Caller` fixed at
+launch. ``session_id`` (where a tool takes one) picks another session *of that
+caller*; no tool takes a project or user id. Results are the SDK's own models,
+sent as structured content (and as JSON text for clients that read only text).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from pipeline.mcp_server.server import Caller, Lookup, tool_errors
+from pipeline.models import Role, Turn
+from pipeline.sdk import (
+    DEFAULT_CONTEXT_TYPES,
+    Episode,
+    MemoryContext,
+    Procedure,
+    SaveResult,
+    SearchHit,
+    SemanticMemory,
+    TaxonomicTerm,
+    VersionRecord,
+)
+from pipeline.stm import SessionSummary
+
+__all__ = ["register_tools"]
+
+READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+SAVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+Session = Annotated[
+    str | None,
+    Field(description="one of this user's sessions; default: the server's session"),
+]
+Query = Annotated[str, Field(description="what to look for, in natural language")]
+
+
+def Limit(what: str) -> Any:  # a Field, named to read like a type in signatures
+    return Field(ge=1, le=1000, description=f"at most this many {what}")
+
+
+def register_tools(server: MCPServer[Any], caller: Caller) -> None:
+    """Add every tool to ``server``."""
+    _short_term(server, caller)
+    _semantic_and_episodic(server, caller)
+    _procedural_and_taxonomic(server, caller)
+    _across_types(server, caller)
+
+
+def _short_term(server: MCPServer[Any], caller: Caller) -> None:
+    @server.tool(annotations=SAVE)
+    async def record_turn(
+        role: Annotated[Role, Field(description="who spoke")],
+        content: Annotated[str, Field(description="what was said")],
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="optional JSON object kept with the turn")
+        ] = None,
+        session_id: Session = None,
+    ) -> Turn:
+        """Record one conversation turn (short-term memory); it gets the session's next seq."""
+        with tool_errors():
+            return await caller.bind(session_id).record_turn(role, content, metadata)
+
+    @server.tool(annotations=READ)
+    async def recent_turns(
+        limit: Annotated[int, Limit("turns")] = 20, session_id: Session = None
+    ) -> list[Turn]:
+        """The last turns of a session, oldest first."""
+        with tool_errors():
+            return await caller.bind(session_id).recent_turns(limit)
+
+    @server.tool(annotations=READ)
+    async def list_sessions(limit: Annotated[int, Limit("sessions")] = 100) -> list[SessionSummary]:
+        """This user's sessions, most recently active first."""
+        with tool_errors():
+            return await caller.default.list_sessions(limit)
+
+
+def _semantic_and_episodic(server: MCPServer[Any], caller: Caller) -> None:
+    @server.tool(annotations=SAVE)
+    async def save_semantic(
+        label: Annotated[str, Field(description="short stable key, e.g. home-airport")],
+        text: Annotated[str, Field(description="the fact, as a sentence")],
+    ) -> SaveResult:
+        """Remember a fact about the user; a new text for a known label becomes a new version."""
+        with tool_errors():
+            return await caller.default.save_semantic(label, text)
+
+    @server.tool(annotations=READ)
+    async def get_semantic(label: str) -> Lookup[SemanticMemory]:
+        """The current version of the fact with this label."""
+        with tool_errors():
+            found = await caller.default.get_semantic(label)
+        return Lookup[SemanticMemory](found=found is not None, memory=found)
+
+    @server.tool(annotations=READ)
+    async def search_semantic(
+        query: Query, limit: Annotated[int, Limit("facts")] = 5
+    ) -> list[SearchHit[SemanticMemory]]:
+        """Facts about the user most similar to the query, best first."""
+        with tool_errors():
+            return await caller.default.search_semantic(query, limit)
+
+    @server.tool(annotations=SAVE)
+    async def save_episode(
+        title: Annotated[str, Field(description="a short title of what happened")],
+        content: Annotated[str, Field(description="what happened")],
+    ) -> SaveResult:
+        """Remember an episode (something that happened, e.g. a planning session)."""
+        with tool_errors():
+            return await caller.default.save_episode(title, content)
+
+    @server.tool(annotations=READ)
+    async def search_episodes(
+        query: Query, limit: Annotated[int, Limit("episodes")] = 5
+    ) -> list[SearchHit[Episode]]:
+        """Episodes most similar to the query, best first."""
+        with tool_errors():
+            return await caller.default.search_episodes(query, limit)
+
+    @server.tool(annotations=READ)
+    async def list_episodes(limit: Annotated[int, Limit("episodes")] = 50) -> list[Episode]:
+        """This user's episodes."""
+        with tool_errors():
+            return await caller.default.list_episodes(limit)
+
+
+def _procedural_and_taxonomic(server: MCPServer[Any], caller: Caller) -> None:
+    @server.tool(annotations=SAVE)
+    async def save_procedure(
+        procedure: Annotated[str, Field(description="the procedure's name, e.g. compare-flights")],
+        description: Annotated[str, Field(description="what it is for, in one line")],
+        content: Annotated[str, Field(description="the steps")],
+    ) -> SaveResult:
+        """Remember how to do something."""
+        with tool_errors(aliases={"name": "procedure"}):
+            return await caller.default.save_procedure(procedure, description, content)
+
+    @server.tool(annotations=READ)
+    async def discover_procedures(
+        query: Query, limit: Annotated[int, Limit("procedures")] = 5
+    ) -> list[SearchHit[Procedure]]:
+        """Procedures that fit the task described by the query, best first."""
+        with tool_errors():
+            return await caller.default.discover_procedures(query, limit)
+
+    @server.tool(annotations=READ)
+    async def get_procedure(name: str) -> Lookup[Procedure]:
+        """The current version of the named procedure."""
+        with tool_errors():
+            found = await caller.default.get_procedure(name)
+        return Lookup[Procedure](found=found is not None, memory=found)
+
+    @server.tool(annotations=SAVE)
+    async def save_taxonomic(
+        domain: Annotated[str, Field(description="the vocabulary, e.g. airline (no '/')")],
+        term: str,
+        definition: str,
+    ) -> SaveResult:
+        """Define a term for the whole project (every user of the project shares terms)."""
+        with tool_errors():
+            return await caller.default.save_taxonomic(domain, term, definition)
+
+    @server.tool(annotations=READ)
+    async def get_taxonomic_term(domain: str, term: str) -> Lookup[TaxonomicTerm]:
+        """The project's definition of a term."""
+        with tool_errors():
+            found = await caller.default.get_taxonomic_term(domain, term)
+        return Lookup[TaxonomicTerm](found=found is not None, memory=found)
+
+    @server.tool(annotations=READ)
+    async def search_taxonomic(
+        query: Query,
+        domain: Annotated[str | None, Field(description="only this domain")] = None,
+        limit: Annotated[int, Limit("terms")] = 5,
+    ) -> list[SearchHit[TaxonomicTerm]]:
+        """The project's terms most similar to the query, best first."""
+        with tool_errors():
+            return await caller.default.search_taxonomic(query, domain, limit)
+
+    @server.tool(annotations=READ)
+    async def list_domains() -> list[str]:
+        """The project's term domains."""
+        with tool_errors():
+            return await caller.default.list_domains()
+
+
+def _across_types(server: MCPServer[Any], caller: Caller) -> None:
+    @server.tool(annotations=READ)
+    async def build_context(
+        query: Query,
+        include: Annotated[
+            list[str] | None,
+            Field(
+                description="memory types to include: semantic, episodic, procedural, "
+                "taxonomic (default: semantic and episodic)"
+            ),
+        ] = None,
+        limit_per_type: Annotated[int, Limit("memories per type")] = 5,
+        max_chars: Annotated[int, Field(ge=1, description="size of the rendered text")] = 4000,
+    ) -> MemoryContext:
+        """Memories relevant to the query, as structured items and as text for a prompt."""
+        with tool_errors():
+            return await caller.default.build_context(
+                query,
+                include=DEFAULT_CONTEXT_TYPES if include is None else include,
+                limit_per_type=limit_per_type,
+                max_chars=max_chars,
+            )
+
+    @server.tool(annotations=READ)
+    async def memory_history(memory_id: str) -> list[VersionRecord]:
+        """Every version of one of this user's memories, oldest first (empty if not theirs)."""
+        with tool_errors():
+            return await caller.default.history(memory_id)
+
+    @server.tool(annotations=READ)
+    async def whoami() -> dict[str, Any]:
+        """The project, user and default session this server acts for."""
+        return caller.describe()
