@@ -35,7 +35,7 @@ from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, ConfigDict
 
 from pipeline import __version__
-from pipeline.errors import InputError, MongomemError, ScopeError
+from pipeline.errors import ConfigError, InputError, MongomemError, ScopeError
 from pipeline.mcp_server.config import McpServerConfig
 from pipeline.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
 
@@ -95,6 +95,11 @@ class Caller:
     """The one caller a server acts for; :meth:`bind` can only vary the session."""
 
     def __init__(self, memory: AsyncMemory, config: McpServerConfig) -> None:
+        if memory.project_id != config.project_id:
+            raise ConfigError(
+                f"the memory is of project {memory.project_id!r}, "
+                f"the server was configured for {config.project_id!r}"
+            )
         self.memory = memory
         self.config = config
         self.default = memory.bind(config.request_context())  # fails early on a bad identity

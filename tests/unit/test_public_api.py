@@ -21,6 +21,7 @@ MODULES = [
     "pipeline.mongo",
     "pipeline.infra",
     "pipeline.embeddings",
+    "pipeline.mcp_server",
 ]
 
 
