@@ -1,0 +1,184 @@
+"""The MCP server as a real stdio subprocess, driven by the official ``mcp`` client (SPEC G3)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from pymongo import AsyncMongoClient
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.mongo import MEMORIES, TURNS, Document, database
+from pipeline.sdk import AsyncMemory, MemoryRequestContext
+from pipeline.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+PROJECT = "travel"
+DIMENSIONS = 64
+#: Seconds one request may take (the first one connects to MongoDB and builds indexes).
+TIMEOUT = 60.0
+
+
+def stdio_server(env: dict[str, str], *args: str) -> Client:
+    """A client that launches ``python -m pipeline.mcp_server`` over stdio."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pipeline.mcp_server", "--project-id", PROJECT, *args],
+        env={**env, "PYTHONPATH": os.getcwd()},
+        cwd=os.getcwd(),
+    )
+    return Client(params, read_timeout_seconds=TIMEOUT)
+
+
+@pytest.fixture
+def env(subprocess_env: dict[str, str]) -> dict[str, str]:
+    return {
+        **subprocess_env,
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_EMBEDDING_DIMENSIONS": str(DIMENSIONS),
+        "MONGOMEM_STM_MAX_CONTENT_BYTES": "1000",
+    }
+
+
+@pytest.fixture
+async def memory(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> AsyncIterator[AsyncMemory]:
+    """The SDK on the same database, with the embedder the subprocess is configured for."""
+    embedder = HashingEmbedder(DIMENSIONS)
+    async with AsyncMemory(project_id=PROJECT, settings=settings, embedder=embedder) as m:
+        yield m
+
+
+def ok(result: Any) -> Any:
+    """The structured content of a successful tool call."""
+    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    assert not result.is_error, text
+    return result.structured_content
+
+
+def error(result: Any) -> str:
+    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    assert result.is_error, text
+    return text
+
+
+async def test_tools_turns_and_semantic_memory_round_trip(
+    env: dict[str, str], memory: AsyncMemory
+) -> None:
+    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert {"record_turn", "recent_turns", "save_semantic", "build_context"} <= tools
+
+        said = ["My home airport is Boston.", "Noted: Boston.", "I prefer aisle seats."]
+        for role, content in zip(["user", "assistant", "user"], said, strict=True):
+            ok(await client.call_tool("record_turn", {"role": role, "content": content}))
+        ok(await client.call_tool("record_turn", {"role": "user", "content": "elsewhere",
+                                                  "session_id": "s2"}))  # fmt: skip
+
+        turns = ok(await client.call_tool("recent_turns", {"limit": 10}))["result"]
+        assert [(t["seq"], t["role"], t["content"]) for t in turns] == [
+            (1, "user", said[0]),
+            (2, "assistant", said[1]),
+            (3, "user", said[2]),
+        ]
+        sessions = ok(await client.call_tool("list_sessions", {}))["result"]
+        assert sorted((s["session_id"], s["turn_count"]) for s in sessions) == [
+            ("s1", 3),
+            ("s2", 1),
+        ]
+        read = await client.read_resource("mongomem://sessions/s1/turns")
+        assert said[2] in read.contents[0].text  # type: ignore[union-attr]
+
+        saved = ok(await client.call_tool("save_semantic", {
+            "label": "home-airport", "text": "The user's home airport is Boston."}))  # fmt: skip
+        assert saved["action"] == "ADD"
+        found = ok(await client.call_tool("get_semantic", {"label": "home-airport"}))
+        assert found["found"] is True
+        assert found["memory"]["text"] == "The user's home airport is Boston."
+        assert found["memory"]["memory_id"] == saved["memory_id"]
+        hits = ok(await client.call_tool("search_semantic", {"query": "home airport"}))["result"]
+        assert hits[0]["memory"]["memory_id"] == saved["memory_id"]
+        context = ok(await client.call_tool("build_context", {"query": "home airport"}))
+        assert "Boston" in context["text"]
+
+    # What the server stored is what the SDK reads, in the same user's scope.
+    chat = memory.bind(MemoryRequestContext(user_id="alice", session_id="s1"))
+    assert [t.content for t in await chat.recent_turns()] == said
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert fact.memory_id == saved["memory_id"]
+
+
+async def test_bad_input_is_a_tool_error_naming_the_field_and_stores_nothing(
+    env: dict[str, str], settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+        too_long = await client.call_tool("record_turn", {"role": "user", "content": "x" * 2000})
+        assert "invalid input (content)" in error(too_long)
+        bad_session = await client.call_tool(
+            "record_turn", {"role": "user", "content": "hi", "session_id": "$where"}
+        )
+        assert "invalid input (session_id)" in error(bad_session)
+        bad_role = await client.call_tool("record_turn", {"role": "narrator", "content": "hi"})
+        assert "role" in error(bad_role)
+        blank = await client.call_tool("save_semantic", {"label": "  ", "text": "something"})
+        assert "invalid input (label)" in error(blank)
+        procedure = await client.call_tool(
+            "save_procedure", {"procedure": "", "description": "d", "content": "c"}
+        )
+        assert "invalid input (procedure)" in error(procedure)
+        # The server keeps serving after bad input.
+        assert ok(await client.call_tool("recent_turns", {}))["result"] == []
+
+    db = database(mongo, settings.mongodb)
+    assert await db[TURNS].count_documents({}) == 0
+    assert await db[MEMORIES].count_documents({}) == 0
+
+
+async def test_a_server_for_one_user_never_reads_another_users_memory(
+    env: dict[str, str], memory: AsyncMemory
+) -> None:
+    bob = memory.bind(MemoryRequestContext(user_id="bob", session_id="s1"))
+    await bob.record_turn("user", "Bob's secret turn.")
+    bobs = await bob.save_semantic(label="home-airport", text="Bob's home airport is Oslo.")
+    await bob.save_episode(title="Bob's trip", content="Bob planned a trip to Oslo.")
+
+    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+        # Naming bob in an argument is refused outright, and nothing runs.
+        named = await client.call_tool("get_semantic", {"label": "home-airport", "user_id": "bob"})
+        assert "unknown argument 'user_id'" in error(named)
+        other_project = await client.call_tool(
+            "recent_turns", {"session_id": "s1", "project_id": "other"}
+        )
+        assert "unknown argument 'project_id'" in error(other_project)
+
+        # Same label, same session id, bob's memory id: alice's scope has none of it.
+        found = ok(await client.call_tool("get_semantic", {"label": "home-airport"}))
+        assert found == {"found": False, "memory": None}
+        assert ok(await client.call_tool("search_semantic", {"query": "Oslo"}))["result"] == []
+        assert ok(await client.call_tool("list_episodes", {}))["result"] == []
+        turns = ok(await client.call_tool("recent_turns", {"session_id": "s1"}))["result"]
+        assert turns == []
+        assert ok(await client.call_tool("list_sessions", {}))["result"] == []
+        history = ok(await client.call_tool("memory_history", {"memory_id": bobs.memory_id}))
+        assert history["result"] == []
+        context = ok(await client.call_tool("build_context", {"query": "Oslo trip"}))
+        assert "Oslo" not in context["text"]
+
+        # Alice's own fact under the same label does not touch bob's.
+        mine = ok(await client.call_tool("save_semantic", {
+            "label": "home-airport", "text": "Alice's home airport is Denver."}))  # fmt: skip
+        assert mine["memory_id"] != bobs.memory_id
+        assert mine["action"] == "ADD"
+
+    still = await bob.get_semantic("home-airport")
+    assert still is not None
+    assert (still.text, still.version) == ("Bob's home airport is Oslo.", 1)
+    assert [t.content for t in await bob.recent_turns()] == ["Bob's secret turn."]
