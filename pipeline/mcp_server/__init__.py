@@ -45,21 +45,26 @@ settings), so the same server works over the HTTP memory service (G2).
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pipeline.mcp_server.config import (
     McpServerConfig,
     add_arguments,
     config_from_args,
     parse_args,
 )
-from pipeline.mcp_server.launch import main, run, run_from_args, serve
-from pipeline.mcp_server.server import (
-    Caller,
-    Lookup,
-    MemoryMcpServer,
-    build_server,
-    describe_error,
-    tool_errors,
-)
+
+if TYPE_CHECKING:
+    from pipeline.mcp_server.launch import main, run, run_from_args, serve
+    from pipeline.mcp_server.server import (
+        Caller,
+        Lookup,
+        MemoryMcpServer,
+        build_server,
+        describe_error,
+        tool_errors,
+    )
 
 __all__ = [
     "Caller",
@@ -77,3 +82,25 @@ __all__ = [
     "serve",
     "tool_errors",
 ]
+
+#: Names that need the ``mcp`` SDK, imported on first use so that building the
+#: ``mongomem`` argument parser (which calls :func:`add_arguments`) stays fast.
+_LAZY = {
+    "main": "launch",
+    "run": "launch",
+    "run_from_args": "launch",
+    "serve": "launch",
+    "Caller": "server",
+    "Lookup": "server",
+    "MemoryMcpServer": "server",
+    "build_server": "server",
+    "describe_error": "server",
+    "tool_errors": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"pipeline.mcp_server.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

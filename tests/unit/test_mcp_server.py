@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -243,3 +245,19 @@ def test_describe_error() -> None:
     assert describe_error(InputError("bad")) == "invalid input: bad"
     assert describe_error(ScopeError("no")) == "not allowed: no"
     assert describe_error(StorageError("down")).endswith("(temporary; try again)")
+
+
+def test_the_cli_options_parse_without_importing_the_mcp_sdk() -> None:
+    """``mongomem`` builds its parser with :func:`add_arguments`; that must stay cheap."""
+    code = (
+        "import argparse, sys\n"
+        "from pipeline.mcp_server import add_arguments, config_from_args\n"
+        "parser = argparse.ArgumentParser()\n"
+        "sub = parser.add_subparsers(dest='command', required=True)\n"
+        "add_arguments(sub.add_parser('mcp'))\n"
+        "args = parser.parse_args(['mcp', '--project-id', 'p', '--service-account', 'bot'])\n"
+        "config = config_from_args(args)\n"
+        "assert (config.project_id, config.service_account) == ('p', 'bot'), config\n"
+        "assert 'mcp' not in sys.modules, 'the mcp SDK was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
