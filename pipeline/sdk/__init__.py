@@ -12,12 +12,15 @@
 
 ``AsyncMemory`` has the same calls as coroutines. Calls go through one
 :class:`MemoryTransport`; :class:`DirectTransport` (the default) reaches
-MongoDB directly, reconciling saves with the same core as the pipeline.
+MongoDB directly, reconciling saves with the same core as the pipeline, and
+:class:`HttpTransport` (``base_url=``) calls the memory service (SPEC G2)
+with an API key, with the same results and errors.
 """
 
 from __future__ import annotations
 
 from pipeline.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from pipeline.sdk.http import HttpTransport
 from pipeline.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from pipeline.sdk.models import (
     ContextItem,
@@ -45,6 +48,7 @@ __all__ = [
     "ContextItem",
     "DirectTransport",
     "Episode",
+    "HttpTransport",
     "Identity",
     "Memory",
     "MemoryContext",

@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from pipeline.embeddings import Embedder
-from pipeline.errors import InputError
+from pipeline.errors import ConfigError, InputError
 from pipeline.ltm import Judge, Thresholds
 from pipeline.models import MemoryType, Role, Turn
+from pipeline.sdk.http import HttpTransport
 from pipeline.sdk.identity import Identity, resolve_identity
 from pipeline.sdk.models import (
     ContextItem,
@@ -52,9 +53,12 @@ DEFAULT_CONTEXT_TYPES: tuple[str, ...] = (MemoryType.SEMANTIC, MemoryType.EPISOD
 class AsyncMemory:
     """Long-term (and short-term) memory of one project.
 
-    ``api_key`` is what the HTTP memory service will check; the direct
-    transport reaches MongoDB with ``settings`` (default: the environment) and
-    does not use it. Pass ``transport`` to use another one.
+    With ``base_url`` the calls go to the HTTP memory service there
+    (:class:`~pipeline.sdk.HttpTransport`), which checks ``api_key``;
+    ``transport=HttpTransport(url)`` is the same, and such a transport
+    without a key of its own uses ``api_key``. Otherwise the direct transport
+    reaches MongoDB with ``settings`` (default: the environment) and does not
+    use ``api_key``. Pass ``transport`` to use another one.
     """
 
     def __init__(
@@ -67,9 +71,16 @@ class AsyncMemory:
         judge: Judge | None = None,
         thresholds: Thresholds | None = None,
         transport: MemoryTransport | None = None,
+        base_url: str | None = None,
     ) -> None:
         self.project_id = project_id
         self.api_key = api_key
+        if base_url is not None:
+            if transport is not None:
+                raise ConfigError("pass base_url or transport, not both")
+            transport = HttpTransport(base_url, api_key=api_key)
+        elif isinstance(transport, HttpTransport):
+            transport.use_api_key(api_key)
         if transport is None:
             transport = DirectTransport(
                 settings or load_settings(), embedder=embedder, judge=judge, thresholds=thresholds

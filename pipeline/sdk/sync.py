@@ -83,6 +83,7 @@ class Memory:
         judge: Judge | None = None,
         thresholds: Thresholds | None = None,
         transport: MemoryTransport | None = None,
+        base_url: str | None = None,
         timeout_s: float | None = 120.0,
     ) -> None:
         self._runner = _LoopThread()
@@ -91,7 +92,7 @@ class Memory:
         async def make() -> AsyncMemory:
             return AsyncMemory(
                 project_id=project_id, api_key=api_key, settings=settings, embedder=embedder,
-                judge=judge, thresholds=thresholds, transport=transport,
+                judge=judge, thresholds=thresholds, transport=transport, base_url=base_url,
             )  # fmt: skip
 
         try:

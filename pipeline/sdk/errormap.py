@@ -1,0 +1,103 @@
+"""How :mod:`pipeline.errors` travel over HTTP, in both directions (SPEC G2).
+
+=================================================  ======  =======================
+error                                              status  notes
+=================================================  ======  =======================
+body that is not JSON                              400     ``InputError``, field ``body``
+:class:`~pipeline.errors.InputError`               422     ``field`` names the argument
+:class:`~pipeline.errors.AuthError`                401     missing, unknown or revoked key
+:class:`~pipeline.errors.ScopeError`               403     key of another project, reserved id
+a memory that is not there (``get``)               404     type ``MemoryNotFound``
+any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` header
+any other :class:`~pipeline.errors.MongomemError`  500
+=================================================  ======  =======================
+
+The service sends :func:`error_body` with :func:`status_for`; the client turns
+the answer back into the same class with :func:`error_from`, so code written
+against :class:`~pipeline.sdk.DirectTransport` catches the same exceptions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pipeline import errors
+from pipeline.errors import (
+    AuthError,
+    InputError,
+    LLMRateLimited,
+    MongomemError,
+    NotReady,
+    ScopeError,
+    StorageError,
+)
+from pipeline.sdk.wire import ErrorBody
+
+__all__ = ["MEMORY_NOT_FOUND", "error_body", "error_from", "retry_after_s", "status_for"]
+
+#: The ``type`` of a 404 that means "no such memory" (``get`` answers ``None``).
+MEMORY_NOT_FOUND = "MemoryNotFound"
+
+_CLASSES: dict[str, type[MongomemError]] = {
+    name: obj
+    for name in errors.__all__
+    if isinstance(obj := getattr(errors, name), type) and issubclass(obj, MongomemError)
+}
+
+
+def status_for(exc: MongomemError) -> int:
+    """The HTTP status of an error (see the module table)."""
+    if isinstance(exc, InputError):
+        return 400 if exc.field == "body" else 422
+    if isinstance(exc, AuthError):
+        return 401
+    if isinstance(exc, ScopeError):
+        return 403
+    if exc.retriable or isinstance(exc, NotReady):
+        return 503
+    return 500
+
+
+def retry_after_s(exc: MongomemError) -> int | None:
+    """Whole seconds for ``Retry-After`` (503 only): the error's own hint, else 1."""
+    if status_for(exc) != 503:
+        return None
+    hint = exc.retry_after if isinstance(exc, LLMRateLimited) else None
+    return max(1, math.ceil(hint)) if hint is not None else 1
+
+
+def error_body(exc: MongomemError) -> ErrorBody:
+    return ErrorBody(
+        type=type(exc).__name__,
+        message=str(exc),
+        retriable=exc.retriable,
+        field=exc.field if isinstance(exc, InputError) else None,
+        retry_after=retry_after_s(exc),
+    )
+
+
+def _by_status(status: int) -> type[MongomemError]:
+    if status in (400, 413, 422):
+        return InputError
+    if status == 401:
+        return AuthError
+    if status == 403:
+        return ScopeError
+    if status == 503:
+        return StorageError
+    return MongomemError
+
+
+def error_from(status: int, payload: Any) -> MongomemError:
+    """The exception an error answer stands for (its class by name, else by status)."""
+    try:
+        body = ErrorBody.model_validate(payload["error"])
+    except (KeyError, TypeError, ValueError):
+        body = ErrorBody(type="", message=f"the memory service answered HTTP {status}")
+    cls = _CLASSES.get(body.type) or _by_status(status)
+    if issubclass(cls, InputError):
+        return cls(body.message, field=body.field)
+    if issubclass(cls, LLMRateLimited):
+        return cls(body.message, retry_after=body.retry_after)
+    return cls(body.message)

@@ -1,0 +1,181 @@
+"""The SDK over HTTP: :class:`HttpTransport` talks to the memory service (SPEC G2).
+
+::
+
+    memory = AsyncMemory(project_id="travel-agent", api_key=key, base_url="http://memory:8080")
+    # or, the same: AsyncMemory(project_id=..., api_key=key, transport=HttpTransport(url))
+
+Every call is one ``POST /v1/<operation>`` (:mod:`pipeline.sdk.wire`) with
+``Authorization: Bearer <api key>``. Answers become the same models, and
+errors the same :mod:`pipeline.errors` classes, as with
+:class:`~pipeline.sdk.DirectTransport` (:mod:`pipeline.sdk.errormap`). A
+service that cannot be reached or does not answer in time raises
+:class:`~pipeline.errors.StorageError` (retriable): from the SDK's side the
+service *is* the storage. Nothing is retried here; a retriable error is the
+caller's to retry.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import TypeAdapter, ValidationError
+
+from pipeline.errors import ConfigError, InputError, MongomemError, StorageError
+from pipeline.models import Role, Turn
+from pipeline.sdk.errormap import MEMORY_NOT_FOUND, error_from
+from pipeline.sdk.identity import Identity
+from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from pipeline.stm import SessionSummary, validate_metadata
+
+__all__ = ["HttpTransport"]
+
+T = TypeVar("T")
+
+_HITS = TypeAdapter(list[SearchHit[MemoryRecord]])
+_RECORDS = TypeAdapter(list[MemoryRecord])
+_STRINGS = TypeAdapter(list[str])
+_VERSIONS = TypeAdapter(list[VersionRecord])
+_TURNS = TypeAdapter(list[Turn])
+_SESSIONS = TypeAdapter(list[SessionSummary])
+
+
+class _NotFound(Exception):
+    """A 404 ``MemoryNotFound`` answer (``get`` turns it into ``None``)."""
+
+
+class HttpTransport:
+    """A :class:`~pipeline.sdk.MemoryTransport` that calls the memory service at ``base_url``.
+
+    ``api_key`` may be left out when the :class:`~pipeline.sdk.AsyncMemory`
+    that uses this transport is given one. ``client`` lets an application
+    share (or, in tests, fake) its :class:`httpx.AsyncClient`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self._key = api_key
+        self._timeout = timeout_s
+        self._client = client
+        self._own_client = client is None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"HttpTransport({self.base_url!r})"
+
+    def use_api_key(self, api_key: str | None) -> None:
+        """Use ``api_key`` unless this transport already has one (a different one is an error)."""
+        if api_key is None or api_key == self._key:
+            return
+        if self._key is not None:
+            raise ConfigError("the transport already has a different API key")
+        self._key = api_key
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=self._timeout)
+        return self._client
+
+    async def _call(self, operation: str, who: Identity, **args: Any) -> Any:
+        body = who.model_dump() | args
+        for name, value in args.items():  # name what cannot be sent, as the direct path does
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"{name} cannot be sent as JSON: {exc}", field=name) from None
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        url = f"{self.base_url}/v1/{operation}"
+        try:
+            response = await self._http().post(url, json=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise StorageError(f"the memory service at {self.base_url} timed out") from exc
+        except httpx.HTTPError as exc:
+            raise StorageError(
+                f"the memory service at {self.base_url} is unreachable: {exc}"
+            ) from exc
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
+            return payload["result"]
+        if response.status_code == 404 and _error_type(payload) == MEMORY_NOT_FOUND:
+            raise _NotFound
+        raise error_from(response.status_code, payload)
+
+    @staticmethod
+    def _decode(adapter: TypeAdapter[T], value: Any) -> T:
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            raise MongomemError(f"the memory service answered something unexpected: {exc}") from exc
+
+    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult:
+        result = await self._call("save", who, memory_type=memory_type, fields=fields)
+        return self._decode(TypeAdapter(SaveResult), result)
+
+    async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
+        try:
+            result = await self._call("get", who, memory_type=memory_type, key=key)
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(MemoryRecord), result)
+
+    async def search(
+        self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
+    ) -> list[SearchHit[MemoryRecord]]:
+        result = await self._call(
+            "search", who, memory_type=memory_type, query=query, limit=limit, domain=domain
+        )
+        return self._decode(_HITS, result)
+
+    async def list_memories(
+        self, who: Identity, memory_type: str, limit: int, domain: str | None
+    ) -> list[MemoryRecord]:
+        result = await self._call(
+            "list_memories", who, memory_type=memory_type, limit=limit, domain=domain
+        )
+        return self._decode(_RECORDS, result)
+
+    async def list_domains(self, who: Identity) -> list[str]:
+        return self._decode(_STRINGS, await self._call("list_domains", who))
+
+    async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
+        return self._decode(_VERSIONS, await self._call("history", who, memory_id=memory_id))
+
+    async def record_turn(
+        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+    ) -> Turn:
+        # JSON would turn non-string keys into strings: check as the direct path does
+        plain = None if metadata is None else validate_metadata(metadata, sys.maxsize)
+        result = await self._call("record_turn", who, role=role, content=content, metadata=plain)
+        return self._decode(TypeAdapter(Turn), result)
+
+    async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
+        return self._decode(_TURNS, await self._call("recent_turns", who, limit=limit))
+
+    async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
+        return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))
+
+    async def close(self) -> None:
+        if self._client is not None and self._own_client:
+            await self._client.aclose()
+            self._client = None
+
+
+def _error_type(payload: Any) -> str | None:
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        kind = payload["error"].get("type")
+        return kind if isinstance(kind, str) else None
+    return None

@@ -1,0 +1,121 @@
+"""The JSON wire format shared by the memory service and :class:`HttpTransport` (SPEC G2).
+
+Every operation of :class:`~pipeline.sdk.MemoryTransport` is one
+``POST /v1/<operation>`` whose JSON body is a :class:`Caller` plus the
+operation's arguments; a success answers ``200 {"result": ...}``, a failure
+answers an :class:`ErrorBody` under ``"error"``:
+
+==================  =====================================================  ==============
+operation           arguments                                              result
+==================  =====================================================  ==============
+``save``            memory_type, fields                                    SaveResult
+``get``             memory_type, key                                       MemoryRecord
+                                                                           (404 if none)
+``search``          memory_type, query, limit, domain                      [SearchHit]
+``list_memories``   memory_type, limit, domain                             [MemoryRecord]
+``list_domains``    (none)                                                 [str]
+``history``         memory_id                                              [VersionRecord]
+``record_turn``     role, content, metadata                                Turn
+``recent_turns``    limit                                                  [Turn]
+``list_sessions``   limit                                                  [SessionSummary]
+==================  =====================================================  ==============
+
+The caller's identity travels as it was resolved on the client
+(:class:`~pipeline.sdk.Identity`), but the service trusts none of it: it
+resolves it again with :func:`~pipeline.sdk.resolve_identity` inside the
+project the API key belongs to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "OPERATIONS",
+    "Caller",
+    "ErrorBody",
+    "GetRequest",
+    "HistoryRequest",
+    "LimitRequest",
+    "ListRequest",
+    "RecordTurnRequest",
+    "SaveRequest",
+    "SearchRequest",
+]
+
+
+class Caller(BaseModel):
+    """Who a call is for: the fields of a resolved :class:`~pipeline.sdk.Identity`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    project_id: str
+    user_id: str
+    session_id: str | None = None
+    service_account: bool = False
+
+
+class SaveRequest(Caller):
+    memory_type: str
+    # Any values: the memory kind names a missing or non-string field itself.
+    fields: dict[str, Any]
+
+
+class GetRequest(Caller):
+    memory_type: str
+    key: str
+
+
+class SearchRequest(Caller):
+    memory_type: str
+    query: str
+    limit: int = Field(default=5, ge=1, le=1000)
+    domain: str | None = None
+
+
+class ListRequest(Caller):
+    memory_type: str
+    limit: int = Field(default=50, ge=1, le=1000)
+    domain: str | None = None
+
+
+class HistoryRequest(Caller):
+    memory_id: str
+
+
+class RecordTurnRequest(Caller):
+    role: str
+    content: str
+    metadata: dict[str, Any] | None = None
+
+
+class LimitRequest(Caller):
+    limit: int
+
+
+class ErrorBody(BaseModel):
+    """What went wrong: the :mod:`pipeline.errors` class name and what it carries."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    type: str
+    message: str
+    retriable: bool = False
+    field: str | None = None
+    retry_after: float | None = None
+
+
+#: Operation name → the model of its request body.
+OPERATIONS: dict[str, type[Caller]] = {
+    "save": SaveRequest,
+    "get": GetRequest,
+    "search": SearchRequest,
+    "list_memories": ListRequest,
+    "list_domains": Caller,
+    "history": HistoryRequest,
+    "record_turn": RecordTurnRequest,
+    "recent_turns": LimitRequest,
+    "list_sessions": LimitRequest,
+}
