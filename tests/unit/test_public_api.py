@@ -22,6 +22,14 @@ MODULES = [
     "pipeline.infra",
     "pipeline.embeddings",
     "pipeline.mcp_server",
+    "pipeline.sdk",
+    "pipeline.sdk.errormap",
+    "pipeline.sdk.http",
+    "pipeline.sdk.wire",
+    "pipeline.service",
+    "pipeline.service.app",
+    "pipeline.service.cli",
+    "pipeline.service.keys",
 ]
 
 

@@ -1,0 +1,379 @@
+"""The memory service over real HTTP, driven by the real SDK (SPEC G2, E1, F1–F3).
+
+The aiohttp app runs on a free loopback port against the test servers; the
+SDK reaches it with :class:`HttpTransport`, and the direct transport on the
+same database is the reference every answer is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+from pymongo import AsyncMongoClient
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.errors import AuthError, InputError, NotReady, ScopeError, StorageError
+from pipeline.models import Action
+from pipeline.mongo import MEMORIES, TURNS, Document
+from pipeline.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
+from pipeline.service import ApiKeyStore, keys_command, make_app, serve
+from pipeline.settings import EmbeddingSettings, LLMSettings, MongoSettings, Settings
+
+pytestmark = pytest.mark.integration
+
+EMBEDDER = HashingEmbedder(64)
+KEY_A = "travel-env-key-0123456789abcdef"
+KEY_B = "other-env-key-0123456789abcdef"
+
+
+def ctx(user: str, session: str = "thread_123") -> MemoryRequestContext:
+    return MemoryRequestContext(user_id=user, session_id=session)
+
+
+def with_keys(settings: Settings, **changes: Any) -> Settings:
+    """The test's settings with env keys for projects travel and other, and stand-ins."""
+    keys = (SecretStr(f"travel:{KEY_A}"), SecretStr(f"other:{KEY_B}"))
+    return settings.model_copy(
+        update={
+            "service": settings.service.model_copy(update={"api_keys": keys}),
+            "embedding": EmbeddingSettings(provider="stand-in", dimensions=64),
+            "llm": LLMSettings(use_stand_in=True),
+            **changes,
+        }
+    )
+
+
+async def start(settings: Settings) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(make_app(settings, embedder=EMBEDDER))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+@pytest.fixture
+async def url(settings: Settings, mongo: AsyncMongoClient[Document]) -> AsyncIterator[str]:
+    runner, base = await start(with_keys(settings))
+    try:
+        yield base
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def direct(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> AsyncIterator[AsyncMemory]:
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as m:
+        yield m
+
+
+@pytest.fixture
+async def remote(url: str) -> AsyncIterator[AsyncMemory]:
+    async with AsyncMemory(project_id="travel", api_key=KEY_A, base_url=url) as m:
+        yield m
+
+
+async def post(url: str, op: str, body: dict[str, Any], key: str | None = KEY_A) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient() as client:
+        return await client.post(f"{url}/v1/{op}", json=body, headers=headers)
+
+
+ALICE = {"project_id": "travel", "user_id": "alice", "session_id": "s1"}
+
+
+async def test_every_call_over_http_gives_the_direct_results(
+    remote: AsyncMemory, direct: AsyncMemory
+) -> None:
+    chat = remote.bind(ctx("user_1"))
+    first = await chat.save_semantic("home-airport", "The user's home airport is Boston.")
+    second = await chat.save_semantic("home-airport", "The user's home airport is Denver.")
+    third = await chat.save_semantic("Home Airport", "The user's home airport is Denver.")
+    assert [first.action, second.action, third.action] == [
+        Action.ADD, Action.UPDATE, Action.REINFORCE,
+    ]  # fmt: skip
+    await chat.save_episode(title="Vacation planning", content="Planned a summer trip to Lisbon.")
+    await chat.save_procedure("compare-flights", "Compare flight options.", "Rank by price.")
+    await chat.save_taxonomic("airline", "red-eye", "An overnight flight that lands next morning.")
+    turn = await chat.record_turn("user", "Find me a flight to Lisbon", {"tool": ["search", 1]})
+    assert (turn.seq, turn.metadata) == (1, {"tool": ["search", 1]})
+    await chat.record_turn("assistant", "Here are three options.")
+
+    ref = direct.bind(ctx("user_1"))
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert fact.reinforcement_count == 2
+    assert fact == await ref.get_semantic("home-airport")
+    assert await chat.get_semantic("nowhere") is None
+    assert await chat.search_semantic("home airport") == await ref.search_semantic("home airport")
+    assert await chat.search_episodes("Lisbon trip") == await ref.search_episodes("Lisbon trip")
+    assert (await chat.list_episodes())[0].title == "Vacation planning"
+    assert await chat.list_episodes() == await ref.list_episodes()
+    assert await chat.discover_procedures("flights") == await ref.discover_procedures("flights")
+    assert await chat.get_procedure("compare-flights") == await ref.get_procedure("compare-flights")
+    term = await chat.get_taxonomic_term("airline", "red-eye")
+    assert term is not None
+    assert term == await ref.get_taxonomic_term("airline", "red-eye")
+    hits = await chat.search_taxonomic("overnight flight", domain="airline")
+    assert hits == await ref.search_taxonomic("overnight flight", domain="airline")
+    assert hits[0].memory.term == "red-eye"
+    assert await chat.list_domains() == await ref.list_domains() == ["airline"]
+    everything = ["semantic", "episodic", "procedural", "taxonomic"]
+    assert await chat.build_context("Lisbon flights", include=everything) == (
+        await ref.build_context("Lisbon flights", include=everything)
+    )
+    history = await chat.history(first.memory_id)
+    assert [v.version for v in history] == [1, 2]
+    assert history == await ref.history(first.memory_id)
+    turns = await chat.recent_turns(10)
+    assert [t.seq for t in turns] == [1, 2]
+    assert turns == await ref.recent_turns(10)
+    assert turns[0] == turn
+    assert await chat.list_sessions() == await ref.list_sessions()
+
+
+async def test_the_sync_memory_over_http(url: str, direct: AsyncMemory) -> None:
+    def work() -> tuple[str, int]:
+        # transport without a key of its own: the Memory's api_key is used
+        with Memory(project_id="travel", api_key=KEY_A, transport=HttpTransport(url)) as memory:
+            chat = memory.bind(ctx("user_1"))
+            saved = chat.save_semantic("seat", "The user prefers the aisle.")
+            chat.record_turn("user", "hello")
+            assert [t.content for t in chat.recent_turns()] == ["hello"]
+            return saved.memory_id, len(chat.history(saved.memory_id))
+
+    memory_id, versions = await asyncio.to_thread(work)
+    assert versions == 1
+    fact = await direct.bind(ctx("user_1")).get_semantic("seat")
+    assert fact is not None
+    assert fact.memory_id == memory_id
+
+
+async def test_a_missing_wrong_or_revoked_key_is_refused(
+    url: str, settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    for key in (None, "wrong-key-0123456789", KEY_A + "0", f"travel:{KEY_A}"):
+        async with AsyncMemory(project_id="travel", api_key=key, base_url=url) as m:
+            with pytest.raises(AuthError):
+                await m.bind(ctx("alice")).list_domains()
+    answer = await post(url, "list_domains", ALICE, key=None)
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+    assert answer.json()["error"]["type"] == "AuthError"
+
+    store = ApiKeyStore(mongo[settings.mongodb.database])
+    key, info = await store.create("travel", "agent")
+    async with AsyncMemory(project_id="travel", api_key=key, base_url=url) as m:
+        chat = m.bind(ctx("alice"))
+        await chat.save_semantic("tone", "Answer briefly.")  # a managed key works at once
+        await store.revoke(info.key_id)
+        with pytest.raises(AuthError, match="revoked"):  # and is refused at once, no restart
+            await chat.get_semantic("tone")
+    forged = key[:-4] + "AAAA"
+    assert (await post(url, "list_domains", ALICE, key=forged)).status_code == 401
+
+
+async def test_a_key_of_one_project_never_reads_or_writes_another(
+    url: str, settings: Settings, direct: AsyncMemory
+) -> None:
+    await direct.bind(ctx("alice")).save_semantic("home", "Alice lives in Boston.")
+    async with AsyncMemory(project_id="travel", api_key=KEY_B, base_url=url) as m:  # B's key
+        chat = m.bind(ctx("alice"))
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: chat.get_semantic("home"),
+            lambda: chat.search_semantic("Boston"),
+            lambda: chat.list_domains(),
+            lambda: chat.recent_turns(),
+            lambda: chat.save_semantic("home", "Alice lives in Denver."),
+            lambda: chat.record_turn("user", "hi"),
+        ]
+        for call in calls:
+            with pytest.raises(ScopeError, match="another project"):
+                await call()
+    body = ALICE | {"memory_type": "semantic", "key": "home"}
+    assert (await post(url, "get", body, key=KEY_B)).status_code == 403
+    # B's key opens B, where alice's memory of A is not
+    async with AsyncMemory(project_id="other", api_key=KEY_B, base_url=url) as b:
+        assert await b.bind(ctx("alice")).get_semantic("home") is None
+        await b.bind(ctx("alice")).save_semantic("home", "Other-project fact.")
+    fact = await direct.bind(ctx("alice")).get_semantic("home")
+    assert fact is not None
+    assert fact.text == "Alice lives in Boston."
+    assert await direct.bind(ctx("alice", "thread_123")).list_sessions() == []
+
+
+async def test_users_are_isolated_by_explicit_user_id(remote: AsyncMemory, url: str) -> None:
+    alice, bob = remote.bind(ctx("alice")), remote.bind(ctx("bob"))
+    a = await alice.save_semantic("home-airport", "The user's home airport is Boston.")
+    b = await bob.save_semantic("home-airport", "The user's home airport is Denver.")
+    assert a.memory_id != b.memory_id
+    fact = await alice.get_semantic("home-airport")
+    assert fact is not None
+    assert "Boston" in fact.text
+    await bob.save_episode("Ski trip", "Bob booked a ski trip to Aspen.")
+    assert await alice.search_episodes("Bob booked a ski trip to Aspen.") == []
+    assert await alice.history(b.memory_id) == []
+    await bob.record_turn("user", "secret plans")
+    assert await alice.recent_turns() == []
+    # a raw caller cannot step into a service account's scope by naming it
+    body = ALICE | {"user_id": "sa:agent-7", "memory_type": "semantic", "key": "home-airport"}
+    assert (await post(url, "get", body)).status_code == 403
+
+
+async def test_service_account_identity_ignores_the_end_user(
+    remote: AsyncMemory, direct: AsyncMemory
+) -> None:
+    as_alice = remote.bind(MemoryRequestContext(service_account="agent-7", user_id="alice"))
+    as_bob = remote.bind(MemoryRequestContext(service_account="agent-7", user_id="bob"))
+    await as_alice.save_semantic("tone", "Answer briefly.")
+    shared = await as_bob.get_semantic("tone")
+    assert shared is not None
+    assert shared == await direct.bind(
+        MemoryRequestContext(service_account="agent-7")
+    ).get_semantic("tone")
+    assert await remote.bind(ctx("alice")).get_semantic("tone") is None
+
+
+async def test_bad_input_names_the_field_and_stores_nothing(
+    remote: AsyncMemory, url: str, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    chat = remote.bind(ctx("alice"))
+    cases: list[tuple[Callable[[], Awaitable[object]], str]] = [
+        (lambda: chat.save_semantic("", "text"), "label"),
+        (lambda: chat.save_episode("Trip", "   "), "content"),
+        (lambda: chat.save_taxonomic("air/line", "red-eye", "x"), "domain"),
+        (lambda: chat.record_turn("robot", "hello"), "role"),
+        (lambda: chat.record_turn("user", "hi", {"deep": [{"x": 1}], 3: "int key"}), "metadata"),
+        (lambda: chat.search_episodes("   "), "query"),
+        (lambda: chat.search_semantic("x", limit=0), "limit"),
+    ]
+    for call, field in cases:
+        with pytest.raises(InputError) as err:
+            await call()
+        assert err.value.field == field, err.value
+    raw = [
+        ("save", ALICE | {"memory_type": "semantic", "fields": {"label": 7, "text": "x"}}, "label"),
+        ("save", ALICE | {"memory_type": "gossip", "fields": {"label": "a"}}, "memory_type"),
+        ("search", ALICE | {"memory_type": "semantic", "query": "x", "limit": 0}, "limit"),
+        ("record_turn", ALICE | {"role": "user", "content": 5}, "content"),
+        ("record_turn", ALICE | {"role": "user", "content": "x", "admin": True}, "admin"),
+        ("recent_turns", ALICE | {"limit": "ten"}, "limit"),
+        ("history", {"user_id": "alice", "memory_id": "m"}, "project_id"),
+    ]
+    for op, body, field in raw:
+        answer = await post(url, op, body)
+        assert answer.status_code == 422, (op, answer.text)
+        assert answer.json()["error"]["field"] == field
+        assert answer.json()["error"]["message"]
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(
+            f"{url}/v1/save", content=b"{not json", headers={"Authorization": f"Bearer {KEY_A}"}
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"] == answer.json()["error"] | {
+        "type": "InputError",
+        "field": "body",
+    }
+    db = mongo[settings.mongodb.database]
+    assert await db[MEMORIES].count_documents({}) == 0
+    assert await db[TURNS].count_documents({}) == 0
+
+
+async def test_a_retriable_backend_failure_answers_503(settings: Settings) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    away = MongoSettings(
+        uri=f"mongodb://127.0.0.1:{dead}/?directConnection=true",
+        database="away",
+        server_selection_timeout_s=0.5,
+    )
+    runner, base = await start(with_keys(settings, mongodb=away))
+    try:
+        async with AsyncMemory(project_id="travel", api_key=KEY_A, base_url=base) as m:
+            with pytest.raises(StorageError) as err:
+                await m.bind(ctx("alice")).save_semantic("home", "Boston.")
+            assert err.value.retriable
+        body = ALICE | {"memory_type": "semantic", "key": "home"}
+        answer = await post(base, "get", body)
+        assert answer.status_code == 503
+        assert int(answer.headers["Retry-After"]) >= 1
+        assert answer.json()["error"]["retriable"] is True
+        async with httpx.AsyncClient() as client:
+            ready = await client.get(f"{base}/readyz")
+        assert ready.status_code == 503
+        assert "MongoDB is unreachable" in ready.json()["problems"][0]
+    finally:
+        await runner.cleanup()
+
+
+async def test_health_readiness_and_metrics(url: str) -> None:
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        ready = await client.get("/readyz")
+        assert (ready.status_code, ready.json()) == (200, {"ready": True, "problems": []})
+        assert (await client.post("/v1/drop_database", json={})).status_code == 404
+        metrics = (await client.get("/metrics")).text
+    assert 'mongomem_service_requests_total{operation="readyz",status="200"}' in metrics
+    assert 'operation="other",status="404"' in metrics
+
+
+async def test_serve_runs_until_stopped_and_refuses_when_not_ready(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready = with_keys(settings)
+    ready = ready.model_copy(
+        update={"service": ready.service.model_copy(update={"host": "127.0.0.1", "port": port})}
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(ready, stop, embedder=EMBEDDER))
+    try:
+        async with httpx.AsyncClient() as client:
+            for _ in range(100):
+                try:
+                    answer = await client.get(f"http://127.0.0.1:{port}/healthz")
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.05)
+        assert answer.status_code == 200
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    unready = ready.model_copy(update={"embedding": EmbeddingSettings(), "llm": LLMSettings()})
+    with pytest.raises(NotReady, match="embedding provider"):
+        await serve(unready, asyncio.Event())
+
+
+async def test_keys_commands_create_list_and_revoke(
+    settings: Settings, mongo: AsyncMongoClient[Document], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(action: str, **kw: Any) -> str:
+        args = argparse.Namespace(keys_action=action, **kw)
+        assert keys_command(args, settings) == 0
+        return capsys.readouterr().out
+
+    created = await asyncio.to_thread(run, "create", project="travel", name="agent")
+    key = created.split("API key (shown only now, stored as a SHA-256 hash): ")[1].strip()
+    key_id = key.split("_")[1]
+    stored = await mongo[settings.mongodb.database]["api_keys"].find_one({"_id": key_id})
+    assert stored is not None
+    assert key not in str(stored)
+    listed = await asyncio.to_thread(run, "list", project=None)
+    assert key_id in listed
+    assert "active" in listed
+    assert key not in listed
+    await asyncio.to_thread(run, "revoke", key_id=key_id)
+    assert "revoked" in await asyncio.to_thread(run, "list", project="travel")
+    assert key_id not in await asyncio.to_thread(run, "list", project="other")
