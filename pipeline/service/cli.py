@@ -106,7 +106,9 @@ def keys_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``mongomem serve`` on its own; errors print as one line and exit 1."""
-    parser = argparse.ArgumentParser(prog="mongomem serve", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="mongomem serve", description="The HTTP memory service, with API keys (SPEC G2)."
+    )
     _add_serve(parser)
     args = parser.parse_args(argv)
     try:
