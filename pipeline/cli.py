@@ -10,6 +10,7 @@
     mongomem configure FILE          check project-config.yaml; write the env it implies
     mongomem apply FILE              configure, restart extractors, wait until ready
     mongomem replay <stage> ...      re-run a stage from an offset/time in a new group
+    mongomem mcp --project-id P --user-id U   serve memory to an MCP client
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -197,6 +198,12 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     return asyncio.run(replay(settings, args, _load_stage(args.stage)))
 
 
+def _mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.mcp_server import run_from_args
+
+    return run_from_args(args, settings)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mongomem",
@@ -278,6 +285,12 @@ def _parser() -> argparse.ArgumentParser:
         help="keep running after catching up (default: stop when caught up)",
     )
     replay_p.set_defaults(handler=_replay)
+
+    from pipeline.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK
+
+    mcp_p = sub.add_parser("mcp", help="serve memory to an MCP client (stdio by default)")
+    add_mcp_arguments(mcp_p)
+    mcp_p.set_defaults(handler=_mcp)
     return parser
 
 

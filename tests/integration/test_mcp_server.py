@@ -28,10 +28,10 @@ TIMEOUT = 60.0
 
 
 def stdio_server(env: dict[str, str], *args: str) -> Client:
-    """A client that launches ``python -m pipeline.mcp_server`` over stdio."""
+    """A client that launches ``mongomem mcp`` (as ``python -m pipeline.cli mcp``) over stdio."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "pipeline.mcp_server", "--project-id", PROJECT, *args],
+        args=["-m", "pipeline.cli", "mcp", "--project-id", PROJECT, *args],
         env={**env, "PYTHONPATH": os.getcwd()},
         cwd=os.getcwd(),
     )
