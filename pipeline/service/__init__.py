@@ -10,23 +10,28 @@
 event is set, :mod:`pipeline.service.keys` decides which project a key opens
 (each key opens exactly one), and :func:`add_cli` hangs ``serve`` and
 ``keys`` under the ``mongomem`` command. The SDK's side is
-:class:`~pipeline.sdk.HttpTransport`.
+:class:`~pipeline.sdk.HttpTransport`. Names load on first use, so adding the
+CLI commands does not import the server.
 """
 
 from __future__ import annotations
 
-from pipeline.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
-from pipeline.service.cli import add_cli, keys_command, main, serve_command
-from pipeline.service.keys import (
-    API_KEYS,
-    KEY_PREFIX,
-    ApiKeyInfo,
-    ApiKeyStore,
-    EnvKey,
-    KeyRing,
-    hash_key,
-    parse_env_keys,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
+    from pipeline.service.cli import add_cli, keys_command, main, serve_command
+    from pipeline.service.keys import (
+        API_KEYS,
+        KEY_PREFIX,
+        ApiKeyInfo,
+        ApiKeyStore,
+        EnvKey,
+        KeyRing,
+        hash_key,
+        parse_env_keys,
+    )
 
 __all__ = [
     "API_KEYS",
@@ -47,3 +52,15 @@ __all__ = [
     "serve",
     "serve_command",
 ]
+
+_HOME = {
+    **dict.fromkeys(["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"),
+    **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "cli"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_HOME.get(name, 'keys')}")
+    return getattr(module, name)

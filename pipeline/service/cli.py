@@ -9,7 +9,8 @@
 
 :func:`add_cli` adds both to an ``argparse`` sub-parser set; each handler
 takes ``(args, settings)`` and returns the exit status, as the main CLI's do.
-:func:`main` runs ``serve`` alone (``python -m pipeline.service``).
+:func:`main` runs ``serve`` alone (``python -m pipeline.service``). Importing
+this module is cheap: the server and MongoDB load when a command runs.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import MongomemError
 from pipeline.logs import configure_logging
-from pipeline.mongo import connect, database
-from pipeline.service.app import serve
-from pipeline.service.keys import ApiKeyInfo, ApiKeyStore
 from pipeline.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pipeline.service.keys import ApiKeyInfo
 
 __all__ = ["add_cli", "keys_command", "main", "serve_command"]
 
@@ -56,6 +57,8 @@ def add_cli(subparsers: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.service.app import serve  # the server loads only when it runs
+
     updates = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
     if updates:
         service = settings.service.model_copy(update=updates)
@@ -80,6 +83,9 @@ def _row(info: ApiKeyInfo) -> str:
 
 
 async def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.mongo import connect, database
+    from pipeline.service.keys import ApiKeyStore
+
     client = connect(settings.mongodb)
     try:
         store = ApiKeyStore(database(client, settings.mongodb))

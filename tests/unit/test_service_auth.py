@@ -210,3 +210,18 @@ def test_http_transport_key_rules() -> None:
     t.use_api_key(KEY_A)
     with pytest.raises(ConfigError):
         t.use_api_key(KEY_B)
+
+
+def test_adding_the_cli_commands_does_not_load_the_server() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import argparse, sys\n"
+        "from pipeline.service import add_cli\n"
+        "add_cli(argparse.ArgumentParser().add_subparsers())\n"
+        "heavy = ('aiohttp', 'pymongo', 'pipeline.service.app')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
