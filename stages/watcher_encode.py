@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -200,31 +200,20 @@ def _plain_dict(value: dict[Any, Any], depth: int) -> bool:
     """
     if depth >= _MAX_DEPTH:
         return False
-    for key, item in value.items():
+    for key in value:
         if type(key) is not str:
             return False
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return False
-        elif kind is dict:
-            if not _plain_dict(item, depth + 1):
-                return False
-        elif kind is list:
-            if not _plain_list(item, depth + 1):
-                return False
-        else:
-            return False
-    return True
+    return _plain_items(value.values(), depth)
 
 
 def _plain_list(value: list[Any], depth: int) -> bool:
     """:func:`_plain_dict` for a list."""
-    if depth >= _MAX_DEPTH:
-        return False
-    for item in value:
+    return depth < _MAX_DEPTH and _plain_items(value, depth)
+
+
+def _plain_items(items: Iterable[Any], depth: int) -> bool:
+    """The items of a container at ``depth`` are all plain (see :func:`_plain_dict`)."""
+    for item in items:
         kind = type(item)
         if kind is str or kind is int or kind is bool or item is None:
             continue

@@ -152,42 +152,15 @@ def letters_of(letters: Letters) -> list[tuple[int, str]]:
     return [(d.source_offset, d.error_class) for d in letters.sent]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> None:
-    records = data.draw(partition_logs(), label="records")
-    batches = data.draw(cuts(records), label="batches")
-    failures = data.draw(st.integers(0, 2), label="failures")
-    bulk = data.draw(st.booleans(), label="bulk")
-
-    async def scenario() -> None:
-        expected_store, expected_sink, expected_letters, expected = await one_by_one(records)
-
-        sink = BulkRecordingSink(failures) if bulk else RecordingSink(failures)
-        store, letters = MemoryStore(), Letters()
-        w = windower(store, sink, letters)
-        for batch in batches:
-            await w.process_batch(0, batch)
-
-        assert store.data == expected_store.data, "same states, same position stamps"
-        # A failed batch is applied again record by record: its snapshots may come twice.
-        assert per_session(distinct(sink.delivered)) == per_session(expected_sink.delivered)
-        if not failures:
-            assert sink.delivered == distinct(sink.delivered), "each delivered once"
-        assert w.stats == expected.stats
-        assert letters_of(letters) == letters_of(expected_letters)
-
-    asyncio.run(scenario())
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_pipelined_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> None:
-    """Batch N+1 planned while batch N is delivered (``BatchPipeline``), failures included."""
+    """Batch after batch, or pipelined: batch N+1 planned while N is delivered."""
     records = data.draw(partition_logs(), label="records")
     batches = data.draw(cuts(records), label="batches")
     failures = data.draw(st.integers(0, 3), label="failures")
     bulk = data.draw(st.booleans(), label="bulk")
+    pipelined = data.draw(st.booleans(), label="pipelined")
 
     async def scenario() -> None:
         expected_store, expected_sink, expected_letters, expected = await one_by_one(records)
@@ -195,15 +168,20 @@ def test_pipelined_batches_leave_what_records_one_by_one_leave(data: st.DataObje
         sink = BulkRecordingSink(failures) if bulk else RecordingSink(failures)
         store, letters = MemoryStore(), Letters()
         w = windower(store, sink, letters)
-        done: list[int] = []
-        pipeline = BatchPipeline(w, 0, on_done=lambda batch: done.append(batch[-1][0]))
-        for batch in batches:
-            await pipeline.submit(batch)
-            assert pipeline.in_flight <= 2
-        await pipeline.drain()
+        if pipelined:
+            done: list[int] = []
+            pipeline = BatchPipeline(w, 0, on_done=lambda batch: done.append(batch[-1][0]))
+            for batch in batches:
+                await pipeline.submit(batch)
+                assert pipeline.in_flight <= 2
+            await pipeline.drain()
+            assert done == [batch[-1][0] for batch in batches], "each batch reported, in order"
+        else:
+            for batch in batches:
+                await w.process_batch(0, batch)
 
-        assert done == [batch[-1][0] for batch in batches], "each batch reported, in order"
         assert store.data == expected_store.data, "same states, same position stamps"
+        # A failed batch is applied again record by record: its snapshots may come twice.
         assert per_session(distinct(sink.delivered)) == per_session(expected_sink.delivered)
         if not failures:
             assert sink.delivered == distinct(sink.delivered), "each delivered once"
