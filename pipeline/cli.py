@@ -11,6 +11,8 @@
     mongomem apply FILE              configure, restart extractors, wait until ready
     mongomem replay <stage> ...      re-run a stage from an offset/time in a new group
     mongomem mcp --project-id P --user-id U   serve memory to an MCP client
+    mongomem serve [--host H] [--port P]          the HTTP memory service, with API keys
+    mongomem keys create|list|revoke ...          the service's API keys
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -291,6 +293,10 @@ def _parser() -> argparse.ArgumentParser:
     mcp_p = sub.add_parser("mcp", help="serve memory to an MCP client (stdio by default)")
     add_mcp_arguments(mcp_p)
     mcp_p.set_defaults(handler=_mcp)
+
+    from pipeline.service import add_cli as add_service_cli  # cheap: the server loads on run
+
+    add_service_cli(sub)  # `serve` and `keys create|list|revoke`
     return parser
 
 

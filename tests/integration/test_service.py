@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -377,3 +378,54 @@ async def test_keys_commands_create_list_and_revoke(
     await asyncio.to_thread(run, "revoke", key_id=key_id)
     assert "revoked" in await asyncio.to_thread(run, "list", project="travel")
     assert key_id not in await asyncio.to_thread(run, "list", project="other")
+
+
+async def test_the_cli_creates_a_key_serves_with_it_and_revokes_it(
+    settings: Settings, subprocess_env: dict[str, str], mongo: AsyncMongoClient[Document]
+) -> None:
+    """``mongomem keys create`` → ``mongomem serve`` → SDK over HTTP → ``mongomem keys revoke``."""
+    env = {
+        **subprocess_env,
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_EMBEDDING_DIMENSIONS": "64",
+        "MONGOMEM_LLM_USE_STAND_IN": "true",
+    }
+
+    async def cli(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pipeline.cli", *args, env=env, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0, args
+        return out.decode()
+
+    created = await cli("keys", "create", "travel", "--name", "cli")
+    key = created.split("API key (shown only now, stored as a SHA-256 hash): ")[1].strip()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipeline.cli", "serve", "--port", str(port), env=env
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient() as client:
+            for _ in range(200):
+                try:
+                    if (await client.get(f"{url}/readyz")).status_code == 200:
+                        break
+                except httpx.ConnectError:
+                    pass
+                await asyncio.sleep(0.1)
+        async with AsyncMemory(project_id="travel", api_key=key, base_url=url) as memory:
+            chat = memory.bind(MemoryRequestContext(user_id="u1", session_id="s1"))
+            await chat.save_semantic(label="home-airport", text="Home airport is Boston.")
+            found = await chat.get_semantic("home-airport")
+            assert found is not None
+            assert found.text == "Home airport is Boston."
+            await cli("keys", "revoke", key.split("_")[1])
+            with pytest.raises(AuthError):
+                await chat.get_semantic("home-airport")
+    finally:
+        server.terminate()
+        assert await asyncio.wait_for(server.wait(), 20) == 0, "SIGTERM stops it cleanly"
