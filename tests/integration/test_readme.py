@@ -1,23 +1,31 @@
-"""The README's SDK example runs as written (against the test servers)."""
+"""The README's SDK examples run as written (against the test servers)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from pydantic import SecretStr
 
-from pipeline.settings import Settings
+from pipeline.embeddings import HashingEmbedder
+from pipeline.service import make_app
+from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
 
 pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
 def test_readme_sdk_example_runs(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    (example,) = [b for b in blocks if "from pipeline.sdk import Memory" in b]
+    (example,) = [b for b in python_blocks() if "context = chat.build_context" in b]
     monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
     monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
     monkeypatch.setenv("MONGOMEM_EMBEDDING_PROVIDER", "stand-in")
@@ -29,3 +37,34 @@ def test_readme_sdk_example_runs(settings: Settings, monkeypatch: pytest.MonkeyP
         assert "home airport" in context.text.lower()
     finally:
         memory.close()
+
+
+async def test_readme_http_example_runs(settings: Settings) -> None:
+    """The "Over HTTP" example, against the service started as the README says."""
+    (example,) = [b for b in python_blocks() if "base_url=" in b]
+    key = "travel-agent-readme-key-0123456789"
+    served = settings.model_copy(
+        update={
+            "service": settings.service.model_copy(
+                update={"api_keys": (SecretStr(f"travel-agent:{key}"),)}
+            ),
+            "embedding": EmbeddingSettings(provider="stand-in", dimensions=64),
+            "llm": LLMSettings(use_stand_in=True),
+        }
+    )
+    runner = web.AppRunner(make_app(served, embedder=HashingEmbedder(64)))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    namespace: dict[str, Any] = {"KEY": key}
+    code = example.replace("http://127.0.0.1:8080", f"http://{host}:{port}")
+    try:
+        # The sync SDK runs its own event loop: keep it off this test's loop.
+        await asyncio.to_thread(exec, compile(code, str(README), "exec"), namespace)
+        chat = namespace["chat"]
+        found = await asyncio.to_thread(chat.get_semantic, "home-airport")
+        assert found is not None
+        assert "Boston" in found.text
+    finally:
+        await asyncio.to_thread(namespace["memory"].close)
+        await runner.cleanup()
