@@ -45,17 +45,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
 from pipeline.kafka import DeadLetter
 from pipeline.metrics import DEAD_LETTERS, MESSAGES
 from pipeline.models import Snapshot
-from pipeline.project_config import WindowingConfig
-from pipeline.settings import WindowingSettings
-from stages.windowing.logic import Window, WindowPolicy, WindowState
+from stages.windowing.logic import Window
+from stages.windowing.ports import (
+    BulkSnapshotSink,
+    DeadLetterSink,
+    MemoryStore,
+    Policies,
+    SnapshotSink,
+    WindowStore,
+)
 from stages.windowing.reader import TurnReader, TurnRecord
 
 __all__ = [
@@ -75,73 +80,6 @@ __all__ = [
 STAGE = "windowing"
 
 log = logging.getLogger("mongomem.windowing")
-
-
-class WindowStore(Protocol):
-    """Session key → window state (the faust table, or a dict in tests)."""
-
-    def get(self, key: bytes) -> WindowState | None: ...
-
-    def put(self, key: bytes, state: WindowState) -> None: ...
-
-    def items(self) -> Iterable[tuple[bytes, WindowState]]: ...
-
-
-class SnapshotSink(Protocol):
-    async def deliver(self, snapshot: Snapshot) -> None:
-        """Store and publish ``snapshot``; idempotent (the id is deterministic)."""
-
-
-@runtime_checkable
-class BulkSnapshotSink(SnapshotSink, Protocol):
-    """A sink that can also deliver many snapshots at once (fewer round trips)."""
-
-    async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
-        """Like :meth:`deliver` for each, one session's in the given order; returns when all are."""
-
-
-class DeadLetterSink(Protocol):
-    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
-
-
-class MemoryStore:
-    """A :class:`WindowStore` on a dict: the test double, and the faust table's cache."""
-
-    def __init__(self) -> None:
-        self.data: dict[bytes, WindowState] = {}
-
-    def get(self, key: bytes) -> WindowState | None:
-        return self.data.get(key)
-
-    def put(self, key: bytes, state: WindowState) -> None:
-        self.data[key] = state
-
-    def items(self) -> Iterable[tuple[bytes, WindowState]]:
-        return list(self.data.items())
-
-
-class Policies:
-    """Window policy per project: settings give defaults, ``project-config.yaml`` overrides."""
-
-    def __init__(self, defaults: WindowingSettings, config: WindowingConfig | None = None) -> None:
-        self._defaults = defaults
-        self._config = config or WindowingConfig()
-        self._cache: dict[str, WindowPolicy] = {}
-
-    def for_project(self, project_id: str) -> WindowPolicy:
-        policy = self._cache.get(project_id)
-        if policy is None:
-            cfg = self._config
-            override = cfg.projects.get(project_id)
-            max_messages = self._defaults.max_messages
-            idle = self._defaults.idle_timeout_s
-            for layer in (cfg, override):
-                if layer is not None and layer.max_messages is not None:
-                    max_messages = layer.max_messages
-                if layer is not None and layer.idle_timeout_s is not None:
-                    idle = layer.idle_timeout_s
-            policy = self._cache[project_id] = WindowPolicy.of(max_messages, idle)
-        return policy
 
 
 @dataclass

@@ -1,0 +1,95 @@
+"""The windowing stage's ports: the session table, the sinks, and per-project policies.
+
+:class:`~stages.windowing.windower.SnapshotWindower` reaches the outside only
+through these. The stage plugs in a changelog-backed table
+(:class:`~stages.windowing.consumer.ChangelogTable`, or a faust table) and the
+MongoDB + Kafka publisher (:mod:`stages.windowing.sinks`); tests plug in
+:class:`MemoryStore` and recording sinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from pipeline.kafka import DeadLetter
+from pipeline.models import Snapshot
+from pipeline.project_config import WindowingConfig
+from pipeline.settings import WindowingSettings
+from stages.windowing.logic import WindowPolicy, WindowState
+
+__all__ = [
+    "BulkSnapshotSink",
+    "DeadLetterSink",
+    "MemoryStore",
+    "Policies",
+    "SnapshotSink",
+    "WindowStore",
+]
+
+
+class WindowStore(Protocol):
+    """Session key → window state (the faust table, or a dict in tests)."""
+
+    def get(self, key: bytes) -> WindowState | None: ...
+
+    def put(self, key: bytes, state: WindowState) -> None: ...
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]: ...
+
+
+class SnapshotSink(Protocol):
+    async def deliver(self, snapshot: Snapshot) -> None:
+        """Store and publish ``snapshot``; idempotent (the id is deterministic)."""
+
+
+@runtime_checkable
+class BulkSnapshotSink(SnapshotSink, Protocol):
+    """A sink that can also deliver many snapshots at once (fewer round trips)."""
+
+    async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
+        """Like :meth:`deliver` for each, one session's in the given order; returns when all are."""
+
+
+class DeadLetterSink(Protocol):
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
+
+
+class MemoryStore:
+    """A :class:`WindowStore` on a dict: the test double, and the faust table's cache."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, WindowState] = {}
+
+    def get(self, key: bytes) -> WindowState | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, state: WindowState) -> None:
+        self.data[key] = state
+
+    def items(self) -> Iterable[tuple[bytes, WindowState]]:
+        return list(self.data.items())
+
+
+class Policies:
+    """Window policy per project: settings give defaults, ``project-config.yaml`` overrides."""
+
+    def __init__(self, defaults: WindowingSettings, config: WindowingConfig | None = None) -> None:
+        self._defaults = defaults
+        self._config = config or WindowingConfig()
+        self._cache: dict[str, WindowPolicy] = {}
+
+    def for_project(self, project_id: str) -> WindowPolicy:
+        policy = self._cache.get(project_id)
+        if policy is None:
+            cfg = self._config
+            override = cfg.projects.get(project_id)
+            max_messages = self._defaults.max_messages
+            idle = self._defaults.idle_timeout_s
+            for layer in (cfg, override):
+                if layer is not None and layer.max_messages is not None:
+                    max_messages = layer.max_messages
+                if layer is not None and layer.idle_timeout_s is not None:
+                    idle = layer.idle_timeout_s
+            policy = self._cache[project_id] = WindowPolicy.of(max_messages, idle)
+        return policy
