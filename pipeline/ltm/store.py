@@ -26,6 +26,12 @@ concurrent writers of the same scope, without multi-document transactions:
   id, so a ``pending`` candidate is completed from what it already wrote, and
   planned afresh only if it wrote nothing. Until then readers may see two
   ``current`` versions of one memory for a moment and take the higher one.
+* *Idempotency keys.* A direct save with a key has a candidate id derived
+  from that key (:mod:`pipeline.sdk.idempotency`), so a retried save is the
+  same candidate and answered from the ledger as above. Its entry also keeps
+  the request's ``fingerprint``: the same key with a different request is
+  refused, and a repeat that overlaps a first attempt still in flight
+  (``pending`` for less than ``in_flight_s``) waits for that attempt's outcome.
 
 Where :func:`pipeline.mongo.capabilities` reports transactions, the memory
 writes of one decision run inside a transaction as well. A REINFORCE that
@@ -39,8 +45,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -49,7 +56,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from pipeline.errors import MongomemError, StorageError, WriteConflict
+from pipeline.errors import InputError, MongomemError, StorageError, WriteConflict
 from pipeline.ltm.documents import to_document
 from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from pipeline.ltm.judge import Judge
@@ -105,6 +112,7 @@ class MemoryStore(MemoryReads):
         search: VectorSearch | None = None,
         max_attempts: int = 16,
         clock: Callable[[], datetime] = utcnow,
+        in_flight_s: float = 10.0,
     ) -> None:
         self.db = db
         self.memories = db[MEMORIES]
@@ -117,6 +125,7 @@ class MemoryStore(MemoryReads):
         self.search_backend: VectorSearch = search or ExactCosineSearch(self.cache)
         self.max_attempts = max_attempts
         self.clock = clock
+        self.in_flight_s = in_flight_s
         self.capabilities = Capabilities(transactions=False, server="?")
 
     # -- setup -------------------------------------------------------------------------
@@ -152,13 +161,24 @@ class MemoryStore(MemoryReads):
 
     # -- reconcile ---------------------------------------------------------------------
 
-    async def reconcile(self, candidate: MemoryCandidate) -> Outcome:
-        """Plan and apply one candidate, exactly once in effect (see the guarantee)."""
+    async def reconcile(
+        self, candidate: MemoryCandidate, *, fingerprint: str | None = None
+    ) -> Outcome:
+        """Plan and apply one candidate, exactly once in effect (see the guarantee).
+
+        ``fingerprint`` is given by a direct save with an idempotency key (whose
+        candidate id is derived from that key): it is kept in the ledger entry,
+        a repeat with another fingerprint is refused (:class:`InputError` naming
+        ``idempotency_key``; nothing is written), and a repeat that arrives while
+        the first is still in flight waits for its outcome (:meth:`_keyed_entry`).
+        """
         cid = candidate.candidate_id
         try:  # the usual case, a new candidate: one round trip to mark it pending
-            await self.ledger.insert_one(pending_entry(cid, self.clock()))
+            await self.ledger.insert_one(pending_entry(cid, self.clock(), fingerprint))
         except DuplicateKeyError:
             entry = await self._read(self.ledger.find_one({"_id": cid}))
+            if fingerprint is not None:
+                entry = await self._keyed_entry(cid, entry, fingerprint)
             if entry is not None and entry.get("state") == DONE:
                 logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
                 return Outcome.model_validate({**logged["outcome"], "replayed": True})
@@ -178,6 +198,38 @@ class MemoryStore(MemoryReads):
                 if attempt > 2:  # a busy competitor: step aside for a random moment
                     await asyncio.sleep(random.uniform(0, 0.002 * attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _keyed_entry(self, cid: str, entry: Doc | None, fingerprint: str) -> Doc | None:
+        """The ledger entry of a keyed request's repeat, once the first attempt settled.
+
+        A different request under the same key is refused. While the first
+        attempt is ``pending`` and younger than ``in_flight_s`` it is presumed
+        alive and awaited, so both answer the same outcome; an older one was
+        interrupted and is completed by the caller as usual.
+        """
+        deadline: float | None = None
+        while entry is not None:
+            stored = entry.get("fingerprint")
+            if stored is not None and stored != fingerprint:
+                raise InputError(
+                    "this idempotency_key was already used for a different request "
+                    "(other memory type or fields); use a new key for a new save",
+                    field="idempotency_key",
+                )
+            if entry.get("state") == DONE:
+                return entry
+            if deadline is None:
+                started = entry.get("at")
+                age = 0.0
+                if isinstance(started, datetime):
+                    aware = started if started.tzinfo else started.replace(tzinfo=UTC)
+                    age = max(0.0, (self.clock() - aware).total_seconds())
+                deadline = time.monotonic() + max(0.0, self.in_flight_s - age)
+            if time.monotonic() >= deadline:
+                return entry
+            await asyncio.sleep(0.02)
+            entry = await self._read(self.ledger.find_one({"_id": cid}))
+        return entry
 
     async def plan(self, candidate: MemoryCandidate) -> Decision:
         """The decision for ``candidate`` against the scope as it is now (judge included)."""

@@ -11,7 +11,9 @@ Every update here is filtered on ``_id`` alone and is idempotent:
 * the ledger moves ``pending`` → ``done``; ``pending`` is written before the
   first memory write, so a candidate that is absent from the ledger has
   certainly not touched any memory. ``done`` is set after the decision-log
-  entry (which holds the outcome) is written.
+  entry (which holds the outcome) is written. The entry of a direct save made
+  with an idempotency key also keeps that request's ``fingerprint``, so a
+  reuse of the key for a different request can be refused.
 """
 
 from __future__ import annotations
@@ -56,8 +58,12 @@ def supersede_update(by: str, now: datetime) -> Doc:
                      "updated_at": now}}  # fmt: skip
 
 
-def pending_entry(candidate_id: str, now: datetime) -> Doc:
-    return {"_id": candidate_id, "state": PENDING, "at": now}
+def pending_entry(candidate_id: str, now: datetime, fingerprint: str | None = None) -> Doc:
+    """A new ledger entry; ``fingerprint`` (a keyed direct save's request hash) is kept with it."""
+    entry: Doc = {"_id": candidate_id, "state": PENDING, "at": now}
+    if fingerprint is not None:
+        entry["fingerprint"] = fingerprint
+    return entry
 
 
 def done_update(now: datetime) -> Doc:
