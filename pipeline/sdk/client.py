@@ -22,6 +22,7 @@ from pipeline.errors import ConfigError, InputError
 from pipeline.ltm import Judge, Thresholds
 from pipeline.models import MemoryType, Role, Turn
 from pipeline.sdk.http import HttpTransport
+from pipeline.sdk.idempotency import check_idempotency_key
 from pipeline.sdk.identity import Identity, resolve_identity
 from pipeline.sdk.models import (
     ContextItem,
@@ -132,12 +133,22 @@ class AsyncBoundMemory:
         found = await self._t.list_memories(self.identity, memory_type, _limit(limit), domain)
         return [cast(M, typed(r)) for r in found]
 
+    async def _save(
+        self, memory_type: str, fields: dict[str, str], idempotency_key: str | None
+    ) -> SaveResult:
+        if idempotency_key is None:
+            return await self._t.save(self.identity, memory_type, fields)
+        key = check_idempotency_key(idempotency_key)
+        return await self._t.save(self.identity, memory_type, fields, idempotency_key=key)
+
     # -- semantic ----------------------------------------------------------------------
 
-    async def save_semantic(self, label: str, text: str) -> SaveResult:
-        return await self._t.save(
-            self.identity, MemoryType.SEMANTIC, {"label": label, "text": text}
-        )
+    async def save_semantic(
+        self, label: str, text: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        """Save a fact; see :meth:`save_episode` for ``idempotency_key``."""
+        fields = {"label": label, "text": text}
+        return await self._save(MemoryType.SEMANTIC, fields, idempotency_key)
 
     async def get_semantic(self, label: str) -> SemanticMemory | None:
         return await self._get(MemoryType.SEMANTIC, label, SemanticMemory)
@@ -147,9 +158,19 @@ class AsyncBoundMemory:
 
     # -- episodic ----------------------------------------------------------------------
 
-    async def save_episode(self, title: str, content: str) -> SaveResult:
+    async def save_episode(
+        self, title: str, content: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        """Save an episode.
+
+        Every save takes ``idempotency_key``: the same key again (same caller and
+        memory type) answers the first call's result and changes nothing, so a
+        save can be retried safely; the key with different content raises
+        :class:`~pipeline.errors.InputError` (``field="idempotency_key"``). See
+        :mod:`pipeline.sdk.idempotency`.
+        """
         fields = {"title": title, "content": content}
-        return await self._t.save(self.identity, MemoryType.EPISODIC, fields)
+        return await self._save(MemoryType.EPISODIC, fields, idempotency_key)
 
     async def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
         return await self._search(MemoryType.EPISODIC, query, limit, Episode)
@@ -159,9 +180,17 @@ class AsyncBoundMemory:
 
     # -- procedural --------------------------------------------------------------------
 
-    async def save_procedure(self, procedure: str, description: str, content: str) -> SaveResult:
+    async def save_procedure(
+        self,
+        procedure: str,
+        description: str,
+        content: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
+        """Save a procedure; see :meth:`save_episode` for ``idempotency_key``."""
         fields = {"name": procedure, "description": description, "content": content}
-        return await self._t.save(self.identity, MemoryType.PROCEDURAL, fields)
+        return await self._save(MemoryType.PROCEDURAL, fields, idempotency_key)
 
     async def discover_procedures(self, query: str, limit: int = 5) -> list[SearchHit[Procedure]]:
         return await self._search(MemoryType.PROCEDURAL, query, limit, Procedure)
@@ -171,9 +200,12 @@ class AsyncBoundMemory:
 
     # -- taxonomic (project-wide) ------------------------------------------------------
 
-    async def save_taxonomic(self, domain: str, term: str, definition: str) -> SaveResult:
+    async def save_taxonomic(
+        self, domain: str, term: str, definition: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        """Save a project-wide term; see :meth:`save_episode` for ``idempotency_key``."""
         fields = {"domain": domain, "term": term, "definition": definition}
-        return await self._t.save(self.identity, MemoryType.TAXONOMIC, fields)
+        return await self._save(MemoryType.TAXONOMIC, fields, idempotency_key)
 
     async def get_taxonomic_term(self, domain: str, term: str) -> TaxonomicTerm | None:
         key = f"{domain.strip()}/{term.strip()}"

@@ -11,12 +11,16 @@ errors the same :mod:`pipeline.errors` classes, as with
 :class:`~pipeline.sdk.DirectTransport` (:mod:`pipeline.sdk.errormap`). A
 service that cannot be reached or does not answer in time raises
 :class:`~pipeline.errors.StorageError` (retriable): from the SDK's side the
-service *is* the storage. Nothing is retried here; a retriable error is the
+service *is* the storage. Nothing is retried here — except a save with an
+``idempotency_key``, which is sent again up to ``keyed_save_retries`` times
+after a retriable failure (no answer in time, unreachable, 503): the service
+recognises the repeat, so that is safe. Any other retriable error is the
 caller's to retry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from typing import Any, TypeVar
@@ -27,6 +31,7 @@ from pydantic import TypeAdapter, ValidationError
 from pipeline.errors import ConfigError, InputError, MongomemError, StorageError
 from pipeline.models import Role, Turn
 from pipeline.sdk.errormap import MEMORY_NOT_FOUND, error_from
+from pipeline.sdk.idempotency import check_idempotency_key
 from pipeline.sdk.identity import Identity
 from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
 from pipeline.stm import SessionSummary, validate_metadata
@@ -52,7 +57,9 @@ class HttpTransport:
 
     ``api_key`` may be left out when the :class:`~pipeline.sdk.AsyncMemory`
     that uses this transport is given one. ``client`` lets an application
-    share (or, in tests, fake) its :class:`httpx.AsyncClient`.
+    share (or, in tests, fake) its :class:`httpx.AsyncClient`. A save with an
+    idempotency key is retried ``keyed_save_retries`` times on a retriable
+    failure, after ``retry_backoff_s``, then twice that, and so on.
     """
 
     def __init__(
@@ -62,6 +69,8 @@ class HttpTransport:
         api_key: str | None = None,
         timeout_s: float = 30.0,
         client: httpx.AsyncClient | None = None,
+        keyed_save_retries: int = 2,
+        retry_backoff_s: float = 0.25,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
@@ -70,6 +79,8 @@ class HttpTransport:
         self._timeout = timeout_s
         self._client = client
         self._own_client = client is None
+        self._retries = max(0, keyed_save_retries)
+        self._backoff = retry_backoff_s
 
     def __repr__(self) -> str:  # never show the key
         return f"HttpTransport({self.base_url!r})"
@@ -121,9 +132,28 @@ class HttpTransport:
         except ValidationError as exc:
             raise MongomemError(f"the memory service answered something unexpected: {exc}") from exc
 
-    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult:
-        result = await self._call("save", who, memory_type=memory_type, fields=fields)
-        return self._decode(TypeAdapter(SaveResult), result)
+    async def save(
+        self,
+        who: Identity,
+        memory_type: str,
+        fields: dict[str, str],
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
+        if idempotency_key is None:
+            result = await self._call("save", who, memory_type=memory_type, fields=fields)
+            return self._decode(TypeAdapter(SaveResult), result)
+        key = check_idempotency_key(idempotency_key)
+        for attempt in range(self._retries + 1):
+            try:
+                result = await self._call(
+                    "save", who, memory_type=memory_type, fields=fields, idempotency_key=key
+                )
+                return self._decode(TypeAdapter(SaveResult), result)
+            except MongomemError as exc:  # the same key again: the service answers once
+                if not exc.retriable or attempt == self._retries:
+                    raise
+                await asyncio.sleep(self._backoff * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
         try:

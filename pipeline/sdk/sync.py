@@ -135,8 +135,12 @@ class BoundMemory:
         self._inner = inner
         self.identity = inner.identity
 
-    def save_semantic(self, label: str, text: str) -> SaveResult:
-        return self._m._call(self._inner.save_semantic(label, text))
+    def save_semantic(
+        self, label: str, text: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        return self._m._call(
+            self._inner.save_semantic(label, text, idempotency_key=idempotency_key)
+        )
 
     def get_semantic(self, label: str) -> SemanticMemory | None:
         return self._m._call(self._inner.get_semantic(label))
@@ -144,8 +148,12 @@ class BoundMemory:
     def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
         return self._m._call(self._inner.search_semantic(query, limit))
 
-    def save_episode(self, title: str, content: str) -> SaveResult:
-        return self._m._call(self._inner.save_episode(title, content))
+    def save_episode(
+        self, title: str, content: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        return self._m._call(
+            self._inner.save_episode(title, content, idempotency_key=idempotency_key)
+        )
 
     def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
         return self._m._call(self._inner.search_episodes(query, limit))
@@ -153,8 +161,19 @@ class BoundMemory:
     def list_episodes(self, limit: int = 50) -> list[Episode]:
         return self._m._call(self._inner.list_episodes(limit))
 
-    def save_procedure(self, procedure: str, description: str, content: str) -> SaveResult:
-        return self._m._call(self._inner.save_procedure(procedure, description, content))
+    def save_procedure(
+        self,
+        procedure: str,
+        description: str,
+        content: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
+        return self._m._call(
+            self._inner.save_procedure(
+                procedure, description, content, idempotency_key=idempotency_key
+            )
+        )
 
     def discover_procedures(self, query: str, limit: int = 5) -> list[SearchHit[Procedure]]:
         return self._m._call(self._inner.discover_procedures(query, limit))
@@ -162,8 +181,12 @@ class BoundMemory:
     def get_procedure(self, name: str) -> Procedure | None:
         return self._m._call(self._inner.get_procedure(name))
 
-    def save_taxonomic(self, domain: str, term: str, definition: str) -> SaveResult:
-        return self._m._call(self._inner.save_taxonomic(domain, term, definition))
+    def save_taxonomic(
+        self, domain: str, term: str, definition: str, *, idempotency_key: str | None = None
+    ) -> SaveResult:
+        return self._m._call(
+            self._inner.save_taxonomic(domain, term, definition, idempotency_key=idempotency_key)
+        )
 
     def get_taxonomic_term(self, domain: str, term: str) -> TaxonomicTerm | None:
         return self._m._call(self._inner.get_taxonomic_term(domain, term))

@@ -4,8 +4,12 @@
 :class:`DirectTransport` fills it by reaching MongoDB directly (URI from
 settings) through the same :class:`~pipeline.ltm.MemoryStore` the reconciler
 stage uses, so direct saves are reconciled like extracted memories (SPEC E2)
-and readable as soon as the call returns. The HTTP memory service (G2) will
-fill the same protocol with a client that sends these calls and an API key.
+and readable as soon as the call returns. The HTTP memory service (G2) fills
+the same protocol with a client that sends these calls and an API key.
+
+A save with an ``idempotency_key`` is applied at most once: its candidate id
+comes from the key (:mod:`pipeline.sdk.idempotency`), so a retry is answered
+from the reconciler's ledger with the first call's outcome.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ from pipeline.errors import InputError
 from pipeline.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from pipeline.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
 from pipeline.mongo import Document, connect, database
+from pipeline.sdk.idempotency import (
+    check_idempotency_key,
+    keyed_candidate_id,
+    request_fingerprint,
+)
 from pipeline.sdk.identity import Identity
 from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
 from pipeline.settings import Settings
@@ -32,7 +41,19 @@ __all__ = ["DirectTransport", "MemoryTransport"]
 class MemoryTransport(Protocol):
     """Every operation of the SDK, for one resolved identity."""
 
-    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult: ...
+    async def save(
+        self,
+        who: Identity,
+        memory_type: str,
+        fields: dict[str, str],
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
+        """Save one memory; with ``idempotency_key``, a repeat answers the first outcome.
+
+        Callers pass ``idempotency_key`` only when there is one, so a transport
+        written before keys existed keeps working for saves without one.
+        """
+        ...
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None: ...
 
@@ -106,20 +127,32 @@ class DirectTransport:
         assert self._stm is not None
         return self._stm
 
-    async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult:
+    async def save(
+        self,
+        who: Identity,
+        memory_type: str,
+        fields: dict[str, str],
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
         checked = kind.check(fields)
+        fingerprint = None
+        if idempotency_key is None:
+            cid = stable_id("cand", "direct", uuid.uuid4().hex)
+        else:  # see pipeline.sdk.idempotency
+            key = check_idempotency_key(idempotency_key)
+            cid = keyed_candidate_id(who, memory_type, key)
+            fingerprint = request_fingerprint(memory_type, checked)
         text = kind.text(checked)
         [vector] = await embedder.embed([text])
         now = utcnow()
-        cid = stable_id("cand", "direct", uuid.uuid4().hex)
         evidence = Evidence(source="direct", ref=cid, session_id=who.session_id, text=text, at=now)
         candidate = make_candidate(
             memory_type, who.scope(memory_type), checked, vector,
             candidate_id=cid, evidence=evidence, created_at=now, model=embedder.name,
         )  # fmt: skip
-        out = await store.reconcile(candidate)
+        out = await store.reconcile(candidate, fingerprint=fingerprint)
         return SaveResult(
             action=out.action, memory_id=out.memory_id, version=out.version,
             version_id=out.version_id, reason=out.reason,

@@ -8,7 +8,7 @@ answers an :class:`ErrorBody` under ``"error"``:
 ==================  =====================================================  ==============
 operation           arguments                                              result
 ==================  =====================================================  ==============
-``save``            memory_type, fields                                    SaveResult
+``save``            memory_type, fields, idempotency_key (optional)        SaveResult
 ``get``             memory_type, key                                       MemoryRecord
                                                                            (404 if none)
 ``search``          memory_type, query, limit, domain                      [SearchHit]
@@ -24,6 +24,11 @@ The caller's identity travels as it was resolved on the client
 (:class:`~pipeline.sdk.Identity`), but the service trusts none of it: it
 resolves it again with :func:`~pipeline.sdk.resolve_identity` inside the
 project the API key belongs to.
+
+A ``save`` with ``idempotency_key`` may be sent again (after a timeout, a 503):
+the repeat answers the first one's result and changes nothing; the same key
+with a different request answers 422 with ``field: "idempotency_key"``
+(:mod:`pipeline.sdk.idempotency`). Without the key a save is sent as before.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class SaveRequest(Caller):
     memory_type: str
     # Any values: the memory kind names a missing or non-string field itself.
     fields: dict[str, Any]
+    # Checked by pipeline.sdk.idempotency, which names the field.
+    idempotency_key: str | None = None
 
 
 class GetRequest(Caller):

@@ -19,6 +19,9 @@ input stores nothing), and a key opens its own project only (SPEC F3): the
 project of a request is the key's, and a body naming another one is refused.
 Identities are resolved again here (F1, F2); nothing the client resolved is
 trusted. Nothing is retried: retriable failures answer 503 with ``Retry-After``.
+A save sent with an ``idempotency_key`` may be retried by the client: a repeat
+answers the first result and changes nothing, and a repeat that arrives while
+the first is still being applied waits for it (:mod:`pipeline.sdk.idempotency`).
 
 Metrics: ``mongomem_service_requests_total`` (operation, status) and
 ``mongomem_service_request_seconds`` (operation).
@@ -115,7 +118,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
     match a:
         case SaveRequest():
             # the memory kind checks every field's type and names a bad one
-            return await t.save(who, a.memory_type, cast(dict[str, str], a.fields))
+            fields = cast(dict[str, str], a.fields)
+            if a.idempotency_key is None:
+                return await t.save(who, a.memory_type, fields)
+            return await t.save(who, a.memory_type, fields, idempotency_key=a.idempotency_key)
         case GetRequest():
             return await t.get(who, a.memory_type, a.key)
         case SearchRequest():
