@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 from pymongo import AsyncMongoClient
 
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import InputError, ScopeError
-from pipeline.models import Action, MemoryStatus
-from pipeline.mongo import Document
+from pipeline.models import Action, MemoryStatus, utcnow
+from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from pipeline.sdk import (
     AsyncMemory,
     Episode,
@@ -20,6 +22,7 @@ from pipeline.sdk import (
     SemanticMemory,
     TaxonomicTerm,
 )
+from pipeline.sdk.idempotency import keyed_candidate_id, request_fingerprint
 from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -211,3 +214,151 @@ def test_sync_round_trip_of_every_call(
         chat.record_turn("user", "hello")
         assert [t.content for t in chat.recent_turns()] == ["hello"]
         assert len(chat.list_sessions()) == 1
+
+
+# -- idempotency keys (direct saves) ----------------------------------------------------
+
+BOSTON = "The user's home airport is Boston."
+DENVER = "The user's home airport is Denver."
+
+
+async def stored(mongo: AsyncMongoClient[Document], settings: Settings) -> tuple[int, int]:
+    """(memory versions, decision-log entries) in the test's database."""
+    db = mongo[settings.mongodb.database]
+    return await db[MEMORIES].count_documents({}), await db[DECISIONS].count_documents({})
+
+
+async def test_a_save_repeated_with_its_key_answers_the_first_result_and_changes_nothing(
+    memory: AsyncMemory, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    chat = memory.bind(ctx("alice"))
+    # ADD, REINFORCE and UPDATE, each sent twice with its own key
+    for key, text, action in [("a-1", BOSTON, Action.ADD), ("a-2", BOSTON, Action.REINFORCE),
+                              ("a-3", DENVER, Action.UPDATE)]:  # fmt: skip
+        first = await chat.save_semantic("home-airport", text, idempotency_key=key)
+        before = await stored(mongo, settings)
+        again = await chat.save_semantic("home-airport", f"  {text} ", idempotency_key=key)
+        assert first.action is action
+        assert again == first
+        assert await stored(mongo, settings) == before
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert (fact.text, fact.version, fact.reinforcement_count) == (DENVER, 2, 1)
+    history = await chat.history(first.memory_id)
+    assert [(v.version, v.reinforcement_count) for v in history] == [(1, 2), (2, 1)]
+    assert [e.ref for e in history[0].evidence] == [
+        keyed_candidate_id(chat.identity, "semantic", k) for k in ("a-1", "a-2")
+    ]
+    # every type, and the sync SDK
+    saves = [
+        lambda k: chat.save_episode("Ski trip", "Booked Aspen.", idempotency_key=k),
+        lambda k: chat.save_procedure("pack", "Packing.", "Socks first.", idempotency_key=k),
+        lambda k: chat.save_taxonomic("airline", "red-eye", "Overnight.", idempotency_key=k),
+    ]
+    for save in saves:
+        first = await save("t-1")
+        assert (await save("t-1"), first.action) == (first, Action.ADD)
+        assert [v.reinforcement_count for v in await chat.history(first.memory_id)] == [1]
+
+    def sync_twice() -> tuple[object, object]:
+        with Memory(project_id="travel", settings=settings, embedder=EMBEDDER) as m:
+            bound = m.bind(ctx("alice"))
+            return (bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"),
+                    bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"))  # fmt: skip
+
+    one, two = await asyncio.to_thread(sync_twice)
+    assert one == two
+    seat = await chat.get_semantic("seat")
+    assert seat is not None
+    assert seat.reinforcement_count == 1
+
+
+async def test_a_key_reused_for_different_content_is_refused_and_stores_nothing(
+    memory: AsyncMemory, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    chat = memory.bind(ctx("alice"))
+    first = await chat.save_semantic("home-airport", BOSTON, idempotency_key="k")
+    before = await stored(mongo, settings)
+    refused = [
+        lambda: chat.save_semantic("home-airport", DENVER, idempotency_key="k"),
+        lambda: chat.save_semantic("work-airport", BOSTON, idempotency_key="k"),
+    ]
+    for call in refused:
+        with pytest.raises(InputError, match="already used for a different request") as err:
+            await call()
+        assert err.value.field == "idempotency_key"
+    assert await stored(mongo, settings) == before
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert (fact.text, fact.reinforcement_count) == (BOSTON, 1)
+    assert await chat.get_semantic("work-airport") is None
+    # the first request still answers as before
+    assert await chat.save_semantic("home-airport", BOSTON, idempotency_key="k") == first
+    # a key belongs to one caller and one memory type
+    episode = await chat.save_episode("Trip", "Booked Lisbon.", idempotency_key="k")
+    bobs = await memory.bind(ctx("bob")).save_semantic("home-airport", DENVER,
+                                                       idempotency_key="k")  # fmt: skip
+    assert (episode.action, bobs.action) == (Action.ADD, Action.ADD)
+    for bad in ["", "x" * 256, "has space", "naïve", "new\nline", 7]:
+        with pytest.raises(InputError) as err:
+            await chat.save_semantic("home-airport", DENVER, idempotency_key=bad)  # type: ignore[arg-type]
+        assert err.value.field == "idempotency_key"
+    assert await chat.save_semantic("x", "y", idempotency_key="K" * 255) is not None
+
+
+async def test_different_keys_or_no_key_reinforce_as_before(memory: AsyncMemory) -> None:
+    chat = memory.bind(ctx("alice"))
+    one = await chat.save_semantic("home-airport", BOSTON, idempotency_key="k-1")
+    two = await chat.save_semantic("home-airport", BOSTON, idempotency_key="k-2")
+    three = await chat.save_semantic("home-airport", BOSTON)
+    four = await chat.save_semantic("home-airport", BOSTON)
+    assert [r.action for r in (one, two, three, four)] == [Action.ADD] + [Action.REINFORCE] * 3
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert fact.reinforcement_count == 4
+    refs = [e.ref for e in (await chat.history(one.memory_id))[0].evidence]
+    assert len(set(refs)) == 4
+    assert refs[:2] == [keyed_candidate_id(chat.identity, "semantic", k) for k in ("k-1", "k-2")]
+
+
+async def test_concurrent_saves_with_one_key_have_one_effect(
+    memory: AsyncMemory, settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    # two clients (two stores, as two service replicas would be) racing with one key
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as other:
+        chats = [memory.bind(ctx("alice")), other.bind(ctx("alice"))]
+        adds = await asyncio.gather(*[
+            chats[i % 2].save_semantic("home-airport", BOSTON, idempotency_key="race-1")
+            for i in range(8)
+        ])  # fmt: skip
+        reinforces = await asyncio.gather(*[
+            chats[i % 2].save_semantic("Home Airport", BOSTON, idempotency_key="race-2")
+            for i in range(8)
+        ])  # fmt: skip
+    assert all(r == adds[0] for r in adds)
+    assert adds[0].action is Action.ADD
+    assert all(r == reinforces[0] for r in reinforces)
+    assert reinforces[0].action is Action.REINFORCE
+    assert await stored(mongo, settings) == (1, 2)
+    fact = await chats[0].get_semantic("home-airport")
+    assert fact is not None
+    assert (fact.version, fact.reinforcement_count) == (1, 2)
+
+
+async def test_a_keyed_save_interrupted_before_writing_is_completed_by_its_retry(
+    memory: AsyncMemory, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    chat = memory.bind(ctx("alice"))
+    cid = keyed_candidate_id(chat.identity, "semantic", "k")
+    fields = {"label": "home-airport", "text": BOSTON}
+    # what a crash right after marking the candidate pending leaves behind
+    await mongo[settings.mongodb.database][LEDGER].insert_one({
+        "_id": cid, "state": "pending", "at": utcnow() - timedelta(minutes=5),
+        "fingerprint": request_fingerprint("semantic", fields),
+    })  # fmt: skip
+    done = await chat.save_semantic("home-airport", BOSTON, idempotency_key="k")
+    assert done.action is Action.ADD
+    assert await chat.save_semantic("home-airport", BOSTON, idempotency_key="k") == done
+    with pytest.raises(InputError):
+        await chat.save_semantic("home-airport", DENVER, idempotency_key="k")
+    assert await stored(mongo, settings) == (1, 1)

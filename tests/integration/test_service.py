@@ -23,7 +23,7 @@ from pymongo import AsyncMongoClient
 from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import AuthError, InputError, NotReady, ScopeError, StorageError
 from pipeline.models import Action
-from pipeline.mongo import MEMORIES, TURNS, Document
+from pipeline.mongo import DECISIONS, MEMORIES, TURNS, Document
 from pipeline.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
 from pipeline.service import ApiKeyStore, keys_command, make_app, serve
 from pipeline.settings import EmbeddingSettings, LLMSettings, MongoSettings, Settings
@@ -429,3 +429,96 @@ async def test_the_cli_creates_a_key_serves_with_it_and_revokes_it(
     finally:
         server.terminate()
         assert await asyncio.wait_for(server.wait(), 20) == 0, "SIGTERM stops it cleanly"
+
+
+# -- idempotency keys over HTTP ---------------------------------------------------------
+
+
+class LoseFirstAnswers(httpx.AsyncBaseTransport):
+    """Delivers every request, but loses the answer of the first ``n`` saves (a timeout)."""
+
+    def __init__(self, n: int) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.lost, self.n = 0, n
+        self.bodies: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path == "/v1/save":
+            self.bodies.append(request.content)
+            if self.lost < self.n:
+                self.lost += 1
+                await response.aread()
+                raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_keyed_save_over_http_is_applied_once(
+    remote: AsyncMemory, direct: AsyncMemory, url: str,
+    mongo: AsyncMongoClient[Document], settings: Settings,
+) -> None:  # fmt: skip
+    db = mongo[settings.mongodb.database]
+    chat = remote.bind(ctx("alice"))
+    text = "The user's home airport is Boston."
+    first = await chat.save_semantic("home-airport", text, idempotency_key="h-1")
+    assert await chat.save_semantic("home-airport", text, idempotency_key="h-1") == first
+    # the direct SDK on the same database shares the key space: same caller, same key
+    assert (
+        await direct.bind(ctx("alice")).save_semantic("home-airport", text, idempotency_key="h-1")
+        == first
+    )
+    reinforced = await asyncio.gather(*[
+        chat.save_semantic("home-airport", text, idempotency_key="h-2") for _ in range(6)
+    ])  # fmt: skip
+    assert {r.action for r in reinforced} == {Action.REINFORCE}
+    assert all(r == reinforced[0] for r in reinforced)
+    fact = await chat.get_semantic("home-airport")
+    assert fact is not None
+    assert (fact.version, fact.reinforcement_count) == (1, 2)
+    counts = (await db[MEMORIES].count_documents({}), await db[DECISIONS].count_documents({}))
+
+    # the same key with other content: 422 naming the key, nothing stored
+    with pytest.raises(InputError, match="different request") as err:
+        await chat.save_semantic("home-airport", "Denver.", idempotency_key="h-1")
+    assert err.value.field == "idempotency_key"
+    body = ALICE | {"memory_type": "semantic", "idempotency_key": "h-1",
+                    "fields": {"label": "home-airport", "text": "Denver."}}  # fmt: skip
+    answer = await post(url, "save", body)
+    assert answer.status_code == 422
+    assert answer.json()["error"] | {"message": ""} == {
+        "type": "InputError", "field": "idempotency_key", "message": "", "retriable": False,
+    }  # fmt: skip
+    for bad in ("", "x" * 256, "two words", 12, ["h-1"]):
+        answer = await post(url, "save", body | {"idempotency_key": bad})
+        assert answer.status_code == 422, bad
+        assert answer.json()["error"]["field"] == "idempotency_key"
+    # a raw repeat answers the first result, as JSON
+    raw = body | {"fields": {"label": "home-airport", "text": text}}
+    assert (await post(url, "save", raw)).json()["result"] == first.model_dump(mode="json")
+    after = (await db[MEMORIES].count_documents({}), await db[DECISIONS].count_documents({}))
+    assert after == counts
+    assert (await chat.get_semantic("home-airport")) == fact
+
+
+async def test_the_http_client_retries_a_keyed_save_whose_answer_was_lost(
+    url: str, direct: AsyncMemory
+) -> None:
+    lossy = LoseFirstAnswers(2)
+    client = httpx.AsyncClient(transport=lossy)
+    transport = HttpTransport(url, api_key=KEY_A, client=client, retry_backoff_s=0.01)
+    async with AsyncMemory(project_id="travel", transport=transport) as m:
+        chat = m.bind(ctx("alice"))
+        saved = await chat.save_semantic("seat", "Aisle.", idempotency_key="seat-1")
+        assert (lossy.lost, len(lossy.bodies), len(set(lossy.bodies))) == (2, 3, 1)
+        again = await chat.save_semantic("seat", "Aisle.")  # no key: a new save, not retried
+        lossy.n += 1
+        with pytest.raises(StorageError, match="timed out"):
+            await chat.save_semantic("seat", "Aisle.")  # its answer is lost: the caller's to retry
+    await client.aclose()
+    assert (saved.action, again.action) == (Action.ADD, Action.REINFORCE)
+    fact = await direct.bind(ctx("alice")).get_semantic("seat")
+    assert fact is not None
+    assert fact.reinforcement_count == 3  # once for the keyed save, once each without a key
