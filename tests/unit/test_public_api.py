@@ -30,6 +30,9 @@ MODULES = [
     "pipeline.service.app",
     "pipeline.service.cli",
     "pipeline.service.keys",
+    "pipeline.spaces",
+    "pipeline.spaces.models",
+    "pipeline.spaces.scoring",
 ]
 
 

@@ -1,0 +1,266 @@
+""":class:`AsyncSpaces`: memory spaces of one project (SPEC H1, H6).
+
+A space belongs to the project the :class:`AsyncSpaces` was opened for and is
+shared by every agent of that project (SPEC H1: agents learn from each
+other's cases); no call reaches another project's spaces or items (SPEC F3).
+Agents register with :meth:`AsyncSpaces.attach_agent`, inheriting the space's
+search keys or overriding them (SPEC H6). This module holds the space calls;
+the item calls are in :mod:`pipeline.spaces.items` (episodic),
+:mod:`pipeline.spaces.escalations` (escalations, playground) and
+:mod:`pipeline.spaces.editing` (items one by one, feedback).
+
+Every call validates all of its input before it writes anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import AsyncMongoClient
+
+from pipeline.embeddings import Embedder, make_embedder
+from pipeline.errors import ConfigError, InputError
+from pipeline.llm import make_llm
+from pipeline.models import utcnow
+from pipeline.mongo import Document, connect, database
+from pipeline.settings import Settings
+from pipeline.spaces.catalog import (
+    agents_document,
+    check_id,
+    check_keys,
+    check_recall,
+    check_text,
+    key_change_warning,
+    space_document,
+    space_from_doc,
+)
+from pipeline.spaces.crypto import SpacesSettings, cipher_from
+from pipeline.spaces.editing import EditCalls
+from pipeline.spaces.escalations import EscalationCalls
+from pipeline.spaces.items import EpisodicCalls
+from pipeline.spaces.keys import LLMSummariser, Summariser
+from pipeline.spaces.models import RecallSettings, SearchKey, Space, SpaceKind, SpaceUpdate
+from pipeline.spaces.store import SpaceStore
+
+__all__ = ["AsyncSpaces"]
+
+KeysArg = Sequence[SearchKey | Mapping[str, Any]]
+
+
+class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls):
+    """Memory spaces of ``project_id``.
+
+    ``embedder`` defaults to the configured provider, ``summariser`` (for
+    files and long texts, SPEC H5) to an :class:`LLMSummariser` on the
+    configured LLM, created on first need; ``spaces_settings`` (the
+    encryption key) to the environment; ``clock`` to UTC now.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        project_id: str,
+        embedder: Embedder | None = None,
+        summariser: Summariser | None = None,
+        spaces_settings: SpacesSettings | None = None,
+        client: AsyncMongoClient[Document] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.project_id = check_id(project_id, "project_id")
+        self._settings = settings
+        self._embedder = embedder
+        self._summariser = summariser
+        self._cipher = cipher_from(spaces_settings or SpacesSettings())
+        self._client = client
+        self._own_client = client is None
+        self._store: SpaceStore | None = None
+        self._lock = asyncio.Lock()
+        self._owned_llm: Any = None
+        self.clock = clock
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def _ready(self) -> tuple[SpaceStore, Embedder]:
+        async with self._lock:
+            if self._embedder is None:
+                self._embedder = make_embedder(self._settings.embedding)
+            if self._store is None:
+                if self._client is None:
+                    self._client = connect(self._settings.mongodb)
+                store = SpaceStore(database(self._client, self._settings.mongodb), self._cipher)
+                await store.setup()
+                self._store = store
+            return self._store, self._embedder
+
+    async def _summariser_now(self) -> Summariser:
+        if self._summariser is None:
+            self._owned_llm = make_llm(self._settings.llm)
+            self._summariser = LLMSummariser(self._owned_llm)
+        return self._summariser
+
+    async def close(self) -> None:
+        if self._owned_llm is not None:
+            await self._owned_llm.close()
+            self._owned_llm = None
+        if self._client is not None and self._own_client:
+            await self._client.close()
+        self._client, self._store = None, None
+
+    async def __aenter__(self) -> AsyncSpaces:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- spaces (SPEC H1) ---------------------------------------------------
+
+    async def _space(self, space_id: str) -> Space:
+        store, _ = await self._ready()
+        doc = await store.get_space(self.project_id, check_id(space_id, "space_id"))
+        if doc is None:
+            raise InputError(f"no space {space_id!r} in this project", field="space_id")
+        return space_from_doc(doc)
+
+    async def create_space(
+        self,
+        space_id: str,
+        *,
+        keys: KeysArg,
+        name: str | None = None,
+        description: str = "",
+        kind: SpaceKind = "episodic",
+        recall: RecallSettings | Mapping[str, Any] | None = None,
+        encrypted: bool = False,
+    ) -> Space:
+        """A new space. ``encrypted`` is fixed now: it can never be changed."""
+        check_id(space_id, "space_id")
+        if kind not in ("episodic", "escalation"):
+            raise InputError("kind must be 'episodic' or 'escalation'", field="kind")
+        if not isinstance(encrypted, bool):
+            raise InputError("encrypted must be true or false", field="encrypted")
+        now = self.clock()
+        space = Space(
+            project_id=self.project_id, space_id=space_id,
+            name=check_text(name if name is not None else space_id, "name", max_chars=200,
+                            allow_empty=False),
+            description=check_text(description, "description", max_chars=4000),
+            kind=kind, encrypted=encrypted, keys=check_keys(keys),
+            recall=check_recall(recall if recall is not None else {}),
+            embedder="", dimensions=0, created_at=now, updated_at=now,
+        )  # fmt: skip
+        if encrypted and self._cipher is None:
+            raise ConfigError(
+                "an encrypted space needs a key: set MONGOMEM_SPACES_ENCRYPTION_KEY "
+                "(32 bytes, base64)"
+            )
+        store, embedder = await self._ready()
+        key_id = self._cipher.key_id if encrypted and self._cipher is not None else None
+        space = space.model_copy(
+            update={"embedder": embedder.name, "dimensions": embedder.dimensions, "key_id": key_id}
+        )
+        await store.insert_space(space_document(space))
+        return space
+
+    async def get_space(self, space_id: str) -> Space:
+        """One space, with its current item count."""
+        space = await self._space(space_id)
+        store, _ = await self._ready()
+        count = await store.count_items(self.project_id, space.space_id)
+        return space.model_copy(update={"item_count": count})
+
+    async def list_spaces(self) -> list[Space]:
+        store, _ = await self._ready()
+        docs = await store.list_spaces(self.project_id)
+        return [
+            space_from_doc(d, await store.count_items(self.project_id, d["space_id"])) for d in docs
+        ]
+
+    async def update_space(
+        self,
+        space_id: str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        recall: RecallSettings | Mapping[str, Any] | None = None,
+        keys: KeysArg | None = None,
+        encrypted: bool | None = None,
+        confirm: bool = False,
+    ) -> SpaceUpdate:
+        """Edit a space. A change of its keys is applied only with ``confirm=True``;
+        without it nothing is changed and the warning lists the agents affected."""
+        space = await self._space(space_id)
+        if encrypted is not None and encrypted != space.encrypted:
+            raise InputError(
+                "encryption is chosen when a space is created and cannot be changed; export "
+                "the space and import it into a new one with the encryption you want",
+                field="encrypted",
+            )
+        changes: dict[str, Any] = {}
+        if name is not None:
+            changes["name"] = check_text(name, "name", max_chars=200, allow_empty=False)
+        if description is not None:
+            changes["description"] = check_text(description, "description", max_chars=4000)
+        if recall is not None:
+            changes["recall"] = check_recall(recall, space.recall).model_dump()
+        new_keys = check_keys(keys) if keys is not None else None
+        if new_keys is not None and new_keys != space.keys:
+            warning, affected = key_change_warning(space, new_keys)
+            if not confirm:
+                return SpaceUpdate(
+                    space=space, applied=False, warning=warning, affected_agents=affected
+                )
+            changes["keys"] = [k.model_dump() for k in new_keys]
+        else:
+            warning, affected = None, ()
+        store, _ = await self._ready()
+        if changes:
+            changes["updated_at"] = self.clock()
+            await store.set_space(self.project_id, space.space_id, changes)
+        return SpaceUpdate(
+            space=await self.get_space(space.space_id),
+            applied=True,
+            warning=warning,
+            affected_agents=affected,
+        )
+
+    async def delete_space(self, space_id: str) -> int:
+        """Delete a space and all of its items; returns how many items went."""
+        space = await self._space(space_id)
+        store, _ = await self._ready()
+        return await store.delete_space(self.project_id, space.space_id)
+
+    # -- agents (SPEC H6) ---------------------------------------------------
+
+    async def attach_agent(
+        self, space_id: str, agent_id: str, *, keys: KeysArg | None = None
+    ) -> Space:
+        """Register an agent of the space: it inherits the space's keys, or uses ``keys``."""
+        check_id(agent_id, "agent_id")
+        own = check_keys(keys, "keys") if keys is not None else None
+        space = await self._space(space_id)
+        agents = {**space.agents, agent_id: own}
+        store, _ = await self._ready()
+        await store.set_space(
+            self.project_id,
+            space.space_id,
+            {"agents": agents_document(agents), "updated_at": self.clock()},
+        )
+        return await self.get_space(space.space_id)
+
+    async def detach_agent(self, space_id: str, agent_id: str) -> Space:
+        check_id(agent_id, "agent_id")
+        space = await self._space(space_id)
+        if agent_id not in space.agents:
+            raise InputError(f"agent {agent_id!r} is not attached to this space", field="agent_id")
+        agents = {a: k for a, k in space.agents.items() if a != agent_id}
+        store, _ = await self._ready()
+        await store.set_space(
+            self.project_id,
+            space.space_id,
+            {"agents": agents_document(agents), "updated_at": self.clock()},
+        )
+        return await self.get_space(space.space_id)
