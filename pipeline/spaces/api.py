@@ -7,7 +7,8 @@ Agents register with :meth:`AsyncSpaces.attach_agent`, inheriting the space's
 search keys or overriding them (SPEC H6). This module holds the space calls;
 the item calls are in :mod:`pipeline.spaces.items` (episodic),
 :mod:`pipeline.spaces.escalations` (escalations, playground) and
-:mod:`pipeline.spaces.editing` (items one by one, feedback).
+:mod:`pipeline.spaces.editing` (items one by one, feedback) and
+:mod:`pipeline.spaces.transfer` (export, import).
 
 Every call validates all of its input before it writes anything.
 """
@@ -44,13 +45,14 @@ from pipeline.spaces.items import EpisodicCalls
 from pipeline.spaces.keys import LLMSummariser, Summariser
 from pipeline.spaces.models import RecallSettings, SearchKey, Space, SpaceKind, SpaceUpdate
 from pipeline.spaces.store import SpaceStore
+from pipeline.spaces.transfer import TransferCalls
 
 __all__ = ["AsyncSpaces"]
 
 KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 
-class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls):
+class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
     """Memory spaces of ``project_id``.
 
     ``embedder`` defaults to the configured provider, ``summariser`` (for
