@@ -67,6 +67,7 @@ class EscalationCalls(SpacesBase):
         item, vectors = await self._new_item(
             space, inputs, agent_id=agent_id, comment="", sentiment="neutral", by=resolved_by,
             outcome=chosen, resolution=why,
+            source={"resolved_by": resolved_by} if resolved_by is not None else {},
         )  # fmt: skip
         await store.insert_items([store.item_document(self.project_id, space, item, vectors)])
         return item

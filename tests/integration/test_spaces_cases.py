@@ -155,6 +155,7 @@ async def test_escalation_applies_only_a_clear_top_match(
     assert same.top is not None
     assert same.top.item.item_id == item.item_id
     assert same.top.item.resolution == "Manager approved: the TV arrived broken."
+    assert same.top.item.source == {"resolved_by": "manager_1"}
 
     different = await spaces.check_escalation("escalations", {"question": "lost parcel in Oslo"})
     assert not different.apply
