@@ -18,6 +18,7 @@ MONGOMEM_KAFKA_REPLICATION_FACTOR      replication factor (1)
 MONGOMEM_WINDOW_MAX_MESSAGES           turns that close a window (20)
 MONGOMEM_WINDOW_IDLE_TIMEOUT_S         idle seconds that close a window (300)
 MONGOMEM_WINDOW_TICK_INTERVAL_S        live idle-tick period (5)
+MONGOMEM_WINDOW_STATE_TTL_S            retire a quiet session's state after (604800)
 MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
 MONGOMEM_LLM_BASE_URL / _API_KEY       OpenAI-compatible endpoint and key
 MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
@@ -114,6 +115,21 @@ class WindowingSettings(BaseSettings):
             "faust agent and table; it lost a record once under rebalance in our tests."
         ),
     )
+    state_ttl_s: float | None = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description=(
+            "a session with nothing pending and no turn for this long (event time) is retired "
+            "from the stage's table; 'none': never. Keep it far above the commit interval."
+        ),
+    )
+
+    @field_validator("state_ttl_s", mode="before")
+    @classmethod
+    def _none(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "never"):
+            return None
+        return value
 
     @property
     def idle_timeout(self) -> timedelta:

@@ -75,6 +75,11 @@ class TableStore:
         self._table[key] = state.model_dump_json().encode()
         self._cache[key] = state
 
+    def delete(self, key: bytes) -> None:
+        self._cache.pop(key, None)
+        if key in self._table:
+            del self._table[key]  # faust writes the tombstone to the changelog
+
     def items(self) -> Iterable[tuple[bytes, WindowState]]:
         keys = list(self._table.keys())
         return [(k, s) for k in keys if (s := self.get(k)) is not None]

@@ -61,7 +61,7 @@ class BatchPipeline:
             task, _ = self._flight.popleft()
             await task  # raises its failure
         previous, after = self._flight[-1] if self._flight else (None, None)
-        planned = self._windower.plan_batch(self._partition, records, after)
+        planned = await self._windower.plan_batch(self._partition, records, after)
         self._flight.append((asyncio.create_task(self._finish(planned, previous)), planned))
 
     def raise_failure(self) -> None:
@@ -89,7 +89,7 @@ class BatchPipeline:
         """Apply ``planned`` after ``previous``; ``True`` when it went exactly as planned."""
         as_planned = True
         if previous is not None and not await previous:
-            planned = self._windower.plan_batch(self._partition, planned.records)
+            planned = await self._windower.plan_batch(self._partition, planned.records)
             as_planned = False
         as_planned = await self._windower.finish_batch(planned) and as_planned
         if self._on_done is not None:

@@ -88,7 +88,8 @@ class ChangelogTable:
         self._bootstrap = bootstrap
         self._data: dict[bytes, WindowState] = {}
         self._keys: dict[int, set[bytes]] = {}
-        self._dirty: dict[bytes, WindowState] = {}  # written since the last send, latest only
+        #: Written since the last send, latest only: (partition, state or None for a delete).
+        self._dirty: dict[bytes, tuple[int, WindowState | None]] = {}
         self._in_flight: list[asyncio.Future[Any]] = []
 
     # -- WindowStore ------------------------------------------------------------------------
@@ -99,7 +100,14 @@ class ChangelogTable:
         assert state.partition is not None
         self._data[key] = state
         self._keys.setdefault(state.partition, set()).add(key)
-        self._dirty[key] = state
+        self._dirty[key] = (state.partition, state)
+
+    def delete(self, key: bytes) -> None:
+        state = self._data.pop(key, None)
+        if state is None or state.partition is None:
+            return
+        self._keys.get(state.partition, set()).discard(key)
+        self._dirty[key] = (state.partition, None)  # a tombstone: compaction drops the key
 
     def items(self) -> Iterable[tuple[bytes, WindowState]]:
         return list(self._data.items())
@@ -114,15 +122,10 @@ class ChangelogTable:
         """
         dirty, self._dirty = self._dirty, {}
         try:
-            for key, state in dirty.items():
-                assert state.partition is not None
+            for key, (partition, state) in dirty.items():
+                value = None if state is None else state.model_dump_json().encode()
                 self._in_flight.append(
-                    await self._producer.send(
-                        self._topic,
-                        state.model_dump_json().encode(),
-                        key=key,
-                        partition=state.partition,
-                    )
+                    await self._producer.send(self._topic, value, key=key, partition=partition)
                 )
         except KafkaError as exc:
             raise BrokerError(f"could not write the changelog: {exc}") from exc
@@ -163,6 +166,9 @@ class ChangelogTable:
                             self._data[record.key] = WindowState.model_validate_json(record.value)
                             self._keys.setdefault(tp.partition, set()).add(record.key)
                             count += 1
+                        elif record.key is not None:  # a tombstone: the session was retired
+                            self._data.pop(record.key, None)
+                            self._keys.get(tp.partition, set()).discard(record.key)
                         if record.offset + 1 >= ends[tp]:
                             remaining.discard(tp)
                 for tp in list(remaining):  # the end may be a record we are not shown

@@ -67,16 +67,24 @@ register("window-tick", WindowTick)
 
 
 class WindowPolicy(_Frozen):
-    """When a window closes. ``gap_timeout`` defaults to ``idle_timeout``."""
+    """When a window closes. ``gap_timeout`` defaults to ``idle_timeout``.
+
+    ``state_ttl``: a session with nothing pending and no turn for this long
+    (event time) is retired from the table (``None``: never; see :meth:`Window.retirable`).
+    """
 
     max_messages: int = Field(ge=1)
     idle_timeout: timedelta
     gap_timeout: timedelta
+    state_ttl: timedelta | None = None
 
     @classmethod
-    def of(cls, max_messages: int, idle_timeout_s: float) -> WindowPolicy:
+    def of(
+        cls, max_messages: int, idle_timeout_s: float, state_ttl_s: float | None = None
+    ) -> WindowPolicy:
         idle = timedelta(seconds=idle_timeout_s)
-        return cls(max_messages=max_messages, idle_timeout=idle, gap_timeout=idle)
+        ttl = None if state_ttl_s is None else timedelta(seconds=state_ttl_s)
+        return cls(max_messages=max_messages, idle_timeout=idle, gap_timeout=idle, state_ttl=ttl)
 
 
 class WindowState(_Frozen):
@@ -86,6 +94,8 @@ class WindowState(_Frozen):
     contiguous run ``next_seq, next_seq+1, …``; ``ahead`` the turns past a
     hole, sorted by seq. ``last_at`` is the latest event time of a pending
     turn and ``gap_since`` when the current hole was first seen.
+    ``seen_at`` is the event time of the latest turn applied (it outlives
+    the windows, and tells when the session may be retired).
     ``partition``/``offset`` are the adapter's bookkeeping: the source
     position of the last event applied (so a redelivered event is skipped).
     """
@@ -98,6 +108,7 @@ class WindowState(_Frozen):
     ahead: tuple[SnapshotTurn, ...] = ()
     last_at: AwareDatetime | None = None
     gap_since: AwareDatetime | None = None
+    seen_at: AwareDatetime | None = None
     partition: int | None = None
     offset: int | None = None
 
@@ -152,7 +163,8 @@ class Window:
     """
 
     __slots__ = (
-        "ahead", "gap_since", "last_at", "lost", "next_seq", "open", "session", "snapshots",
+        "ahead", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at", "session",
+        "snapshots",
     )  # fmt: skip
 
     def __init__(
@@ -163,6 +175,7 @@ class Window:
         ahead: Iterable[SnapshotTurn] = (),
         last_at: AwareDatetime | None = None,
         gap_since: AwareDatetime | None = None,
+        seen_at: AwareDatetime | None = None,
     ) -> None:
         self.session = session
         self.next_seq = next_seq
@@ -170,19 +183,55 @@ class Window:
         self.ahead: list[SnapshotTurn] = list(ahead)
         self.last_at = last_at
         self.gap_since = gap_since
+        self.seen_at = seen_at
         self.snapshots: list[Snapshot] = []
         self.lost: list[int] = []
 
     @classmethod
     def of(cls, state: WindowState) -> Window:
         return cls(
-            state.session, state.next_seq, state.open, state.ahead, state.last_at, state.gap_since
+            state.session,
+            state.next_seq,
+            state.open,
+            state.ahead,
+            state.last_at,
+            state.gap_since,
+            state.seen_at,
         )
 
     def copy(self) -> Window:
         """A new working copy of this window as it stands (nothing closed or lost yet)."""
         return Window(
-            self.session, self.next_seq, self.open, self.ahead, self.last_at, self.gap_since
+            self.session,
+            self.next_seq,
+            self.open,
+            self.ahead,
+            self.last_at,
+            self.gap_since,
+            self.seen_at,
+        )
+
+    @property
+    def pending(self) -> bool:
+        """True while some turn waits to be promoted."""
+        return bool(self.open or self.ahead)
+
+    def retirable(self, now: AwareDatetime, policy: WindowPolicy) -> bool:
+        """Nothing pending and no turn for ``policy.state_ttl``: the table may forget it.
+
+        Its ``next_seq`` is then one past the last seq promoted (every turn
+        it applied has been promoted), which is what a resumed session is
+        started from (the last snapshot's ``last_seq`` + 1), so retiring a
+        session never changes a snapshot. Only a turn redelivered from more
+        than ``state_ttl`` ago would be misread, hence a TTL far above the
+        stage's commit interval (the default is 7 days).
+        """
+        ttl = policy.state_ttl
+        return (
+            ttl is not None
+            and not self.pending
+            and self.seen_at is not None
+            and now - self.seen_at >= ttl
         )
 
     def signature(self) -> tuple[object, ...]:
@@ -192,7 +241,14 @@ class Window:
         only gains a new seq or loses its first, so no event can change their
         turns without changing ``next_seq`` or a length.
         """
-        return (self.next_seq, len(self.open), len(self.ahead), self.last_at, self.gap_since)
+        return (
+            self.next_seq,
+            len(self.open),
+            len(self.ahead),
+            self.last_at,
+            self.gap_since,
+            self.seen_at,
+        )
 
     def state(self, **stamp: int | None) -> WindowState:
         """The window as a :class:`WindowState` (``stamp``: ``partition``/``offset``)."""
@@ -205,6 +261,7 @@ class Window:
             ahead=tuple(self.ahead),
             last_at=self.last_at,
             gap_since=self.gap_since,
+            seen_at=self.seen_at,
             **stamp,
         )
 
@@ -235,6 +292,7 @@ class Window:
         if not self.ahead:
             self.gap_since = None
         self.last_at = now if self.last_at is None else max(self.last_at, now)
+        self.seen_at = now if self.seen_at is None else max(self.seen_at, now)
         if len(self.open) >= policy.max_messages:
             self._count_closes(policy, now)
         if not (self.open or self.ahead):

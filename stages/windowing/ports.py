@@ -9,11 +9,12 @@ MongoDB + Kafka publisher (:mod:`stages.windowing.sinks`); tests plug in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from pipeline.kafka import DeadLetter
-from pipeline.models import Snapshot
+from pipeline.models import SessionKey, Snapshot
 from pipeline.project_config import WindowingConfig
 from pipeline.settings import WindowingSettings
 from stages.windowing.logic import WindowPolicy, WindowState
@@ -23,6 +24,7 @@ __all__ = [
     "DeadLetterSink",
     "MemoryStore",
     "Policies",
+    "ResumePoints",
     "SnapshotSink",
     "WindowStore",
 ]
@@ -35,7 +37,18 @@ class WindowStore(Protocol):
 
     def put(self, key: bytes, state: WindowState) -> None: ...
 
+    def delete(self, key: bytes) -> None:
+        """Forget a (retired) session; nothing if it is not there."""
+
     def items(self) -> Iterable[tuple[bytes, WindowState]]: ...
+
+
+class ResumePoints(Protocol):
+    """Where a session that the table does not know resumes (MongoDB's ``snapshots``)."""
+
+    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
+        """Per session, the largest ``last_seq`` of its snapshots (0 when it has none)."""
+        ...
 
 
 class SnapshotSink(Protocol):
@@ -67,6 +80,9 @@ class MemoryStore:
     def put(self, key: bytes, state: WindowState) -> None:
         self.data[key] = state
 
+    def delete(self, key: bytes) -> None:
+        self.data.pop(key, None)
+
     def items(self) -> Iterable[tuple[bytes, WindowState]]:
         return list(self.data.items())
 
@@ -79,6 +95,12 @@ class Policies:
         self._config = config or WindowingConfig()
         self._cache: dict[str, WindowPolicy] = {}
 
+    @property
+    def retirement_scan_period(self) -> timedelta | None:
+        """How often (event time) a partition's sessions are checked against their TTL."""
+        ttl = self._defaults.state_ttl_s
+        return None if ttl is None else timedelta(seconds=ttl / 8)
+
     def for_project(self, project_id: str) -> WindowPolicy:
         policy = self._cache.get(project_id)
         if policy is None:
@@ -86,10 +108,11 @@ class Policies:
             override = cfg.projects.get(project_id)
             max_messages = self._defaults.max_messages
             idle = self._defaults.idle_timeout_s
+            ttl = self._defaults.state_ttl_s
             for layer in (cfg, override):
                 if layer is not None and layer.max_messages is not None:
                     max_messages = layer.max_messages
                 if layer is not None and layer.idle_timeout_s is not None:
                     idle = layer.idle_timeout_s
-            policy = self._cache[project_id] = WindowPolicy.of(max_messages, idle)
+            policy = self._cache[project_id] = WindowPolicy.of(max_messages, idle, ttl)
         return policy

@@ -18,7 +18,7 @@ errors become :class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -30,11 +30,11 @@ from pymongo.errors import PyMongoError
 from pipeline.codec import encode
 from pipeline.errors import BrokerError, StorageError
 from pipeline.kafka import DeadLetter, send_dead_letter
-from pipeline.models import Snapshot
+from pipeline.models import SessionKey, Snapshot
 from pipeline.mongo import SNAPSHOTS, TURNS, Document
 from pipeline.settings import KafkaSettings
 
-__all__ = ["KafkaDeadLetters", "SnapshotPublisher", "snapshot_document"]
+__all__ = ["KafkaDeadLetters", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
 
 def snapshot_document(snapshot: Snapshot) -> Document:
@@ -111,6 +111,47 @@ class SnapshotPublisher:
             )
         except KafkaError as exc:
             raise BrokerError(f"could not publish snapshot {snapshot.snapshot_id}: {exc}") from exc
+
+
+class SnapshotResumePoints:
+    """The real :class:`~stages.windowing.ports.ResumePoints`: a query of ``snapshots``.
+
+    One ``find_one`` per session (sorted by ``last_seq``, served by the index
+    that :meth:`ensure_index` creates), a few at a time.
+    """
+
+    def __init__(self, db: AsyncDatabase[Document], concurrency: int = 16) -> None:
+        self._snapshots = db[SNAPSHOTS]
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def ensure_index(self) -> None:
+        try:
+            await self._snapshots.create_index(
+                [("project_id", 1), ("user_id", 1), ("session_id", 1), ("last_seq", -1)],
+                name="session_last_seq",
+            )
+        except PyMongoError as exc:
+            raise StorageError(f"could not create the snapshots index: {exc}") from exc
+
+    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
+        async def one(session: SessionKey) -> tuple[SessionKey, int]:
+            async with self._slots:
+                doc = await self._snapshots.find_one(
+                    {
+                        "project_id": session.project_id,
+                        "user_id": session.user_id,
+                        "session_id": session.session_id,
+                    },
+                    projection={"last_seq": 1},
+                    sort=[("last_seq", -1)],
+                )
+            return session, int(doc["last_seq"]) if doc is not None else 0
+
+        try:
+            found = await asyncio.gather(*(one(session) for session in sessions))
+        except PyMongoError as exc:
+            raise StorageError(f"could not read where sessions resume: {exc}") from exc
+        return dict(found)
 
 
 class KafkaDeadLetters:

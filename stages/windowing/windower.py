@@ -1,9 +1,10 @@
 """``SnapshotWindower``: applies the pure window logic to records of the turns topic.
 
 It sees one record at a time — ``(partition, offset, key, value)`` — and
-reaches the outside only through three small protocols: a :class:`WindowStore`
-(the table of session states), a :class:`SnapshotSink` (MongoDB + the
-snapshots topic) and a :class:`DeadLetterSink`. The faust adapter
+reaches the outside only through the protocols of :mod:`stages.windowing.ports`:
+a :class:`WindowStore` (the table of session states), a :class:`SnapshotSink`
+(MongoDB + the snapshots topic), a :class:`DeadLetterSink` and, optionally,
+:class:`ResumePoints` (where unknown sessions resume). The faust adapter
 (:mod:`stages.windowing.app`) plugs a faust table into the store; the tests
 plug in dictionaries.
 
@@ -34,6 +35,20 @@ written, and the batch is applied again record by record with
 :meth:`~SnapshotWindower.process` (snapshots already delivered are delivered
 again: idempotent), so failures are handled exactly as for single records.
 
+Retirement: a session with nothing pending and no turn for the state TTL
+(``MONGOMEM_WINDOW_STATE_TTL_S``, event time, default 7 days) is removed from
+the table at a tick — the partition is scanned every TTL/8 — and a tombstone
+goes to the changelog, so the table holds the sessions that are alive, not
+every session ever seen. A turn of a session the table does not know, other
+than its seq 1, asks :class:`ResumePoints` for the session's last snapshotted
+seq and starts after it. That is where a retired session stood (all its turns
+were promoted), so retiring changes no snapshot; a consumer group that starts
+mid-topic also picks sessions up where they are, without false gaps. A turn
+redelivered more than the TTL after it was first applied is ignored as late
+— which is why the TTL is far above the commit interval. When a failed batch
+is applied again record by record, its sessions resume where its plan said
+(MongoDB may already hold some of the batch's snapshots by then).
+
 Failures: a retriable error (MongoDB or Kafka unavailable) is retried with
 backoff ``max_attempts`` times and then raised — the record stays unacknowledged
 and the stage stops, because dead-lettering a turn on an outage would cut it
@@ -47,17 +62,19 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pipeline.errors import InputError, MessageDecodeError, MongomemError
 from pipeline.kafka import DeadLetter
 from pipeline.metrics import DEAD_LETTERS, MESSAGES
 from pipeline.models import Snapshot
-from stages.windowing.logic import Window
+from stages.windowing.logic import Window, WindowTick
 from stages.windowing.ports import (
     BulkSnapshotSink,
     DeadLetterSink,
     MemoryStore,
     Policies,
+    ResumePoints,
     SnapshotSink,
     WindowStore,
 )
@@ -92,6 +109,8 @@ class WindowerStats:
     redelivered: int = 0
     lost: int = 0
     dead_letters: int = 0
+    retired: int = 0  # sessions forgotten after their state TTL
+    resumed: int = 0  # unknown sessions started past their last snapshot
 
 
 #: One record of the turns topic within a partition: ``(offset, key, value)``.
@@ -104,10 +123,11 @@ class _Open:
 
     window: Window
     offset: int | None = None  # the source position of the last event that changed it
+    retired: bool = False  # forget the session when the batch is carried out
 
     @property
     def pending(self) -> bool:
-        return bool(self.window.open or self.window.ahead)
+        return self.window.pending
 
 
 @dataclass
@@ -128,6 +148,12 @@ class PlannedBatch:
     stats: WindowerStats = field(default_factory=WindowerStats)
     applied: int = 0  # records applied (not dead-lettered)
     failed: Exception | None = None  # planning itself failed (a bug): apply record by record
+    #: Where sessions the table does not know start (from :meth:`SnapshotWindower.prepare`).
+    starts: dict[bytes, int] = field(default_factory=dict)
+    #: The records already decoded by :meth:`SnapshotWindower.prepare`, by offset.
+    events: dict[int, TurnRecord | WindowTick | InputError] = field(default_factory=dict)
+    #: Event time of the last retirement scan of the partition, if this batch made one.
+    scanned_at: datetime | None = None
 
     @property
     def snapshots(self) -> list[tuple[bytes, Snapshot]]:
@@ -137,6 +163,15 @@ class PlannedBatch:
     def earlier(self, key: bytes) -> _Open | None:
         """The session's window as the batch planned before this one left it, if it touched it."""
         return self.after.windows.get(key) if self.after is not None else None
+
+    def last_scan(self, committed: datetime | None) -> datetime | None:
+        """When the partition was last scanned for retirements, this batch included."""
+        batch: PlannedBatch | None = self
+        while batch is not None:
+            if batch.scanned_at is not None:
+                return batch.scanned_at
+            batch = batch.after
+        return committed
 
 
 def _add_stats(total: WindowerStats, part: WindowerStats) -> None:
@@ -160,14 +195,21 @@ class SnapshotWindower:
     max_concurrent_deliveries: int = 64
     stats: WindowerStats = field(default_factory=WindowerStats)
     on_snapshot: Callable[[Snapshot], None] | None = None
+    #: Where sessions the table does not know resume (``None``: they start at seq 1).
+    resume: ResumePoints | None = None
     _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
     _indexed: set[int] = field(default_factory=set, repr=False)
+    _scanned_at: dict[int, datetime] = field(default_factory=dict, repr=False)
+    #: While a failed batch is applied record by record: where its unknown sessions start —
+    #: as its plan looked up (before any of its snapshots was delivered), or as retired.
+    _replanning: dict[bytes, int] | None = field(default=None, repr=False)
     _reader: TurnReader = field(default_factory=TurnReader, repr=False)
 
     def invalidate_index(self) -> None:
         """Forget which sessions are open (call after a rebalance; rebuilt on the next tick)."""
         self._open.clear()
         self._indexed.clear()
+        self._scanned_at.clear()
 
     async def process_batch(self, partition: int, records: Sequence[Record]) -> None:
         """Apply records of one partition, in order; returns once all may be acknowledged.
@@ -176,24 +218,63 @@ class SnapshotWindower:
         :meth:`process` for each record would (see the module docstring).
         """
         if records:
-            await self.finish_batch(self.plan_batch(partition, records))
+            await self.finish_batch(await self.plan_batch(partition, records))
 
-    def plan_batch(
+    async def plan_batch(
         self, partition: int, records: Sequence[Record], after: PlannedBatch | None = None
     ) -> PlannedBatch:
-        """Apply records of one partition to working windows (no I/O, nothing written).
+        """Apply records of one partition to working windows (nothing written).
 
-        ``after`` is a batch of the same partition planned before and not yet
-        finished: this batch continues from the windows it left. At most one
-        such batch may be in flight, and it must finish before this one.
+        The only I/O is asking :attr:`resume` where the sessions that the
+        table does not know, and whose first turn here is not seq 1, resume
+        (a session retired after its TTL, or a consumer group that starts
+        mid-topic). ``after`` is a batch of the same partition planned before
+        and not yet finished: this batch continues from the windows it left.
+        At most one such batch may be in flight, and it must finish before this one.
         """
         run = PlannedBatch(partition, records, after)
+        await self._prepare(run)
         try:
             for record in records:
                 self._plan(run, *record)
         except Exception as exc:
             run.failed = exc
         return run
+
+    async def _prepare(self, run: PlannedBatch) -> None:
+        """Decode the records; find where unknown sessions resume (:attr:`resume`)."""
+        first: dict[bytes, TurnRecord] = {}
+        for offset, _, value in run.records:
+            try:
+                event = self._reader.read(value)
+            except InputError as exc:
+                run.events[offset] = exc
+                continue
+            run.events[offset] = event
+            if isinstance(event, TurnRecord) and event.key not in first:
+                first[event.key] = event
+        if self.resume is None:
+            return
+        unknown = {
+            key: record
+            for key, record in first.items()
+            if record.turn.seq > 1
+            and run.earlier(key) is None
+            and self.store.get(key) is None
+            and key not in run.windows
+        }
+        if self._replanning is not None:
+            # The batch failed after some of its snapshots were delivered: what MongoDB says
+            # now may be ahead of these records. Its plan asked before any was delivered.
+            for key in unknown:
+                if key in self._replanning:
+                    run.starts[key] = self._replanning[key]
+            unknown = {k: r for k, r in unknown.items() if k not in self._replanning}
+        if not unknown:
+            return
+        found = await self.resume.last_promoted([record.session for record in unknown.values()])
+        for key, record in unknown.items():
+            run.starts[key] = found.get(record.session, 0) + 1
 
     async def finish_batch(self, run: PlannedBatch) -> bool:
         """Deliver a planned batch's snapshots and dead letters, then write its states.
@@ -203,6 +284,7 @@ class SnapshotWindower:
         then be planned again, from the store).
         """
         partition, records = run.partition, run.records
+        run.after = None  # planned: the batch before is applied now (and must not be kept)
         try:
             if run.failed is not None:
                 raise run.failed
@@ -214,8 +296,12 @@ class SnapshotWindower:
                 "batch %s[%d]@%d..%d failed (%s: %s); applying it record by record",
                 self.topic, partition, records[0][0], records[-1][0], type(exc).__name__, exc,
             )  # fmt: skip
-            for offset, key, value in records:
-                await self.process(partition, offset, key, value)
+            self._replanning = dict(run.starts)
+            try:
+                for offset, key, value in records:
+                    await self.process(partition, offset, key, value)
+            finally:
+                self._replanning = None
             return False
         self._commit(run)
         return True
@@ -287,6 +373,7 @@ class SnapshotWindower:
     ) -> None:
         """One record on its own: plan, deliver in order, write (raises ``InputError`` as is)."""
         run = PlannedBatch(partition, [(offset, key, value)])
+        await self._prepare(run)
         self._plan(run, offset, key, value, strict=True)
         for _, snapshot in run.snapshots:
             await self.sink.deliver(snapshot)
@@ -303,7 +390,11 @@ class SnapshotWindower:
     ) -> None:
         """Apply one record to ``run`` (no I/O); note a poison record, or raise it if ``strict``."""
         try:
-            event = self._reader.read(value)
+            event = run.events.pop(offset, None)
+            if event is None:
+                event = self._reader.read(value)
+            elif isinstance(event, InputError):
+                raise event
             if isinstance(event, TurnRecord) and key is not None and key != event.key:
                 # A session's turns must share one partition, or its window splits.
                 raise MessageDecodeError(f"turn {event.turn.turn_id} is not keyed by its session")
@@ -334,6 +425,43 @@ class SnapshotWindower:
             before, lost = window.signature(), len(window.lost)
             window.on_tick(event.at, self.policies.for_project(window.session.project_id))
             self._settle(run.stats, entry, before, lost, offset)
+        self._retire(run, event.at, offset)
+
+    def _retire(self, run: PlannedBatch, at: datetime, offset: int) -> None:
+        """At a tick, mark the partition's sessions that outlived their TTL (every so often)."""
+        period = self.policies.retirement_scan_period
+        if period is None:
+            return
+        last = run.last_scan(self._scanned_at.get(run.partition))
+        if last is not None and at - last < period:
+            return
+        run.scanned_at = at
+        keys = {k for k, s in self.store.items() if s.partition == run.partition}
+        keys.update(run.windows)
+        if run.after is not None:
+            keys.update(run.after.windows)
+        for session_key in sorted(keys):
+            entry = run.windows.get(session_key)
+            if entry is None:
+                earlier = run.earlier(session_key)
+                view = earlier.window if earlier is not None else None
+                if earlier is None:
+                    stored = self.store.get(session_key)
+                    if stored is None:
+                        continue
+                    view = Window.of(stored)
+                assert view is not None
+                policy = self.policies.for_project(view.session.project_id)
+                if not view.retirable(at, policy):
+                    continue
+                entry = self._enter(run, session_key, offset)
+                if entry is None:
+                    continue
+            if entry.retired:
+                continue
+            policy = self.policies.for_project(entry.window.session.project_id)
+            if entry.window.retirable(at, policy):
+                entry.retired = True
 
     def _pending_sessions(self, run: PlannedBatch) -> list[bytes]:
         """The sessions of ``run``'s partition that may have turns waiting, in key order."""
@@ -366,9 +494,19 @@ class SnapshotWindower:
         """
         entry = run.windows.get(session_key)
         if entry is not None:
+            if entry.retired and record is not None:
+                # Retired in this batch and back already: its window says what the lookup
+                # would (one past its last snapshot), so keep it; count both, as if apart.
+                entry.retired = False
+                run.stats.retired += 1
+                run.stats.resumed += 1
             return entry
         earlier = run.earlier(session_key)
         if earlier is not None:
+            if earlier.retired:
+                if record is None:
+                    return None  # a tick: the session is gone
+                run.stats.resumed += 1  # the batch before retires it; it is back
             window = earlier.window.copy()
         else:
             stored = self.store.get(session_key)
@@ -379,7 +517,15 @@ class SnapshotWindower:
                     return None
                 window = Window.of(stored)
             elif record is not None:
-                window = Window(record.session)
+                start = run.starts.get(session_key, 1)
+                window = Window(record.session, next_seq=start)
+                if start > 1:
+                    run.stats.resumed += 1
+                    log.info(
+                        "session %s/%s/%s is not in the table: resuming after seq %d, its "
+                        "last snapshot", record.session.project_id, record.session.user_id,
+                        record.session.session_id, start - 1,
+                    )  # fmt: skip
             else:
                 return None  # a tick for a session nobody has seen
         entry = run.windows[session_key] = _Open(window)
@@ -446,6 +592,13 @@ class SnapshotWindower:
         partition = run.partition
         index = self._open.setdefault(partition, set())
         for session_key, entry in run.windows.items():
+            if entry.retired:
+                self.store.delete(session_key)
+                index.discard(session_key)
+                run.stats.retired += 1
+                if self._replanning is not None:  # it may come back within the failed batch
+                    self._replanning[session_key] = entry.window.next_seq
+                continue
             if entry.offset is None:
                 continue  # no event changed it: nothing to write
             state = entry.window.state(partition=partition, offset=entry.offset)
@@ -454,6 +607,8 @@ class SnapshotWindower:
                 index.add(session_key)
             else:
                 index.discard(session_key)
+        if run.scanned_at is not None:
+            self._scanned_at[partition] = run.scanned_at
         snapshots = run.snapshots
         run.stats.snapshots += len(snapshots)
         _add_stats(self.stats, run.stats)

@@ -30,7 +30,7 @@ from pipeline.settings import Settings
 from stages.windowing.app import build_app
 from stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
 from stages.windowing.logic import WindowTick
-from stages.windowing.sinks import KafkaDeadLetters, SnapshotPublisher
+from stages.windowing.sinks import KafkaDeadLetters, SnapshotPublisher, SnapshotResumePoints
 from stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
 
 __all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
@@ -118,7 +118,10 @@ class WindowingWorker:
             except KafkaError as exc:
                 raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
             partitions = await topic_partitions(producer, turns)
-            sink = SnapshotPublisher(database(client, settings.mongodb), producer, snapshots)
+            db = database(client, settings.mongodb)
+            sink = SnapshotPublisher(db, producer, snapshots)
+            resume = SnapshotResumePoints(db)
+            await resume.ensure_index()
             dead = KafkaDeadLetters(producer, kafka)
             failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -130,6 +133,7 @@ class WindowingWorker:
                     dead_letters=dead,
                     topic=turns,
                     on_snapshot=self.on_snapshot,
+                    resume=resume,
                 )
                 return self.windower
 

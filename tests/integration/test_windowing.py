@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +31,7 @@ from pipeline.mongo import SNAPSHOTS, TURNS, Document
 from pipeline.ops import group_lag
 from pipeline.settings import MongoSettings, Settings, WindowingSettings
 from stages.windowing import WindowingWorker
+from stages.windowing.consumer import ChangelogTable
 
 pytestmark = pytest.mark.integration
 
@@ -289,9 +290,12 @@ async def test_a_gap_closes_with_what_is_there_and_poison_goes_to_the_dead_lette
         for seq in (1, 2, 4, 5):  # seq 3 was allocated by a writer that died
             await writer.send(make_turn(e, seq))
         docs = await eventually(lambda: at_least(mongo, settings, 2), within=30)
-        assert worker.windower is not None
-        assert worker.windower.stats.lost == 1
-        assert worker.windower.stats.dead_letters == 1
+        windower = worker.windower
+        assert windower is not None
+        # A snapshot is stored before its batch's counters are (the batch is applied then).
+        await eventually(lambda: windower.stats.lost and windower.stats.dead_letters, within=10)
+        assert windower.stats.lost == 1
+        assert windower.stats.dead_letters == 1
     assert spans(docs) == [("e", 1, 2, "gap"), ("e", 4, 5, "idle")]
     letters = await group_lag(
         settings.kafka, "nobody", dead_letter_topic(settings.kafka, "windowing")
@@ -381,3 +385,41 @@ async def test_a_record_that_keeps_failing_stops_the_stage_unacknowledged(
         async with running(settings):  # MongoDB is back: the turn is processed after all
             docs = await eventually(lambda: at_least(mongo, settings, 1), within=30)
     assert spans(docs) == [("f", 1, 1, "count")]
+
+
+async def test_a_quiet_session_leaves_the_table_and_resumes_after_its_last_snapshot(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """State TTL: the session's changelog entry is tombstoned; MongoDB says where it resumes."""
+    settings = with_windows(
+        settings, max_messages=10, idle_timeout_s=0.5, tick_interval_s=0.2, state_ttl_s=2.0
+    )
+    a = SessionKey(project_id="p", user_id="u", session_id="quiet")
+    async with turn_writer(settings, mongo) as writer, running(settings) as worker:
+        changelog = f"{worker.group}-windows-changelog"
+
+        async def in_changelog() -> bool:
+            """Whether a table restored from the changelog (as after a restart) has ``a``."""
+            table = ChangelogTable(writer.producer, changelog, settings.kafka.bootstrap or "")
+            await table.restore(range(settings.kafka.partitions))
+            return table.get(a.kafka_key()) is not None
+
+        for seq in (1, 2):
+            await writer.send(make_turn(a, seq))
+        await eventually(lambda: at_least(mongo, settings, 1), within=30)
+        await eventually(in_changelog, within=30)
+        windower = worker.windower
+        assert windower is not None
+        await eventually(lambda: windower.stats.retired >= 1, within=30)
+        assert windower.store.get(a.kafka_key()) is None
+        await eventually(lambda: not_(in_changelog), within=30)  # the tombstone
+        for seq in (3, 4):
+            await writer.send(make_turn(a, seq))
+        docs = await eventually(lambda: at_least(mongo, settings, 2), within=30)
+        await eventually(lambda: windower.stats.resumed >= 1, within=10)
+        assert windower.stats.lost == 0
+    assert spans(docs) == [("quiet", 1, 2, "idle"), ("quiet", 3, 4, "idle")]
+
+
+async def not_(check: Callable[[], Awaitable[bool]]) -> bool:
+    return not await check()

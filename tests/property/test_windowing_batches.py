@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -71,6 +71,54 @@ def partition_logs(draw: st.DrawFn) -> list[Record]:
     return out
 
 
+TTL = 3 * IDLE
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[Record]:
+    """Sessions that talk in bursts with pauses longer than the TTL, ticks all along.
+
+    Deliveries are late, reordered or repeated by less than the idle timeout —
+    well within the TTL, as the stage assumes (a session is never retired
+    while a turn of it is still on its way).
+    """
+    arrivals: list[tuple[float, int, bytes | None, bytes]] = []
+    horizon = 0
+    for session in SESSIONS[: draw(st.integers(1, 4))]:
+        second, seq = 0, 0
+        for _ in range(draw(st.integers(1, 3))):
+            second += draw(st.sampled_from([0, IDLE // 2, 2 * TTL]))
+            for _ in range(draw(st.integers(1, 2 * MAX))):
+                seq += 1
+                second += draw(st.integers(0, 3))
+                value = encode(make_turn(session, seq, second))
+                for _ in range(1 + (draw(st.integers(0, 5)) == 0)):  # sometimes twice
+                    late = draw(st.integers(0, IDLE // 2 - 1))
+                    arrivals.append((second + late, 0, session.kafka_key(), value))
+        horizon = max(horizon, second)
+    step = draw(st.integers(1, IDLE // 2))
+    for at in range(0, horizon + 2 * TTL, step):
+        arrivals.append((at + 0.5, 1, None, encode(WindowTick(at=T0 + timedelta(seconds=at)))))
+    arrivals.sort(key=lambda a: (a[0], a[1]))
+    return [(offset, key, value) for offset, (_, _, key, value) in enumerate(arrivals)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=conversations())
+def test_retiring_sessions_changes_no_snapshot(records: list[Record]) -> None:
+    """Retired after the TTL and resumed from their last snapshot: the same snapshots."""
+
+    async def scenario() -> None:
+        _, forever, _, kept = await one_by_one(records)
+        _, retiring, _, w = await one_by_one(records, ttl=TTL)
+        assert retiring.delivered == forever.delivered
+        assert kept.stats.retired == 0
+        assert w.stats.resumed <= w.stats.retired
+        assert w.stats.lost == kept.stats.lost == 0
+
+    asyncio.run(scenario())
+
+
 @st.composite
 def cuts(draw: st.DrawFn, records: list[Record]) -> list[list[Record]]:
     """``records`` cut into consecutive non-empty batches."""
@@ -112,14 +160,35 @@ class Letters:
         self.sent.append(letter)
 
 
-def windower(store: MemoryStore, sink: RecordingSink, letters: Letters) -> SnapshotWindower:
+class Resume:
+    """Where unknown sessions resume, as MongoDB would say: from the sink's snapshots."""
+
+    def __init__(self, sink: RecordingSink) -> None:
+        self.sink = sink
+
+    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
+        await asyncio.sleep(0)
+        return {
+            session: max(
+                (s.last_seq for s in self.sink.delivered if s.session == session), default=0
+            )
+            for session in sessions
+        }
+
+
+def windower(
+    store: MemoryStore, sink: RecordingSink, letters: Letters, ttl: float | None = None
+) -> SnapshotWindower:
+    """A windower; with ``ttl``, sessions are retired and resume through :class:`Resume`."""
+    settings = WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE, state_ttl_s=ttl)
     return SnapshotWindower(
         store=store,
         sink=sink,
-        policies=Policies(WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE)),
+        policies=Policies(settings),
         dead_letters=letters,
         topic="turns",
         backoff_s=0,
+        resume=Resume(sink) if ttl is not None else None,
     )
 
 
@@ -131,10 +200,13 @@ def per_session(snapshots: list[Snapshot]) -> dict[str, list[Snapshot]]:
 
 
 async def one_by_one(
-    records: list[Record], store: MemoryStore | None = None, partition: int = 0
+    records: list[Record],
+    store: MemoryStore | None = None,
+    partition: int = 0,
+    ttl: float | None = None,
 ) -> tuple[MemoryStore, RecordingSink, Letters, SnapshotWindower]:
     store, sink, letters = store or MemoryStore(), RecordingSink(), Letters()
-    w = windower(store, sink, letters)
+    w = windower(store, sink, letters, ttl)
     for offset, key, value in records:
         await w.process(partition, offset, key, value)
     return store, sink, letters, w
@@ -155,19 +227,26 @@ def letters_of(letters: Letters) -> list[tuple[int, str]]:
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> None:
-    """Batch after batch, or pipelined: batch N+1 planned while N is delivered."""
-    records = data.draw(partition_logs(), label="records")
+    """Batch after batch, or pipelined: batch N+1 planned while N is delivered.
+
+    With a state TTL (and conversations that pause for longer), sessions are also
+    retired at ticks and resumed when they speak again.
+    """
+    ttl = data.draw(st.sampled_from([None, TTL]), label="ttl")
+    records = data.draw(partition_logs() if ttl is None else conversations(), label="records")
     batches = data.draw(cuts(records), label="batches")
     failures = data.draw(st.integers(0, 3), label="failures")
     bulk = data.draw(st.booleans(), label="bulk")
     pipelined = data.draw(st.booleans(), label="pipelined")
 
     async def scenario() -> None:
-        expected_store, expected_sink, expected_letters, expected = await one_by_one(records)
+        expected_store, expected_sink, expected_letters, expected = await one_by_one(
+            records, ttl=ttl
+        )
 
         sink = BulkRecordingSink(failures) if bulk else RecordingSink(failures)
         store, letters = MemoryStore(), Letters()
-        w = windower(store, sink, letters)
+        w = windower(store, sink, letters, ttl)
         if pipelined:
             done: list[int] = []
             pipeline = BatchPipeline(w, 0, on_done=lambda batch: done.append(batch[-1][0]))

@@ -182,10 +182,12 @@ def test_project_overrides_win_over_the_defaults() -> None:
     config = WindowingConfig(
         max_messages=8, projects={"support": WindowOverride(idle_timeout_s=30)}
     )
-    policies = Policies(WindowingSettings(max_messages=20, idle_timeout_s=300), config)
+    settings = WindowingSettings(max_messages=20, idle_timeout_s=300, state_ttl_s=None)
+    policies = Policies(settings, config)
     assert policies.for_project("support") == WindowPolicy.of(8, 30)
     assert policies.for_project("other") == WindowPolicy.of(8, 300)
-    assert Policies(WindowingSettings()).for_project("x") == WindowPolicy.of(20, 300)
+    week = 7 * 24 * 3600.0
+    assert Policies(WindowingSettings()).for_project("x") == WindowPolicy.of(20, 300, week)
 
 
 @pytest.mark.parametrize(
@@ -198,6 +200,9 @@ def test_project_overrides_win_over_the_defaults() -> None:
         "stages.windowing.app",
         "stages.windowing.consumer",
         "stages.windowing.worker",
+        "stages.windowing.ports",
+        "stages.windowing.reader",
+        "stages.windowing.batches",
     ],
 )
 def test_exports_are_sorted_and_resolve(name: str) -> None:
