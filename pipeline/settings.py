@@ -19,6 +19,7 @@ MONGOMEM_WINDOW_MAX_MESSAGES           turns that close a window (20)
 MONGOMEM_WINDOW_IDLE_TIMEOUT_S         idle seconds that close a window (300)
 MONGOMEM_WINDOW_TICK_INTERVAL_S        live idle-tick period (5)
 MONGOMEM_WINDOW_STATE_TTL_S            retire a quiet session's state after (604800)
+MONGOMEM_SPACES_ENCRYPTION_KEY         AES-256-GCM key of encrypted spaces (base64)
 MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
 MONGOMEM_LLM_BASE_URL / _API_KEY       OpenAI-compatible endpoint and key
 MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
@@ -55,6 +56,7 @@ __all__ = [
     "ReconcileSettings",
     "ServiceSettings",
     "Settings",
+    "SpacesSettings",
     "StmSettings",
     "WindowingSettings",
     "load_settings",
@@ -235,6 +237,16 @@ class ServiceSettings(BaseSettings):
         return value
 
 
+class SpacesSettings(BaseSettings):
+    """Memory spaces (:mod:`pipeline.spaces`)."""
+
+    model_config = _group("MONGOMEM_SPACES_")
+
+    encryption_key: SecretStr | None = Field(
+        default=None, description="32 bytes, base64: the AES-256-GCM key of encrypted spaces"
+    )
+
+
 class InfraSettings(BaseSettings):
     """How local development servers are chosen and run (see :mod:`pipeline.infra`)."""
 
@@ -280,6 +292,7 @@ class Settings(BaseSettings):
     infra: InfraSettings = Field(default_factory=InfraSettings)
     stm: StmSettings = Field(default_factory=StmSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    spaces: SpacesSettings = Field(default_factory=SpacesSettings)
     project_config: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -307,6 +320,7 @@ _GROUPS: dict[str, type[BaseSettings]] = {
     "infra": InfraSettings,
     "stm": StmSettings,
     "reconcile": ReconcileSettings,
+    "spaces": SpacesSettings,
 }
 
 

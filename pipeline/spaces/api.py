@@ -58,7 +58,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
     ``embedder`` defaults to the configured provider, ``summariser`` (for
     files and long texts, SPEC H5) to an :class:`LLMSummariser` on the
     configured LLM, created on first need; ``spaces_settings`` (the
-    encryption key) to the environment; ``clock`` to UTC now.
+    encryption key) to ``settings.spaces``; ``clock`` to UTC now.
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
         self._settings = settings
         self._embedder = embedder
         self._summariser = summariser
-        self._cipher = cipher_from(spaces_settings or SpacesSettings())
+        self._cipher = cipher_from(spaces_settings or settings.spaces)
         self._client = client
         self._own_client = client is None
         self._store: SpaceStore | None = None

@@ -29,24 +29,11 @@ from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.errors import ConfigError
+from pipeline.settings import SpacesSettings
 
 __all__ = ["PayloadCipher", "SpacesSettings", "cipher_from"]
-
-
-class SpacesSettings(BaseSettings):
-    """Settings of memory spaces (env prefix ``MONGOMEM_SPACES_``)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="MONGOMEM_SPACES_", env_file=".env", extra="ignore", frozen=True
-    )
-
-    encryption_key: SecretStr | None = Field(
-        default=None, description="32 bytes, base64: the AES-256-GCM key of encrypted spaces"
-    )
 
 
 class PayloadCipher:
