@@ -41,6 +41,16 @@ Session = Annotated[
     Field(description="one of this user's sessions; default: the server's session"),
 ]
 Query = Annotated[str, Field(description="what to look for, in natural language")]
+#: Sent again with the same key (e.g. after a timeout), a save is applied once.
+IdempotencyKey = Annotated[
+    str | None,
+    Field(
+        description=(
+            "optional; a fresh id (a UUID) per save makes retrying it safe: the same key "
+            "again returns the first result and changes nothing"
+        )
+    ),
+]
 
 
 def Limit(what: str) -> Any:  # a Field, named to read like a type in signatures
@@ -89,10 +99,11 @@ def _semantic_and_episodic(server: MCPServer[Any], caller: Caller) -> None:
     async def save_semantic(
         label: Annotated[str, Field(description="short stable key, e.g. home-airport")],
         text: Annotated[str, Field(description="the fact, as a sentence")],
+        idempotency_key: IdempotencyKey = None,
     ) -> SaveResult:
         """Remember a fact about the user; a new text for a known label becomes a new version."""
         with tool_errors():
-            return await caller.default.save_semantic(label, text)
+            return await caller.default.save_semantic(label, text, idempotency_key=idempotency_key)
 
     @server.tool(annotations=READ)
     async def get_semantic(label: str) -> Lookup[SemanticMemory]:
@@ -113,10 +124,13 @@ def _semantic_and_episodic(server: MCPServer[Any], caller: Caller) -> None:
     async def save_episode(
         title: Annotated[str, Field(description="a short title of what happened")],
         content: Annotated[str, Field(description="what happened")],
+        idempotency_key: IdempotencyKey = None,
     ) -> SaveResult:
         """Remember an episode (something that happened, e.g. a planning session)."""
         with tool_errors():
-            return await caller.default.save_episode(title, content)
+            return await caller.default.save_episode(
+                title, content, idempotency_key=idempotency_key
+            )
 
     @server.tool(annotations=READ)
     async def search_episodes(
@@ -139,10 +153,13 @@ def _procedural_and_taxonomic(server: MCPServer[Any], caller: Caller) -> None:
         procedure: Annotated[str, Field(description="the procedure's name, e.g. compare-flights")],
         description: Annotated[str, Field(description="what it is for, in one line")],
         content: Annotated[str, Field(description="the steps")],
+        idempotency_key: IdempotencyKey = None,
     ) -> SaveResult:
         """Remember how to do something."""
         with tool_errors(aliases={"name": "procedure"}):
-            return await caller.default.save_procedure(procedure, description, content)
+            return await caller.default.save_procedure(
+                procedure, description, content, idempotency_key=idempotency_key
+            )
 
     @server.tool(annotations=READ)
     async def discover_procedures(
@@ -164,10 +181,13 @@ def _procedural_and_taxonomic(server: MCPServer[Any], caller: Caller) -> None:
         domain: Annotated[str, Field(description="the vocabulary, e.g. airline (no '/')")],
         term: str,
         definition: str,
+        idempotency_key: IdempotencyKey = None,
     ) -> SaveResult:
         """Define a term for the whole project (every user of the project shares terms)."""
         with tool_errors():
-            return await caller.default.save_taxonomic(domain, term, definition)
+            return await caller.default.save_taxonomic(
+                domain, term, definition, idempotency_key=idempotency_key
+            )
 
     @server.tool(annotations=READ)
     async def get_taxonomic_term(domain: str, term: str) -> Lookup[TaxonomicTerm]:

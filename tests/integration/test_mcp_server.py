@@ -109,6 +109,12 @@ async def test_tools_turns_and_semantic_memory_round_trip(
         assert hits[0]["memory"]["memory_id"] == saved["memory_id"]
         context = ok(await client.call_tool("build_context", {"query": "home airport"}))
         assert "Boston" in context["text"]
+        # A save sent twice with one idempotency key (a client's retry) is applied once.
+        keyed = {"label": "seat", "text": "The user prefers aisle seats.", "idempotency_key": "k-1"}
+        first = ok(await client.call_tool("save_semantic", keyed))
+        again = ok(await client.call_tool("save_semantic", keyed))
+        assert again == first
+        assert first["action"] == "ADD"
 
     # What the server stored is what the SDK reads, in the same user's scope.
     chat = memory.bind(MemoryRequestContext(user_id="alice", session_id="s1"))
@@ -116,6 +122,9 @@ async def test_tools_turns_and_semantic_memory_round_trip(
     fact = await chat.get_semantic("home-airport")
     assert fact is not None
     assert fact.memory_id == saved["memory_id"]
+    seat = await chat.get_semantic("seat")
+    assert seat is not None
+    assert seat.reinforcement_count == 1, "the retried save was not counted again"
 
 
 async def test_bad_input_is_a_tool_error_naming_the_field_and_stores_nothing(
