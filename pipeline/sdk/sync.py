@@ -34,17 +34,18 @@ from pipeline.sdk.transport import MemoryTransport
 from pipeline.settings import Settings
 from pipeline.stm import SessionSummary
 
-__all__ = ["BoundMemory", "Memory"]
+__all__ = ["BoundMemory", "LoopThread", "Memory"]
 
 T = TypeVar("T")
 
 
-class _LoopThread:
-    """An event loop running forever in a daemon thread."""
+class LoopThread:
+    """An event loop running forever in a daemon thread; :meth:`call` runs a coroutine
+    there and waits (shared by the sync wrappers: :class:`Memory`, ``pipeline.spaces.Spaces``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "mongomem-sdk") -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run, name="mongomem-sdk", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
@@ -64,6 +65,9 @@ class _LoopThread:
         self.thread.join(timeout=10)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+_LoopThread = LoopThread  # the old private name keeps working
 
 
 class Memory:
@@ -86,7 +90,7 @@ class Memory:
         base_url: str | None = None,
         timeout_s: float | None = 120.0,
     ) -> None:
-        self._runner = _LoopThread()
+        self._runner = LoopThread()
         self._timeout = timeout_s
 
         async def make() -> AsyncMemory:
