@@ -8,6 +8,7 @@ endpoint                   auth   answer
 ``GET /readyz``            none   200, or 503 listing what is missing
                                   (:func:`~pipeline.readiness.check_ready`, MongoDB ping)
 ``GET /metrics``           none   Prometheus text (every ``mongomem_*`` metric)
+``/v1/spaces…``            key    memory spaces (:mod:`pipeline.service.spaces_routes`)
 =========================  =====  =============================================
 
 A request is handled in this order, and the first failure answers
@@ -267,6 +268,9 @@ def make_app(
             await client.close()
 
     app.cleanup_ctx.append(lifecycle)
+    from pipeline.service.spaces_routes import add_spaces_routes  # it imports this module
+
+    add_spaces_routes(app, settings, embedder=embedder)  # /v1/spaces…, before /v1/{operation}
     app.router.add_post("/v1/{operation}", _operation)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)

@@ -3,7 +3,9 @@
 A space is a project-wide container of past cases that several agents share.
 :class:`AsyncSpaces` is the API; the scoring of a match is in
 :mod:`pipeline.spaces.scoring`, the stored form in :mod:`pipeline.spaces.store`,
-encryption at rest in :mod:`pipeline.spaces.crypto`.
+encryption at rest in :mod:`pipeline.spaces.crypto`. :class:`HttpSpaces` makes the same
+calls through the memory service (:mod:`pipeline.service.spaces_routes`), and
+:class:`Spaces` makes them blocking, directly or over HTTP.
 
 Collections: ``spaces`` (one document per space) and ``space_items`` (one per item).
 """
@@ -12,6 +14,7 @@ from pipeline.spaces.api import AsyncSpaces
 from pipeline.spaces.crypto import PayloadCipher, SpacesSettings
 from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
 from pipeline.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
+from pipeline.spaces.http import HttpSpaces
 from pipeline.spaces.keys import LLMSummariser, Summariser
 from pipeline.spaces.models import (
     AddResult,
@@ -27,6 +30,7 @@ from pipeline.spaces.models import (
     SpaceItem,
     SpaceUpdate,
 )
+from pipeline.spaces.sync import Spaces
 
 __all__ = [
     "FEEDBACK_WINDOW",
@@ -38,6 +42,7 @@ __all__ = [
     "Feedback",
     "FeedbackView",
     "FileInput",
+    "HttpSpaces",
     "LLMSummariser",
     "Merge",
     "OnDuplicate",
@@ -50,6 +55,7 @@ __all__ = [
     "Space",
     "SpaceItem",
     "SpaceUpdate",
+    "Spaces",
     "SpacesSettings",
     "Summariser",
 ]
