@@ -1,0 +1,145 @@
+"""``mongomem spaces …``: inspect, back up and move memory spaces, on MongoDB directly.
+
+::
+
+    mongomem spaces list   --project-id P              one line per space
+    mongomem spaces show   SPACE --project-id P        the space as JSON (settings, agents, count)
+    mongomem spaces delete SPACE --project-id P --yes  the space and all of its items
+    mongomem spaces export SPACE --project-id P        JSON lines to stdout (plain text!)
+    mongomem spaces import FILE  --project-id P [--space-id S] [--encrypted | --plain]
+                                 [--reembed always]    a new space from an export (``-``: stdin)
+
+The project is the one ``--project-id`` names (this acts on MongoDB with the
+process's settings, as the other operator commands do; over HTTP the API key
+decides the project). ``list``, ``show``, ``delete`` and ``export`` need no
+embedding provider; ``import`` needs the one of the importing process (it
+keeps the file's vectors when they were made by the same one, SPEC H9).
+
+:func:`add_cli` adds ``spaces`` to the main CLI's sub-parsers; each handler
+takes ``(args, settings)`` and returns the exit status. :func:`main` runs the
+same commands alone (``python -m pipeline.spaces.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError, MongomemError, NotReady
+from pipeline.settings import Settings, load_settings
+
+__all__ = ["add_cli", "main", "spaces_command"]
+
+
+class _NoEmbedder:
+    """Stands in where no vector is made (list, show, delete, export): using it is an error."""
+
+    name = "none"
+    dimensions = 0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise NotReady("this command needs an embedding provider: set MONGOMEM_EMBEDDING_PROVIDER")
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="spaces_action", required=True)
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help_text)
+        sub.add_argument("--project-id", required=True, help="the project whose spaces these are")
+        return sub
+
+    action("list", "every space of the project")
+    action("show", "one space as JSON").add_argument("space_id")
+    delete = action("delete", "delete a space and all of its items")
+    delete.add_argument("space_id")
+    delete.add_argument("--yes", action="store_true", help="really delete (required)")
+    action("export", "a space as JSON lines, to stdout").add_argument("space_id")
+    imp = action("import", "a new space from an export file")
+    imp.add_argument("file", help="the export (JSON lines); '-' reads stdin")
+    imp.add_argument("--space-id", default=None, help="the new space's id (default: the file's)")
+    secret = imp.add_mutually_exclusive_group()
+    secret.add_argument("--encrypted", dest="encrypted", action="store_true", default=None,
+                        help="encrypt the new space (MONGOMEM_SPACES_ENCRYPTION_KEY)")  # fmt: skip
+    secret.add_argument("--plain", dest="encrypted", action="store_false",
+                        help="do not encrypt the new space")  # fmt: skip
+    imp.add_argument("--reembed", choices=["auto", "always"], default="auto",
+                     help="re-embed every item even when the embedder is the same")  # fmt: skip
+    parser.set_defaults(handler=spaces_command)
+
+
+def add_cli(subparsers: Any) -> None:
+    """Add ``spaces`` to ``subparsers`` (what ``add_subparsers()`` returned)."""
+    _add_arguments(
+        subparsers.add_parser("spaces", help="list, show, delete, export, import spaces")
+    )
+
+
+def _read_lines(name: str) -> list[str]:
+    if name == "-":
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(name).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {name}: {exc}", field="file") from exc
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.spaces.api import AsyncSpaces  # MongoDB loads when a command runs
+
+    lines = _read_lines(args.file) if args.spaces_action == "import" else []
+    embedder = None if args.spaces_action == "import" else _NoEmbedder()  # import: the settings'
+    async with AsyncSpaces(settings, project_id=args.project_id, embedder=embedder) as spaces:
+        match args.spaces_action:
+            case "list":
+                print(f"{'space_id':<24}  {'kind':<10}  {'items':>6}  {'encrypted':<9}  name")
+                for s in await spaces.list_spaces():
+                    secret = "yes" if s.encrypted else "no"
+                    print(f"{s.space_id:<24}  {s.kind:<10}  {s.item_count:>6}  {secret:<9}  "
+                          f"{s.name}")  # fmt: skip
+            case "show":
+                print((await spaces.get_space(args.space_id)).model_dump_json(indent=2))
+            case "delete":
+                space = await spaces.get_space(args.space_id)
+                if not args.yes:
+                    what = f"space {space.space_id!r} and its {space.item_count} items"
+                    print(f"mongomem: would delete {what}; add --yes", file=sys.stderr)
+                    return 2
+                gone = await spaces.delete_space(space.space_id)
+                print(f"deleted space {space.space_id} and {gone} items")
+            case "export":
+                for line in await spaces.export_space(args.space_id):
+                    sys.stdout.write(line + "\n")
+            case _:
+                space = await spaces.import_space(
+                    lines, space_id=args.space_id, encrypted=args.encrypted, reembed=args.reembed
+                )
+                print(f"imported space {space.space_id} with {space.item_count} items "
+                      f"into project {spaces.project_id}")  # fmt: skip
+    return 0
+
+
+def spaces_command(args: argparse.Namespace, settings: Settings) -> int:
+    return asyncio.run(_run(args, settings))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mongomem spaces …`` on its own; errors print as one line and exit 1."""
+    parser = argparse.ArgumentParser(
+        prog="mongomem spaces", description="Memory spaces on MongoDB (SPEC H)."
+    )
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return spaces_command(args, load_settings())
+    except MongomemError as exc:
+        print(f"mongomem: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
