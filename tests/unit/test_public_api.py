@@ -25,14 +25,20 @@ MODULES = [
     "pipeline.sdk",
     "pipeline.sdk.errormap",
     "pipeline.sdk.http",
+    "pipeline.sdk.sync",
     "pipeline.sdk.wire",
     "pipeline.service",
     "pipeline.service.app",
     "pipeline.service.cli",
     "pipeline.service.keys",
+    "pipeline.service.spaces_routes",
     "pipeline.spaces",
+    "pipeline.spaces.cli",
+    "pipeline.spaces.http",
     "pipeline.spaces.models",
     "pipeline.spaces.scoring",
+    "pipeline.spaces.sync",
+    "pipeline.spaces.wire",
 ]
 
 

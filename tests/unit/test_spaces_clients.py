@@ -1,0 +1,104 @@
+"""The space clients mirror :class:`AsyncSpaces` call for call, and the JSON form of
+duplicate choices and file inputs round-trips (no servers)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from pipeline.errors import ConfigError, InputError
+from pipeline.sdk.sync import LoopThread, _LoopThread
+from pipeline.spaces import (
+    AddAnyway,
+    AsyncSpaces,
+    FileInput,
+    HttpSpaces,
+    Merge,
+    Replace,
+    Spaces,
+)
+from pipeline.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
+
+CALLS = sorted(
+    name
+    for name, fn in inspect.getmembers(AsyncSpaces, inspect.iscoroutinefunction)
+    if not name.startswith("_") and name not in ("close",)
+)
+
+
+def test_the_calls_are_all_there() -> None:
+    assert len(CALLS) >= 20
+    assert {"recall", "add_item", "export_space", "import_space", "update_space"} <= set(CALLS)
+
+
+@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("client", [HttpSpaces, Spaces])
+def test_every_call_has_the_same_parameters(client: type, name: str) -> None:
+    want = inspect.signature(getattr(AsyncSpaces, name)).parameters
+    got = inspect.signature(getattr(client, name)).parameters
+    shape = [(p.name, p.kind, p.default is inspect.Parameter.empty) for p in want.values()]
+    assert [(p.name, p.kind, p.default is inspect.Parameter.empty) for p in got.values()] == shape
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        None,
+        AddAnyway(),
+        Replace(item_ids=("item_a", "item_b")),
+        Merge(),
+        Merge(sentiment_wins="new"),
+    ],
+)
+def test_duplicate_choices_round_trip(choice: object) -> None:
+    assert decode_choice(encode_choice(choice)) == choice  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("merge", "on_duplicate"),
+        ({"choice": "drop"}, "on_duplicate.choice"),
+        ({"choice": "replace", "item_ids": []}, "on_duplicate.item_ids"),
+        ({"choice": "merge", "sentiment_wins": "both"}, "on_duplicate.sentiment_wins"),
+        ({"choice": "add-anyway", "extra": 1}, "on_duplicate.extra"),
+    ],
+)
+def test_bad_choices_name_the_field(value: object, field: str) -> None:
+    with pytest.raises(InputError) as bad:
+        decode_choice(value)
+    assert bad.value.field == field
+
+
+def test_file_inputs_round_trip() -> None:
+    inputs = {"question": "why", "document": FileInput(name="a.txt", text="hello")}
+    assert decode_inputs(encode_inputs(inputs)) == inputs
+    with pytest.raises(InputError) as bad:
+        decode_inputs({"document": {"name": "a.txt"}})
+    assert bad.value.field == "inputs.document.text"
+
+
+def test_the_sync_spaces_refuse_mixed_arguments() -> None:
+    with pytest.raises(ConfigError, match="API key decides the project"):
+        Spaces(base_url="http://127.0.0.1:1", api_key="k", project_id="p")
+    with pytest.raises(ConfigError):
+        Spaces(base_url="http://127.0.0.1:1")
+    with pytest.raises(ConfigError):
+        Spaces()
+    with pytest.raises(ConfigError):
+        HttpSpaces("ftp://memory", "k")
+
+
+def test_the_loop_thread_is_public_and_the_old_name_works() -> None:
+    assert _LoopThread is LoopThread
+    runner = LoopThread("test-loop")
+
+    async def answer() -> int:
+        return 42
+
+    try:
+        assert runner.call(answer(), 5) == 42
+        assert runner.thread.name == "test-loop"
+    finally:
+        runner.stop()
