@@ -8,29 +8,36 @@ calls through the memory service (:mod:`pipeline.service.spaces_routes`), and
 :class:`Spaces` makes them blocking, directly or over HTTP.
 
 Collections: ``spaces`` (one document per space) and ``space_items`` (one per item).
+Names load on first use, so ``mongomem`` can add the ``spaces`` command cheaply.
 """
 
-from pipeline.spaces.api import AsyncSpaces
-from pipeline.spaces.crypto import PayloadCipher, SpacesSettings
-from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-from pipeline.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
-from pipeline.spaces.http import HttpSpaces
-from pipeline.spaces.keys import LLMSummariser, Summariser
-from pipeline.spaces.models import (
-    AddResult,
-    EscalationDecision,
-    Feedback,
-    FeedbackView,
-    FileInput,
-    PlaygroundResult,
-    RecallHit,
-    RecallSettings,
-    SearchKey,
-    Space,
-    SpaceItem,
-    SpaceUpdate,
-)
-from pipeline.spaces.sync import Spaces
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.spaces.api import AsyncSpaces
+    from pipeline.spaces.crypto import PayloadCipher, SpacesSettings
+    from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
+    from pipeline.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
+    from pipeline.spaces.http import HttpSpaces
+    from pipeline.spaces.keys import LLMSummariser, Summariser
+    from pipeline.spaces.models import (
+        AddResult,
+        EscalationDecision,
+        Feedback,
+        FeedbackView,
+        FileInput,
+        PlaygroundResult,
+        RecallHit,
+        RecallSettings,
+        SearchKey,
+        Space,
+        SpaceItem,
+        SpaceUpdate,
+    )
+    from pipeline.spaces.sync import Spaces
 
 __all__ = [
     "FEEDBACK_WINDOW",
@@ -59,3 +66,20 @@ __all__ = [
     "SpacesSettings",
     "Summariser",
 ]
+
+_HOME = {
+    "AsyncSpaces": "api",
+    **dict.fromkeys(["PayloadCipher", "SpacesSettings"], "crypto"),
+    **dict.fromkeys(["AddAnyway", "Merge", "OnDuplicate", "Replace"], "dedupe"),
+    **dict.fromkeys(["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE"], "editing"),
+    "HttpSpaces": "http",
+    **dict.fromkeys(["LLMSummariser", "Summariser"], "keys"),
+    "Spaces": "sync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{_HOME.get(name, 'models')}")
+    return getattr(module, name)
