@@ -13,6 +13,7 @@
     mongomem mcp --project-id P --user-id U   serve memory to an MCP client
     mongomem serve [--host H] [--port P]          the HTTP memory service, with API keys
     mongomem keys create|list|revoke ...          the service's API keys
+    mongomem spaces list|show|delete|export|import --project-id P   memory spaces
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -297,6 +298,10 @@ def _parser() -> argparse.ArgumentParser:
     from pipeline.service import add_cli as add_service_cli  # cheap: the server loads on run
 
     add_service_cli(sub)  # `serve` and `keys create|list|revoke`
+
+    from pipeline.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
+
+    add_spaces_cli(sub)  # `spaces list|show|delete|export|import`
     return parser
 
 

@@ -459,7 +459,7 @@ async def test_the_spaces_cli_as_a_process(
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pipeline.spaces.cli", *argv],
+            [sys.executable, "-m", "pipeline.cli", "spaces", *argv],  # `mongomem spaces`
             capture_output=True, text=True, timeout=120, check=False, env=env,
         )  # fmt: skip
 
