@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from pipeline.embeddings import Embedder
 from pipeline.ltm import Judge, Thresholds
@@ -34,7 +34,7 @@ from pipeline.sdk.transport import MemoryTransport
 from pipeline.settings import Settings
 from pipeline.stm import SessionSummary
 
-__all__ = ["BoundMemory", "LoopThread", "Memory"]
+__all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
 T = TypeVar("T")
 
@@ -70,7 +70,55 @@ class LoopThread:
 _LoopThread = LoopThread  # the old private name keeps working
 
 
-class Memory:
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+A = TypeVar("A", bound=_Closable)
+
+
+class SyncClient(Generic[A]):
+    """An async client run on a loop thread of its own: the base of the blocking clients.
+
+    ``make`` builds the async client on that loop; every call of the
+    subclass goes through :meth:`_call` (bounded by ``timeout_s``), and
+    :meth:`close` closes the async client, then stops the thread.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], Coroutine[Any, Any, A]],
+        timeout_s: float | None,
+        thread_name: str | None = None,
+    ) -> None:
+        self._runner = LoopThread(thread_name or "mongomem-sdk")
+        self._timeout = timeout_s
+        try:
+            self._async: A = self._runner.call(make(), timeout_s)
+        except BaseException:
+            self._runner.stop()
+            raise
+        self._finalizer = weakref.finalize(self, self._runner.stop)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.call(coro, self._timeout)
+
+    def close(self) -> None:
+        if not self._finalizer.alive:
+            return
+        try:
+            self._call(self._async.close())
+        finally:
+            self._finalizer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Memory(SyncClient[AsyncMemory]):
     """Long-term (and short-term) memory of one project, for synchronous code.
 
     Same arguments as :class:`~pipeline.sdk.AsyncMemory`; ``timeout_s`` bounds
@@ -90,45 +138,20 @@ class Memory:
         base_url: str | None = None,
         timeout_s: float | None = 120.0,
     ) -> None:
-        self._runner = LoopThread()
-        self._timeout = timeout_s
-
         async def make() -> AsyncMemory:
             return AsyncMemory(
                 project_id=project_id, api_key=api_key, settings=settings, embedder=embedder,
                 judge=judge, thresholds=thresholds, transport=transport, base_url=base_url,
             )  # fmt: skip
 
-        try:
-            self._async = self._runner.call(make(), timeout_s)
-        except BaseException:
-            self._runner.stop()
-            raise
-        self._finalizer = weakref.finalize(self, self._runner.stop)
+        super().__init__(make, timeout_s)
 
     @property
     def project_id(self) -> str:
         return self._async.project_id
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._runner.call(coro, self._timeout)
-
     def bind(self, ctx: MemoryRequestContext) -> BoundMemory:
         return BoundMemory(self, self._async.bind(ctx))
-
-    def close(self) -> None:
-        if not self._finalizer.alive:
-            return
-        try:
-            self._call(self._async.close())
-        finally:
-            self._finalizer()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class BoundMemory:

@@ -12,13 +12,12 @@ the thread. ``timeout_s`` bounds every call.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from pipeline.embeddings import Embedder
 from pipeline.errors import ConfigError
-from pipeline.sdk.sync import LoopThread
+from pipeline.sdk.sync import SyncClient
 from pipeline.settings import Settings, load_settings
 from pipeline.spaces.api import AsyncSpaces, KeysArg
 from pipeline.spaces.crypto import SpacesSettings
@@ -44,7 +43,7 @@ T = TypeVar("T")
 _UNSET: Any = object()
 
 
-class Spaces:
+class Spaces(SyncClient["AsyncSpaces | HttpSpaces"]):
     """Memory spaces of one project, for synchronous code (see the module docstring)."""
 
     def __init__(
@@ -67,8 +66,6 @@ class Spaces:
                 raise ConfigError("Spaces over HTTP needs api_key")
         elif project_id is None:
             raise ConfigError("give project_id (MongoDB directly) or base_url and api_key")
-        self._runner = LoopThread("mongomem-spaces")
-        self._timeout = timeout_s
 
         async def make() -> AsyncSpaces | HttpSpaces:
             if base_url is not None and api_key is not None:
@@ -79,34 +76,12 @@ class Spaces:
                 spaces_settings=spaces_settings,
             )  # fmt: skip
 
-        try:
-            self._async = self._runner.call(make(), timeout_s)
-        except BaseException:
-            self._runner.stop()
-            raise
-        self._finalizer = weakref.finalize(self, self._runner.stop)
+        super().__init__(make, timeout_s, "mongomem-spaces")
 
     @property
     def inner(self) -> AsyncSpaces | HttpSpaces:
         """The async client every call runs on (on this object's own loop)."""
         return self._async
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._runner.call(coro, self._timeout)
-
-    def close(self) -> None:
-        if not self._finalizer.alive:
-            return
-        try:
-            self._call(self._async.close())
-        finally:
-            self._finalizer()
-
-    def __enter__(self) -> Spaces:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- spaces -------------------------------------------------------------
 
