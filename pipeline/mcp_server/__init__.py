@@ -28,6 +28,15 @@ reconciliation as extracted memories (E2). Results are the SDK's models, as
 structured content and as JSON text. ``get_*`` tools answer
 ``{"found": false}`` rather than failing.
 
+**Memory spaces (SPEC H).** ``list_spaces``, ``recall_cases``, ``add_case``,
+``check_escalation``, ``resolve_escalation`` and ``playground`` work on the
+spaces of the server's project, which all of its agents share; the caller is
+recorded as the agent of what it adds. Admin calls (creating, editing,
+deleting, export, import) are not tools; see
+:mod:`pipeline.mcp_server.space_tools` for the mapping and why. The spaces
+client is made on the first spaces call and closed when the server stops
+(:func:`serve` takes one, e.g. an :class:`~pipeline.spaces.HttpSpaces`).
+
 **Resources.** ``mongomem://identity`` (whom the server acts for) and
 ``mongomem://sessions/{session_id}/turns`` (the last 50 turns of a session).
 
@@ -65,12 +74,15 @@ if TYPE_CHECKING:
         describe_error,
         tool_errors,
     )
+    from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
 
 __all__ = [
     "Caller",
+    "LazySpaces",
     "Lookup",
     "McpServerConfig",
     "MemoryMcpServer",
+    "SpacesApi",
     "add_arguments",
     "build_server",
     "config_from_args",
@@ -96,6 +108,8 @@ _LAZY = {
     "build_server": "server",
     "describe_error": "server",
     "tool_errors": "server",
+    "LazySpaces": "space_tools",
+    "SpacesApi": "space_tools",
 }
 
 

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from pydantic import ValidationError
 
@@ -19,6 +20,7 @@ from pipeline.errors import MongomemError
 from pipeline.logs import configure_logging
 from pipeline.mcp_server.config import McpServerConfig, config_from_args, parse_args
 from pipeline.mcp_server.server import build_server
+from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
 from pipeline.sdk import AsyncMemory, MemoryTransport
 from pipeline.settings import Settings, load_settings
 
@@ -26,27 +28,47 @@ __all__ = ["main", "run", "run_from_args", "serve"]
 
 
 async def serve(
-    settings: Settings, config: McpServerConfig, *, transport: MemoryTransport | None = None
+    settings: Settings,
+    config: McpServerConfig,
+    *,
+    transport: MemoryTransport | None = None,
+    spaces: SpacesApi | None = None,
 ) -> None:
     """Serve until the client leaves. ``transport`` (default: direct, from ``settings``) is
-    any :class:`~pipeline.sdk.MemoryTransport`; it is closed when the server stops."""
-    async with AsyncMemory(
-        project_id=config.project_id, settings=settings, transport=transport
-    ) as memory:
-        server = build_server(memory, config)
-        if config.transport == "stdio":
-            await server.run_stdio_async()
-        else:
-            await server.run_streamable_http_async(host=config.host, port=config.port)
+    any :class:`~pipeline.sdk.MemoryTransport`; ``spaces`` (default: an
+    :class:`~pipeline.spaces.AsyncSpaces` of the project, made on the first spaces call)
+    serves the memory-space tools. Both are closed when the server stops."""
+    lazy = LazySpaces(spaces if spaces is not None else partial(_direct_spaces, settings, config))
+    try:
+        async with AsyncMemory(
+            project_id=config.project_id, settings=settings, transport=transport
+        ) as memory:
+            server = build_server(memory, config, spaces=lazy)
+            if config.transport == "stdio":
+                await server.run_stdio_async()
+            else:
+                await server.run_streamable_http_async(host=config.host, port=config.port)
+    finally:
+        await lazy.close()
+
+
+def _direct_spaces(settings: Settings, config: McpServerConfig) -> SpacesApi:
+    from pipeline.spaces import AsyncSpaces
+
+    return AsyncSpaces(settings, project_id=config.project_id)
 
 
 def run(
-    settings: Settings, config: McpServerConfig, *, transport: MemoryTransport | None = None
+    settings: Settings,
+    config: McpServerConfig,
+    *,
+    transport: MemoryTransport | None = None,
+    spaces: SpacesApi | None = None,
 ) -> int:
     """Configure logging and serve (blocking); the exit status."""
     configure_logging("mcp", settings.log_level)
     try:
-        asyncio.run(serve(settings, config, transport=transport))
+        asyncio.run(serve(settings, config, transport=transport, spaces=spaces))
     except KeyboardInterrupt:
         return 130
     return 0

@@ -2,7 +2,8 @@
 
 :func:`build_server` assembles an :class:`MemoryMcpServer` (an ``MCPServer``
 of the official SDK) over an :class:`~pipeline.sdk.AsyncMemory`. Tool bodies
-live in :mod:`pipeline.mcp_server.tools`.
+live in :mod:`pipeline.mcp_server.tools` and, for memory spaces,
+:mod:`pipeline.mcp_server.space_tools`.
 
 Errors reach the client as tool results with ``isError`` set, never as a
 crash of the server:
@@ -27,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -38,6 +39,9 @@ from pipeline import __version__
 from pipeline.errors import ConfigError, InputError, MongomemError, ScopeError
 from pipeline.mcp_server.config import McpServerConfig
 from pipeline.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
+
+if TYPE_CHECKING:
+    from pipeline.mcp_server.space_tools import LazySpaces
 
 __all__ = [
     "Caller",
@@ -56,6 +60,10 @@ recent_turns. Save what is worth remembering with save_semantic (facts), \
 save_episode (what happened), save_procedure (how to do something) or \
 save_taxonomic (a project-wide glossary term). Before answering, call \
 build_context with the user's request to get relevant memories as text."""
+SPACES_INSTRUCTIONS = """
+Memory spaces hold the project's past cases, shared by all of its agents: \
+list_spaces, then recall_cases before acting and add_case after; call \
+check_escalation before raising an escalation."""
 
 R = TypeVar("R", bound=MemoryRecord)
 
@@ -142,8 +150,14 @@ class MemoryMcpServer(MCPServer[Any]):
         return await super().call_tool(name, arguments, context)
 
 
-def build_server(memory: AsyncMemory, config: McpServerConfig) -> MemoryMcpServer:
-    """An MCP server for ``config``'s caller over ``memory`` (any transport of the SDK)."""
+def build_server(
+    memory: AsyncMemory, config: McpServerConfig, *, spaces: LazySpaces | None = None
+) -> MemoryMcpServer:
+    """An MCP server for ``config``'s caller over ``memory`` (any transport of the SDK).
+
+    With ``spaces``, it also serves the memory-space tools of ``config``'s project
+    (:mod:`pipeline.mcp_server.space_tools`); whoever made ``spaces`` closes it.
+    """
     from pipeline.mcp_server.tools import register_tools
 
     caller = Caller(memory, config)
@@ -151,10 +165,14 @@ def build_server(memory: AsyncMemory, config: McpServerConfig) -> MemoryMcpServe
         "mongomem",
         title="mongomem memory",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS + (SPACES_INSTRUCTIONS if spaces is not None else ""),
         log_level="WARNING",
     )
     register_tools(server, caller)
+    if spaces is not None:
+        from pipeline.mcp_server.space_tools import register_space_tools
+
+        register_space_tools(server, caller, spaces)
     _register_resources(server, caller)
     return server
 

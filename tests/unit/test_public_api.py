@@ -22,6 +22,7 @@ MODULES = [
     "pipeline.infra",
     "pipeline.embeddings",
     "pipeline.mcp_server",
+    "pipeline.mcp_server.space_tools",
     "pipeline.sdk",
     "pipeline.sdk.errormap",
     "pipeline.sdk.http",
