@@ -22,15 +22,15 @@ def _k8s() -> list[dict[str, Any]]:
     return list(yaml.safe_load_all((DEPLOY / "k8s" / "mongomem.yaml").read_text()))
 
 
-def _commands() -> list[list[str]]:
+def _commands(verb: str = "run") -> list[list[str]]:
+    """The ``mongomem`` commands the manifests run, those starting with ``verb``."""
     compose = [s["command"] for s in _compose()["services"].values() if "command" in s]
-    compose = [c for c in compose if c and c[0] == "run"]
     k8s = [
         d["spec"]["template"]["spec"]["containers"][0]["args"]
         for d in _k8s()
         if d["kind"] == "Deployment"
     ]
-    return compose + k8s
+    return [c for c in compose + k8s if c and c[0] == verb]
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -43,6 +43,22 @@ def test_every_deployed_command_parses() -> None:
     for command in _commands():
         args = _parser().parse_args(command)
         assert args.stage in STAGES
+
+
+def test_the_memory_service_is_deployed_with_probes_and_a_service() -> None:
+    served = _commands("serve")
+    assert len(served) == 2, "in compose and on Kubernetes"
+    for command in served:
+        args = _parser().parse_args(command)
+        assert (args.host, args.port) == ("0.0.0.0", 8080)
+    (deployment,) = [
+        d for d in _k8s() if d["kind"] == "Deployment" and d["metadata"]["name"] == "memory-service"
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    services = [d for d in _k8s() if d["kind"] == "Service"]
+    assert [s["metadata"]["name"] for s in services] == ["memory-service"]
 
 
 def test_watcher_runs_as_a_single_replica() -> None:
