@@ -7,11 +7,10 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp_stdio import TIMEOUT, error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
 from pipeline.embeddings import HashingEmbedder
@@ -23,19 +22,6 @@ pytestmark = pytest.mark.integration
 
 PROJECT = "travel"
 DIMENSIONS = 64
-#: Seconds one request may take (the first one connects to MongoDB and builds indexes).
-TIMEOUT = 60.0
-
-
-def stdio_server(env: dict[str, str], *args: str) -> Client:
-    """A client that launches ``mongomem mcp`` (as ``python -m pipeline.cli mcp``) over stdio."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "pipeline.cli", "mcp", "--project-id", PROJECT, *args],
-        env={**env, "PYTHONPATH": os.getcwd()},
-        cwd=os.getcwd(),
-    )
-    return Client(params, read_timeout_seconds=TIMEOUT)
 
 
 @pytest.fixture
@@ -58,23 +44,10 @@ async def memory(
         yield m
 
 
-def ok(result: Any) -> Any:
-    """The structured content of a successful tool call."""
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    assert not result.is_error, text
-    return result.structured_content
-
-
-def error(result: Any) -> str:
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    assert result.is_error, text
-    return text
-
-
 async def test_tools_turns_and_semantic_memory_round_trip(
     env: dict[str, str], memory: AsyncMemory
 ) -> None:
-    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice", "--session-id", "s1") as client:
         tools = {t.name for t in (await client.list_tools()).tools}
         assert {"record_turn", "recent_turns", "save_semantic", "build_context"} <= tools
 
@@ -130,7 +103,7 @@ async def test_tools_turns_and_semantic_memory_round_trip(
 async def test_bad_input_is_a_tool_error_naming_the_field_and_stores_nothing(
     env: dict[str, str], settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice", "--session-id", "s1") as client:
         too_long = await client.call_tool("record_turn", {"role": "user", "content": "x" * 2000})
         assert "invalid input (content)" in error(too_long)
         bad_session = await client.call_tool(
@@ -161,7 +134,7 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
     bobs = await bob.save_semantic(label="home-airport", text="Bob's home airport is Oslo.")
     await bob.save_episode(title="Bob's trip", content="Bob planned a trip to Oslo.")
 
-    async with stdio_server(env, "--user-id", "alice", "--session-id", "s1") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice", "--session-id", "s1") as client:
         # Naming bob in an argument is refused outright, and nothing runs.
         named = await client.call_tool("get_semantic", {"label": "home-airport", "user_id": "bob"})
         assert "unknown argument 'user_id'" in error(named)

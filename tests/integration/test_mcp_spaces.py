@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp_stdio import error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
 from pipeline.embeddings import HashingEmbedder
@@ -22,25 +19,12 @@ pytestmark = pytest.mark.integration
 
 PROJECT = "support"
 DIMENSIONS = 64
-#: Seconds one request may take (the first one connects to MongoDB and builds indexes).
-TIMEOUT = 60.0
 
 BLENDER = {"question": "Refund for a blender that arrived broken", "tier": "gold"}
 #: Close enough to BLENDER to be a near-duplicate (the space's duplicate_threshold).
 BLENDER_AGAIN = {"question": "Refund for a blender that arrived broken!", "tier": "gold"}
 ROUTER = {"question": "How do I reset the password of my router", "tier": "basic"}
 TV = {"question": "Refund over 500 EUR for a damaged TV"}
-
-
-def stdio_server(env: dict[str, str], *args: str, project: str = PROJECT) -> Client:
-    """A client that launches ``mongomem mcp`` (as ``python -m pipeline.cli mcp``) over stdio."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "pipeline.cli", "mcp", "--project-id", project, *args],
-        env={**env, "PYTHONPATH": os.getcwd()},
-        cwd=os.getcwd(),
-    )
-    return Client(params, read_timeout_seconds=TIMEOUT)
 
 
 @pytest.fixture
@@ -78,19 +62,6 @@ async def spaces(
         yield s
 
 
-def ok(result: Any) -> Any:
-    """The structured content of a successful tool call."""
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    assert not result.is_error, text
-    return result.structured_content
-
-
-def error(result: Any) -> str:
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    assert result.is_error, text
-    return text
-
-
 async def test_add_recall_and_duplicates_through_mcp(
     env: dict[str, str], spaces: AsyncSpaces
 ) -> None:
@@ -102,7 +73,7 @@ async def test_add_recall_and_duplicates_through_mcp(
         "comment": "Right call",
         "sentiment": "positive",
     }
-    async with stdio_server(env, "--user-id", "alice") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice") as client:
         listed = ok(await client.call_tool("list_spaces", {}))["result"]
         assert [(s["space_id"], s["kind"]) for s in listed] == [
             ("escalations", "escalation"),
@@ -154,7 +125,7 @@ async def test_a_resolved_escalation_is_applied_next_time(
     env: dict[str, str], spaces: AsyncSpaces
 ) -> None:
     check = {"space": "escalations", "inputs": TV}
-    async with stdio_server(env, "--service-account", "support-bot") as client:
+    async with stdio_server(env, PROJECT, "--service-account", "support-bot") as client:
         before = ok(await client.call_tool("check_escalation", check))
         assert (before["apply"], before["outcome"], before["top"]) == (False, None, None)
 
@@ -186,7 +157,7 @@ async def test_bad_input_names_the_argument_and_stores_nothing(
     seeded = await spaces.add_item("refunds", inputs=BLENDER, sentiment="positive", comment="ok")
     assert seeded.item is not None
     base = {"space": "refunds", "inputs": BLENDER_AGAIN}
-    async with stdio_server(env, "--user-id", "alice") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice") as client:
         calls: list[tuple[str, dict[str, Any], str]] = [
             ("add_case", {**base, "space": "nope"}, "invalid input (space)"),
             ("add_case", {**base, "space": "escalations"}, "invalid input (space)"),
@@ -226,7 +197,7 @@ async def test_a_server_of_one_project_never_sees_another_projects_space(
         theirs = await other.add_item("refunds", inputs=BLENDER, outcome="their outcome")
         assert theirs.item is not None
 
-        async with stdio_server(env, "--user-id", "alice") as client:
+        async with stdio_server(env, PROJECT, "--user-id", "alice") as client:
             listed = ok(await client.call_tool("list_spaces", {}))["result"]
             assert {(s["project_id"], s["space_id"], s["item_count"]) for s in listed} == {
                 (PROJECT, "escalations", 0),
@@ -255,7 +226,7 @@ async def test_spaces_are_opened_only_when_a_spaces_tool_is_used(
     env: dict[str, str], settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     db = mongo[settings.mongodb.database]
-    async with stdio_server(env, "--user-id", "alice") as client:
+    async with stdio_server(env, PROJECT, "--user-id", "alice") as client:
         ok(await client.call_tool("record_turn", {"role": "user", "content": "hello"}))
         assert "list_spaces" in {t.name for t in (await client.list_tools()).tools}
         names = set(await db.list_collection_names())
