@@ -148,9 +148,9 @@ class PlannedBatch:
     stats: WindowerStats = field(default_factory=WindowerStats)
     applied: int = 0  # records applied (not dead-lettered)
     failed: Exception | None = None  # planning itself failed (a bug): apply record by record
-    #: Where sessions the table does not know start (from :meth:`SnapshotWindower.prepare`).
+    #: Where sessions the table does not know start (looked up before planning).
     starts: dict[bytes, int] = field(default_factory=dict)
-    #: The records already decoded by :meth:`SnapshotWindower.prepare`, by offset.
+    #: The records already decoded before planning, by offset.
     events: dict[int, TurnRecord | WindowTick | InputError] = field(default_factory=dict)
     #: Event time of the last retirement scan of the partition, if this batch made one.
     scanned_at: datetime | None = None
@@ -249,6 +249,8 @@ class SnapshotWindower:
                 event = self._reader.read(value)
             except InputError as exc:
                 run.events[offset] = exc
+                continue
+            except Exception:  # a bug: planning meets it again and handles it as a failure
                 continue
             run.events[offset] = event
             if isinstance(event, TurnRecord) and event.key not in first:
