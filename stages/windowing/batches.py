@@ -67,8 +67,9 @@ class BatchPipeline:
     def raise_failure(self) -> None:
         """Raise the failure of a batch that has finished with one, if any."""
         for task, _ in self._flight:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            failure = task.exception() if task.done() and not task.cancelled() else None
+            if failure is not None:
+                raise failure
 
     async def drain(self) -> None:
         """Wait until every batch submitted is applied (raises the first failure)."""

@@ -371,3 +371,20 @@ async def test_many_sessions_close_in_one_batch_and_each_state_is_written_once()
     assert CountingStore.puts == len(SESSIONS)
     assert w.stats.turns == len(records)
     assert w.stats.snapshots == len(SESSIONS)
+
+
+async def test_a_pipeline_raises_the_failure_of_a_batch_that_finished_with_one() -> None:
+    """The consumer asks between fetches: a batch that failed for good stops the stage."""
+    session = SESSIONS[0]
+    records: list[Record] = [
+        (offset, None, encode(make_turn(session, offset + 1, offset))) for offset in range(MAX)
+    ]
+    pipeline = BatchPipeline(windower(MemoryStore(), RecordingSink(failures=100), Letters()), 0)
+    await pipeline.submit(records)
+    pipeline.raise_failure()  # still in flight: nothing to raise yet
+    for _ in range(100):
+        await asyncio.sleep(0)
+    with pytest.raises(StorageError):
+        pipeline.raise_failure()
+    with pytest.raises(StorageError):
+        await pipeline.drain()
