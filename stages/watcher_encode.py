@@ -8,8 +8,10 @@ stream. The watcher drains backlogs at the rate MongoDB hands them over, so
 that admits only documents in the plain shape :mod:`pipeline.stm` writes
 (exact ``str``/``int``/``dict``/``list`` types, a UTC or naive ``datetime``,
 plain-JSON metadata, a ``_id`` equal to ``Turn.make_id`` of its session and
-seq, ids that pass :func:`~pipeline.models.check_identifier`) and builds the
-envelope from it directly.
+seq, ids that pass :func:`~pipeline.models.check_identifier`) and writes the
+envelope with orjson, in one call. orjson writes what ``json.dumps`` writes
+for those types, except a float's exponent (``1e-7`` for ``1e-07``): metadata
+holding a float is written by ``json`` (an ``orjson.Fragment``).
 
 **The fast path decides nothing the full path would decide differently.**
 Whenever :func:`fast_value` returns bytes, ``turn_from_document`` accepts the
@@ -29,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import orjson
 from bson.tz_util import utc as bson_utc
 
 from pipeline.codec import SCHEMA_VERSION, encode, kind_of
@@ -41,9 +44,10 @@ __all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
 _KIND = kind_of(Turn)
 #: The settings of :func:`pipeline.codec.encode`, built once.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_PREFIX = f'{{"kind":{_JSON.encode(_KIND)},"v":{SCHEMA_VERSION},"data":{{"turn_id":'
-#: A JSON string literal, as ``_JSON`` writes it (C accelerated).
-_str = json.encoder.encode_basestring
+#: orjson writes what ``_JSON`` writes for exact str/int/bool/None/dict/list
+#: (floats aside, see :func:`fast_value`) and a UTC ``datetime`` as pydantic
+#: does; a subclass is refused rather than converted.
+_ORJSON = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z
 _ROLES = frozenset(r.value for r in Role)
 _REQUIRED = frozenset(
     {"_id", "project_id", "user_id", "session_id", "seq", "role", "content", "created_at"}
@@ -69,8 +73,6 @@ class SessionParts(NamedTuple):
     """What every turn of one valid session shares, computed once per session."""
 
     key: bytes
-    #: The session's fields of the envelope, from after ``turn_id`` to ``"seq":``.
-    fields: str
     #: SHA-256 fed with the session part of :meth:`Turn.make_id`; copied per turn.
     id_hash: Any
 
@@ -130,11 +132,7 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
     ):
         return None
     tz = created.tzinfo
-    if tz is None:
-        stamp = created.isoformat()  # a naive time is read as UTC (turn_from_document)
-    elif tz is bson_utc or tz is UTC:
-        stamp = created.isoformat()[:-6]  # without its "+00:00"
-    else:
+    if not (tz is None or tz is bson_utc or tz is UTC):  # naive is read as UTC
         return None
     slot = (project, user, session)
     parts = known.get(slot)
@@ -150,25 +148,35 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
     id_hash.update(str(seq).encode())
     if turn_id != "turn_" + id_hash.hexdigest()[:24]:
         return None
+    meta: Any = metadata
     if metadata:
-        if not _plain_dict(metadata, 0):
+        floats = _plain_dict(metadata, 0)
+        if floats is None:
             return None
-        meta = _JSON.encode(metadata)
-    else:
-        meta = "{}"
-    # The bytes of pipeline.codec.encode, field by field (model field order);
-    # pydantic writes a UTC time with a "Z".
+        if floats:  # orjson writes exponents as 1e-7, json as 1e-07
+            meta = orjson.Fragment(_JSON.encode(metadata))
+    # The bytes of pipeline.codec.encode: the fields in model order, compact,
+    # non-ASCII as UTF-8, a UTC time with a "Z" as pydantic writes it.
     try:
-        value = "".join(
-            (
-                _PREFIX, _str(turn_id), parts.fields, str(seq),
-                ',"role":', _str(role),
-                ',"content":', _str(content),
-                ',"metadata":', meta,
-                ',"created_at":"', stamp, 'Z"}}',
-            )
-        ).encode()  # fmt: skip
-    except UnicodeEncodeError:  # an unpaired surrogate, not from BSON: the full path says
+        value = orjson.dumps(
+            {
+                "kind": _KIND,
+                "v": SCHEMA_VERSION,
+                "data": {
+                    "turn_id": turn_id,
+                    "project_id": project,
+                    "user_id": user,
+                    "session_id": session,
+                    "seq": seq,
+                    "role": role,
+                    "content": content,
+                    "metadata": meta,
+                    "created_at": created,
+                },
+            },
+            option=_ORJSON,
+        )
+    except orjson.JSONEncodeError:  # an unpaired surrogate or a huge seq: the full path says
         return None
     return TurnRecord(slot, seq, parts.key, value)
 
@@ -178,54 +186,46 @@ def _session_parts(slot: Slot) -> SessionParts | None:
     try:
         for part in slot:
             check_identifier(part)
-        fields = "".join(
-            (
-                ',"project_id":', _str(slot[0]),
-                ',"user_id":', _str(slot[1]),
-                ',"session_id":', _str(slot[2]),
-                ',"seq":',
-            )
-        )  # fmt: skip
         key = "\x00".join(slot).encode()
         id_hash = hashlib.sha256("\x00".join((*slot, "")).encode())
     except (ValueError, UnicodeEncodeError):
         return None
-    return SessionParts(key, fields, id_hash)
+    return SessionParts(key, id_hash)
 
 
-def _plain_dict(value: dict[Any, Any], depth: int) -> bool:
-    """True for a dict of JSON made of exact dict/list/str/int/finite float/bool/None.
+def _plain_dict(value: dict[Any, Any], depth: int) -> bool | None:
+    """Whether a dict of plain JSON holds a float; ``None`` when it is not plain JSON.
 
+    Plain: exact dict (with str keys)/list/str/int/finite float/bool/None.
     Containers deeper than ``_MAX_DEPTH`` are refused (the full path decides).
     """
     if depth >= _MAX_DEPTH:
-        return False
+        return None
     for key in value:
         if type(key) is not str:
-            return False
+            return None
     return _plain_items(value.values(), depth)
 
 
-def _plain_list(value: list[Any], depth: int) -> bool:
-    """:func:`_plain_dict` for a list."""
-    return depth < _MAX_DEPTH and _plain_items(value, depth)
-
-
-def _plain_items(items: Iterable[Any], depth: int) -> bool:
-    """The items of a container at ``depth`` are all plain (see :func:`_plain_dict`)."""
+def _plain_items(items: Iterable[Any], depth: int) -> bool | None:
+    """:func:`_plain_dict` for the items of a container at ``depth``."""
+    floats = False
     for item in items:
         kind = type(item)
         if kind is str or kind is int or kind is bool or item is None:
             continue
         if kind is float:
             if not math.isfinite(item):
-                return False
-        elif kind is dict:
-            if not _plain_dict(item, depth + 1):
-                return False
+                return None
+            floats = True
+            continue
+        if kind is dict:
+            inner = _plain_dict(item, depth + 1)
         elif kind is list:
-            if not _plain_list(item, depth + 1):
-                return False
+            inner = _plain_items(item, depth + 1) if depth + 1 < _MAX_DEPTH else None
         else:
-            return False
-    return True
+            return None
+        if inner is None:
+            return None
+        floats = floats or inner
+    return floats
