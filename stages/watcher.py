@@ -158,7 +158,11 @@ class ChangeStreamWatcher:
     ) -> None:
         stm = stm or StmSettings()
         self._db = db
-        self._turns = db[TURNS]
+        # Naive datetimes (UTC, as stored): cheaper to decode than tz-aware
+        # ones, and read as UTC by both encoding paths.
+        self._turns = db[TURNS].with_options(
+            codec_options=db.codec_options.with_options(tz_aware=False, tzinfo=None)
+        )
         self._checkpoints = db[CHECKPOINTS]
         self._producer = producer
         self._kafka = kafka
