@@ -175,3 +175,19 @@ def test_reconcile_thresholds_come_from_settings(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.99")  # above reinforce_at
     with pytest.raises(ConfigError, match="MONGOMEM_RECONCILE_"):
         Thresholds.from_settings(load_settings().reconcile)
+
+
+def test_kafka_compression_reaches_the_producers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.kafka
+
+    made: list[dict[str, object]] = []
+    monkeypatch.setattr(pipeline.kafka, "AIOKafkaProducer", lambda **options: made.append(options))
+    assert load_settings().kafka.compression == "zstd"
+    monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "broker:9092")
+    for value, expected in (("none", None), ("lz4", "lz4"), ("zstd", "zstd")):
+        monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", value)
+        pipeline.kafka.make_producer(load_settings().kafka)
+        assert made[-1]["compression_type"] == expected
+    monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", "brotli")
+    with pytest.raises(ConfigError, match="MONGOMEM_KAFKA_COMPRESSION"):
+        load_settings()
