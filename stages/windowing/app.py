@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -100,9 +102,14 @@ def build_app(
     receives the exception; the caller stops the app.
     """
     bootstrap = settings.kafka.bootstrap or ""
+    # The table lives in its changelog topic; faust still makes a data
+    # directory (by default in the working directory): keep it out of the way.
+    datadir = Path(tempfile.gettempdir()) / "mongomem-faust"
+    datadir.mkdir(exist_ok=True)
     options: dict[str, Any] = {
         "broker": faust_brokers(bootstrap),
         "store": "memory://",
+        "datadir": datadir / app_id,
         "web_enabled": False,
         "topic_partitions": partitions,
         "topic_replication_factor": settings.kafka.replication_factor,
@@ -114,6 +121,7 @@ def build_app(
         "broker_heartbeat_interval": 1.0,
         "broker_commit_interval": 1.0,
         "producer_acks": -1,
+        "producer_compression_type": settings.kafka.compression_type,
     }
     options.update(faust_options)
     app = faust.App(app_id, **options)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -21,11 +22,12 @@ from pipeline.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-def counting_app(settings: Settings, app_id: str, topic: str) -> tuple[Any, Any]:
+def counting_app(settings: Settings, app_id: str, topic: str, datadir: Path) -> tuple[Any, Any]:
     app = faust.App(
         app_id,
         broker=f"kafka://{settings.kafka.bootstrap}",
         store="memory://",
+        datadir=datadir / app_id,
         web_enabled=False,
         topic_partitions=settings.kafka.partitions,
         topic_disable_leader=True,
@@ -54,7 +56,7 @@ async def eventually(predicate: Any, within: float) -> None:
 
 
 async def test_a_faust_app_consumes_a_topic_and_keeps_a_recoverable_table(
-    settings: Settings,
+    settings: Settings, tmp_path: Path
 ) -> None:
     topic = settings.kafka.topic("faust-proof")
     await ensure_topics(settings.kafka, [topic])
@@ -68,7 +70,7 @@ async def test_a_faust_app_consumes_a_topic_and_keeps_a_recoverable_table(
 
     app_id = f"{settings.kafka.topic_prefix}.faust-proof-{uuid.uuid4().hex[:6]}"
     expected = {f"k{i}": 6 for i in range(5)}
-    app, counts = counting_app(settings, app_id, topic)
+    app, counts = counting_app(settings, app_id, topic, tmp_path)
     await app.start()
     try:
         await eventually(lambda: dict(counts.items()) == expected, 60)
@@ -81,7 +83,7 @@ async def test_a_faust_app_consumes_a_topic_and_keeps_a_recoverable_table(
     position = await group_lag(settings.kafka, app_id, topic)
     assert position.committed == 30, "the group committed what it read"
 
-    again, recovered = counting_app(settings, app_id, topic)
+    again, recovered = counting_app(settings, app_id, topic, tmp_path)
     await again.start()
     try:
         await eventually(lambda: dict(recovered.items()) == expected, 60)
