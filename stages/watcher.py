@@ -301,7 +301,7 @@ class ChangeStreamWatcher:
                         continue
                     idle = False
                     document = change.get("fullDocument")
-                    if isinstance(document, Mapping):
+                    if type(document) is dict or isinstance(document, Mapping):
                         self._publish(document)
                     self._token = change["_id"]
                 await self._hand_over()

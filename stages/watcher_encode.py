@@ -110,13 +110,19 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
     ``known`` holds the sessions whose ids are valid (:class:`SessionParts`);
     this function adds to it (and empties it when it grows past a bound).
     """
-    if type(doc) is not dict or not _REQUIRED <= doc.keys() <= _ALLOWED:
+    if type(doc) is not dict:
         return None
-    turn_id = doc["_id"]
-    project, user, session = doc["project_id"], doc["user_id"], doc["session_id"]
-    seq, role, content = doc["seq"], doc["role"], doc["content"]
+    try:
+        turn_id = doc["_id"]
+        project, user, session = doc["project_id"], doc["user_id"], doc["session_id"]
+        seq, role, content = doc["seq"], doc["role"], doc["content"]
+        created = doc["created_at"]
+    except KeyError:
+        return None
     metadata = doc.get("metadata", _NO_METADATA)
-    created = doc["created_at"]
+    # Every required field is there: no other one is when the count is right.
+    if len(doc) != (len(_REQUIRED) if metadata is _NO_METADATA else len(_ALLOWED)):
+        return None
     if not (
         type(turn_id) is str
         and type(project) is str
@@ -145,7 +151,7 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
         known[slot] = parts
     # Turn.make_id(project, user, session, seq), from the session's hash state.
     id_hash = parts.id_hash.copy()
-    id_hash.update(str(seq).encode())
+    id_hash.update(b"%d" % seq)
     if turn_id != "turn_" + id_hash.hexdigest()[:24]:
         return None
     meta: Any = metadata
