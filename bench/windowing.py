@@ -25,9 +25,11 @@ import contextlib
 import os
 import platform
 import random
+import statistics
 import sys
 import time
 import uuid
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +37,7 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaConsumer
 from pymongo import ReplaceOne, UpdateOne
 
+from bench.prose import texts
 from pipeline.codec import decode, encode
 from pipeline.infra import start_servers
 from pipeline.kafka import SNAPSHOTS, TURNS, ensure_topics, make_producer
@@ -54,7 +57,8 @@ from stages.windowing.sinks import snapshot_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
 PARTITIONS = 3
-CONTENT = "Please compare the flights to Lisbon on June 3rd by price, stops and travel time. " * 4
+#: Turn texts (:mod:`bench.prose`): they compress as conversation text does.
+CONTENTS = texts(4096)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -71,7 +75,7 @@ def make_turn(session: SessionKey, seq: int) -> Turn:
         session_id=session.session_id,
         seq=seq,
         role=Role.USER if seq % 2 else Role.ASSISTANT,
-        content=CONTENT,
+        content=CONTENTS[zlib.crc32(f"{session.session_id}/{seq}".encode()) % len(CONTENTS)],
         created_at=utcnow(),
     )
 
@@ -343,8 +347,8 @@ Topics have 3 partitions; one windowing worker.
 
 ## P3 — windowing turns/s vs a raw aiokafka consume loop (same topic, same run)
 
-Backlog: {r3["turns"]:,} turns ({CONTENT.__len__()} characters each) in
-sessions of equal length, `max_messages` = 20, so the stage closes
+Backlog: {r3["turns"]:,} turns (different texts of {statistics.mean(map(len, CONTENTS)):.0f}
+characters on average) in sessions of equal length, `max_messages` = 20, so the stage closes
 {r3["snapshots"]:,} count snapshots while draining.
 
 | reader | turns/s (first record → last) |
