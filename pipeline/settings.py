@@ -52,6 +52,7 @@ __all__ = [
     "InfraSettings",
     "KafkaSettings",
     "LLMSettings",
+    "McpSettings",
     "MongoSettings",
     "ReconcileSettings",
     "ServiceSettings",
@@ -74,6 +75,13 @@ def _group(prefix: str) -> SettingsConfigDict:
         frozen=True,
         populate_by_name=True,
     )
+
+
+def _none_value(value: Any) -> Any:
+    """``None`` for the words that switch an optional setting off (``none``, ``never``, empty)."""
+    if isinstance(value, str) and value.strip().lower() in ("", "none", "never"):
+        return None
+    return value
 
 
 class MongoSettings(BaseSettings):
@@ -141,9 +149,7 @@ class WindowingSettings(BaseSettings):
     @field_validator("state_ttl_s", mode="before")
     @classmethod
     def _none(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() in ("", "none", "never"):
-            return None
-        return value
+        return _none_value(value)
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -203,6 +209,19 @@ class ReconcileSettings(BaseSettings):
     ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
     floor: float = Field(default=0.5, ge=-1, le=1)
     neighbours: int = Field(default=5, ge=1, le=100)
+    ledger_ttl_s: float | None = Field(
+        default=30 * 24 * 3600.0,
+        gt=0,
+        description=(
+            "how long a settled candidate is remembered (its ledger entry, hence its idempotency "
+            "key); 'none': forever. Keep it above the candidates topic's retention."
+        ),
+    )
+
+    @field_validator("ledger_ttl_s", mode="before")
+    @classmethod
+    def _none(cls, value: Any) -> Any:
+        return _none_value(value)
 
 
 class LLMSettings(BaseSettings):
@@ -240,6 +259,19 @@ class ServiceSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    rate_limit_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="requests per second each API key may make (a token bucket); 'none': no limit",
+    )
+    rate_limit_burst: int = Field(
+        default=20, ge=1, description="requests a key may make at once above its rate"
+    )
+
+    @field_validator("rate_limit_per_s", mode="before")
+    @classmethod
+    def _none(cls, value: Any) -> Any:
+        return _none_value(value)
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -247,6 +279,20 @@ class ServiceSettings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+
+class McpSettings(BaseSettings):
+    """The MCP server (``mongomem mcp``)."""
+
+    model_config = _group("MONGOMEM_MCP_")
+
+    auth_token: SecretStr | None = Field(
+        default=None,
+        description=(
+            "the bearer token every streamable-HTTP request must carry; required to listen "
+            "on anything but loopback"
+        ),
+    )
 
 
 class SpacesSettings(BaseSettings):
@@ -305,6 +351,7 @@ class Settings(BaseSettings):
     stm: StmSettings = Field(default_factory=StmSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     spaces: SpacesSettings = Field(default_factory=SpacesSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     project_config: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -333,6 +380,7 @@ _GROUPS: dict[str, type[BaseSettings]] = {
     "stm": StmSettings,
     "reconcile": ReconcileSettings,
     "spaces": SpacesSettings,
+    "mcp": McpSettings,
 }
 
 
