@@ -70,7 +70,7 @@ class Thresholds(_Frozen):
     def from_settings(cls, settings: ReconcileSettings) -> Thresholds:
         """The thresholds configured by ``MONGOMEM_RECONCILE_*`` (validated for order)."""
         try:
-            return cls.model_validate(settings.model_dump())
+            return cls.model_validate(settings.model_dump(include=set(cls.model_fields)))
         except ValidationError as exc:
             raise ConfigError(f"MONGOMEM_RECONCILE_*: {exc}") from exc
 
