@@ -3,6 +3,10 @@
 ::
 
     mongomem spaces list   --project-id P              one line per space
+    mongomem spaces create SPACE --project-id P --key ARG[=WEIGHT] ...
+                                 [--name N] [--description D] [--kind escalation]
+                                 [--threshold X] [--top-k N] [--mode meaning]
+                                 [--encrypted]         a new, empty space
     mongomem spaces show   SPACE --project-id P        the space as JSON (settings, agents, count)
     mongomem spaces delete SPACE --project-id P --yes  the space and all of its items
     mongomem spaces export SPACE --project-id P        JSON lines to stdout (plain text!)
@@ -14,6 +18,7 @@ process's settings, as the other operator commands do; over HTTP the API key
 decides the project). ``list``, ``show``, ``delete`` and ``export`` need no
 embedding provider; ``import`` needs the one of the importing process (it
 keeps the file's vectors when they were made by the same one, SPEC H9).
+``create`` needs none either: a space takes its embedder with its first item.
 
 :func:`add_cli` adds ``spaces`` to the main CLI's sub-parsers; each handler
 takes ``(args, settings)`` and returns the exit status. :func:`main` runs the
@@ -54,6 +59,22 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         return sub
 
     action("list", "every space of the project")
+    create = action("create", "a new, empty space")
+    create.add_argument("space_id")
+    create.add_argument(
+        "--key", dest="keys", action="append", required=True, type=_search_key,
+        metavar="ARG[=WEIGHT]", help="an input argument that takes part in matching (repeatable)",
+    )  # fmt: skip
+    create.add_argument("--name", default=None, help="display name (default: the id)")
+    create.add_argument("--description", default="", help="what the space holds")
+    create.add_argument("--kind", choices=["episodic", "escalation"], default="episodic")
+    create.add_argument("--threshold", type=float, default=None, help="recall score threshold")
+    create.add_argument("--top-k", type=int, default=None, help="cases recall returns at most")
+    create.add_argument("--mode", choices=["hybrid", "meaning"], default=None, help="recall mode")
+    create.add_argument(
+        "--encrypted", action="store_true",
+        help="encrypt the items (MONGOMEM_SPACES_ENCRYPTION_KEY); fixed for good",
+    )  # fmt: skip
     action("show", "one space as JSON").add_argument("space_id")
     delete = action("delete", "delete a space and all of its items")
     delete.add_argument("space_id")
@@ -75,8 +96,19 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_cli(subparsers: Any) -> None:
     """Add ``spaces`` to ``subparsers`` (what ``add_subparsers()`` returned)."""
     _add_arguments(
-        subparsers.add_parser("spaces", help="list, show, delete, export, import spaces")
+        subparsers.add_parser("spaces", help="list, create, show, delete, export, import spaces")
     )
+
+
+def _search_key(text: str) -> dict[str, Any]:
+    """``--key`` ``question`` or ``question=2.5``: a search key (checked by the space)."""
+    argument, sep, weight = text.partition("=")
+    if not sep:
+        return {"argument": argument}
+    try:
+        return {"argument": argument, "weight": float(weight)}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weight of {argument!r} is not a number") from None
 
 
 def _read_lines(name: str) -> list[str]:
@@ -101,6 +133,16 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                     secret = "yes" if s.encrypted else "no"
                     print(f"{s.space_id:<24}  {s.kind:<10}  {s.item_count:>6}  {secret:<9}  "
                           f"{s.name}")  # fmt: skip
+            case "create":
+                asked = {"threshold": args.threshold, "top_k": args.top_k, "mode": args.mode}
+                recall = {name: value for name, value in asked.items() if value is not None}
+                space = await spaces.create_space(
+                    args.space_id, keys=args.keys, name=args.name, description=args.description,
+                    kind=args.kind, recall=recall, encrypted=args.encrypted,
+                )  # fmt: skip
+                secret = ", encrypted" if space.encrypted else ""
+                print(f"created {space.kind} space {space.space_id} in project "
+                      f"{spaces.project_id}{secret}")  # fmt: skip
             case "show":
                 print((await spaces.get_space(args.space_id)).model_dump_json(indent=2))
             case "delete":

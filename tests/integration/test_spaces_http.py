@@ -442,6 +442,26 @@ async def test_the_spaces_cli_handlers(
     assert "imported space copy with 3 items" in capsys.readouterr().out
     assert (await direct.get_space("copy")).item_count == 3
 
+    create = cli_args("spaces", "create", "triage", "--project-id", "support", "--key", "question",
+                      "--key", "product=2.5", "--kind", "escalation", "--top-k", "5",
+                      "--description", "open questions")  # fmt: skip
+    assert await run(spaces_command, create, settings) == 0
+    assert "created escalation space triage in project support" in capsys.readouterr().out
+    made = await direct.get_space("triage")
+    assert [(k.argument, k.weight) for k in made.keys] == [("question", 1.0), ("product", 2.5)]
+    assert (made.kind, made.recall.top_k, made.description) == ("escalation", 5, "open questions")
+    assert made.item_count == 0
+    assert not made.encrypted
+    again = cli_args("spaces", "create", "triage", "--project-id", "support", "--key", "q")
+    with pytest.raises(InputError):  # the space exists: one line from the main CLI, exit 1
+        await run(spaces_command, again, settings)
+    with pytest.raises(SystemExit):  # a weight that is not a number: argparse says so
+        cli_args("spaces", "create", "x", "--project-id", "support", "--key", "q=heavy")
+    capsys.readouterr()
+    assert await run(spaces_command, cli_args("spaces", "delete", "triage", "--project-id",
+                                              "support", "--yes"), settings) == 0  # fmt: skip
+    capsys.readouterr()
+
     delete = ("spaces", "delete", "copy", "--project-id", "support")
     assert await run(spaces_command, cli_args(*delete), settings) == 2  # no --yes
     assert "add --yes" in capsys.readouterr().err
