@@ -41,7 +41,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from pipeline.errors import ConfigError
@@ -82,6 +89,10 @@ def _none_value(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() in ("", "none", "never"):
         return None
     return value
+
+
+#: A number that ``none``/``never`` (or empty) switches off.
+OptionalNumber = Annotated[float | None, BeforeValidator(_none_value)]
 
 
 class MongoSettings(BaseSettings):
@@ -137,7 +148,7 @@ class WindowingSettings(BaseSettings):
             "faust agent and table; it lost a record once under rebalance in our tests."
         ),
     )
-    state_ttl_s: float | None = Field(
+    state_ttl_s: OptionalNumber = Field(
         default=7 * 24 * 3600.0,
         gt=0,
         description=(
@@ -145,11 +156,6 @@ class WindowingSettings(BaseSettings):
             "from the stage's table; 'none': never. Keep it far above the commit interval."
         ),
     )
-
-    @field_validator("state_ttl_s", mode="before")
-    @classmethod
-    def _none(cls, value: Any) -> Any:
-        return _none_value(value)
 
     @property
     def idle_timeout(self) -> timedelta:
@@ -209,7 +215,7 @@ class ReconcileSettings(BaseSettings):
     ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
     floor: float = Field(default=0.5, ge=-1, le=1)
     neighbours: int = Field(default=5, ge=1, le=100)
-    ledger_ttl_s: float | None = Field(
+    ledger_ttl_s: OptionalNumber = Field(
         default=30 * 24 * 3600.0,
         gt=0,
         description=(
@@ -217,11 +223,6 @@ class ReconcileSettings(BaseSettings):
             "key); 'none': forever. Keep it above the candidates topic's retention."
         ),
     )
-
-    @field_validator("ledger_ttl_s", mode="before")
-    @classmethod
-    def _none(cls, value: Any) -> Any:
-        return _none_value(value)
 
 
 class LLMSettings(BaseSettings):
@@ -259,7 +260,7 @@ class ServiceSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
-    rate_limit_per_s: float | None = Field(
+    rate_limit_per_s: OptionalNumber = Field(
         default=None,
         gt=0,
         description="requests per second each API key may make (a token bucket); 'none': no limit",
@@ -267,11 +268,6 @@ class ServiceSettings(BaseSettings):
     rate_limit_burst: int = Field(
         default=20, ge=1, description="requests a key may make at once above its rate"
     )
-
-    @field_validator("rate_limit_per_s", mode="before")
-    @classmethod
-    def _none(cls, value: Any) -> Any:
-        return _none_value(value)
 
     @field_validator("api_keys", mode="before")
     @classmethod
