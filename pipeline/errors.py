@@ -25,6 +25,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── ReconciliationError          a memory write could not be applied   (final)
     │   └── WriteConflict            a concurrent writer won; re-plan      (retriable)
     ├── NotReady                     a dependency is missing at start      (final)
+    ├── RateLimitExceeded            a key over its rate; ``retry_after``  (retriable)
     └── ScopeError                   identity or scope violation           (final)
         └── AuthError                missing or wrong API key              (final)
 """
@@ -48,6 +49,7 @@ __all__ = [
     "MessageDecodeError",
     "MongomemError",
     "NotReady",
+    "RateLimitExceeded",
     "ReconciliationError",
     "ResumeTokenLost",
     "ScopeError",
@@ -152,6 +154,20 @@ class WriteConflict(ReconciliationError):
 
 class NotReady(MongomemError):
     """A component refuses to start: the message says which dependency is missing."""
+
+
+class RateLimitExceeded(MongomemError):
+    """An API key made more requests than the memory service allows it (HTTP 429).
+
+    ``retry_after`` is in seconds: how long until the key may make a request
+    again. The same call then succeeds; nothing of the refused one was applied.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ScopeError(MongomemError):

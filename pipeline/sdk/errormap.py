@@ -8,6 +8,7 @@ body that is not JSON                              400     ``InputError``, field
 :class:`~pipeline.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~pipeline.errors.ScopeError`               403     key of another project, reserved id
 a memory that is not there (``get``)               404     type ``MemoryNotFound``
+:class:`~pipeline.errors.RateLimitExceeded`        429     ``Retry-After`` header
 any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` header
 any other :class:`~pipeline.errors.MongomemError`  500
 =================================================  ======  =======================
@@ -29,6 +30,7 @@ from pipeline.errors import (
     LLMRateLimited,
     MongomemError,
     NotReady,
+    RateLimitExceeded,
     ScopeError,
     StorageError,
 )
@@ -54,16 +56,18 @@ def status_for(exc: MongomemError) -> int:
         return 401
     if isinstance(exc, ScopeError):
         return 403
+    if isinstance(exc, RateLimitExceeded):
+        return 429
     if exc.retriable or isinstance(exc, NotReady):
         return 503
     return 500
 
 
 def retry_after_s(exc: MongomemError) -> int | None:
-    """Whole seconds for ``Retry-After`` (503 only): the error's own hint, else 1."""
-    if status_for(exc) != 503:
+    """Whole seconds for ``Retry-After`` (429 and 503): the error's own hint, else 1."""
+    if status_for(exc) not in (429, 503):
         return None
-    hint = exc.retry_after if isinstance(exc, LLMRateLimited) else None
+    hint = exc.retry_after if isinstance(exc, (LLMRateLimited, RateLimitExceeded)) else None
     return max(1, math.ceil(hint)) if hint is not None else 1
 
 
@@ -84,13 +88,19 @@ def _by_status(status: int) -> type[MongomemError]:
         return AuthError
     if status == 403:
         return ScopeError
+    if status == 429:
+        return RateLimitExceeded
     if status == 503:
         return StorageError
     return MongomemError
 
 
-def error_from(status: int, payload: Any) -> MongomemError:
-    """The exception an error answer stands for (its class by name, else by status)."""
+def error_from(status: int, payload: Any, *, retry_after: float | None = None) -> MongomemError:
+    """The exception an error answer stands for (its class by name, else by status).
+
+    ``retry_after`` is the answer's ``Retry-After`` header in seconds, for an
+    answer whose body does not say (a proxy's 429).
+    """
     try:
         body = ErrorBody.model_validate(payload["error"])
     except (KeyError, TypeError, ValueError):
@@ -98,6 +108,7 @@ def error_from(status: int, payload: Any) -> MongomemError:
     cls = _CLASSES.get(body.type) or _by_status(status)
     if issubclass(cls, InputError):
         return cls(body.message, field=body.field)
-    if issubclass(cls, LLMRateLimited):
-        return cls(body.message, retry_after=body.retry_after)
+    if issubclass(cls, (LLMRateLimited, RateLimitExceeded)):
+        hint = body.retry_after if body.retry_after is not None else retry_after
+        return cls(body.message, retry_after=hint)
     return cls(body.message)

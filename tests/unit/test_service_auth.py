@@ -17,6 +17,7 @@ from pipeline.errors import (
     LLMRateLimited,
     MongomemError,
     NotReady,
+    RateLimitExceeded,
     ReconciliationError,
     ScopeError,
     StorageError,
@@ -95,6 +96,7 @@ def test_identity_is_resolved_again_inside_the_keys_project() -> None:
         (InputError("not json", field="body"), 400),
         (AuthError("no key"), 401),
         (ScopeError("other project"), 403),
+        (RateLimitExceeded("over the limit", retry_after=1.5), 429),
         (StorageError("mongo away"), 503),
         (WriteConflict("raced"), 503),
         (LLMRateLimited("slow down", retry_after=2.5), 503),
@@ -115,8 +117,9 @@ def test_errors_round_trip_through_http(exc: MongomemError, status: int) -> None
         assert back.field == exc.field
 
 
-def test_retry_after_only_for_503() -> None:
+def test_retry_after_only_for_429_and_503() -> None:
     assert retry_after_s(StorageError("x")) == 1
+    assert retry_after_s(RateLimitExceeded("x", retry_after=0.4)) == 1
     assert retry_after_s(LLMRateLimited("x", retry_after=2.5)) == 3
     assert retry_after_s(InputError("x")) is None
     assert retry_after_s(AuthError("x")) is None
@@ -127,6 +130,7 @@ def test_an_answer_without_our_body_maps_by_status() -> None:
     assert type(error_from(403, "forbidden")) is ScopeError
     assert type(error_from(422, {"error": {}})) is InputError
     assert type(error_from(503, {})) is StorageError
+    assert type(error_from(429, "Too Many Requests")) is RateLimitExceeded
     assert type(error_from(500, {"error": {"type": "NotAnError", "message": "x"}})) is (
         MongomemError
     )
