@@ -11,24 +11,27 @@ errors the same :mod:`pipeline.errors` classes, as with
 :class:`~pipeline.sdk.DirectTransport` (:mod:`pipeline.sdk.errormap`). A
 service that cannot be reached or does not answer in time raises
 :class:`~pipeline.errors.StorageError` (retriable): from the SDK's side the
-service *is* the storage. Nothing is retried here — except a save with an
-``idempotency_key``, which is sent again up to ``keyed_save_retries`` times
-after a retriable failure (no answer in time, unreachable, 503): the service
-recognises the repeat, so that is safe. Any other retriable error is the
-caller's to retry.
+service *is* the storage. A key over its rate limit answers 429, raised as
+:class:`~pipeline.errors.RateLimitExceeded` with the service's ``retry_after``.
+Nothing is retried here — except a save with an ``idempotency_key``, which is
+sent again up to ``keyed_save_retries`` times after a retriable failure (no
+answer in time, unreachable, 503, 429): the service recognises the repeat, so
+that is safe. After a 429 the retry waits at least the ``Retry-After`` the
+service gave. Any other retriable error is the caller's to retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 from typing import Any, TypeVar
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from pipeline.errors import ConfigError, InputError, MongomemError, StorageError
+from pipeline.errors import ConfigError, InputError, MongomemError, RateLimitExceeded, StorageError
 from pipeline.models import Role, Turn
 from pipeline.sdk.errormap import MEMORY_NOT_FOUND, error_from
 from pipeline.sdk.idempotency import check_idempotency_key
@@ -59,7 +62,8 @@ class HttpTransport:
     that uses this transport is given one. ``client`` lets an application
     share (or, in tests, fake) its :class:`httpx.AsyncClient`. A save with an
     idempotency key is retried ``keyed_save_retries`` times on a retriable
-    failure, after ``retry_backoff_s``, then twice that, and so on.
+    failure, after ``retry_backoff_s``, then twice that, and so on (at least
+    the ``Retry-After`` of a 429).
     """
 
     def __init__(
@@ -123,7 +127,7 @@ class HttpTransport:
             return payload["result"]
         if response.status_code == 404 and _error_type(payload) == MEMORY_NOT_FOUND:
             raise _NotFound
-        raise error_from(response.status_code, payload)
+        raise error_from(response.status_code, payload, retry_after=_retry_after(response))
 
     @staticmethod
     def _decode(adapter: TypeAdapter[T], value: Any) -> T:
@@ -152,7 +156,10 @@ class HttpTransport:
             except MongomemError as exc:  # the same key again: the service answers once
                 if not exc.retriable or attempt == self._retries:
                     raise
-                await asyncio.sleep(self._backoff * 2**attempt)
+                wait = self._backoff * 2**attempt
+                if isinstance(exc, RateLimitExceeded) and exc.retry_after is not None:
+                    wait = max(wait, exc.retry_after)
+                await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
@@ -202,6 +209,15 @@ class HttpTransport:
         if self._client is not None and self._own_client:
             await self._client.aclose()
             self._client = None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds, if the answer has one in that form."""
+    try:
+        seconds = float(response.headers["Retry-After"])
+    except (KeyError, ValueError):
+        return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _error_type(payload: Any) -> str | None:

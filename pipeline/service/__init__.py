@@ -8,10 +8,11 @@
 
 :func:`make_app` is the aiohttp application, :func:`serve` runs it until an
 event is set, :mod:`pipeline.service.keys` decides which project a key opens
-(each key opens exactly one), and :func:`add_cli` hangs ``serve`` and
-``keys`` under the ``mongomem`` command. The SDK's side is
-:class:`~pipeline.sdk.HttpTransport`. Names load on first use, so adding the
-CLI commands does not import the server.
+(each key opens exactly one), :mod:`pipeline.service.limits` how often each
+key may call, and :func:`add_cli` hangs ``serve`` and ``keys`` under the
+``mongomem`` command. The SDK's side is :class:`~pipeline.sdk.HttpTransport`.
+Names load on first use, so adding the CLI commands does not import the
+server.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
+    from pipeline.service.app import (
+        RATE_LIMITED,
+        REQUEST_SECONDS,
+        REQUESTS,
+        identity_of,
+        make_app,
+        serve,
+    )
     from pipeline.service.cli import add_cli, keys_command, main, serve_command
     from pipeline.service.keys import (
         API_KEYS,
@@ -32,16 +40,20 @@ if TYPE_CHECKING:
         hash_key,
         parse_env_keys,
     )
+    from pipeline.service.limits import Bucket, RateLimiter, take
 
 __all__ = [
     "API_KEYS",
     "KEY_PREFIX",
+    "RATE_LIMITED",
     "REQUESTS",
     "REQUEST_SECONDS",
     "ApiKeyInfo",
     "ApiKeyStore",
+    "Bucket",
     "EnvKey",
     "KeyRing",
+    "RateLimiter",
     "add_cli",
     "hash_key",
     "identity_of",
@@ -51,10 +63,14 @@ __all__ = [
     "parse_env_keys",
     "serve",
     "serve_command",
+    "take",
 ]
 
 _HOME = {
-    **dict.fromkeys(["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"),
+    **dict.fromkeys(
+        ["RATE_LIMITED", "REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"
+    ),
+    **dict.fromkeys(["Bucket", "RateLimiter", "take"], "limits"),
     **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "cli"),
 }
 

@@ -12,20 +12,28 @@ endpoint                   auth   answer
 =========================  =====  =============================================
 
 A request is handled in this order, and the first failure answers
-(:mod:`pipeline.sdk.errormap`): the key (401), the body (400/422, the field
-named), the caller's identity inside the key's project (403), then the same
-:class:`~pipeline.sdk.DirectTransport` the SDK uses in-process. So the service
-gives exactly the SDK's results, validates before anything is written (bad
-input stores nothing), and a key opens its own project only (SPEC F3): the
-project of a request is the key's, and a body naming another one is refused.
+(:mod:`pipeline.sdk.errormap`): the key (401), the key's rate limit (429), the
+body (400/422, the field named), the caller's identity inside the key's
+project (403), then the same :class:`~pipeline.sdk.DirectTransport` the SDK
+uses in-process. So the service gives exactly the SDK's results, validates
+before anything is written (bad input stores nothing), and a key opens its
+own project only (SPEC F3): the project of a request is the key's, and a body
+naming another one is refused.
 Identities are resolved again here (F1, F2); nothing the client resolved is
 trusted. Nothing is retried: retriable failures answer 503 with ``Retry-After``.
 A save sent with an ``idempotency_key`` may be retried by the client: a repeat
 answers the first result and changes nothing, and a repeat that arrives while
 the first is still being applied waits for it (:mod:`pipeline.sdk.idempotency`).
 
-Metrics: ``mongomem_service_requests_total`` (operation, status) and
-``mongomem_service_request_seconds`` (operation).
+Rate limits (``MONGOMEM_SERVICE_RATE_LIMIT_PER_S``, ``…_BURST``) hold per API
+key, on every ``/v1/…`` route and never on health, readiness or metrics: a
+token bucket (:mod:`pipeline.service.limits`) in this process's memory, so
+each replica of the service limits on its own. A key over its limit answers
+429 with ``Retry-After`` (whole seconds) and nothing is done.
+
+Metrics: ``mongomem_service_requests_total`` (operation, status),
+``mongomem_service_request_seconds`` (operation) and
+``mongomem_service_rate_limited_total`` (project): requests refused with 429.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from pipeline.embeddings import Embedder
-from pipeline.errors import InputError, MongomemError, ScopeError, StorageError
+from pipeline.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
 from pipeline.ltm import Judge, Thresholds
 from pipeline.mongo import Document, connect, database
 from pipeline.readiness import check_ready, ensure_ready
@@ -64,10 +72,11 @@ from pipeline.sdk.wire import (
     SaveRequest,
     SearchRequest,
 )
-from pipeline.service.keys import ApiKeyStore, KeyRing, parse_env_keys
+from pipeline.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
+from pipeline.service.limits import RateLimiter
 from pipeline.settings import Settings
 
-__all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
+__all__ = ["RATE_LIMITED", "REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +92,12 @@ REQUEST_SECONDS = Histogram(
     ["operation"],
     registry=REGISTRY,
 )
+RATE_LIMITED = Counter(
+    "mongomem_service_rate_limited",
+    "Requests refused because their API key was over its rate limit",
+    ["project"],
+    registry=REGISTRY,
+)
 
 _HEADROOM = 64 * 1024
 
@@ -93,6 +108,7 @@ class _Backend:
     keys: KeyRing
     transport: MemoryTransport
     client: AsyncMongoClient[Document]
+    limiter: RateLimiter | None
 
 
 BACKEND = web.AppKey("backend", _Backend)
@@ -145,6 +161,24 @@ def _bearer(request: web.Request) -> str | None:
     return key.strip() or None if scheme.lower() == "bearer" else None
 
 
+async def _authorise(request: web.Request) -> str:
+    """The project of the request's API key (401), if the key is within its rate (429)."""
+    backend = request.app[BACKEND]
+    key = _bearer(request)
+    project = await backend.keys.project_of(key)
+    limiter = backend.limiter
+    if limiter is not None and key:
+        wait = limiter.acquire(hash_key(key))  # never the plaintext
+        if wait > 0:
+            RATE_LIMITED.labels(project).inc()
+            raise RateLimitExceeded(
+                f"this API key is over its rate limit of {limiter.rate_per_s:g} requests/s "
+                f"(burst {limiter.burst}); retry in {wait:.2f}s",
+                retry_after=wait,
+            )
+    return project
+
+
 async def _parse(request: web.Request, model: type[Caller]) -> Caller:
     raw = await request.read()
     try:
@@ -163,7 +197,7 @@ async def _operation(request: web.Request) -> web.Response:
     model = OPERATIONS.get(op)
     if model is None:
         raise web.HTTPNotFound(reason=f"no operation {op!r}")
-    project = await backend.keys.project_of(_bearer(request))
+    project = await _authorise(request)
     args = await _parse(request, model)
     result = await _dispatch(backend.transport, op, identity_of(project, args), args)
     if result is None:
@@ -249,6 +283,7 @@ def make_app(
 ) -> web.Application:
     """The service as an aiohttp application (MongoDB is reached once it starts)."""
     env_keys = parse_env_keys(settings.service.api_keys)
+    rate = settings.service.rate_limit_per_s
     stm = settings.stm
     # JSON may escape a byte as six: leave room for the largest turn the STM accepts
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
@@ -260,7 +295,8 @@ def make_app(
         transport = DirectTransport(
             settings, embedder=embedder, judge=judge, thresholds=thresholds, client=client
         )
-        app[BACKEND] = _Backend(settings, KeyRing(env_keys, store), transport, client)
+        limiter = None if rate is None else RateLimiter(rate, settings.service.rate_limit_burst)
+        app[BACKEND] = _Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
         try:
             yield
         finally:

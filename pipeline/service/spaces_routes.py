@@ -35,7 +35,8 @@ route                                                   call (result)
 ``GET    /v1/spaces/{space}/export``                    ``export_space`` (NDJSON body)
 ======================================================  ==================================
 
-Errors are those of the memory routes (:mod:`pipeline.sdk.errormap`), plus two:
+Errors are those of the memory routes (:mod:`pipeline.sdk.errormap`), the
+per-key rate limit (429) included, plus two:
 
 * a space or item that is not there answers **404**, with the same body the
   :class:`~pipeline.errors.InputError` would have (``field``: ``space_id`` or
@@ -61,7 +62,7 @@ from pydantic_core import to_jsonable_python
 
 from pipeline.embeddings import Embedder, make_embedder
 from pipeline.errors import InputError, ScopeError
-from pipeline.service.app import BACKEND, _bearer, _error_response
+from pipeline.service.app import BACKEND, _authorise, _error_response
 from pipeline.settings import Settings
 from pipeline.spaces import AsyncSpaces
 from pipeline.spaces.wire import decode_choice, decode_inputs
@@ -191,7 +192,7 @@ def _check_project(named: Any, project_id: str) -> None:
 
 
 async def _project(request: web.Request) -> str:
-    project = await request.app[BACKEND].keys.project_of(_bearer(request))
+    project = await _authorise(request)  # the key (401), then its rate limit (429)
     _check_project(request.query.get("project_id"), project)
     return project
 
