@@ -21,14 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.service.app import (
-        RATE_LIMITED,
-        REQUEST_SECONDS,
-        REQUESTS,
-        identity_of,
-        make_app,
-        serve,
-    )
+    from pipeline.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
     from pipeline.service.cli import add_cli, keys_command, main, serve_command
     from pipeline.service.keys import (
         API_KEYS,
@@ -45,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = [
     "API_KEYS",
     "KEY_PREFIX",
-    "RATE_LIMITED",
     "REQUESTS",
     "REQUEST_SECONDS",
     "ApiKeyInfo",
@@ -67,9 +59,7 @@ __all__ = [
 ]
 
 _HOME = {
-    **dict.fromkeys(
-        ["RATE_LIMITED", "REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"
-    ),
+    **dict.fromkeys(["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"),
     **dict.fromkeys(["Bucket", "RateLimiter", "take"], "limits"),
     **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "cli"),
 }

@@ -31,9 +31,9 @@ token bucket (:mod:`pipeline.service.limits`) in this process's memory, so
 each replica of the service limits on its own. A key over its limit answers
 429 with ``Retry-After`` (whole seconds) and nothing is done.
 
-Metrics: ``mongomem_service_requests_total`` (operation, status),
-``mongomem_service_request_seconds`` (operation) and
-``mongomem_service_rate_limited_total`` (project): requests refused with 429.
+Metrics: ``mongomem_service_requests_total`` (operation, status; a refusal
+over the rate limit is status 429) and ``mongomem_service_request_seconds``
+(operation).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from pipeline.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
 from pipeline.service.limits import RateLimiter
 from pipeline.settings import Settings
 
-__all__ = ["RATE_LIMITED", "REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
+__all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,6 @@ REQUEST_SECONDS = Histogram(
     "mongomem_service_request_seconds",
     "Time to answer one memory-service request",
     ["operation"],
-    registry=REGISTRY,
-)
-RATE_LIMITED = Counter(
-    "mongomem_service_rate_limited",
-    "Requests refused because their API key was over its rate limit",
-    ["project"],
     registry=REGISTRY,
 )
 
@@ -170,7 +164,6 @@ async def _authorise(request: web.Request) -> str:
     if limiter is not None and key:
         wait = limiter.acquire(hash_key(key))  # never the plaintext
         if wait > 0:
-            RATE_LIMITED.labels(project).inc()
             raise RateLimitExceeded(
                 f"this API key is over its rate limit of {limiter.rate_per_s:g} requests/s "
                 f"(burst {limiter.burst}); retry in {wait:.2f}s",
