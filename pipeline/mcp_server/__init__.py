@@ -45,8 +45,11 @@ the argument (``invalid input (role): …``); the SDK validates before writing,
 so nothing partial is stored. See :mod:`pipeline.mcp_server.server`.
 
 **Transports.** stdio (default) and streamable HTTP (``--transport
-streamable-http``, bound to 127.0.0.1:8765 by default). The HTTP endpoint has
-no authentication and acts for the launch identity: keep it on loopback.
+streamable-http``, bound to 127.0.0.1:8765 by default, endpoint ``/mcp``).
+The HTTP endpoint acts for the launch identity, so with
+``MONGOMEM_MCP_AUTH_TOKEN`` set every request must carry ``Authorization:
+Bearer <token>`` (else ``401``); without one the server refuses any host but
+loopback. See :mod:`pipeline.mcp_server.http`.
 Memory is reached through any :class:`~pipeline.sdk.MemoryTransport`
 (:func:`serve` takes one; default: the direct MongoDB transport from
 settings), so the same server works over the HTTP memory service (G2).

@@ -77,7 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stdio (default; what desktop MCP clients launch) or streamable-http",
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="streamable-http: address to bind (127.0.0.1)"
+        "--host",
+        default="127.0.0.1",
+        help="streamable-http: address to bind (127.0.0.1; any other host needs "
+        "MONGOMEM_MCP_AUTH_TOKEN)",
     )
     parser.add_argument(
         "--port", type=int, default=8765, help="streamable-http: port to listen on (8765)"

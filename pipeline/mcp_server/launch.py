@@ -2,8 +2,9 @@
 
 The process serves one caller (see :mod:`pipeline.mcp_server`) until its
 client goes away: over stdio it stops when stdin closes; over streamable HTTP
-it runs until interrupted. Logs go to stderr as JSON lines, so stdout carries
-nothing but the protocol.
+it runs until interrupted, behind ``MONGOMEM_MCP_AUTH_TOKEN`` when that is set
+(:mod:`pipeline.mcp_server.http`). Logs go to stderr as JSON lines, so stdout
+carries nothing but the protocol.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from pipeline.errors import MongomemError
 from pipeline.logs import configure_logging
 from pipeline.mcp_server.config import McpServerConfig, config_from_args, parse_args
+from pipeline.mcp_server.http import check_http_auth, serve_http
 from pipeline.mcp_server.server import build_server
 from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
 from pipeline.sdk import AsyncMemory, MemoryTransport
@@ -37,7 +39,11 @@ async def serve(
     """Serve until the client leaves. ``transport`` (default: direct, from ``settings``) is
     any :class:`~pipeline.sdk.MemoryTransport`; ``spaces`` (default: an
     :class:`~pipeline.spaces.AsyncSpaces` of the project, made on the first spaces call)
-    serves the memory-space tools. Both are closed when the server stops."""
+    serves the memory-space tools. Both are closed when the server stops.
+
+    Streamable HTTP off loopback without ``settings.mcp.auth_token`` is a
+    :class:`~pipeline.errors.ConfigError`, raised before anything is opened."""
+    check_http_auth(config, settings.mcp.auth_token)
     lazy = LazySpaces(spaces if spaces is not None else partial(_direct_spaces, settings, config))
     try:
         async with AsyncMemory(
@@ -47,7 +53,7 @@ async def serve(
             if config.transport == "stdio":
                 await server.run_stdio_async()
             else:
-                await server.run_streamable_http_async(host=config.host, port=config.port)
+                await serve_http(server, config, settings.mcp.auth_token)
     finally:
         await lazy.close()
 
