@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import socket
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
 from mcp import Client
+from mcp_http import http_server, without_token
 from mcp_stdio import TIMEOUT, error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
@@ -168,42 +165,16 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
     assert [t.content for t in await bob.recent_turns()] == ["Bob's secret turn."]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 async def test_streamable_http_transport_serves_the_same_tools(
     env: dict[str, str], mongo: AsyncMongoClient[Document]
 ) -> None:
-    port = _free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.mcp_server", "--project-id", PROJECT,
-        "--user-id", "alice", "--session-id", "s1",
-        "--transport", "streamable-http", "--port", str(port),
-        env={**env, "PYTHONPATH": os.getcwd()},
-    )  # fmt: skip
-    try:
-        for _ in range(300):
-            assert process.returncode is None, "the server exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        url = f"http://127.0.0.1:{port}/mcp"
-        async with Client(url, read_timeout_seconds=TIMEOUT) as client:
-            ok(await client.call_tool("record_turn", {"role": "user", "content": "over HTTP"}))
-            turns = ok(await client.call_tool("recent_turns", {}))["result"]
-            assert [(t["session_id"], t["content"]) for t in turns] == [("s1", "over HTTP")]
-            named = await client.call_tool("recent_turns", {"user_id": "bob"})
-            assert "unknown argument 'user_id'" in error(named)
-    finally:
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), timeout=10)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+    server = ("--project-id", PROJECT, "--user-id", "alice", "--session-id", "s1")
+    async with (
+        http_server(without_token(env), *server, command=["pipeline.mcp_server"]) as url,
+        Client(url, read_timeout_seconds=TIMEOUT) as client,
+    ):
+        ok(await client.call_tool("record_turn", {"role": "user", "content": "over HTTP"}))
+        turns = ok(await client.call_tool("recent_turns", {}))["result"]
+        assert [(t["session_id"], t["content"]) for t in turns] == [("s1", "over HTTP")]
+        named = await client.call_tool("recent_turns", {"user_id": "bob"})
+        assert "unknown argument 'user_id'" in error(named)
