@@ -10,9 +10,9 @@ told gets in.
 the time. :class:`RateLimiter` keeps one bucket per key on an injectable
 monotonic clock. A bucket that has refilled to ``burst`` is the same as no
 bucket, so the limiter forgets such keys whenever its table has doubled
-since the last sweep: it holds at most about twice the keys used within the
-last ``burst / rate_per_s`` seconds, and the cost per request stays constant
-on average. The service limits only keys it has recognised, so unknown keys
+since the last sweep: it holds about twice the keys used within the last
+``burst / rate_per_s`` seconds at most (or 1024), and the cost per request
+stays constant on average. The service limits only keys it has recognised, so unknown keys
 never take room.
 """
 
