@@ -6,8 +6,9 @@
 but pays round trips per *batch* instead of per candidate:
 
 1. one ledger lookup for the batch: ``done`` → replayed; ``pending`` (an
-   earlier attempt was interrupted) → completed one at a time; absent → marked
-   ``pending`` in one bulk insert, then:
+   earlier attempt was interrupted) or expired (its entry is renewed, see
+   :meth:`~pipeline.ltm.store.MemoryStore.reconcile`) → one at a time; absent →
+   marked ``pending`` in one bulk insert, then:
 2. per (scope, type), in order: score all candidates against the scope's
    index in one matrix product, plan each one, and apply each decision to the
    in-memory index at once, so a later candidate sees an earlier one's effect
@@ -43,6 +44,7 @@ from pipeline.ltm.writes import (
     DONE,
     decision_entry,
     done_update,
+    ledger_expired,
     pending_entry,
     reinforce_update,
     supersede_update,
@@ -76,7 +78,10 @@ async def reconcile_batch(
     outcomes: dict[int, Outcome] = {}
     ids = list(dict.fromkeys(c.candidate_id for c in candidates))
     entries = {d["_id"]: d for d in await _run(store.ledger.find({"_id": {"$in": ids}}).to_list())}
-    replayed = [cid for cid, e in entries.items() if e.get("state") == DONE]
+    now = store.clock()
+    settled = {cid for cid, e in entries.items()
+               if e.get("state") == DONE and not ledger_expired(e, now)}  # fmt: skip
+    replayed = list(settled)
     logged = {}
     if replayed:
         cursor = store.decisions.find({"_id": {"$in": replayed}}, {"outcome": 1})
@@ -87,11 +92,11 @@ async def reconcile_batch(
     for i, c in enumerate(candidates):
         cid = c.candidate_id
         entry = entries.get(cid)
-        if entry is not None and entry.get("state") == DONE:
+        if cid in settled:
             outcomes[i] = Outcome.model_validate({**logged[cid], "replayed": True})
         elif cid in first:
             continue  # a repeat within the batch: answered from the first below
-        elif entry is not None:  # pending: interrupted earlier
+        elif entry is not None:  # pending (interrupted earlier) or expired
             first[cid] = i
             outcomes[i] = await store.reconcile(c)
         else:
@@ -189,18 +194,21 @@ async def _reconcile_scope(
         )  # fmt: skip
         finished.append((c, d, outcomes[i]))
     if finished:
-        try:  # fresh candidates have no entry yet (a retried one goes one at a time)
-            await store.decisions.insert_many(
-                [decision_entry(c, d, o, now) for c, d, o in finished], ordered=False
-            )
+        logged = [decision_entry(c, d, o, now) for c, d, o in finished]
+        try:  # fresh candidates have none yet, unless applied before their ledger expired
+            await store.decisions.insert_many(logged, ordered=False)
         except BulkWriteError as exc:
-            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+            errors = exc.details.get("writeErrors", [])
+            if any(e.get("code") != 11000 for e in errors):
                 raise StorageError(f"writing the decision log failed: {exc}") from exc
+            for e in errors:  # applied before, and its ledger entry expired since
+                await store.record_decision(logged[int(e["index"])])
         except PyMongoError as exc:
             raise StorageError(f"writing the decision log failed: {exc}") from exc
         # One _id-only update per entry: mongo-java-server scans for anything else.
         await _run(store.ledger.bulk_write(
-            [UpdateOne({"_id": o.candidate_id}, done_update(now)) for _, _, o in finished],
+            [UpdateOne({"_id": o.candidate_id}, done_update(now, store.ledger_ttl_s))
+             for _, _, o in finished],
             ordered=False,
         ))  # fmt: skip
     for i, c in redo:

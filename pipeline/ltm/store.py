@@ -32,6 +32,21 @@ concurrent writers of the same scope, without multi-document transactions:
   the request's ``fingerprint``: the same key with a different request is
   refused, and a repeat that overlaps a first attempt still in flight
   (``pending`` for less than ``in_flight_s``) waits for that attempt's outcome.
+* *Ledger expiry.* A ``done`` entry expires ``ledger_ttl_s`` after it settled
+  (``None``: never): ``setup`` creates a TTL index on its ``expires_at``, and
+  since MongoDB deletes only about once a minute (and mongo-java-server may
+  not at all) an entry past its expiry counts as absent. Until then a repeat
+  is replayed as above; after it, the same candidate or idempotency key is a
+  new candidate, planned afresh (a fingerprint no longer binds the key). An
+  expired entry still present is replaced by a compare-and-swap on its
+  ``expires_at``, so of concurrent repeats one plans and the others find it
+  ``pending``. The decision log is kept for good: the expired application's
+  entry is archived when the new one takes the candidate id. A ``pending``
+  entry has no expiry: it is the only mark that a candidate may have written
+  half of a decision, which its next delivery completes; expiring it would let
+  a late repeat plan over a half-applied UPDATE. Such entries are rare (left by
+  a crash, and settled — so given an expiry — by the next delivery), so they do
+  not make the ledger grow.
 
 Where :func:`pipeline.mongo.capabilities` reports transactions, the memory
 writes of one decision run inside a transaction as well. A REINFORCE that
@@ -70,8 +85,12 @@ from pipeline.ltm.search import (
 )
 from pipeline.ltm.writes import (
     DONE,
+    EXPIRES,
+    archived_decision_id,
     decision_entry,
     done_update,
+    ledger_expired,
+    outlived,
     pending_entry,
     reinforce_update,
     supersede_update,
@@ -113,6 +132,7 @@ class MemoryStore(MemoryReads):
         max_attempts: int = 16,
         clock: Callable[[], datetime] = utcnow,
         in_flight_s: float = 10.0,
+        ledger_ttl_s: float | None = 30 * 24 * 3600.0,
     ) -> None:
         self.db = db
         self.memories = db[MEMORIES]
@@ -126,6 +146,7 @@ class MemoryStore(MemoryReads):
         self.max_attempts = max_attempts
         self.clock = clock
         self.in_flight_s = in_flight_s
+        self.ledger_ttl_s = ledger_ttl_s
         self.capabilities = Capabilities(transactions=False, server="?")
 
     # -- setup -------------------------------------------------------------------------
@@ -141,6 +162,8 @@ class MemoryStore(MemoryReads):
             await self.memories.create_index("memory_id", name="memory_id")
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
+            if self.ledger_ttl_s is not None:  # settled entries go at their own expires_at
+                await self.ledger.create_index(EXPIRES, name=EXPIRES, expireAfterSeconds=0)
         except PyMongoError as exc:
             raise StorageError(f"could not create the memory indexes: {exc}") from exc
         if not probe:
@@ -172,21 +195,9 @@ class MemoryStore(MemoryReads):
         ``idempotency_key``; nothing is written), and a repeat that arrives while
         the first is still in flight waits for its outcome (:meth:`_keyed_entry`).
         """
-        cid = candidate.candidate_id
-        try:  # the usual case, a new candidate: one round trip to mark it pending
-            await self.ledger.insert_one(pending_entry(cid, self.clock(), fingerprint))
-        except DuplicateKeyError:
-            entry = await self._read(self.ledger.find_one({"_id": cid}))
-            if fingerprint is not None:
-                entry = await self._keyed_entry(cid, entry, fingerprint)
-            if entry is not None and entry.get("state") == DONE:
-                logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
-                return Outcome.model_validate({**logged["outcome"], "replayed": True})
-            resumed = await self._resume(candidate)  # pending: interrupted, or in flight
-            if resumed is not None:
-                return resumed
-        except PyMongoError as exc:
-            raise StorageError(f"MongoDB write failed: {exc}") from exc
+        answered = await self._claim(candidate, fingerprint)
+        if answered is not None:
+            return answered
         for attempt in range(1, self.max_attempts + 1):
             decision = await self.plan(candidate)
             try:
@@ -198,6 +209,51 @@ class MemoryStore(MemoryReads):
                 if attempt > 2:  # a busy competitor: step aside for a random moment
                     await asyncio.sleep(random.uniform(0, 0.002 * attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _claim(self, candidate: MemoryCandidate, fingerprint: str | None) -> Outcome | None:
+        """Mark ``candidate`` pending, or answer it from the ledger.
+
+        ``None``: the candidate is this caller's to plan (new, its entry had
+        expired, or it was interrupted before writing). An outcome: it had
+        settled (replayed), or an interrupted apply has just been completed.
+        """
+        cid = candidate.candidate_id
+        for _ in range(self.max_attempts):
+            now = self.clock()
+            try:  # the usual case, a new candidate: one round trip to mark it pending
+                await self.ledger.insert_one(pending_entry(cid, now, fingerprint))
+                return None
+            except DuplicateKeyError:
+                pass
+            except PyMongoError as exc:
+                raise StorageError(f"MongoDB write failed: {exc}") from exc
+            entry = await self._read(self.ledger.find_one({"_id": cid}))
+            if entry is not None and ledger_expired(entry, now):
+                if await self._renew(entry, now, fingerprint):
+                    return None
+                continue  # a concurrent repeat renewed it first: look again
+            if entry is not None and fingerprint is not None:
+                entry = await self._keyed_entry(cid, entry, fingerprint)
+            if entry is None:
+                continue  # expired and deleted since the insert: claim it again
+            if entry.get("state") == DONE:
+                logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
+                return Outcome.model_validate({**logged["outcome"], "replayed": True})
+            return await self._resume(candidate)  # pending: interrupted, or in flight
+        raise WriteConflict(f"the ledger entry of {cid} kept changing")
+
+    async def _renew(self, entry: Doc, now: datetime, fingerprint: str | None) -> bool:
+        """Replace the expired ledger ``entry`` by a new ``pending`` one, as if it were absent.
+
+        Only if it is still the expired entry (a single-document compare-and-swap
+        on its ``expires_at``): of concurrent repeats exactly one wins and plans
+        the candidate; ``False`` for the others, which then find it ``pending``.
+        """
+        renewed = pending_entry(entry["_id"], now, fingerprint)
+        result = await self._read(
+            self.ledger.replace_one({"_id": entry["_id"], EXPIRES: entry[EXPIRES]}, renewed)
+        )
+        return bool(result.matched_count)
 
     async def _keyed_entry(self, cid: str, entry: Doc | None, fingerprint: str) -> Doc | None:
         """The ledger entry of a keyed request's repeat, once the first attempt settled.
@@ -336,12 +392,38 @@ class MemoryStore(MemoryReads):
     async def _record(
         self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
     ) -> None:
-        entry = decision_entry(candidate, decision, outcome, now)
-        await self._read(self.decisions.replace_one({"_id": candidate.candidate_id}, entry,
-                                                    upsert=True))  # fmt: skip
+        await self.record_decision(decision_entry(candidate, decision, outcome, now))
         await self._read(self.ledger.update_one(
-            {"_id": candidate.candidate_id}, done_update(now), upsert=True
+            {"_id": candidate.candidate_id}, done_update(now, self.ledger_ttl_s), upsert=True
         ))  # fmt: skip
+
+    async def record_decision(self, entry: Doc) -> None:
+        """Write a decision-log ``entry``, replacing the candidate's earlier one if any.
+
+        The one it replaces is kept under
+        :func:`~pipeline.ltm.writes.archived_decision_id` when it belongs to an
+        application whose ledger entry has expired since (the audit keeps every
+        application); else it is this application's own, written before an
+        interruption, or a concurrent one's.
+        """
+        try:  # the usual case, a new candidate: one round trip
+            await self.decisions.insert_one(entry)
+            return
+        except DuplicateKeyError:
+            pass
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB write failed: {exc}") from exc
+        earlier = await self._read(self.decisions.find_one({"_id": entry["_id"]}))
+        settled = None if earlier is None else earlier.get("at")
+        if isinstance(settled, datetime) and outlived(settled, entry["at"], self.ledger_ttl_s):
+            try:
+                archived = {**earlier, "_id": archived_decision_id(entry["_id"], settled)}
+                await self.decisions.insert_one(archived)
+            except DuplicateKeyError:
+                pass  # kept by an attempt that was interrupted before the replace
+            except PyMongoError as exc:
+                raise StorageError(f"MongoDB write failed: {exc}") from exc
+        await self._read(self.decisions.replace_one({"_id": entry["_id"]}, entry, upsert=True))
 
     async def _resume(self, candidate: MemoryCandidate) -> Outcome | None:
         """Finish a ``pending`` candidate from what it wrote; ``None`` if it wrote nothing."""

@@ -10,15 +10,26 @@ Every update here is filtered on ``_id`` alone and is idempotent:
   *n + 1* — whose ``_id`` is unique — so it needs no condition;
 * the ledger moves ``pending`` → ``done``; ``pending`` is written before the
   first memory write, so a candidate that is absent from the ledger has
-  certainly not touched any memory. ``done`` is set after the decision-log
-  entry (which holds the outcome) is written. The entry of a direct save made
-  with an idempotency key also keeps that request's ``fingerprint``, so a
-  reuse of the key for a different request can be refused.
+  not touched any memory since its entry last expired (see below). ``done``
+  is set after the decision-log entry (which holds the outcome) is written.
+  The entry of a direct save made with an idempotency key also keeps that
+  request's ``fingerprint``, so a reuse of the key for a different request can
+  be refused.
+
+**Ledger expiry.** A ``done`` entry carries ``expires_at`` (its settle time plus
+the store's ``ledger_ttl_s``, none when that is ``None``); a TTL index deletes
+it then, and :func:`ledger_expired` makes it count as absent from that moment
+on, since MongoDB deletes only about once a minute. The expiry is fixed when
+an entry settles: changing the setting changes the entries settled afterwards.
+A ``pending`` entry has no expiry (see :mod:`pipeline.ltm.store`). When a
+candidate is applied again after its entry expired, the decision-log entry of
+the earlier application (:func:`outlived`) is kept under
+:func:`archived_decision_id` and the new one takes the candidate id.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline.ltm.plan import Decision
@@ -29,9 +40,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DONE",
+    "EXPIRES",
     "PENDING",
+    "archived_decision_id",
     "decision_entry",
     "done_update",
+    "ledger_expired",
+    "outlived",
     "pending_entry",
     "reinforce_update",
     "supersede_update",
@@ -40,6 +55,7 @@ __all__ = [
 Doc = dict[str, Any]
 PENDING = "pending"
 DONE = "done"
+EXPIRES = "expires_at"
 
 
 def reinforce_update(candidate: MemoryCandidate, now: datetime) -> Doc:
@@ -66,9 +82,35 @@ def pending_entry(candidate_id: str, now: datetime, fingerprint: str | None = No
     return entry
 
 
-def done_update(now: datetime) -> Doc:
-    """Mark ledger entries done (the outcome itself is in the decision log)."""
-    return {"$set": {"state": DONE, "at": now}}
+def done_update(now: datetime, ttl_s: float | None) -> Doc:
+    """Mark ledger entries done (the outcome itself is in the decision log), to expire
+    ``ttl_s`` seconds from ``now`` (never when ``None``)."""
+    fields: Doc = {"state": DONE, "at": now}
+    if ttl_s is not None:
+        fields[EXPIRES] = now + timedelta(seconds=ttl_s)
+    return {"$set": fields}
+
+
+def ledger_expired(entry: Doc, now: datetime) -> bool:
+    """Whether ledger ``entry`` has expired at ``now``; it then counts as absent."""
+    expires = entry.get(EXPIRES)
+    return isinstance(expires, datetime) and _utc(expires) <= now
+
+
+def outlived(settled: datetime, now: datetime, ttl_s: float | None) -> bool:
+    """Whether an application that settled at ``settled`` is one whose ledger entry has
+    expired by ``now`` — a different application than one under way at ``now``."""
+    return ttl_s is not None and _utc(settled) + timedelta(seconds=ttl_s) <= now
+
+
+def archived_decision_id(candidate_id: str, settled: datetime) -> str:
+    """Where the decision-log entry of the application of ``candidate_id`` that settled
+    at ``settled`` is kept once a later application of the candidate takes its id."""
+    return f"{candidate_id}@{_utc(settled).isoformat()}"
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 def decision_entry(

@@ -16,7 +16,12 @@ action, same memory and version ids, nothing counted twice.
   repeat with another fingerprint raises :class:`~pipeline.errors.InputError`
   with ``field="idempotency_key"`` (HTTP 422) and stores nothing. The session
   id is not part of the request: a retry from another session is a retry.
-* **Lifetime.** Keys do not expire: the ledger is kept.
+* **Lifetime.** A key is remembered for ``MONGOMEM_RECONCILE_LEDGER_TTL_S``
+  (default 30 days; ``none``: forever) after its save settled: a repeat within
+  that time is answered as above; a later one is a new save, planned afresh
+  (the same request then typically reinforces what the first saved, without
+  counting twice; a different one is accepted). Keep the TTL longer than any
+  client retries.
 * **Valid keys** are 1–255 characters of ``A–Z a–z 0–9`` and ``- _ . : ~ + / =``
   (UUIDs, ULIDs, base64 and ``namespace:id`` forms all fit).
 """

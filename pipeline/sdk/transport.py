@@ -115,7 +115,10 @@ class DirectTransport:
                     self._client = connect(self._settings.mongodb)
                 db = database(self._client, self._settings.mongodb)
                 thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
-                store = MemoryStore(db, judge=self._judge, thresholds=thresholds)
+                store = MemoryStore(
+                    db, judge=self._judge, thresholds=thresholds,
+                    ledger_ttl_s=self._settings.reconcile.ledger_ttl_s,
+                )  # fmt: skip
                 await store.setup()
                 stm = ShortTermMemory(db, self._settings.stm)
                 await stm.ensure_indexes()

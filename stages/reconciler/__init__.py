@@ -54,6 +54,7 @@ async def run_reconciler(
             database(client, settings.mongodb),
             judge=judge,
             thresholds=Thresholds.from_settings(settings.reconcile),
+            ledger_ttl_s=settings.reconcile.ledger_ttl_s,
         )
         await store.setup()
         producer = make_producer(kafka)
