@@ -16,21 +16,19 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
+from service_http import EMBEDDER, start
 
-from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import AuthError, InputError, NotReady, ScopeError, StorageError
 from pipeline.models import Action
 from pipeline.mongo import DECISIONS, MEMORIES, TURNS, Document
 from pipeline.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
-from pipeline.service import ApiKeyStore, keys_command, make_app, serve
+from pipeline.service import ApiKeyStore, keys_command, serve
 from pipeline.settings import EmbeddingSettings, LLMSettings, MongoSettings, Settings
 
 pytestmark = pytest.mark.integration
 
-EMBEDDER = HashingEmbedder(64)
 KEY_A = "travel-env-key-0123456789abcdef"
 KEY_B = "other-env-key-0123456789abcdef"
 
@@ -50,14 +48,6 @@ def with_keys(settings: Settings, **changes: Any) -> Settings:
             **changes,
         }
     )
-
-
-async def start(settings: Settings) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(make_app(settings, embedder=EMBEDDER))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
 
 
 @pytest.fixture

@@ -14,21 +14,18 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
+from service_http import start
 
-from pipeline.embeddings import HashingEmbedder
 from pipeline.errors import RateLimitExceeded
 from pipeline.models import Action
 from pipeline.mongo import Document
 from pipeline.sdk import AsyncMemory, HttpTransport, MemoryRequestContext
-from pipeline.service import make_app
 from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
 
 pytestmark = pytest.mark.integration
 
-EMBEDDER = HashingEmbedder(64)
 KEY_A = "travel-env-key-0123456789abcdef"
 KEY_B = "other-env-key-0123456789abcdef"
 ALICE = {"project_id": "travel", "user_id": "alice", "session_id": "s1"}
@@ -47,14 +44,6 @@ def limited(settings: Settings, rate: float | None, burst: int = 3) -> Settings:
             "llm": LLMSettings(use_stand_in=True),
         }
     )
-
-
-async def start(settings: Settings) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(make_app(settings, embedder=EMBEDDER))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
 
 
 @pytest.fixture

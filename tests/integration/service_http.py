@@ -1,0 +1,21 @@
+"""The memory service on a free loopback port, for the HTTP tests (aiohttp, in process)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from pipeline.embeddings import HashingEmbedder
+from pipeline.service import make_app
+from pipeline.settings import Settings
+
+#: The stand-in embedder of the service under test (hashing, **not a model**).
+EMBEDDER = HashingEmbedder(64)
+
+
+async def start(settings: Settings) -> tuple[web.AppRunner, str]:
+    """Serve ``settings`` on 127.0.0.1 at a free port; the runner (to clean up) and base URL."""
+    runner = web.AppRunner(make_app(settings, embedder=EMBEDDER))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
