@@ -48,6 +48,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -269,12 +270,22 @@ class ServiceSettings(BaseSettings):
         default=20, ge=1, description="requests a key may make at once above its rate"
     )
 
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve HTTPS with; with the key"
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of the cert")
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServiceSettings:
+        _check_tls_pair(self.tls_cert_file, self.tls_key_file, "MONGOMEM_SERVICE_")
+        return self
 
 
 class McpSettings(BaseSettings):
@@ -289,6 +300,21 @@ class McpSettings(BaseSettings):
             "on anything but loopback"
         ),
     )
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve streamable HTTP over TLS"
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of the cert")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> McpSettings:
+        _check_tls_pair(self.tls_cert_file, self.tls_key_file, "MONGOMEM_MCP_")
+        return self
+
+
+def _check_tls_pair(cert: Path | None, key: Path | None, prefix: str) -> None:
+    """TLS needs both a certificate and its key, or neither."""
+    if (cert is None) != (key is None):
+        raise ValueError(f"set both {prefix}TLS_CERT_FILE and {prefix}TLS_KEY_FILE, or neither")
 
 
 class SpacesSettings(BaseSettings):
@@ -357,7 +383,7 @@ class Settings(BaseSettings):
 def _describe(exc: ValidationError, source: str, prefix: str = "") -> str:
     lines = [f"invalid settings in {source}:"]
     for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"]) or "(root)"
+        where = ".".join(str(part) for part in err["loc"]) or (f"{prefix}*" if prefix else "(root)")
         if prefix and not where.startswith("MONGOMEM_") and not where.startswith("DOCKER_"):
             where = f"{prefix}{where}".upper()
         lines.append(f"  {where}: {err['msg']}")

@@ -191,3 +191,15 @@ def test_kafka_compression_reaches_the_producers(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", "brotli")
     with pytest.raises(ConfigError, match="MONGOMEM_KAFKA_COMPRESSION"):
         load_settings()
+
+
+@pytest.mark.parametrize("group", ["SERVICE", "MCP"])
+def test_tls_takes_a_certificate_and_its_key_together(
+    monkeypatch: pytest.MonkeyPatch, group: str, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(f"MONGOMEM_{group}_TLS_CERT_FILE", str(tmp_path / "cert.pem"))
+    with pytest.raises(ConfigError, match=f"MONGOMEM_{group}_TLS_KEY_FILE, or neither"):
+        load_settings()
+    monkeypatch.setenv(f"MONGOMEM_{group}_TLS_KEY_FILE", str(tmp_path / "key.pem"))
+    tls = getattr(load_settings(), group.lower())
+    assert (tls.tls_cert_file, tls.tls_key_file) == (tmp_path / "cert.pem", tmp_path / "key.pem")
