@@ -459,8 +459,9 @@ costs the raw reader does not, once per drain: the stream opens with a first
 batch of {READ_BATCH} changes before anything is published, and the drain ends with a
 final flush — Kafka acknowledging the last batches, then one checkpoint with
 every session's mark. Those weigh on a short drain and fade on a long one.
-The raw reader's own batches are the server's default size, which grows
-with the backlog.
+The raw reader sets no batch size, and mongo-java-server answers its first
+request with the whole backlog in one batch: one pass of the server, then one
+decode, with nothing to overlap.
 
 {sections}
 Backlog drain is the watcher's ceiling. The watcher reads ahead in its own
