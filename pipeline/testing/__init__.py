@@ -5,10 +5,13 @@
   (:mod:`pipeline.testing.replies`); the real ``openai`` client talks to it.
 * :class:`StandInResponder` — the rule-based demo responder used by
   ``make run`` when no LLM is configured. It is NOT a model and says so.
+* :func:`make_certificates` — a throw-away CA and a loopback server
+  certificate, for tests of the servers' TLS.
 
 Run as a process: ``python -m pipeline.testing [--stand-in] [--port N]``.
 """
 
+from pipeline.testing.certs import Certificates, make_certificates
 from pipeline.testing.replies import (
     Answer,
     ChatRequest,
@@ -29,6 +32,7 @@ __all__ = [
     "STAND_IN_BANNER",
     "STAND_IN_MODEL",
     "Answer",
+    "Certificates",
     "ChatRequest",
     "FakeOpenAIServer",
     "Malformed",
@@ -40,5 +44,6 @@ __all__ = [
     "Slow",
     "StandInResponder",
     "conversation_of",
+    "make_certificates",
     "make_snapshot",
 ]

@@ -42,6 +42,8 @@ MODULES = [
     "pipeline.spaces.scoring",
     "pipeline.spaces.sync",
     "pipeline.spaces.wire",
+    "pipeline.testing",
+    "pipeline.tls",
 ]
 
 
