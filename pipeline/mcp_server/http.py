@@ -13,12 +13,18 @@ Without a token the endpoint is open, so it may only listen on loopback
 on its DNS-rebinding protection); anything else is a
 :class:`~pipeline.errors.ConfigError` before the server starts. Other local
 processes can still reach a loopback endpoint: set a token on shared machines.
+
+With ``MONGOMEM_MCP_TLS_CERT_FILE`` and ``…_KEY_FILE`` the endpoint is
+``https://…/mcp`` (TLS 1.2 at least; :mod:`pipeline.tls`), so the token does not
+cross the network in the clear; a certificate or key that cannot be loaded is
+a :class:`~pipeline.errors.ConfigError` before the server starts.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import ssl
 from typing import Any
 
 import uvicorn
@@ -94,24 +100,35 @@ class BearerAuth:
 
 
 async def serve_http(
-    server: MCPServer[Any], config: McpServerConfig, token: SecretStr | None
+    server: MCPServer[Any],
+    config: McpServerConfig,
+    token: SecretStr | None,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve ``server`` at ``http://<host>:<port>/mcp`` until stopped (behind
-    :class:`BearerAuth` when there is a ``token``), as the SDK's own runner does."""
+    """Serve ``server`` at ``http(s)://<host>:<port>/mcp`` until stopped (behind
+    :class:`BearerAuth` when there is a ``token``; over TLS with ``tls``, see
+    :func:`pipeline.tls.server_context`), as the SDK's own runner does."""
     app: ASGIApp = server.streamable_http_app(host=config.host)
     if token is not None:
         app = BearerAuth(app, token)
     host = f"[{config.host}]" if ":" in config.host else config.host
-    where = f"http://{host}:{config.port}/mcp"
+    where = f"{'http' if tls is None else 'https'}://{host}:{config.port}/mcp"
+    encryption = "no TLS" if tls is None else "TLS on"
     if token is not None:
-        logger.info("MCP server on %s: bearer-token authentication on", where)
+        logger.info("MCP server on %s: bearer-token authentication on, %s", where, encryption)
     else:
         logger.warning(
-            "MCP server on %s: no authentication (MONGOMEM_MCP_AUTH_TOKEN unset); "
+            "MCP server on %s: no authentication (MONGOMEM_MCP_AUTH_TOKEN unset), %s; "
             "any local process can act as this server's caller",
             where,
+            encryption,
         )
     uvicorn_config = uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=server.settings.log_level.lower()
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=server.settings.log_level.lower(),
+        ssl_context_factory=None if tls is None else lambda _config, _default: tls,
     )
     await uvicorn.Server(uvicorn_config).serve()

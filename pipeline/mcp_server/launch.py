@@ -3,6 +3,7 @@
 The process serves one caller (see :mod:`pipeline.mcp_server`) until its
 client goes away: over stdio it stops when stdin closes; over streamable HTTP
 it runs until interrupted, behind ``MONGOMEM_MCP_AUTH_TOKEN`` when that is set
+and over HTTPS with ``MONGOMEM_MCP_TLS_CERT_FILE`` and ``…_KEY_FILE``
 (:mod:`pipeline.mcp_server.http`). Logs go to stderr as JSON lines, so stdout
 carries nothing but the protocol.
 """
@@ -25,6 +26,7 @@ from pipeline.mcp_server.server import build_server
 from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
 from pipeline.sdk import AsyncMemory, MemoryTransport
 from pipeline.settings import Settings, load_settings
+from pipeline.tls import server_context
 
 __all__ = ["main", "run", "run_from_args", "serve"]
 
@@ -41,9 +43,15 @@ async def serve(
     :class:`~pipeline.spaces.AsyncSpaces` of the project, made on the first spaces call)
     serves the memory-space tools. Both are closed when the server stops.
 
-    Streamable HTTP off loopback without ``settings.mcp.auth_token`` is a
-    :class:`~pipeline.errors.ConfigError`, raised before anything is opened."""
-    check_http_auth(config, settings.mcp.auth_token)
+    Streamable HTTP off loopback without ``settings.mcp.auth_token``, or with a TLS
+    certificate and key (``settings.mcp.tls_cert_file``, ``tls_key_file``) that cannot be
+    loaded, is a :class:`~pipeline.errors.ConfigError`, raised before anything is opened.
+    Over stdio the TLS settings are not used."""
+    mcp = settings.mcp
+    check_http_auth(config, mcp.auth_token)
+    tls = None
+    if config.transport == "streamable-http":
+        tls = server_context(mcp.tls_cert_file, mcp.tls_key_file, "MONGOMEM_MCP_")
     lazy = LazySpaces(spaces if spaces is not None else partial(_direct_spaces, settings, config))
     try:
         async with AsyncMemory(
@@ -53,7 +61,7 @@ async def serve(
             if config.transport == "stdio":
                 await server.run_stdio_async()
             else:
-                await serve_http(server, config, settings.mcp.auth_token)
+                await serve_http(server, config, mcp.auth_token, tls=tls)
     finally:
         await lazy.close()
 

@@ -31,6 +31,11 @@ token bucket (:mod:`pipeline.service.limits`) in this process's memory, so
 each replica of the service limits on its own. A key over its limit answers
 429 with ``Retry-After`` (whole seconds) and nothing is done.
 
+TLS: with ``MONGOMEM_SERVICE_TLS_CERT_FILE`` and ``…_KEY_FILE`` set, the port
+speaks HTTPS only (TLS 1.2 at least); a certificate or key that cannot be
+loaded stops the service before it listens (:mod:`pipeline.tls`). Without them
+it speaks plain HTTP, for loopback or behind a TLS-terminating proxy.
+
 Metrics: ``mongomem_service_requests_total`` (operation, status; a refusal
 over the rate limit is status 429) and ``mongomem_service_request_seconds``
 (operation).
@@ -75,6 +80,7 @@ from pipeline.sdk.wire import (
 from pipeline.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
 from pipeline.service.limits import RateLimiter
 from pipeline.settings import Settings
+from pipeline.tls import server_context
 
 __all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
 
@@ -310,22 +316,33 @@ def make_app(
 async def serve(
     settings: Settings, stop: asyncio.Event, *, embedder: Embedder | None = None
 ) -> None:
-    """Serve on ``settings.service.host:port`` until ``stop`` is set.
+    """Serve on ``settings.service.host:port`` until ``stop`` is set: HTTPS with
+    ``settings.service.tls_cert_file`` and ``tls_key_file`` (:mod:`pipeline.tls`),
+    plain HTTP without them.
 
     Refuses to start (:class:`~pipeline.errors.NotReady`) without an embedding
-    provider and an LLM (SPEC C5), and with a malformed environment key
-    (:class:`~pipeline.errors.ConfigError`).
+    provider and an LLM (SPEC C5), and with a malformed environment key or a
+    certificate and key that cannot be loaded (:class:`~pipeline.errors.ConfigError`).
     """
     ensure_ready(settings)
+    service = settings.service
+    tls = server_context(service.tls_cert_file, service.tls_key_file, "MONGOMEM_SERVICE_")
     app = make_app(settings, embedder=embedder)
-    if not settings.service.api_keys:
+    if not service.api_keys:
         log.warning("no MONGOMEM_SERVICE_API_KEYS: only managed keys (mongomem keys) open projects")
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.service.host, settings.service.port)
+        site = web.TCPSite(runner, service.host, service.port, ssl_context=tls)
         await site.start()
-        log.info("memory service listening on %s", runner.addresses)
+        if tls is None:
+            log.info("memory service listening on %s over plain HTTP (no TLS)", runner.addresses)
+        else:
+            log.info(
+                "memory service listening on %s over HTTPS (TLS on, certificate %s)",
+                runner.addresses,
+                service.tls_cert_file,
+            )
         await stop.wait()
     finally:
         await runner.cleanup()

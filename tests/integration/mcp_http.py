@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -37,9 +38,11 @@ async def http_server(
     *args: str,
     command: Sequence[str] = ("pipeline.cli", "mcp"),
     stderr: IO[Any] | None = None,
+    scheme: str = "http",
 ) -> AsyncIterator[str]:
     """Run ``python -m <command> <args> --transport streamable-http`` on a free loopback port
-    until the block ends; yields the endpoint's URL once the port accepts connections."""
+    until the block ends; yields the endpoint's URL (``scheme``: ``https`` when ``env`` sets
+    the TLS files) once the port accepts connections."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", *command, *args,
@@ -54,7 +57,7 @@ async def http_server(
                 break
             except OSError:
                 await asyncio.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"{scheme}://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
         try:
@@ -65,11 +68,14 @@ async def http_server(
 
 
 @asynccontextmanager
-async def http_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
-    """The official MCP client over streamable HTTP, sending ``token`` as a bearer token."""
+async def http_client(
+    url: str, token: str | None = None, verify: ssl.SSLContext | bool = True
+) -> AsyncIterator[Client]:
+    """The official MCP client over streamable HTTP, sending ``token`` as a bearer token;
+    an ``https`` server's certificate is checked with ``verify``."""
     headers = None if token is None else {"Authorization": f"Bearer {token}"}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=TIMEOUT) as http,
+        httpx2.AsyncClient(headers=headers, timeout=TIMEOUT, verify=verify) as http,
         Client(streamable_http_client(url, http_client=http), read_timeout_seconds=TIMEOUT) as c,
     ):
         yield c
