@@ -42,6 +42,7 @@ from pipeline.sdk.render import render_context
 from pipeline.sdk.transport import DirectTransport, MemoryTransport
 from pipeline.settings import Settings, load_settings
 from pipeline.stm import SessionSummary
+from pipeline.tls import Verify
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
@@ -55,7 +56,9 @@ class AsyncMemory:
     """Long-term (and short-term) memory of one project.
 
     With ``base_url`` the calls go to the HTTP memory service there
-    (:class:`~pipeline.sdk.HttpTransport`), which checks ``api_key``;
+    (:class:`~pipeline.sdk.HttpTransport`), which checks ``api_key``; ``verify``
+    (an ``https://`` service's certificate: the path of a private CA's bundle, an
+    :class:`ssl.SSLContext`, or the default ``True``, the system's CAs) goes with it.
     ``transport=HttpTransport(url)`` is the same, and such a transport
     without a key of its own uses ``api_key``. Otherwise the direct transport
     reaches MongoDB with ``settings`` (default: the environment) and does not
@@ -73,13 +76,18 @@ class AsyncMemory:
         thresholds: Thresholds | None = None,
         transport: MemoryTransport | None = None,
         base_url: str | None = None,
+        verify: Verify = True,
     ) -> None:
         self.project_id = project_id
         self.api_key = api_key
+        if base_url is None and verify is not True:
+            raise ConfigError(
+                "verify goes with base_url: it checks the memory service's certificate"
+            )
         if base_url is not None:
             if transport is not None:
                 raise ConfigError("pass base_url or transport, not both")
-            transport = HttpTransport(base_url, api_key=api_key)
+            transport = HttpTransport(base_url, api_key=api_key, verify=verify)
         elif isinstance(transport, HttpTransport):
             transport.use_api_key(api_key)
         if transport is None:

@@ -11,7 +11,9 @@ errors the same :mod:`pipeline.errors` classes, as with
 :class:`~pipeline.sdk.DirectTransport` (:mod:`pipeline.sdk.errormap`). A
 service that cannot be reached or does not answer in time raises
 :class:`~pipeline.errors.StorageError` (retriable): from the SDK's side the
-service *is* the storage. A key over its rate limit answers 429, raised as
+service *is* the storage; but an ``https://`` service whose certificate does
+not verify (see ``verify``) raises :class:`~pipeline.errors.ConfigError`, as
+trying again cannot help. A key over its rate limit answers 429, raised as
 :class:`~pipeline.errors.RateLimitExceeded` with the service's ``retry_after``.
 Nothing is retried here — except a save with an ``idempotency_key``, which is
 sent again up to ``keyed_save_retries`` times after a retriable failure (no
@@ -38,6 +40,7 @@ from pipeline.sdk.idempotency import check_idempotency_key
 from pipeline.sdk.identity import Identity
 from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
 from pipeline.stm import SessionSummary, validate_metadata
+from pipeline.tls import Verify, certificate_problem, client_verify
 
 __all__ = ["HttpTransport"]
 
@@ -59,11 +62,14 @@ class HttpTransport:
     """A :class:`~pipeline.sdk.MemoryTransport` that calls the memory service at ``base_url``.
 
     ``api_key`` may be left out when the :class:`~pipeline.sdk.AsyncMemory`
-    that uses this transport is given one. ``client`` lets an application
-    share (or, in tests, fake) its :class:`httpx.AsyncClient`. A save with an
-    idempotency key is retried ``keyed_save_retries`` times on a retriable
-    failure, after ``retry_backoff_s``, then twice that, and so on (at least
-    the ``Retry-After`` of a 429).
+    that uses this transport is given one. ``verify`` decides which
+    certificates an ``https://`` service may present (:data:`pipeline.tls.Verify`:
+    default the system's CAs; the path of a private CA's bundle; an
+    :class:`ssl.SSLContext`). ``client`` lets an application share (or, in
+    tests, fake) its :class:`httpx.AsyncClient`, whose own ``verify`` then
+    applies. A save with an idempotency key is retried ``keyed_save_retries``
+    times on a retriable failure, after ``retry_backoff_s``, then twice that,
+    and so on (at least the ``Retry-After`` of a 429).
     """
 
     def __init__(
@@ -73,14 +79,18 @@ class HttpTransport:
         api_key: str | None = None,
         timeout_s: float = 30.0,
         client: httpx.AsyncClient | None = None,
+        verify: Verify = True,
         keyed_save_retries: int = 2,
         retry_backoff_s: float = 0.25,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
+        if client is not None and verify is not True:
+            raise ConfigError("pass client or verify, not both: the client verifies as it was made")
         self.base_url = base_url.rstrip("/")
         self._key = api_key
         self._timeout = timeout_s
+        self._verify = client_verify(verify)
         self._client = client
         self._own_client = client is None
         self._retries = max(0, keyed_save_retries)
@@ -99,7 +109,9 @@ class HttpTransport:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=self._timeout)
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, timeout=self._timeout, verify=self._verify
+            )
         return self._client
 
     async def _call(self, operation: str, who: Identity, **args: Any) -> Any:
@@ -116,6 +128,11 @@ class HttpTransport:
         except httpx.TimeoutException as exc:
             raise StorageError(f"the memory service at {self.base_url} timed out") from exc
         except httpx.HTTPError as exc:
+            if problem := certificate_problem(exc):
+                raise ConfigError(
+                    f"the memory service at {self.base_url} is not trusted ({problem}): "
+                    "pass verify= the CA bundle that signed its certificate"
+                ) from exc
             raise StorageError(
                 f"the memory service at {self.base_url} is unreachable: {exc}"
             ) from exc

@@ -33,6 +33,7 @@ from pipeline.sdk.models import (
 from pipeline.sdk.transport import MemoryTransport
 from pipeline.settings import Settings
 from pipeline.stm import SessionSummary
+from pipeline.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
@@ -136,12 +137,14 @@ class Memory(SyncClient[AsyncMemory]):
         thresholds: Thresholds | None = None,
         transport: MemoryTransport | None = None,
         base_url: str | None = None,
+        verify: Verify = True,
         timeout_s: float | None = 120.0,
     ) -> None:
         async def make() -> AsyncMemory:
             return AsyncMemory(
                 project_id=project_id, api_key=api_key, settings=settings, embedder=embedder,
                 judge=judge, thresholds=thresholds, transport=transport, base_url=base_url,
+                verify=verify,
             )  # fmt: skip
 
         super().__init__(make, timeout_s)

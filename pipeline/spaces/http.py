@@ -14,7 +14,9 @@ there is the same :class:`~pipeline.errors.InputError` (``field="space_id"``),
 and a key change without ``confirm=True`` returns the same unapplied
 :class:`~pipeline.spaces.SpaceUpdate`. A service that cannot be reached or
 does not answer in time raises :class:`~pipeline.errors.StorageError`
-(retriable). Nothing is retried here: adds are not idempotent.
+(retriable); one whose certificate does not verify (see ``verify``),
+:class:`~pipeline.errors.ConfigError`. Nothing is retried here: adds are not
+idempotent.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pipeline.spaces.models import (
     SpaceUpdate,
 )
 from pipeline.spaces.wire import encode_choice, encode_inputs
+from pipeline.tls import Verify, certificate_problem, client_verify
 
 __all__ = ["HttpSpaces"]
 
@@ -69,7 +72,11 @@ def _plain(value: Any) -> Any:
 class HttpSpaces:
     """The spaces of the API key's project, through the memory service at ``base_url``.
 
-    ``client`` lets an application share (or a test fake) its :class:`httpx.AsyncClient`.
+    ``verify`` decides which certificates an ``https://`` service may present
+    (:data:`pipeline.tls.Verify`: default the system's CAs; the path of a private CA's
+    bundle; an :class:`ssl.SSLContext`), as for :class:`~pipeline.sdk.HttpTransport`.
+    ``client`` lets an application share (or a test fake) its :class:`httpx.AsyncClient`,
+    whose own ``verify`` then applies.
     """
 
     def __init__(
@@ -79,12 +86,16 @@ class HttpSpaces:
         *,
         timeout_s: float = 60.0,
         client: httpx.AsyncClient | None = None,
+        verify: Verify = True,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
+        if client is not None and verify is not True:
+            raise ConfigError("pass client or verify, not both: the client verifies as it was made")
         self.base_url = base_url.rstrip("/")
         self._key = api_key
         self._timeout = timeout_s
+        self._verify = client_verify(verify)
         self._client = client
         self._own_client = client is None
 
@@ -95,7 +106,7 @@ class HttpSpaces:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._client = httpx.AsyncClient(timeout=self._timeout, verify=self._verify)
         return self._client
 
     async def _send(
@@ -116,6 +127,11 @@ class HttpSpaces:
         except httpx.TimeoutException as exc:
             raise StorageError(f"the memory service at {self.base_url} timed out") from exc
         except httpx.HTTPError as exc:
+            if problem := certificate_problem(exc):
+                raise ConfigError(
+                    f"the memory service at {self.base_url} is not trusted ({problem}): "
+                    "pass verify= the CA bundle that signed its certificate"
+                ) from exc
             raise StorageError(
                 f"the memory service at {self.base_url} is unreachable: {exc}"
             ) from exc

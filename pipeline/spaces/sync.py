@@ -2,7 +2,8 @@
 
 The same calls, arguments and results as :class:`~pipeline.spaces.AsyncSpaces`,
 blocking. Over HTTP (``base_url=`` and ``api_key=``; the key decides the
-project) it wraps an :class:`~pipeline.spaces.http.HttpSpaces`; otherwise
+project; ``verify=`` for an ``https://`` service, see :mod:`pipeline.tls`) it
+wraps an :class:`~pipeline.spaces.http.HttpSpaces`; otherwise
 (``project_id=`` and ``settings=``) an :class:`~pipeline.spaces.AsyncSpaces` on
 MongoDB. Like the sync SDK (:mod:`pipeline.sdk.sync`) it runs the async client
 on a private event loop in a daemon thread (:class:`~pipeline.sdk.sync.LoopThread`),
@@ -36,6 +37,7 @@ from pipeline.spaces.models import (
     SpaceKind,
     SpaceUpdate,
 )
+from pipeline.tls import Verify
 
 __all__ = ["Spaces"]
 
@@ -55,8 +57,13 @@ class Spaces(SyncClient["AsyncSpaces | HttpSpaces"]):
         spaces_settings: SpacesSettings | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        verify: Verify = True,
         timeout_s: float | None = 120.0,
     ) -> None:
+        if base_url is None and verify is not True:
+            raise ConfigError(
+                "verify goes with base_url: it checks the memory service's certificate"
+            )
         if base_url is not None:
             if project_id is not None or settings is not None or embedder is not None:
                 raise ConfigError(
@@ -69,7 +76,7 @@ class Spaces(SyncClient["AsyncSpaces | HttpSpaces"]):
 
         async def make() -> AsyncSpaces | HttpSpaces:
             if base_url is not None and api_key is not None:
-                return HttpSpaces(base_url, api_key)
+                return HttpSpaces(base_url, api_key, verify=verify)
             assert project_id is not None
             return AsyncSpaces(
                 settings or load_settings(), project_id=project_id, embedder=embedder,
