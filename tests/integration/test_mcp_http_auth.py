@@ -3,9 +3,6 @@ subprocess driven over HTTP (SPEC G3; F3: whoever reaches the endpoint acts as i
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 from pathlib import Path
 
 import httpx
@@ -14,6 +11,7 @@ from mcp import MCPError
 from mcp_http import TOKEN, free_port, http_client, http_server, without_token
 from mcp_stdio import ok
 from pymongo import AsyncMongoClient
+from refused import refused_start
 
 from pipeline.mongo import Document
 
@@ -77,19 +75,13 @@ async def test_with_a_token_only_requests_carrying_it_are_served(
 async def test_without_a_token_a_host_off_loopback_is_refused_before_it_starts(
     env: dict[str, str],
 ) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.cli", "mcp", *SERVER,
+    code, stderr = await refused_start(
+        "-m", "pipeline.cli", "mcp", *SERVER,
         "--transport", "streamable-http", "--host", "0.0.0.0", "--port", str(free_port()),
-        env={**env, "PYTHONPATH": os.getcwd()}, stderr=asyncio.subprocess.PIPE,
+        env=env,
     )  # fmt: skip
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    finally:
-        if process.returncode is None:  # it served: don't leave it listening
-            process.kill()
-            await process.wait()
-    assert process.returncode == 1  # what every configuration error exits with
-    assert stderr.decode().strip() == (
+    assert code == 1  # what every configuration error exits with
+    assert stderr == (
         "mongomem: refusing to serve MCP over HTTP on '0.0.0.0' without a token: "
         "set MONGOMEM_MCP_AUTH_TOKEN, or listen on 127.0.0.1"
     )

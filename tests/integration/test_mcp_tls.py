@@ -3,10 +3,7 @@ as a real subprocess, reached by the official MCP client trusting a throw-away C
 
 from __future__ import annotations
 
-import asyncio
-import os
 import ssl
-import sys
 from pathlib import Path
 
 import httpx2
@@ -14,6 +11,7 @@ import pytest
 from mcp_http import TOKEN, free_port, http_client, http_server, without_token
 from mcp_stdio import ok
 from pymongo import AsyncMongoClient
+from refused import refused_start
 
 from pipeline.mongo import Document
 from pipeline.testing import Certificates, make_certificates
@@ -74,43 +72,25 @@ async def test_a_certificate_that_cannot_be_loaded_is_refused_before_it_starts(
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
     port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.cli", "mcp", *SERVER,
+    code, stderr = await refused_start(
+        "-m", "pipeline.cli", "mcp", *SERVER,
         "--transport", "streamable-http", "--port", str(port),
-        env={**env, "MONGOMEM_MCP_TLS_CERT_FILE": str(junk), "PYTHONPATH": os.getcwd()},
-        stderr=asyncio.subprocess.PIPE,
+        env={**env, "MONGOMEM_MCP_TLS_CERT_FILE": str(junk)},
     )  # fmt: skip
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    finally:
-        if process.returncode is None:  # it served: don't leave it listening
-            process.kill()
-            await process.wait()
-    assert process.returncode == 1
-    assert stderr.decode().strip() == (
-        f"mongomem: MONGOMEM_MCP_TLS_CERT_FILE ({junk}) holds no PEM certificate"
-    )
+    assert code == 1
+    assert stderr == (f"mongomem: MONGOMEM_MCP_TLS_CERT_FILE ({junk}) holds no PEM certificate")
 
 
 async def test_a_key_that_is_not_the_certificates_is_refused(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     other = make_certificates(tmp_path, name="other")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.mcp_server", *SERVER,
+    code, stderr = await refused_start(
+        "-m", "pipeline.mcp_server", *SERVER,
         "--transport", "streamable-http", "--port", str(free_port()),
-        env={**env, "MONGOMEM_MCP_TLS_KEY_FILE": str(other.key_file), "PYTHONPATH": os.getcwd()},
-        stderr=asyncio.subprocess.PIPE,
+        env={**env, "MONGOMEM_MCP_TLS_KEY_FILE": str(other.key_file)},
     )  # fmt: skip
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 1
-    assert (
-        stderr.decode()
-        .strip()
-        .startswith(f"mongomem mcp: MONGOMEM_MCP_TLS_KEY_FILE ({other.key_file}) is not the key of")
+    assert code == 1
+    assert stderr.startswith(
+        f"mongomem mcp: MONGOMEM_MCP_TLS_KEY_FILE ({other.key_file}) is not the key of"
     )

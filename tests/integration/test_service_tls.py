@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
+from refused import refused_start
 from service_http import EMBEDDER
 
 from pipeline.errors import ConfigError, StorageError
@@ -189,18 +189,12 @@ async def test_mongomem_serve_says_what_is_wrong_in_one_line(
         "MONGOMEM_SERVICE_TLS_CERT_FILE": str(certs.cert_file),
         "MONGOMEM_SERVICE_TLS_KEY_FILE": str(other.key_file),
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.cli", "serve", "--port", str(port),
-        env=env, stderr=asyncio.subprocess.PIPE,
+    code, stderr = await refused_start(
+        "-m", "pipeline.cli", "serve", "--port", str(port),
+        env=env,
     )  # fmt: skip
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    finally:
-        if process.returncode is None:  # it served: don't leave it listening
-            process.kill()
-            await process.wait()
-    assert process.returncode == 1
-    assert stderr.decode().strip() == (
+    assert code == 1
+    assert stderr == (
         f"mongomem: MONGOMEM_SERVICE_TLS_KEY_FILE ({other.key_file}) is not the key of the "
         f"certificate in MONGOMEM_SERVICE_TLS_CERT_FILE ({certs.cert_file})"
     )
