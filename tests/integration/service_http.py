@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from pipeline.embeddings import HashingEmbedder
 from pipeline.service import make_app
-from pipeline.settings import Settings
+from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
 
 #: The stand-in embedder of the service under test (hashing, **not a model**).
 EMBEDDER = HashingEmbedder(64)
+
+
+def serving(settings: Settings, **service: Any) -> Settings:
+    """``settings`` with ``service`` changes, the stand-in embedder and the stand-in LLM."""
+    return settings.model_copy(
+        update={
+            "service": settings.service.model_copy(update=service),
+            "embedding": EmbeddingSettings(provider="stand-in", dimensions=64),
+            "llm": LLMSettings(use_stand_in=True),
+        }
+    )
 
 
 async def start(settings: Settings) -> tuple[web.AppRunner, str]:

@@ -16,13 +16,13 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
-from service_http import start
+from service_http import serving, start
 
 from pipeline.errors import RateLimitExceeded
 from pipeline.models import Action
 from pipeline.mongo import Document
 from pipeline.sdk import AsyncMemory, HttpTransport, MemoryRequestContext
-from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
+from pipeline.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +34,7 @@ BOB = {"project_id": "other", "user_id": "bob", "session_id": "s1"}
 
 def limited(settings: Settings, rate: float | None, burst: int = 3) -> Settings:
     keys = (SecretStr(f"travel:{KEY_A}"), SecretStr(f"other:{KEY_B}"))
-    service = settings.service.model_copy(
-        update={"api_keys": keys, "rate_limit_per_s": rate, "rate_limit_burst": burst}
-    )
-    return settings.model_copy(
-        update={
-            "service": service,
-            "embedding": EmbeddingSettings(provider="stand-in", dimensions=64),
-            "llm": LLMSettings(use_stand_in=True),
-        }
-    )
+    return serving(settings, api_keys=keys, rate_limit_per_s=rate, rate_limit_burst=burst)
 
 
 @pytest.fixture

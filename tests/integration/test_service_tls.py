@@ -19,13 +19,13 @@ import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from refused import refused_start
-from service_http import EMBEDDER
+from service_http import EMBEDDER, serving
 
 from pipeline.errors import ConfigError, StorageError
 from pipeline.mongo import Document
 from pipeline.sdk import AsyncMemory, Memory, MemoryRequestContext
 from pipeline.service import serve
-from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
+from pipeline.settings import Settings
 from pipeline.spaces import HttpSpaces, Spaces
 from pipeline.testing import Certificates, make_certificates
 
@@ -53,19 +53,10 @@ def listening(port: int) -> bool:
 def with_tls(settings: Settings, port: int, cert: Path, key: Path) -> Settings:
     """``settings`` serving project travel (``KEY``) with stand-ins on 127.0.0.1:``port``,
     with ``cert`` and ``key``."""
-    service = settings.service.model_copy(
-        update={
-            "host": "127.0.0.1", "port": port, "api_keys": (SecretStr(f"travel:{KEY}"),),
-            "tls_cert_file": cert, "tls_key_file": key,
-        }
+    return serving(
+        settings, host="127.0.0.1", port=port, api_keys=(SecretStr(f"travel:{KEY}"),),
+        tls_cert_file=cert, tls_key_file=key,
     )  # fmt: skip
-    return settings.model_copy(
-        update={
-            "service": service,
-            "embedding": EmbeddingSettings(provider="stand-in", dimensions=64),
-            "llm": LLMSettings(use_stand_in=True),
-        }
-    )
 
 
 @pytest.fixture
