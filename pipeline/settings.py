@@ -92,6 +92,13 @@ def _none_value(value: Any) -> Any:
     return value
 
 
+def _comma_list(value: Any) -> Any:
+    """A comma-separated string as a tuple of its non-empty, stripped parts."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 #: A number that ``none``/``never`` (or empty) switches off.
 OptionalNumber = Annotated[float | None, BeforeValidator(_none_value)]
 
@@ -278,9 +285,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+        return _comma_list(value)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServiceSettings:
@@ -325,6 +330,18 @@ class SpacesSettings(BaseSettings):
     encryption_key: SecretStr | None = Field(
         default=None, description="32 bytes, base64: the AES-256-GCM key of encrypted spaces"
     )
+    previous_encryption_keys: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
+        default=(),
+        description=(
+            "comma list of keys that sealed items before the current one: still read, never "
+            "written; `mongomem spaces rekey` moves a space to the current key"
+        ),
+    )
+
+    @field_validator("previous_encryption_keys", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return _comma_list(value)
 
 
 class InfraSettings(BaseSettings):
