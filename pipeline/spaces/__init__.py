@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pipeline.spaces.api import AsyncSpaces
-    from pipeline.spaces.crypto import PayloadCipher, SpacesSettings
+    from pipeline.spaces.crypto import Keyring, PayloadCipher, SpacesSettings
     from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
     from pipeline.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
     from pipeline.spaces.http import HttpSpaces
@@ -50,6 +50,7 @@ __all__ = [
     "FeedbackView",
     "FileInput",
     "HttpSpaces",
+    "Keyring",
     "LLMSummariser",
     "Merge",
     "OnDuplicate",
@@ -69,7 +70,7 @@ __all__ = [
 
 _HOME = {
     "AsyncSpaces": "api",
-    **dict.fromkeys(["PayloadCipher", "SpacesSettings"], "crypto"),
+    **dict.fromkeys(["Keyring", "PayloadCipher", "SpacesSettings"], "crypto"),
     **dict.fromkeys(["AddAnyway", "Merge", "OnDuplicate", "Replace"], "dedupe"),
     **dict.fromkeys(["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE"], "editing"),
     "HttpSpaces": "http",

@@ -38,7 +38,7 @@ from pipeline.spaces.catalog import (
     space_document,
     space_from_doc,
 )
-from pipeline.spaces.crypto import SpacesSettings, cipher_from
+from pipeline.spaces.crypto import SpacesSettings, keyring_from
 from pipeline.spaces.editing import EditCalls
 from pipeline.spaces.escalations import EscalationCalls
 from pipeline.spaces.items import EpisodicCalls
@@ -58,7 +58,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
     ``embedder`` defaults to the configured provider, ``summariser`` (for
     files and long texts, SPEC H5) to an :class:`LLMSummariser` on the
     configured LLM, created on first need; ``spaces_settings`` (the
-    encryption key) to ``settings.spaces``; ``clock`` to UTC now.
+    encryption key and the previous ones) to ``settings.spaces``; ``clock`` to UTC now.
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
         self._settings = settings
         self._embedder = embedder
         self._summariser = summariser
-        self._cipher = cipher_from(spaces_settings or settings.spaces)
+        self._keys = keyring_from(spaces_settings or settings.spaces)
         self._client = client
         self._own_client = client is None
         self._store: SpaceStore | None = None
@@ -93,7 +93,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
-                store = SpaceStore(database(self._client, self._settings.mongodb), self._cipher)
+                store = SpaceStore(database(self._client, self._settings.mongodb), self._keys)
                 await store.setup()
                 self._store = store
             return self._store, self._embedder
@@ -154,13 +154,13 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
             recall=check_recall(recall if recall is not None else {}),
             embedder="", dimensions=0, created_at=now, updated_at=now,
         )  # fmt: skip
-        if encrypted and self._cipher is None:
+        if encrypted and self._keys.current is None:
             raise ConfigError(
                 "an encrypted space needs a key: set MONGOMEM_SPACES_ENCRYPTION_KEY "
                 "(32 bytes, base64)"
             )
         store, embedder = await self._ready()
-        key_id = self._cipher.key_id if encrypted and self._cipher is not None else None
+        key_id = self._keys.current.key_id if encrypted and self._keys.current is not None else None
         space = space.model_copy(
             update={"embedder": embedder.name, "dimensions": embedder.dimensions, "key_id": key_id}
         )

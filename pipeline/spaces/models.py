@@ -125,7 +125,11 @@ class FeedbackView(_Frozen):
 
 
 class Space(_Frozen):
-    """A space as stored: settings, keys, agents and (for inspection) its item count."""
+    """A space as stored: settings, keys, agents and (for inspection) its item count.
+
+    ``key_id`` (encrypted spaces) is the fingerprint of the key all of its items
+    are sealed under; while a key rotation runs, items carry their own.
+    """
 
     project_id: str
     space_id: SpaceId

@@ -8,7 +8,9 @@ holds one document per item::
     {_id: item_id, project_id, space_id, kind, agent_id, source, created_at,
      updated_at, vectors: {argument: float32 bytes},
      payload: "<JSON text>"          # plain spaces
-     sealed: <AES-GCM bytes>}        # encrypted spaces (see pipeline.spaces.crypto)
+     sealed: <AES-GCM bytes>,        # encrypted spaces (see pipeline.spaces.crypto)
+     key_id: "<fingerprint>"}        # the key that sealed it (absent on older items:
+                                     # then the space's key_id)
 
 The payload (inputs, key texts, outputs, outcome, resolution, sentiment,
 feedback) is stored as JSON text so that arbitrary output keys never become
@@ -29,10 +31,10 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.errors import InputError, StorageError
 from pipeline.ltm.documents import decode_embedding, encode_embedding
 from pipeline.mongo import Document
-from pipeline.spaces.crypto import PayloadCipher
+from pipeline.spaces.crypto import Keyring
 from pipeline.spaces.models import Space, SpaceItem
 
 __all__ = ["ITEMS", "MAX_PAYLOAD_BYTES", "SPACES", "SpaceStore", "Vectors"]
@@ -47,12 +49,12 @@ Vectors = dict[str, list[float]]
 
 
 class SpaceStore:
-    """Reads and writes spaces and their items; decrypts with ``cipher`` where needed."""
+    """Reads and writes spaces and their items; seals and opens with ``keys`` where needed."""
 
-    def __init__(self, db: AsyncDatabase[Document], cipher: PayloadCipher | None) -> None:
+    def __init__(self, db: AsyncDatabase[Document], keys: Keyring) -> None:
         self.spaces: AsyncCollection[Document] = db[SPACES]
         self.items: AsyncCollection[Document] = db[ITEMS]
-        self.cipher = cipher
+        self.keys = keys
 
     async def setup(self) -> None:
         try:
@@ -115,19 +117,6 @@ class SpaceStore:
 
     # -- items --------------------------------------------------------------
 
-    def _cipher_for(self, encrypted: bool, key_id: str | None) -> PayloadCipher | None:
-        if not encrypted:
-            return None
-        if self.cipher is None:
-            raise ConfigError(
-                "this space is encrypted: set MONGOMEM_SPACES_ENCRYPTION_KEY to read or write it"
-            )
-        if key_id is not None and key_id != self.cipher.key_id:
-            raise ConfigError(
-                "MONGOMEM_SPACES_ENCRYPTION_KEY is not the key this space was created with"
-            )
-        return self.cipher
-
     def item_document(
         self, project_id: str, space: Space, item: SpaceItem, vectors: Vectors
     ) -> Document:
@@ -144,24 +133,30 @@ class SpaceStore:
             "created_at": item.created_at, "updated_at": item.updated_at,
             "vectors": {arg: encode_embedding(v) for arg, v in vectors.items()},
         }  # fmt: skip
-        cipher = self._cipher_for(space.encrypted, space.key_id)
-        if cipher is None:
+        if not space.encrypted:
             doc["payload"] = text
         else:
+            cipher = self.keys.sealer()
             doc["sealed"] = cipher.seal(
                 payload, project_id=project_id, space_id=item.space_id, item_id=item.item_id
             )
+            doc["key_id"] = cipher.key_id
         return doc
 
+    def open_payload(self, space: Space, doc: Document) -> dict[str, Any]:
+        """A sealed item's payload, opened with the key its fingerprint names (the
+        item's own, or for an item stored before items carried one, the space's)."""
+        key_id = doc.get("key_id") or space.key_id
+        cipher = self.keys.opener(key_id, sealed=f"item {doc['_id']} of space {doc['space_id']!r}")
+        return cipher.open(
+            bytes(doc["sealed"]),
+            project_id=doc["project_id"], space_id=doc["space_id"], item_id=doc["_id"],
+        )  # fmt: skip
+
     def read_item(self, space: Space, doc: Document) -> tuple[SpaceItem, Vectors]:
-        cipher = self._cipher_for(space.encrypted, space.key_id)
-        if cipher is None:
-            payload: dict[str, Any] = json.loads(doc["payload"])
-        else:
-            payload = cipher.open(
-                bytes(doc["sealed"]),
-                project_id=doc["project_id"], space_id=doc["space_id"], item_id=doc["_id"],
-            )  # fmt: skip
+        payload: dict[str, Any] = (
+            self.open_payload(space, doc) if space.encrypted else json.loads(doc["payload"])
+        )
         item = SpaceItem.model_validate(
             {
                 **payload,
@@ -193,6 +188,36 @@ class SpaceStore:
             )
         except PyMongoError as exc:
             raise StorageError(f"could not update the item: {exc}") from exc
+
+    async def items_not_under(
+        self, project_id: str, space_id: str, key_id: str, *, after: str | None, limit: int
+    ) -> list[Document]:
+        """Up to ``limit`` items of the space not marked as sealed under ``key_id`` (older
+        items, with no mark, included), by id, from just after ``after``."""
+        query: Document = {"project_id": project_id, "space_id": space_id,
+                           "key_id": {"$ne": key_id}}  # fmt: skip
+        if after is not None:
+            query["_id"] = {"$gt": after}
+        fields = {"project_id": 1, "space_id": 1, "sealed": 1, "key_id": 1}
+        try:
+            cursor = self.items.find(query, fields).sort("_id", ASCENDING).limit(limit)
+            return await cursor.to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB read failed: {exc}") from exc
+
+    async def reseal_item(self, doc: Document, sealed: bytes, key_id: str) -> bool:
+        """Swap an item's ciphertext and key mark, only if its ciphertext is still the one
+        in ``doc`` (a fresh nonce makes each one unique): a compare-and-swap, so a
+        concurrent write is never overwritten. ``False`` when it was rewritten or deleted."""
+        try:
+            done = await self.items.update_one(
+                {"_id": doc["_id"], "project_id": doc["project_id"],
+                 "space_id": doc["space_id"], "sealed": doc["sealed"]},
+                {"$set": {"sealed": sealed, "key_id": key_id}},
+            )  # fmt: skip
+        except PyMongoError as exc:
+            raise StorageError(f"could not re-seal the item: {exc}") from exc
+        return done.matched_count == 1
 
     async def delete_items(self, project_id: str, space_id: str, item_ids: Sequence[str]) -> int:
         try:

@@ -128,7 +128,7 @@ class TransferCalls(SpacesBase):
         same = embedder.name == space.embedder and embedder.dimensions == space.dimensions
         if reembed == "always" or not same:
             rows = [(item, await embed_texts(embedder, item.key_texts)) for item, _ in rows]
-        cipher = store.cipher if secret else None
+        cipher = store.keys.current if secret else None
         if secret and cipher is None:
             raise ConfigError("an encrypted space needs MONGOMEM_SPACES_ENCRYPTION_KEY")
         space = space.model_copy(
