@@ -33,6 +33,7 @@ route                                                   call (result)
 ``POST   /v1/spaces/{space}/escalations/check``         ``check_escalation``
                                                         (EscalationDecision)
 ``GET    /v1/spaces/{space}/export``                    ``export_space`` (NDJSON body)
+``POST   /v1/spaces/{space}/rekey``                     ``rekey_space`` (RekeyResult)
 ======================================================  ==================================
 
 Errors are those of the memory routes (:mod:`pipeline.sdk.errormap`), the
@@ -424,6 +425,11 @@ async def _import(request: web.Request) -> web.Response:
     return _result(space, 201)
 
 
+async def _rekey(request: web.Request) -> web.Response:
+    spaces, _ = await _open(request)
+    return _result(await spaces.rekey_space(request.match_info["space_id"]))
+
+
 def add_spaces_routes(
     app: web.Application, settings: Settings, *, embedder: Embedder | None = None
 ) -> None:
@@ -459,6 +465,7 @@ def add_spaces_routes(
         ("POST", f"{space}/escalations", _resolve),
         ("POST", f"{space}/escalations/check", _lookup("check_escalation")),
         ("GET", f"{space}/export", _export),
+        ("POST", f"{space}/rekey", _rekey),
     ]
     for method, path, route in routes:
         app.router.add_route(method, path, _not_found_as_404(route))

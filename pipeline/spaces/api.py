@@ -7,8 +7,9 @@ Agents register with :meth:`AsyncSpaces.attach_agent`, inheriting the space's
 search keys or overriding them (SPEC H6). This module holds the space calls;
 the item calls are in :mod:`pipeline.spaces.items` (episodic),
 :mod:`pipeline.spaces.escalations` (escalations, playground) and
-:mod:`pipeline.spaces.editing` (items one by one, feedback) and
-:mod:`pipeline.spaces.transfer` (export, import).
+:mod:`pipeline.spaces.editing` (items one by one, feedback),
+:mod:`pipeline.spaces.transfer` (export, import) and
+:mod:`pipeline.spaces.rekey` (re-sealing under a new encryption key).
 
 Every call validates all of its input before it writes anything.
 """
@@ -44,6 +45,7 @@ from pipeline.spaces.escalations import EscalationCalls
 from pipeline.spaces.items import EpisodicCalls
 from pipeline.spaces.keys import LLMSummariser, Summariser
 from pipeline.spaces.models import RecallSettings, SearchKey, Space, SpaceKind, SpaceUpdate
+from pipeline.spaces.rekey import RekeyCalls
 from pipeline.spaces.store import SpaceStore
 from pipeline.spaces.transfer import TransferCalls
 
@@ -52,7 +54,7 @@ __all__ = ["AsyncSpaces"]
 KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 
-class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls):
+class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, RekeyCalls):
     """Memory spaces of ``project_id``.
 
     ``embedder`` defaults to the configured provider, ``summariser`` (for

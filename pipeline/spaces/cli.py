@@ -12,12 +12,16 @@
     mongomem spaces export SPACE --project-id P        JSON lines to stdout (plain text!)
     mongomem spaces import FILE  --project-id P [--space-id S] [--encrypted | --plain]
                                  [--reembed always]    a new space from an export (``-``: stdin)
+    mongomem spaces rekey  SPACE --project-id P        re-seal its items under the current
+                                                       MONGOMEM_SPACES_ENCRYPTION_KEY
 
 The project is the one ``--project-id`` names (this acts on MongoDB with the
 process's settings, as the other operator commands do; over HTTP the API key
 decides the project). ``list``, ``show``, ``delete`` and ``export`` need no
 embedding provider; ``import`` needs the one of the importing process (it
 keeps the file's vectors when they were made by the same one, SPEC H9).
+``rekey`` needs none: it re-seals payloads and leaves vectors alone; it can
+be run again after an interruption (:mod:`pipeline.spaces.rekey`).
 ``create`` needs none either: a space takes its embedder with its first item.
 
 :func:`add_cli` adds ``spaces`` to the main CLI's sub-parsers; each handler
@@ -41,7 +45,7 @@ __all__ = ["add_cli", "main", "spaces_command"]
 
 
 class _NoEmbedder:
-    """Stands in where no vector is made (list, show, delete, export): using it is an error."""
+    """Stands in where no vector is made (every command but import): using it is an error."""
 
     name = "none"
     dimensions = 0
@@ -90,13 +94,17 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not encrypt the new space")  # fmt: skip
     imp.add_argument("--reembed", choices=["auto", "always"], default="auto",
                      help="re-embed every item even when the embedder is the same")  # fmt: skip
+    rekey = action("rekey", "re-seal an encrypted space's items under the current key")
+    rekey.add_argument("space_id")
     parser.set_defaults(handler=spaces_command)
 
 
 def add_cli(subparsers: Any) -> None:
     """Add ``spaces`` to ``subparsers`` (what ``add_subparsers()`` returned)."""
     _add_arguments(
-        subparsers.add_parser("spaces", help="list, create, show, delete, export, import spaces")
+        subparsers.add_parser(
+            "spaces", help="list, create, show, delete, export, import, rekey spaces"
+        )
     )
 
 
@@ -156,6 +164,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             case "export":
                 for line in await spaces.export_space(args.space_id):
                     sys.stdout.write(line + "\n")
+            case "rekey":
+                done = await spaces.rekey_space(args.space_id)
+                print(f"re-sealed {done.resealed} of {done.space.item_count} items of space "
+                      f"{done.space.space_id} under key {done.space.key_id}")  # fmt: skip
             case _:
                 space = await spaces.import_space(
                     lines, space_id=args.space_id, encrypted=args.encrypted, reembed=args.reembed

@@ -38,6 +38,7 @@ from pipeline.spaces.models import (
     PlaygroundResult,
     RecallHit,
     RecallSettings,
+    RekeyResult,
     SearchKey,
     Sentiment,
     Space,
@@ -406,3 +407,10 @@ class HttpSpaces:
         content = "".join(t + "\n" for t in texts).encode()
         response = await self._send("POST", "/import", params=params, content=content)
         return self._decode(TypeAdapter(Space), self._result(response))
+
+    # -- encryption key -----------------------------------------------------
+
+    async def rekey_space(self, space_id: str) -> RekeyResult:
+        """Re-seal the space's items under the service's current encryption key."""
+        result = await self._call("POST", f"{self._space(space_id)}/rekey")
+        return self._decode(TypeAdapter(RekeyResult), result)

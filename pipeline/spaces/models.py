@@ -35,6 +35,7 @@ __all__ = [
     "PlaygroundResult",
     "RecallHit",
     "RecallSettings",
+    "RekeyResult",
     "SearchKey",
     "Sentiment",
     "Space",
@@ -221,6 +222,14 @@ class PlaygroundResult(_Frozen):
     matches: tuple[RecallHit, ...]
     near_misses: tuple[RecallHit, ...]
     escalation: EscalationDecision | None = None
+
+
+class RekeyResult(_Frozen):
+    """What :meth:`~pipeline.spaces.AsyncSpaces.rekey_space` did: ``resealed`` items were
+    sealed again under the current key, now the space's ``key_id``; the others already were."""
+
+    space: Space
+    resealed: int
 
 
 class SpaceUpdate(_Frozen):

@@ -31,6 +31,7 @@ from pipeline.spaces.models import (
     PlaygroundResult,
     RecallHit,
     RecallSettings,
+    RekeyResult,
     Sentiment,
     Space,
     SpaceItem,
@@ -265,3 +266,8 @@ class Spaces(SyncClient["AsyncSpaces | HttpSpaces"]):
         return self._call(self._async.import_space(
             list(lines), space_id=space_id, encrypted=encrypted, reembed=reembed
         ))  # fmt: skip
+
+    # -- encryption key -----------------------------------------------------
+
+    def rekey_space(self, space_id: str) -> RekeyResult:
+        return self._call(self._async.rekey_space(space_id))
