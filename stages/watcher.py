@@ -14,7 +14,10 @@ Delivery semantics
   and one high-water mark (highest acknowledged seq) per session, written
   every ``MARKS_INTERVAL_S`` and at every graceful stop and back-fill end. A
   mark may lag (that only adds duplicates to a back-fill), it is never ahead
-  of Kafka. Checkpoints are stored in order.
+  of Kafka. Tokens are stored in order. Marks (``$max`` upserts, so their
+  order does not matter) are written beside the tokens, one write at a time,
+  so a large one — thousands of sessions active within the interval — never
+  holds the tokens up.
 * Turns go into one open batch per partition and leave in flushes
   (:class:`~stages.watcher_logic.FlushPolicy`): when the stream is idle, or
   after ``MONGOMEM_STM_WATCHER_BATCH_MAX`` turns or ``…_FLUSH_INTERVAL_S`` —
@@ -188,6 +191,8 @@ class ChangeStreamWatcher:
         self._token_only_at = 0.0
         self._acked_marks: dict[Slot, int] = {}
         self._marks_written_at = time.monotonic()
+        #: The marks write in flight, beside the token commits (at most one).
+        self._marks_write: asyncio.Task[None] | None = None
         #: True while following the change stream (after any back-fill): ready.
         self.streaming = False
         self.published = 0
@@ -471,13 +476,24 @@ class ChangeStreamWatcher:
             await self._reap(keep=0)
 
     async def _reap(self, keep: int) -> None:
-        """Await the oldest commits until at most ``keep`` are unfinished (raises failures)."""
+        """Await the oldest commits until at most ``keep`` are unfinished (raises failures).
+
+        The marks write is awaited too once it is done, or when ``keep`` is 0;
+        a failed one is raised here.
+        """
         while self._commits and (len(self._commits) > keep or self._commits[0].done()):
             await self._commits.popleft()
+        marks_write = self._marks_write
+        if marks_write is not None and (keep == 0 or marks_write.done()):
+            self._marks_write = None
+            await marks_write
 
     async def _abandon_commits(self) -> None:
-        """Cancel the commits still running (the stream failed or was cancelled)."""
+        """Cancel the commits and the marks write still running (the stream failed or stopped)."""
         commits, self._commits = self._commits, deque()
+        if self._marks_write is not None:
+            commits.append(self._marks_write)
+            self._marks_write = None
         for commit in commits:
             commit.cancel()  # no-op when it has finished
         for commit in commits:
@@ -508,11 +524,23 @@ class ChangeStreamWatcher:
             if seq > self._acked_marks.get(slot, 0):
                 self._acked_marks[slot] = seq
         now_s = time.monotonic()
-        if all_marks or now_s - self._marks_written_at >= MARKS_INTERVAL_S:
+        if all_marks:  # a final or back-fill flush: every mark, with the token
+            if self._marks_write is not None:
+                marks_write, self._marks_write = self._marks_write, None
+                await marks_write
             marks, self._acked_marks = self._acked_marks, {}
             self._marks_written_at = now_s
         else:
             marks = {}
+            due = now_s - self._marks_written_at >= MARKS_INTERVAL_S
+            if due and self._acked_marks and self._marks_write is None:
+                batch, self._acked_marks = self._acked_marks, {}
+                self._marks_written_at = now_s
+                self._marks_write = asyncio.create_task(self._store(batch, None))
+        await self._store(marks, token)
+
+    async def _store(self, marks: dict[Slot, int], token: dict[str, Any] | None) -> None:
+        """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write."""
         writes = [
             UpdateOne(filter_, update, upsert=True)
             for filter_, update in checkpoint_updates(self._topic, marks, token, utcnow())

@@ -7,13 +7,14 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 from pymongo import AsyncMongoClient
 
+import stages.watcher
 from pipeline.codec import decode
 from pipeline.errors import BrokerError
 from pipeline.kafka import (
@@ -381,3 +382,66 @@ async def test_a_backlog_waits_in_the_open_batches_while_the_previous_flush_is_u
         stop.set()
         await asyncio.wait_for(task, 10)
     assert watcher.published == 60
+
+
+class MarksHeld:
+    """The watcher's ``checkpoints`` collection, with every write that holds marks held back."""
+
+    def __init__(self, collection: Any, token: str) -> None:
+        self._collection = collection
+        self._token = token
+        self.release = asyncio.Event()
+        self.held = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+    async def bulk_write(self, writes: list[Any], **options: Any) -> Any:
+        if any(write._filter["_id"] != self._token for write in writes):  # a mark among them
+            self.held += 1
+            await self.release.wait()
+        return await self._collection.bulk_write(writes, **options)
+
+
+async def test_a_slow_marks_write_does_not_hold_the_tokens_up(
+    mongo: AsyncMongoClient[Document], settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stages.watcher, "MARKS_INTERVAL_S", 0.0)  # marks due at every commit
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    topic = settings.kafka.topic("turns")
+    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    watcher = ChangeStreamWatcher(db, producer, settings.kafka, settings.stm)
+    checkpoints = MarksHeld(watcher._checkpoints, token_id(topic))
+    watcher._checkpoints = cast(Any, checkpoints)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await until(lambda: watcher.streaming, task)
+        await stm.record_turn(session_key("p", "u", "a"), "user", "first")
+        await until(lambda: checkpoints.held == 1, task)  # its marks wait …
+        deadline = time.monotonic() + 20
+        while (first := await stored_token(mongo, settings)) is None:  # … its token does not
+            assert time.monotonic() < deadline, "the token waited for the marks"
+            await asyncio.sleep(0.02)
+        for i in range(3):
+            await stm.record_turn(session_key("p", "u", "b"), "user", str(i))
+        await until(lambda: watcher.published == 4, task)
+        deadline = time.monotonic() + 20
+        while await stored_token(mongo, settings) == first:
+            assert time.monotonic() < deadline, "the token waited for the marks"
+            await asyncio.sleep(0.02)
+        assert checkpoints.held == 1  # one marks write at a time: still the first
+        assert await db[CHECKPOINTS].count_documents({"kind": "watcher-mark"}) == 0
+    finally:
+        checkpoints.release.set()
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await producer.stop()
+    marks = {
+        doc["session_id"]: doc["seq"]
+        async for doc in db[CHECKPOINTS].find({"kind": "watcher-mark", "topic": topic})
+    }
+    assert marks == {"a": 1, "b": 3}  # the stop wrote every mark
