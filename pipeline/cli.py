@@ -13,7 +13,7 @@
     mongomem mcp --project-id P --user-id U   serve memory to an MCP client
     mongomem serve [--host H] [--port P]          the HTTP memory service, with API keys
     mongomem keys create|list|revoke ...          the service's API keys
-    mongomem spaces list|create|show|delete|export|import --project-id P   memory spaces
+    mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -301,7 +301,7 @@ def _parser() -> argparse.ArgumentParser:
 
     from pipeline.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
 
-    add_spaces_cli(sub)  # `spaces list|create|show|delete|export|import`
+    add_spaces_cli(sub)  # `spaces list|create|show|delete|export|import|rekey`
     return parser
 
 
