@@ -26,25 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import sys
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from pipeline.errors import ConfigError, InputError, MongomemError, RateLimitExceeded, StorageError
+from pipeline.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
 from pipeline.models import Role, Turn
-from pipeline.sdk.errormap import MEMORY_NOT_FOUND, error_from
+from pipeline.sdk.errormap import MEMORY_NOT_FOUND
 from pipeline.sdk.idempotency import check_idempotency_key
 from pipeline.sdk.identity import Identity
 from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from pipeline.sdk.service_client import ServiceClient
 from pipeline.stm import SessionSummary, validate_metadata
-from pipeline.tls import Verify, certificate_problem, client_verify
+from pipeline.tls import Verify
 
 __all__ = ["HttpTransport"]
-
-T = TypeVar("T")
 
 _HITS = TypeAdapter(list[SearchHit[MemoryRecord]])
 _RECORDS = TypeAdapter(list[MemoryRecord])
@@ -58,7 +56,7 @@ class _NotFound(Exception):
     """A 404 ``MemoryNotFound`` answer (``get`` turns it into ``None``)."""
 
 
-class HttpTransport:
+class HttpTransport(ServiceClient):
     """A :class:`~pipeline.sdk.MemoryTransport` that calls the memory service at ``base_url``.
 
     ``api_key`` may be left out when the :class:`~pipeline.sdk.AsyncMemory`
@@ -83,21 +81,9 @@ class HttpTransport:
         keyed_save_retries: int = 2,
         retry_backoff_s: float = 0.25,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
-        if client is not None and verify is not True:
-            raise ConfigError("pass client or verify, not both: the client verifies as it was made")
-        self.base_url = base_url.rstrip("/")
-        self._key = api_key
-        self._timeout = timeout_s
-        self._verify = client_verify(verify)
-        self._client = client
-        self._own_client = client is None
+        super().__init__(base_url, api_key, timeout_s=timeout_s, client=client, verify=verify)
         self._retries = max(0, keyed_save_retries)
         self._backoff = retry_backoff_s
-
-    def __repr__(self) -> str:  # never show the key
-        return f"HttpTransport({self.base_url!r})"
 
     def use_api_key(self, api_key: str | None) -> None:
         """Use ``api_key`` unless this transport already has one (a different one is an error)."""
@@ -107,13 +93,6 @@ class HttpTransport:
             raise ConfigError("the transport already has a different API key")
         self._key = api_key
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, timeout=self._timeout, verify=self._verify
-            )
-        return self._client
-
     async def _call(self, operation: str, who: Identity, **args: Any) -> Any:
         body = who.model_dump() | args
         for name, value in args.items():  # name what cannot be sent, as the direct path does
@@ -121,37 +100,13 @@ class HttpTransport:
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise InputError(f"{name} cannot be sent as JSON: {exc}", field=name) from None
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        url = f"{self.base_url}/v1/{operation}"
-        try:
-            response = await self._http().post(url, json=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise StorageError(f"the memory service at {self.base_url} timed out") from exc
-        except httpx.HTTPError as exc:
-            if problem := certificate_problem(exc):
-                raise ConfigError(
-                    f"the memory service at {self.base_url} is not trusted ({problem}): "
-                    "pass verify= the CA bundle that signed its certificate"
-                ) from exc
-            raise StorageError(
-                f"the memory service at {self.base_url} is unreachable: {exc}"
-            ) from exc
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
+        response = await self._request("POST", f"/v1/{operation}", json=body)
+        payload = self._payload(response)
         if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
             return payload["result"]
         if response.status_code == 404 and _error_type(payload) == MEMORY_NOT_FOUND:
             raise _NotFound
-        raise error_from(response.status_code, payload, retry_after=_retry_after(response))
-
-    @staticmethod
-    def _decode(adapter: TypeAdapter[T], value: Any) -> T:
-        try:
-            return adapter.validate_python(value)
-        except ValidationError as exc:
-            raise MongomemError(f"the memory service answered something unexpected: {exc}") from exc
+        raise self._error(response, payload)
 
     async def save(
         self,
@@ -221,20 +176,6 @@ class HttpTransport:
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))
-
-    async def close(self) -> None:
-        if self._client is not None and self._own_client:
-            await self._client.aclose()
-            self._client = None
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds, if the answer has one in that form."""
-    try:
-        seconds = float(response.headers["Retry-After"])
-    except (KeyError, ValueError):
-        return None
-    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _error_type(payload: Any) -> str | None:

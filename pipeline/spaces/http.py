@@ -22,14 +22,14 @@ idempotent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from pipeline.errors import ConfigError, InputError, MongomemError, StorageError
-from pipeline.sdk.errormap import error_from
+from pipeline.errors import InputError
+from pipeline.sdk.service_client import ServiceClient
 from pipeline.spaces.dedupe import OnDuplicate
 from pipeline.spaces.models import (
     AddResult,
@@ -47,11 +47,10 @@ from pipeline.spaces.models import (
     SpaceUpdate,
 )
 from pipeline.spaces.wire import encode_choice, encode_inputs
-from pipeline.tls import Verify, certificate_problem, client_verify
+from pipeline.tls import Verify
 
 __all__ = ["HttpSpaces"]
 
-T = TypeVar("T")
 KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 _SPACES = TypeAdapter(list[Space])
@@ -70,7 +69,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class HttpSpaces:
+class HttpSpaces(ServiceClient):
     """The spaces of the API key's project, through the memory service at ``base_url``.
 
     ``verify`` decides which certificates an ``https://`` service may present
@@ -89,26 +88,9 @@ class HttpSpaces:
         client: httpx.AsyncClient | None = None,
         verify: Verify = True,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"the memory service URL must be http(s)://…, got {base_url!r}")
-        if client is not None and verify is not True:
-            raise ConfigError("pass client or verify, not both: the client verifies as it was made")
-        self.base_url = base_url.rstrip("/")
-        self._key = api_key
-        self._timeout = timeout_s
-        self._verify = client_verify(verify)
-        self._client = client
-        self._own_client = client is None
-
-    def __repr__(self) -> str:  # never show the key
-        return f"HttpSpaces({self.base_url!r})"
+        super().__init__(base_url, api_key, timeout_s=timeout_s, client=client, verify=verify)
 
     # -- plumbing -----------------------------------------------------------
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._timeout, verify=self._verify)
-        return self._client
 
     async def _send(
         self,
@@ -119,48 +101,20 @@ class HttpSpaces:
         params: dict[str, str] | None = None,
         content: bytes | None = None,
     ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self._key}"}
-        try:
-            return await self._http().request(
-                method, f"{self.base_url}/v1/spaces{path}", json=body, params=params,
-                content=content, headers=headers,
-            )  # fmt: skip
-        except httpx.TimeoutException as exc:
-            raise StorageError(f"the memory service at {self.base_url} timed out") from exc
-        except httpx.HTTPError as exc:
-            if problem := certificate_problem(exc):
-                raise ConfigError(
-                    f"the memory service at {self.base_url} is not trusted ({problem}): "
-                    "pass verify= the CA bundle that signed its certificate"
-                ) from exc
-            raise StorageError(
-                f"the memory service at {self.base_url} is unreachable: {exc}"
-            ) from exc
+        return await self._request(
+            method, f"/v1/spaces{path}", json=body, params=params, content=content
+        )
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
                     params: dict[str, str] | None = None) -> Any:  # fmt: skip
         response = await self._send(method, path, body=body, params=params)
         return self._result(response)
 
-    @staticmethod
-    def _payload(response: httpx.Response) -> Any:
-        try:
-            return response.json()
-        except ValueError:
-            return None
-
     def _result(self, response: httpx.Response) -> Any:
         payload = self._payload(response)
         if response.status_code in (200, 201) and isinstance(payload, dict) and "result" in payload:
             return payload["result"]
-        raise error_from(response.status_code, payload)
-
-    @staticmethod
-    def _decode(adapter: TypeAdapter[T], value: Any) -> T:
-        try:
-            return adapter.validate_python(value)
-        except ValidationError as exc:
-            raise MongomemError(f"the memory service answered something unexpected: {exc}") from exc
+        raise self._error(response, payload)
 
     @staticmethod
     def _id(value: Any, field: str) -> str:
@@ -174,11 +128,6 @@ class HttpSpaces:
 
     def _item(self, space_id: str, item_id: str) -> str:
         return f"{self._space(space_id)}/items/{self._id(item_id, 'item_id')}"
-
-    async def close(self) -> None:
-        if self._client is not None and self._own_client:
-            await self._client.aclose()
-            self._client = None
 
     async def __aenter__(self) -> HttpSpaces:
         return self
@@ -384,7 +333,7 @@ class HttpSpaces:
         """The space and all of its items as JSON lines (header first)."""
         response = await self._send("GET", f"{self._space(space_id)}/export")
         if response.status_code != 200:
-            raise error_from(response.status_code, self._payload(response))
+            raise self._error(response, self._payload(response))
         return response.text.splitlines()
 
     async def import_space(

@@ -27,6 +27,7 @@ MODULES = [
     "pipeline.sdk",
     "pipeline.sdk.errormap",
     "pipeline.sdk.http",
+    "pipeline.sdk.service_client",
     "pipeline.sdk.sync",
     "pipeline.sdk.wire",
     "pipeline.service",
