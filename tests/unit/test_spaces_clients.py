@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import inspect
 
+import httpx
 import pytest
 
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import ConfigError, InputError, RateLimitExceeded, StorageError
 from pipeline.sdk.sync import LoopThread, _LoopThread
 from pipeline.spaces import (
     AddAnyway,
@@ -102,3 +103,26 @@ def test_the_loop_thread_is_public_and_the_old_name_works() -> None:
         assert runner.thread.name == "test-loop"
     finally:
         runner.stop()
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "error", "retry_after"),
+    [
+        (429, {"Retry-After": "7"}, RateLimitExceeded, 7.0),  # a proxy's 429: no body
+        (503, {}, StorageError, None),
+    ],
+)
+async def test_the_spaces_client_maps_bare_error_answers(
+    status: int, headers: dict[str, str], error: type[Exception], retry_after: float | None
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"] == "Bearer key-0123456789abcdef"
+        return httpx.Response(status, headers=headers, text="busy")
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    async with HttpSpaces("http://memory:8080", "key-0123456789abcdef", client=client) as spaces:
+        with pytest.raises(error) as raised:
+            await spaces.list_spaces()
+    if retry_after is not None:
+        assert getattr(raised.value, "retry_after", None) == retry_after
+    await client.aclose()
