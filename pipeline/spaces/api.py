@@ -17,7 +17,7 @@ Every call validates all of its input before it writes anything.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from pipeline.models import utcnow
 from pipeline.mongo import Document, connect, database
 from pipeline.settings import Settings
 from pipeline.spaces.catalog import (
+    KeysArg,
     agents_document,
     check_id,
     check_keys,
@@ -44,14 +45,12 @@ from pipeline.spaces.editing import EditCalls
 from pipeline.spaces.escalations import EscalationCalls
 from pipeline.spaces.items import EpisodicCalls
 from pipeline.spaces.keys import LLMSummariser, Summariser
-from pipeline.spaces.models import RecallSettings, SearchKey, Space, SpaceKind, SpaceUpdate
+from pipeline.spaces.models import RecallSettings, Space, SpaceKind, SpaceUpdate
 from pipeline.spaces.rekey import RekeyCalls
 from pipeline.spaces.store import SpaceStore
 from pipeline.spaces.transfer import TransferCalls
 
 __all__ = ["AsyncSpaces"]
-
-KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 
 class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, RekeyCalls):

@@ -16,6 +16,7 @@ from pipeline.mongo import Document
 from pipeline.spaces.models import MAX_ARGUMENTS, RecallSettings, SearchKey, Space, validated
 
 __all__ = [
+    "KeysArg",
     "agents_document",
     "check_id",
     "check_keys",
@@ -26,6 +27,7 @@ __all__ = [
     "space_from_doc",
 ]
 
+#: Search keys as callers give them: models, or mappings validated into them.
 KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 

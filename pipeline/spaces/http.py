@@ -21,7 +21,7 @@ idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -30,6 +30,7 @@ from pydantic import TypeAdapter
 
 from pipeline.errors import InputError
 from pipeline.sdk.service_client import ServiceClient
+from pipeline.spaces.catalog import KeysArg
 from pipeline.spaces.dedupe import OnDuplicate
 from pipeline.spaces.models import (
     AddResult,
@@ -51,7 +52,6 @@ from pipeline.tls import Verify
 
 __all__ = ["HttpSpaces"]
 
-KeysArg = Sequence[SearchKey | Mapping[str, Any]]
 
 _SPACES = TypeAdapter(list[Space])
 _ITEMS = TypeAdapter(list[SpaceItem])

@@ -20,7 +20,8 @@ from pipeline.embeddings import Embedder
 from pipeline.errors import ConfigError
 from pipeline.sdk.sync import SyncClient
 from pipeline.settings import Settings, load_settings
-from pipeline.spaces.api import AsyncSpaces, KeysArg
+from pipeline.spaces.api import AsyncSpaces
+from pipeline.spaces.catalog import KeysArg
 from pipeline.spaces.crypto import SpacesSettings
 from pipeline.spaces.dedupe import OnDuplicate
 from pipeline.spaces.http import HttpSpaces
