@@ -38,6 +38,10 @@ test-e2e: setup ## End-to-end tests: stages as processes, faults injected
 lint: setup ## ruff (lint + format check) and mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@# mypy reads the package as installed: mongomem = pipeline/, mongomem.stages = stages/
+	@rm -rf .typecheck && mkdir -p .typecheck/mongomem
+	@for f in pipeline/*; do ln -s ../../$$f .typecheck/mongomem/; done
+	@ln -s ../../stages .typecheck/mongomem/stages
 	$(VENV)/bin/mypy
 
 format: setup ## Apply ruff's formatting and safe fixes
@@ -63,7 +67,7 @@ bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
 	$(PY) -m bench
 
 clean: ## Remove the virtualenv, caches and local server state
-	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck
 
 .PHONY: help setup test test-unit test-property test-integration test-e2e lint format \
 	infra-up infra-down infra-status run stop bench clean

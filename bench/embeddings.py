@@ -18,7 +18,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine, embed_queries
+from mongomem.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine, embed_queries
 
 MEMORIES = [
     "The user's home airport is Boston Logan.",

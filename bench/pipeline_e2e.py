@@ -25,12 +25,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.models import utcnow
-from pipeline.mongo import MEMORIES
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.testing import ChatRequest, FakeOpenAIServer, Reply, Slow, StandInResponder
-from pipeline.testing.harness import Pipeline, client, local_servers, wait_until
-from pipeline.testing.stand_in import STAND_IN_MODEL
+from mongomem.models import utcnow
+from mongomem.mongo import MEMORIES
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.testing import ChatRequest, FakeOpenAIServer, Reply, Slow, StandInResponder
+from mongomem.testing.harness import Pipeline, client, local_servers, wait_until
+from mongomem.testing.stand_in import STAND_IN_MODEL
 
 PY = platform.python_version()
 RESULTS = Path(__file__).resolve().parent / "results" / "pipeline_e2e.md"

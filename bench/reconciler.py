@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.codec import encode
-from pipeline.infra import start_servers
-from pipeline.kafka import CANDIDATES, ensure_topics, make_producer
-from pipeline.ltm import MemoryStore, make_candidate, memory_id_for
-from pipeline.ltm.documents import to_document
-from pipeline.ltm.index import SCOPE_LOG, bump_scope
-from pipeline.models import (
+from mongomem.codec import encode
+from mongomem.infra import start_servers
+from mongomem.kafka import CANDIDATES, ensure_topics, make_producer
+from mongomem.ltm import MemoryStore, make_candidate, memory_id_for
+from mongomem.ltm.documents import to_document
+from mongomem.ltm.index import SCOPE_LOG, bump_scope
+from mongomem.models import (
     Action,
     Evidence,
     MemoryCandidate,
@@ -50,9 +50,9 @@ from pipeline.models import (
     stable_id,
     utcnow,
 )
-from pipeline.mongo import LEDGER, MEMORIES, Document, connect
-from pipeline.settings import KafkaSettings, MongoSettings, load_settings
-from stages.reconciler import run_reconciler
+from mongomem.mongo import LEDGER, MEMORIES, Document, connect
+from mongomem.settings import KafkaSettings, MongoSettings, load_settings
+from mongomem.stages.reconciler import run_reconciler
 
 RESULTS = Path(__file__).resolve().parent / "results" / "reconciler.md"
 DIMS = 384

@@ -38,15 +38,15 @@ from aiokafka.partitioner import DefaultPartitioner
 from pymongo import AsyncMongoClient
 
 from bench.prose import texts
-from pipeline.codec import encode
-from pipeline.infra import start_servers
-from pipeline.kafka import ensure_topics, pipeline_topics
-from pipeline.models import Role, Turn, utcnow
-from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect
-from pipeline.settings import KafkaSettings, MongoSettings, Settings, load_settings
-from pipeline.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key, turn_document
-from stages.watcher import READ_BATCH, STAGE, ChangeStreamWatcher, make_watcher_producer
-from stages.watcher_logic import READ_PIPELINE, WATCH_PIPELINE, token_id
+from mongomem.codec import encode
+from mongomem.infra import start_servers
+from mongomem.kafka import ensure_topics, pipeline_topics
+from mongomem.models import Role, Turn, utcnow
+from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect
+from mongomem.settings import KafkaSettings, MongoSettings, Settings, load_settings
+from mongomem.stages.watcher import READ_BATCH, STAGE, ChangeStreamWatcher, make_watcher_producer
+from mongomem.stages.watcher_logic import READ_PIPELINE, WATCH_PIPELINE, token_id
+from mongomem.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key, turn_document
 
 #: How long a raw reader sleeps when the stream has nothing (the watcher's default).
 POLL_S = 0.02
@@ -467,7 +467,7 @@ decode, with nothing to overlap.
 Backlog drain is the watcher's ceiling. The watcher reads ahead in its own
 task (the next server batch of {READ_BATCH} changes is requested while the current
 one is published) and asks only for the resume token and the turn. Each
-turn is checked and encoded (the fast path of `stages.watcher_encode`) into
+turn is checked and encoded (the fast path of `mongomem.stages.watcher_encode`) into
 one open batch per partition; a flush (acks=all, then the checkpoint) is due
 after {r2s[0]["batch_max"]} turns, but waits while Kafka has not acknowledged the previous
 flush, so a backlog leaves in few large requests, compressed with zstd

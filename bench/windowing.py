@@ -38,22 +38,22 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import ReplaceOne, UpdateOne
 
 from bench.prose import texts
-from pipeline.codec import decode, encode
-from pipeline.infra import start_servers
-from pipeline.kafka import SNAPSHOTS, TURNS, ensure_topics, make_producer
-from pipeline.models import Role, SessionKey, Snapshot, Turn, utcnow
-from pipeline.mongo import TURNS as TURNS_COLLECTION
-from pipeline.mongo import connect
-from pipeline.settings import (
+from mongomem.codec import decode, encode
+from mongomem.infra import start_servers
+from mongomem.kafka import SNAPSHOTS, TURNS, ensure_topics, make_producer
+from mongomem.models import Role, SessionKey, Snapshot, Turn, utcnow
+from mongomem.mongo import TURNS as TURNS_COLLECTION
+from mongomem.mongo import connect
+from mongomem.settings import (
     KafkaSettings,
     MongoSettings,
     Settings,
     WindowingSettings,
     load_settings,
 )
-from stages.windowing import WindowingWorker
-from stages.windowing.consumer import MAX_POLL_RECORDS
-from stages.windowing.sinks import snapshot_document
+from mongomem.stages.windowing import WindowingWorker
+from mongomem.stages.windowing.consumer import MAX_POLL_RECORDS
+from mongomem.stages.windowing.sinks import snapshot_document
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
 PARTITIONS = 3

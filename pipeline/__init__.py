@@ -1,11 +1,25 @@
 """mongomem: long-term memory for LLM agents.
 
-The ``pipeline`` package holds what every part shares — settings, event
-models, the error tree, adapters for MongoDB/Kafka/LLMs, the SDK and the CLI.
-The stream stages live in the sibling package ``stages``.
+One import package, ``mongomem``. The public surface is what this module
+exports (``__all__``): the SDK (:class:`Memory`, :class:`AsyncMemory`,
+:class:`MemoryRequestContext`, :class:`HttpTransport`), memory spaces
+(:class:`Spaces`, :class:`AsyncSpaces`), the error tree rooted at
+:class:`MongomemError`, the event models and the settings; plus the test
+doubles in ``mongomem.testing``. Every other module is internal and may change
+between releases.
+
+In the source tree ``mongomem`` is the folder ``pipeline/`` and
+``mongomem.stages`` (the stream stages) is the folder ``stages/``, mapped by
+setuptools' ``package-dir``. The SDK and spaces names load on first use, so
+``import mongomem`` stays cheap for the stages.
 """
 
-from pipeline.errors import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from mongomem.errors import (
     AuthError,
     BrokerError,
     ChangeFeedError,
@@ -27,7 +41,7 @@ from pipeline.errors import (
     StorageError,
     WriteConflict,
 )
-from pipeline.models import (
+from mongomem.models import (
     Action,
     Evidence,
     MemoryCandidate,
@@ -41,12 +55,28 @@ from pipeline.models import (
     SnapshotTurn,
     Turn,
 )
-from pipeline.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
+    from mongomem.spaces import AsyncSpaces, Spaces
 
 __version__ = "0.1.0"
 
+#: The names that load on first use, and the module each lives in.
+_LAZY = {
+    "AsyncMemory": "mongomem.sdk",
+    "AsyncSpaces": "mongomem.spaces",
+    "HttpTransport": "mongomem.sdk",
+    "Memory": "mongomem.sdk",
+    "MemoryRequestContext": "mongomem.sdk",
+    "Spaces": "mongomem.spaces",
+}
+
 __all__ = [
     "Action",
+    "AsyncMemory",
+    "AsyncSpaces",
     "AuthError",
     "BrokerError",
     "ChangeFeedError",
@@ -54,12 +84,15 @@ __all__ = [
     "EmbeddingError",
     "Evidence",
     "ExtractionError",
+    "HttpTransport",
     "InfraError",
     "InputError",
     "LLMOutputInvalid",
     "LLMRateLimited",
     "LLMUnavailable",
+    "Memory",
     "MemoryCandidate",
+    "MemoryRequestContext",
     "MemoryScope",
     "MemoryStatus",
     "MemoryType",
@@ -76,9 +109,20 @@ __all__ = [
     "Settings",
     "Snapshot",
     "SnapshotTurn",
+    "Spaces",
     "StorageError",
     "Turn",
     "WriteConflict",
     "__version__",
     "load_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -34,10 +34,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import MongomemError
-from pipeline.logs import configure_logging
-from pipeline.metrics import serve_metrics
-from pipeline.settings import Settings, load_settings
+from mongomem.errors import MongomemError
+from mongomem.logs import configure_logging
+from mongomem.metrics import serve_metrics
+from mongomem.settings import Settings, load_settings
 
 __all__ = ["STAGES", "main", "supervise"]
 
@@ -46,10 +46,10 @@ log = logging.getLogger("mongomem")
 #: Stage name → "module:function". The function takes (Settings, argv-namespace)
 #: and returns a coroutine that runs the stage until it is cancelled.
 STAGES: dict[str, str] = {
-    "watcher": "stages.watcher:main",
-    "windowing": "stages.windowing:main",
-    "extractor": "stages.extractor:main",
-    "reconciler": "stages.reconciler:main",
+    "watcher": "mongomem.stages.watcher:main",
+    "windowing": "mongomem.stages.windowing:main",
+    "extractor": "mongomem.stages.extractor:main",
+    "reconciler": "mongomem.stages.reconciler:main",
 }
 
 
@@ -65,7 +65,7 @@ def _load_stage(name: str) -> Callable[..., Any]:
 
 
 def _infra(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline import infra
+    from mongomem import infra
 
     if args.action == "up":
         persistent = settings.infra.model_copy(update={"persistent": True})
@@ -165,44 +165,44 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.runner import up
+    from mongomem.runner import up
 
     return up(settings, demo=not args.no_demo)
 
 
 def _down(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.runner import down
+    from mongomem.runner import down
 
     return down(settings)
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.operate import print_status
+    from mongomem.operate import print_status
 
     return asyncio.run(print_status(settings))
 
 
 def _configure(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.operate import configure
+    from mongomem.operate import configure
 
     configure(settings, args.file)
     return 0
 
 
 def _apply(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.operate import apply
+    from mongomem.operate import apply
 
     return apply(settings, args.file, timeout_s=args.timeout)
 
 
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.operate import replay
+    from mongomem.operate import replay
 
     return asyncio.run(replay(settings, args, _load_stage(args.stage)))
 
 
 def _mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.mcp_server import run_from_args
+    from mongomem.mcp_server import run_from_args
 
     return run_from_args(args, settings)
 
@@ -289,17 +289,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay_p.set_defaults(handler=_replay)
 
-    from pipeline.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK
+    from mongomem.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK
 
     mcp_p = sub.add_parser("mcp", help="serve memory to an MCP client (stdio by default)")
     add_mcp_arguments(mcp_p)
     mcp_p.set_defaults(handler=_mcp)
 
-    from pipeline.service import add_cli as add_service_cli  # cheap: the server loads on run
+    from mongomem.service import add_cli as add_service_cli  # cheap: the server loads on run
 
     add_service_cli(sub)  # `serve` and `keys create|list|revoke`
 
-    from pipeline.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
+    from mongomem.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
 
     add_spaces_cli(sub)  # `spaces list|create|show|delete|export|import|rekey`
     return parser

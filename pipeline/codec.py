@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.errors import MessageDecodeError
-from pipeline.models import MemoryCandidate, Snapshot, Turn
+from mongomem.errors import MessageDecodeError
+from mongomem.models import MemoryCandidate, Snapshot, Turn
 
 __all__ = ["SCHEMA_VERSION", "decode", "encode", "kind_of", "peek_kind", "register"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from pipeline.models import MemoryStatus
-from pipeline.sdk import AsyncBoundMemory, AsyncMemory, MemoryRequestContext
-from pipeline.settings import EmbeddingSettings, Settings
+from mongomem.models import MemoryStatus
+from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRequestContext
+from mongomem.settings import EmbeddingSettings, Settings
 
 __all__ = ["DEMO_PROJECT", "DEMO_USER", "SESSION_ONE", "SESSION_TWO", "run_demo"]
 

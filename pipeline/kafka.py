@@ -12,7 +12,7 @@ topic               key                      value
 ``dlq.<stage>``     the original key         ``DeadLetter`` (original bytes)
 ==================  =======================  ==================================
 
-aiokafka errors are translated to :class:`~pipeline.errors.BrokerError` here.
+aiokafka errors are translated to :class:`~mongomem.errors.BrokerError` here.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from pipeline.codec import encode, register
-from pipeline.errors import BrokerError, MongomemError
-from pipeline.models import utcnow
-from pipeline.settings import KafkaSettings
+from mongomem.codec import encode, register
+from mongomem.errors import BrokerError, MongomemError
+from mongomem.models import utcnow
+from mongomem.settings import KafkaSettings
 
 __all__ = [
     "CANDIDATES",

@@ -41,7 +41,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ValidationError
 
-from pipeline.errors import (
+from mongomem.errors import (
     ConfigError,
     ExtractionError,
     LLMOutputInvalid,
@@ -49,7 +49,7 @@ from pipeline.errors import (
     LLMUnavailable,
     NotReady,
 )
-from pipeline.settings import LLMSettings
+from mongomem.settings import LLMSettings
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -97,9 +97,9 @@ class LLMResult(Generic[M]):
 class LLM(Protocol):
     """Asks for structured output.
 
-    Raises :class:`~pipeline.errors.ExtractionError` (and its subclasses) for
+    Raises :class:`~mongomem.errors.ExtractionError` (and its subclasses) for
     anything that may pass on another try or with another input, and
-    :class:`~pipeline.errors.ConfigError` when the endpoint rejects the
+    :class:`~mongomem.errors.ConfigError` when the endpoint rejects the
     configuration itself (key, model, URL).
     """
 
@@ -306,14 +306,14 @@ class OpenAILLM:
 class StandInLLM(OpenAILLM):
     """The rule-based demo stand-in (NOT a model) behind a loopback HTTP server.
 
-    The real ``openai`` client talks to :class:`~pipeline.testing.FakeOpenAIServer`
-    with :class:`~pipeline.testing.StandInResponder`, so the stage's code path
+    The real ``openai`` client talks to :class:`~mongomem.testing.FakeOpenAIServer`
+    with :class:`~mongomem.testing.StandInResponder`, so the stage's code path
     is the production one. The start is announced loudly on stderr.
     """
 
     def __init__(self, settings: LLMSettings) -> None:
-        from pipeline.testing import STAND_IN_BANNER, STAND_IN_MODEL, FakeOpenAIServer
-        from pipeline.testing.stand_in import StandInResponder
+        from mongomem.testing import STAND_IN_BANNER, STAND_IN_MODEL, FakeOpenAIServer
+        from mongomem.testing.stand_in import StandInResponder
 
         self._server = FakeOpenAIServer(StandInResponder(), model=STAND_IN_MODEL).start()
         print(STAND_IN_BANNER, file=sys.stderr, flush=True)

@@ -4,7 +4,7 @@
 (reconciliation) → ``MemoryVersion``. Every id that a stage derives is
 deterministic, so that reprocessing the same input yields the same output and
 MongoDB upserts on those ids are idempotent. Encoding to and from Kafka bytes
-lives in :mod:`pipeline.codec`.
+lives in :mod:`mongomem.codec`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
-from pipeline.errors import StorageError
-from pipeline.settings import MongoSettings
+from mongomem.errors import StorageError
+from mongomem.settings import MongoSettings
 
 __all__ = [
     "CHECKPOINTS",

@@ -27,13 +27,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import BrokerError, MongomemError, NotReady
-from pipeline.infra import local_servers_status
-from pipeline.kafka import CANDIDATES, SNAPSHOTS, TURNS
-from pipeline.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
-from pipeline.project_config import enabled_types, load_project_config
-from pipeline.readiness import check_ready
-from pipeline.settings import ExtractionSettings, KafkaSettings, Settings, overlay
+from mongomem.errors import BrokerError, MongomemError, NotReady
+from mongomem.infra import local_servers_status
+from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
+from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
+from mongomem.project_config import enabled_types, load_project_config
+from mongomem.readiness import check_ready
+from mongomem.settings import ExtractionSettings, KafkaSettings, Settings, overlay
 
 __all__ = ["apply", "configure", "print_status", "replay", "stage_groups"]
 
@@ -155,7 +155,7 @@ def apply(
     settings: Settings, file: Path, *, timeout_s: float, say: Callable[[str], None] = print
 ) -> int:
     """Configure, restart the local extractors to match, wait for readiness."""
-    from pipeline.runner import restart_extractors
+    from mongomem.runner import restart_extractors
 
     configure(settings, file, say)
     env = read_project_env(settings)

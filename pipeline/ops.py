@@ -17,9 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from pipeline.errors import BrokerError
-from pipeline.kafka import dead_letter_topic
-from pipeline.settings import KafkaSettings
+from mongomem.errors import BrokerError
+from mongomem.kafka import dead_letter_topic
+from mongomem.settings import KafkaSettings
 
 __all__ = [
     "GroupLag",

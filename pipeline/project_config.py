@@ -33,9 +33,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipeline.errors import ConfigError
-from pipeline.models import BUILTIN_MEMORY_TYPES
-from pipeline.settings import Settings
+from mongomem.errors import ConfigError
+from mongomem.models import BUILTIN_MEMORY_TYPES
+from mongomem.settings import Settings
 
 __all__ = [
     "CustomTypeConfig",

@@ -1,7 +1,7 @@
 """Readiness (SPEC C5): refuse to start without an embedding provider and an LLM.
 
 :func:`check_ready` lists what is missing, in words an operator can act on;
-:func:`ensure_ready` raises :class:`~pipeline.errors.NotReady` with that list.
+:func:`ensure_ready` raises :class:`~mongomem.errors.NotReady` with that list.
 Both are required whatever memory types are enabled (direct writes need
 embeddings, and re-enabling a type must not find the server unprepared). The
 stand-ins count only when enabled explicitly: ``MONGOMEM_LLM_USE_STAND_IN=true``
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from pipeline.errors import ConfigError, NotReady
-from pipeline.project_config import enabled_types
-from pipeline.settings import Settings
+from mongomem.errors import ConfigError, NotReady
+from mongomem.project_config import enabled_types
+from mongomem.settings import Settings
 
 __all__ = ["check_ready", "ensure_ready"]
 

@@ -2,7 +2,7 @@
 
 ``up`` starts (or reuses) the local servers, a labelled LLM stand-in when no
 endpoint is configured, and every stage as its own process; then it runs the
-demo conversation (:mod:`pipeline.demo`) and returns, leaving the pipeline
+demo conversation (:mod:`mongomem.demo`) and returns, leaving the pipeline
 running. ``down`` stops the stage processes and the servers.
 """
 
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import infra
-from pipeline.infra.local import LocalServer, free_port, port_in_use
-from pipeline.kafka import ensure_topics, pipeline_topics
-from pipeline.operate import read_project_env
-from pipeline.project_config import enabled_types
-from pipeline.settings import KafkaSettings, MongoSettings, Settings, overlay
-from pipeline.supervisor import StageProcess, stage_env
+from mongomem import infra
+from mongomem.infra.local import LocalServer, free_port, port_in_use
+from mongomem.kafka import ensure_topics, pipeline_topics
+from mongomem.operate import read_project_env
+from mongomem.project_config import enabled_types
+from mongomem.settings import KafkaSettings, MongoSettings, Settings, overlay
+from mongomem.supervisor import StageProcess, stage_env
 
 __all__ = ["LLMStandIn", "down", "restart_extractors", "stage_specs", "up"]
 
@@ -51,12 +51,12 @@ def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
 
 @dataclass(kw_only=True)
 class LLMStandIn(LocalServer):
-    """The rule-based OpenAI-compatible stand-in (``python -m pipeline.testing --stand-in``)."""
+    """The rule-based OpenAI-compatible stand-in (``python -m mongomem.testing --stand-in``)."""
 
     name: str = "llm-stand-in"
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "pipeline.testing", "--stand-in", "--port", str(self.port)]
+        return [sys.executable, "-m", "mongomem.testing", "--stand-in", "--port", str(self.port)]
 
     def _ready(self) -> bool:
         return port_in_use(self.port)
@@ -142,7 +142,7 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
     if demo:
-        from pipeline.demo import run_demo
+        from mongomem.demo import run_demo
 
         return asyncio.run(run_demo(child, env_overrides=overrides, say=say))
     return 0

@@ -2,8 +2,8 @@
 
 Everything is read from the environment with the ``MONGOMEM_`` prefix (and an
 optional ``.env`` file); nothing else in mongomem reads ``os.environ``. A bad
-value fails at start with a :class:`~pipeline.errors.ConfigError` naming the
-variable. ``project-config.yaml`` (see :mod:`pipeline.project_config`) is read
+value fails at start with a :class:`~mongomem.errors.ConfigError` naming the
+variable. ``project-config.yaml`` (see :mod:`mongomem.project_config`) is read
 when ``MONGOMEM_PROJECT_CONFIG`` points at it.
 
 =====================================  ==========================================
@@ -52,7 +52,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from pipeline.errors import ConfigError
+from mongomem.errors import ConfigError
 
 __all__ = [
     "EmbeddingSettings",
@@ -210,7 +210,7 @@ class ExtractionSettings(BaseSettings):
 
 
 class ReconcileSettings(BaseSettings):
-    """Cosine similarities that separate ADD / UPDATE / REINFORCE (see pipeline.ltm.plan).
+    """Cosine similarities that separate ADD / UPDATE / REINFORCE (see mongomem.ltm.plan).
 
     The defaults were tuned on the hashing stand-in; a real embedding model
     scores paraphrases higher, so recalibrate them on your own data.
@@ -323,7 +323,7 @@ def _check_tls_pair(cert: Path | None, key: Path | None, prefix: str) -> None:
 
 
 class SpacesSettings(BaseSettings):
-    """Memory spaces (:mod:`pipeline.spaces`)."""
+    """Memory spaces (:mod:`mongomem.spaces`)."""
 
     model_config = _group("MONGOMEM_SPACES_")
 
@@ -345,7 +345,7 @@ class SpacesSettings(BaseSettings):
 
 
 class InfraSettings(BaseSettings):
-    """How local development servers are chosen and run (see :mod:`pipeline.infra`)."""
+    """How local development servers are chosen and run (see :mod:`mongomem.infra`)."""
 
     model_config = _group("MONGOMEM_INFRA_")
 

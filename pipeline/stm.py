@@ -1,7 +1,7 @@
 """Short-term memory (SPEC A1–A3): the ``turns`` collection.
 
 A turn is written with one ``insert_one`` and the caller never waits for the
-pipeline; the change-stream watcher (:mod:`stages.watcher`) carries it on.
+pipeline; the change-stream watcher (:mod:`mongomem.stages.watcher`) carries it on.
 
 Sequence numbers
 ----------------
@@ -28,20 +28,20 @@ that to back-fill by per-session high-water mark.
 
 If the connection drops during the insert, the outcome is unknown; the turn
 is looked up by its id and returned if it was stored, otherwise
-:class:`~pipeline.errors.StorageError` (retriable) is raised. An insert still
+:class:`~mongomem.errors.StorageError` (retriable) is raised. An insert still
 in flight on the server can land after that look-up; a caller that retries
 then stores the turn twice under two seqs — a duplicate, never a gap. Turns
 are append-only: deleting single turns would break the numbering (a deleted
 *session* restarts at 1 only in processes that have not cached it).
 
 ``created_at`` is truncated to milliseconds (what BSON stores), so the
-returned :class:`~pipeline.models.Turn` equals the one read back and the one
+returned :class:`~mongomem.models.Turn` equals the one read back and the one
 the watcher publishes. :meth:`ShortTermMemory.list_sessions` aggregates the
 user's turns (served by the unique index on MongoDB); it is meant for
 listing, not for hot paths.
 
 Validation (A3) happens before anything is sent to MongoDB; a bad argument
-raises :class:`~pipeline.errors.InputError` whose ``field`` names it.
+raises :class:`~mongomem.errors.InputError` whose ``field`` names it.
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
-from pipeline.errors import InputError, StorageError
-from pipeline.models import Role, SessionKey, Turn, check_identifier, utcnow
-from pipeline.mongo import TURNS, Document
-from pipeline.settings import StmSettings
+from mongomem.errors import InputError, StorageError
+from mongomem.models import Role, SessionKey, Turn, check_identifier, utcnow
+from mongomem.mongo import TURNS, Document
+from mongomem.settings import StmSettings
 
 __all__ = [
     "SESSION_SEQ_INDEX",
@@ -275,7 +275,7 @@ def _filter(key: SessionKey) -> Document:
 class ShortTermMemory:
     """Record and read the turns of sessions (SPEC A1–A3).
 
-    ``db`` should come from :func:`pipeline.mongo.connect` (tz-aware client).
+    ``db`` should come from :func:`mongomem.mongo.connect` (tz-aware client).
     """
 
     def __init__(

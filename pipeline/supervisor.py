@@ -1,6 +1,6 @@
 """Stages as separate processes: start, stop, status (``make run`` / ``make stop``).
 
-Each stage runs as ``python -m pipeline.cli run <stage> [args]`` in its own
+Each stage runs as ``python -m mongomem.cli run <stage> [args]`` in its own
 process group, with a pid file and a log file in the state folder. The end-to-
 end tests use the same class to SIGKILL and restart stages.
 """
@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pipeline.infra.local import LocalServer
+from mongomem.infra.local import LocalServer
 
 __all__ = ["StageProcess", "stage_env"]
 
@@ -30,7 +30,7 @@ class StageProcess(LocalServer):
         return ()
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "pipeline.cli", "run", self.stage, *self.args]
+        return [sys.executable, "-m", "mongomem.cli", "run", self.stage, *self.args]
 
     def _ready(self) -> bool:
         # A stage has no port to probe: alive after a short settle is "started".

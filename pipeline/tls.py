@@ -5,17 +5,17 @@ certificate and its key configured (``MONGOMEM_SERVICE_TLS_CERT_FILE`` and
 ``…_KEY_FILE``; ``MONGOMEM_MCP_TLS_…``), :func:`server_context` loads them
 into the :class:`ssl.SSLContext` the server listens with, TLS 1.2 at least.
 A pair that cannot be loaded (a missing file, no PEM in it, a key that is not
-the certificate's, an encrypted key) is a :class:`~pipeline.errors.ConfigError`
+the certificate's, an encrypted key) is a :class:`~mongomem.errors.ConfigError`
 that names the setting, raised before anything listens. Keys are never
 prompted for, read into messages or logged.
 
-Clients (:class:`~pipeline.sdk.HttpTransport`, :class:`~pipeline.spaces.HttpSpaces`
+Clients (:class:`~mongomem.sdk.HttpTransport`, :class:`~mongomem.spaces.HttpSpaces`
 and what wraps them) take ``verify`` (:data:`Verify`) as httpx does: ``True``
 (default) trusts the system's certificate authorities, a path trusts only the
 CA bundle (PEM) there — for a service whose certificate a private CA signed —,
 an :class:`ssl.SSLContext` is used as it is, and ``False`` turns verification
 off. A certificate that does not verify is a
-:class:`~pipeline.errors.ConfigError`, not a retriable failure
+:class:`~mongomem.errors.ConfigError`, not a retriable failure
 (:func:`certificate_problem`).
 """
 
@@ -30,7 +30,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 
-from pipeline.errors import ConfigError
+from mongomem.errors import ConfigError
 
 __all__ = ["Verify", "certificate_problem", "client_verify", "server_context"]
 

@@ -1,7 +1,7 @@
 """The change-stream watcher: every inserted turn goes to Kafka (SPEC I1).
 
 ``mongomem run watcher`` watches inserts into ``turns`` and publishes each
-turn (:func:`pipeline.codec.encode`) to the ``turns`` topic, keyed by
+turn (:func:`mongomem.codec.encode`) to the ``turns`` topic, keyed by
 (project, user, session) so a session's turns stay in one partition, in
 order. The producer waits for all in-sync replicas and is idempotent.
 
@@ -19,7 +19,7 @@ Delivery semantics
   so a large one — thousands of sessions active within the interval — never
   holds the tokens up.
 * Turns go into one open batch per partition and leave in flushes
-  (:class:`~stages.watcher_logic.FlushPolicy`): when the stream is idle, or
+  (:class:`~mongomem.stages.watcher_logic.FlushPolicy`): when the stream is idle, or
   after ``MONGOMEM_STM_WATCHER_BATCH_MAX`` turns or ``…_FLUSH_INTERVAL_S`` —
   but those two wait while Kafka has not acknowledged the previous flush;
   the turns keep filling the open batches (a full one, ``BATCH_BYTES``, is
@@ -27,10 +27,11 @@ Delivery semantics
   trip rather than every ``BATCH_MAX`` turns. A token that moved while no
   turn arrived (an idle stream on MongoDB) is stored at most every
   ``TOKEN_REFRESH_S``.
-* The stream is read ahead (:class:`~stages.watcher_reader.ChangeReader`, ``READ_BATCH`` changes
+* The stream is read ahead
+  (:class:`~mongomem.stages.watcher_reader.ChangeReader`, ``READ_BATCH`` changes
   per server batch, at most ``READ_AHEAD`` waiting), so the next batch is on
   its way while the current one is published; only the resume token and the
-  turn are read (:data:`~stages.watcher_logic.READ_PIPELINE`). The token
+  turn are read (:data:`~mongomem.stages.watcher_logic.READ_PIPELINE`). The token
   stored is that of the last change *published*, never one merely read.
 * On restart the stream resumes after the stored token. A crash republishes
   the events after the last stored checkpoint — the unacknowledged flush,
@@ -43,18 +44,18 @@ Delivery semantics
   ``turns`` in (session, seq) order and publishes every turn above its
   session's high-water mark, then streams. Turns inserted during the scan
   are in both; the overlap is skipped by seq. Seqs are gap-free and inserted
-  in order per session (see :mod:`pipeline.stm`), so every turn not yet
+  in order per session (see :mod:`mongomem.stm`), so every turn not yet
   published is above its session's mark — no clock is involved.
 * A turn document that is not a valid turn goes to ``dlq.watcher`` with its
   JSON text; the stream goes on. Documents become Kafka records in
-  :mod:`stages.watcher_encode`: a checked fast path for the plain shape, full
+  :mod:`mongomem.stages.watcher_encode`: a checked fast path for the plain shape, full
   validation for everything else — the same bytes and the same verdicts.
 * SIGTERM/SIGINT: flush, store the checkpoint, exit 0. A broken connection
   to MongoDB or Kafka restarts the loop from the stored checkpoint after a
   back-off.
 
 The decisions (token validity, error verdicts, marks, flush timing) are in
-:mod:`stages.watcher_logic`.
+:mod:`mongomem.stages.watcher_logic`.
 """
 
 from __future__ import annotations
@@ -77,30 +78,30 @@ from pymongo import ASCENDING, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
-from pipeline.codec import encode
-from pipeline.errors import (
+from mongomem.codec import encode
+from mongomem.errors import (
     BrokerError,
     ChangeFeedError,
     MongomemError,
     ResumeTokenLost,
     StorageError,
 )
-from pipeline.kafka import (
+from mongomem.kafka import (
     TURNS as TURNS_TOPIC,
 )
-from pipeline.kafka import (
+from mongomem.kafka import (
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
-from pipeline.models import utcnow
-from pipeline.mongo import CHECKPOINTS, TURNS, Document, connect, database
-from pipeline.settings import KafkaSettings, Settings, StmSettings
-from stages.watcher_batches import PartitionBatcher
-from stages.watcher_encode import TurnEncoder
-from stages.watcher_logic import (
+from mongomem.models import utcnow
+from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
+from mongomem.settings import KafkaSettings, Settings, StmSettings
+from mongomem.stages.watcher_batches import PartitionBatcher
+from mongomem.stages.watcher_encode import TurnEncoder
+from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
     WATCH_PIPELINE,
     FlushPolicy,
@@ -111,7 +112,7 @@ from stages.watcher_logic import (
     token_id,
     usable_token,
 )
-from stages.watcher_reader import ChangeReader, Idle, Stream
+from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
 __all__ = [
     "BATCH_BYTES",
@@ -586,10 +587,10 @@ async def _close(stream: Stream) -> None:
 
 
 def make_watcher_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    """:func:`~pipeline.kafka.make_producer` with larger batches and no linger.
+    """:func:`~mongomem.kafka.make_producer` with larger batches and no linger.
 
     The watcher fills its batches itself and sends them when full or at a
-    flush (:class:`~stages.watcher_batches.PartitionBatcher`); lingering
+    flush (:class:`~mongomem.stages.watcher_batches.PartitionBatcher`); lingering
     would only delay a batch that is already complete.
     """
     return make_producer(kafka, max_batch_size=BATCH_BYTES, linger_ms=0)

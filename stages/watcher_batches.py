@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.errors import BrokerError
+from mongomem.errors import BrokerError
 
 __all__ = ["PartitionBatcher"]
 

@@ -1,14 +1,14 @@
 """Kafka records of ``turns`` documents for the watcher, with a fast path.
 
-The full path — :func:`pipeline.stm.turn_from_document` (pydantic validation,
-the turn-id check) and then :func:`pipeline.codec.encode` (``model_dump``,
+The full path — :func:`mongomem.stm.turn_from_document` (pydantic validation,
+the turn-id check) and then :func:`mongomem.codec.encode` (``model_dump``,
 ``json.dumps``) — costs more per turn than reading the turn from the change
 stream. The watcher drains backlogs at the rate MongoDB hands them over, so
 :meth:`TurnEncoder.record` first tries :func:`fast_value`: a structural check
-that admits only documents in the plain shape :mod:`pipeline.stm` writes
+that admits only documents in the plain shape :mod:`mongomem.stm` writes
 (exact ``str``/``int``/``dict``/``list`` types, a UTC or naive ``datetime``,
 plain-JSON metadata, a ``_id`` equal to ``Turn.make_id`` of its session and
-seq, ids that pass :func:`~pipeline.models.check_identifier`) and writes the
+seq, ids that pass :func:`~mongomem.models.check_identifier`) and writes the
 envelope with orjson, in one call. orjson writes what ``json.dumps`` writes
 for those types, except a float's exponent (``1e-7`` for ``1e-07``): metadata
 holding a float is written by ``json`` (an ``orjson.Fragment``).
@@ -34,15 +34,15 @@ from typing import Any, NamedTuple
 import orjson
 from bson.tz_util import utc as bson_utc
 
-from pipeline.codec import SCHEMA_VERSION, encode, kind_of
-from pipeline.models import Role, SessionKey, Turn, check_identifier
-from pipeline.stm import turn_from_document
-from stages.watcher_logic import Slot
+from mongomem.codec import SCHEMA_VERSION, encode, kind_of
+from mongomem.models import Role, SessionKey, Turn, check_identifier
+from mongomem.stages.watcher_logic import Slot
+from mongomem.stm import turn_from_document
 
 __all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
 
 _KIND = kind_of(Turn)
-#: The settings of :func:`pipeline.codec.encode`, built once.
+#: The settings of :func:`mongomem.codec.encode`, built once.
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 #: orjson writes what ``_JSON`` writes for exact str/int/bool/None/dict/list
 #: (floats aside, see :func:`fast_value`) and a UTC ``datetime`` as pydantic
@@ -161,7 +161,7 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
             return None
         if floats:  # orjson writes exponents as 1e-7, json as 1e-07
             meta = orjson.Fragment(_JSON.encode(metadata))
-    # The bytes of pipeline.codec.encode: the fields in model order, compact,
+    # The bytes of mongomem.codec.encode: the fields in model order, compact,
     # non-ASCII as UTF-8, a UTC time with a "Z" as pydantic writes it.
     try:
         value = orjson.dumps(

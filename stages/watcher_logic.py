@@ -1,6 +1,6 @@
 """The decisions of the change-stream watcher, free of MongoDB and Kafka.
 
-:mod:`stages.watcher` is the adapter; everything here is plain data and plain
+:mod:`mongomem.stages.watcher` is the adapter; everything here is plain data and plain
 functions, tested without servers:
 
 * :func:`usable_token` — is a stored checkpoint value a resume token at all?
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pipeline.models import stable_id
+from mongomem.models import stable_id
 
 __all__ = [
     "HISTORY_LOST_CODES",

@@ -1,4 +1,4 @@
-"""Reading a change stream ahead of the watcher's publisher (see :mod:`stages.watcher`)."""
+"""Reading a change stream ahead of the watcher's publisher (see :mod:`mongomem.stages.watcher`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure, PyMongoError
 
-from pipeline.errors import ChangeFeedError, ResumeTokenLost
-from pipeline.mongo import Document
-from stages.watcher_logic import open_failure_verdict
+from mongomem.errors import ChangeFeedError, ResumeTokenLost
+from mongomem.mongo import Document
+from mongomem.stages.watcher_logic import open_failure_verdict
 
 __all__ = ["ChangeReader", "Idle", "Stream"]
 

@@ -6,7 +6,7 @@ Selection order, for each of the two servers:
    use it as it is (a real replica set, Atlas, a real cluster);
 2. else, when a container engine answers: testcontainers, with the real
    ``mongo`` image as a single-node replica set and an Apache Kafka image;
-3. else: local processes (:mod:`pipeline.infra.local`) — the Apache Kafka
+3. else: local processes (:mod:`mongomem.infra.local`) — the Apache Kafka
    broker and mongo-java-server, from Maven Central jars.
 
 ``MONGOMEM_INFRA_MODE`` can force ``uri``, ``containers`` or ``local``.
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import InfraError
-from pipeline.infra.local import LocalKafka, LocalMongo, free_port, port_in_use
-from pipeline.settings import Settings
+from mongomem.errors import InfraError
+from mongomem.infra.local import LocalKafka, LocalMongo, free_port, port_in_use
+from mongomem.settings import Settings
 
 __all__ = [
     "LocalKafka",

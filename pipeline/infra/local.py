@@ -11,7 +11,7 @@ folder (keyed by the pom's hash), so a second start runs no Maven at all.
   H2 file. Ready once pymongo's ``ping`` answers.
 
 Every failure a newcomer can meet (no Java, no Maven, no network to Maven
-Central, a busy port) becomes one :class:`~pipeline.errors.InfraError` whose
+Central, a busy port) becomes one :class:`~mongomem.errors.InfraError` whose
 message says what to do.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.errors import InfraError
+from mongomem.errors import InfraError
 
 __all__ = ["ASSETS", "LocalKafka", "LocalMongo", "LocalServer", "free_port", "port_in_use"]
 

@@ -17,8 +17,8 @@ saves, so both reconcile the same way (SPEC E2).
 
 from __future__ import annotations
 
-from pipeline.ltm.judge import Judge, LLMJudge, ScriptedJudge
-from pipeline.ltm.kinds import (
+from mongomem.ltm.judge import Judge, LLMJudge, ScriptedJudge
+from mongomem.ltm.kinds import (
     KINDS,
     Kind,
     kind_of,
@@ -27,7 +27,7 @@ from pipeline.ltm.kinds import (
     normalize_text,
     scope_for,
 )
-from pipeline.ltm.plan import (
+from mongomem.ltm.plan import (
     Decision,
     Neighbour,
     Score,
@@ -37,14 +37,14 @@ from pipeline.ltm.plan import (
     memory_id_for,
     plan_reconcile,
 )
-from pipeline.ltm.search import (
+from mongomem.ltm.search import (
     AtlasVectorSearch,
     ExactCosineSearch,
     VectorSearch,
     probe_vector_search,
     vector_index_definition,
 )
-from pipeline.ltm.store import MemoryStore, Outcome
+from mongomem.ltm.store import MemoryStore, Outcome
 
 __all__ = [
     "KINDS",

@@ -1,20 +1,20 @@
 """Reconciling many candidates with few round trips (the stage's fast path).
 
 :func:`reconcile_batch` gives the same guarantee as
-:meth:`MemoryStore.reconcile <pipeline.ltm.store.MemoryStore.reconcile>`
+:meth:`MemoryStore.reconcile <mongomem.ltm.store.MemoryStore.reconcile>`
 (idempotent, conflict-safe, no transactions) and the same per-scope order,
 but pays round trips per *batch* instead of per candidate:
 
 1. one ledger lookup for the batch: ``done`` → replayed; ``pending`` (an
    earlier attempt was interrupted) or expired (its entry is renewed, see
-   :meth:`~pipeline.ltm.store.MemoryStore.reconcile`) → one at a time; absent →
+   :meth:`~mongomem.ltm.store.MemoryStore.reconcile`) → one at a time; absent →
    marked ``pending`` in one bulk insert, then:
 2. per (scope, type), in order: score all candidates against the scope's
    index in one matrix product, plan each one, and apply each decision to the
    in-memory index at once, so a later candidate sees an earlier one's effect
    (two ADDs of one key become ADD + REINFORCE);
 3. one ordered ``bulk_write`` per (scope, type) with every insert and
-   ``_id``-only update (:mod:`pipeline.ltm.writes`) in candidate order, one
+   ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
 
 **When a concurrent writer interferes** (a duplicate key: one of our version
@@ -35,12 +35,12 @@ import numpy as np
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
-from pipeline.errors import StorageError
-from pipeline.ltm.documents import to_document
-from pipeline.ltm.index import Row, bump_scope
-from pipeline.ltm.plan import Decision, build_version
-from pipeline.ltm.search import ExactCosineSearch, neighbours_in
-from pipeline.ltm.writes import (
+from mongomem.errors import StorageError
+from mongomem.ltm.documents import to_document
+from mongomem.ltm.index import Row, bump_scope
+from mongomem.ltm.plan import Decision, build_version
+from mongomem.ltm.search import ExactCosineSearch, neighbours_in
+from mongomem.ltm.writes import (
     DONE,
     decision_entry,
     done_update,
@@ -49,10 +49,10 @@ from pipeline.ltm.writes import (
     reinforce_update,
     supersede_update,
 )
-from pipeline.models import Action, MemoryCandidate, MemoryScope
+from mongomem.models import Action, MemoryCandidate, MemoryScope
 
 if TYPE_CHECKING:
-    from pipeline.ltm.store import MemoryStore, Outcome
+    from mongomem.ltm.store import MemoryStore, Outcome
 
 __all__ = ["reconcile_batch"]
 
@@ -71,7 +71,7 @@ async def reconcile_batch(
     store: MemoryStore, candidates: Sequence[MemoryCandidate]
 ) -> list[Outcome]:
     """Reconcile ``candidates`` in order; outcomes in the same order."""
-    from pipeline.ltm.store import Outcome
+    from mongomem.ltm.store import Outcome
 
     if not isinstance(store.search_backend, ExactCosineSearch) or store.capabilities.transactions:
         return [await store.reconcile(c) for c in candidates]
@@ -128,7 +128,7 @@ async def _reconcile_scope(
     items: list[tuple[int, MemoryCandidate]],
     outcomes: dict[int, Outcome],
 ) -> None:
-    from pipeline.ltm.store import Outcome
+    from mongomem.ltm.store import Outcome
 
     index = await store.cache.fresh(scope, memory_type)
     vectors = np.asarray([c.embedding for _, c in items], dtype=np.float32)

@@ -1,4 +1,4 @@
-"""How a :class:`~pipeline.models.MemoryVersion` is stored in ``memories``.
+"""How a :class:`~mongomem.models.MemoryVersion` is stored in ``memories``.
 
 One document per version, ``_id`` = ``version_id``. Besides the model's
 fields a document carries ``key_norm`` (the indexed form of the key),
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from bson.binary import Binary, BinaryVectorDtype
 
-from pipeline.ltm.kinds import normalize_key
-from pipeline.models import MemoryVersion
+from mongomem.ltm.kinds import normalize_key
+from mongomem.models import MemoryVersion
 
 __all__ = [
     "STORED_ONLY",

@@ -29,10 +29,10 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 
-from pipeline.errors import InputError
-from pipeline.ltm.documents import decode_embedding, scope_filter
-from pipeline.ltm.kinds import normalize_key
-from pipeline.models import MemoryScope, stable_id
+from mongomem.errors import InputError
+from mongomem.ltm.documents import decode_embedding, scope_filter
+from mongomem.ltm.kinds import normalize_key
+from mongomem.models import MemoryScope, stable_id
 
 __all__ = ["LOG_LENGTH", "SCOPE_LOG", "IndexCache", "Row", "ScopeIndex", "bump_scope"]
 

@@ -2,9 +2,9 @@
 
 :class:`Judge` is the seam; :class:`LLMJudge` asks any object with the
 ``structured(messages, schema, schema_name=...)`` method of
-:mod:`pipeline.llm` (the OpenAI-compatible adapter) and
+:mod:`mongomem.llm` (the OpenAI-compatible adapter) and
 :class:`ScriptedJudge` is the test double. The judge is consulted only when
-:func:`~pipeline.ltm.plan.plan_reconcile` says ``needs_judge``; its answer is
+:func:`~mongomem.ltm.plan.plan_reconcile` says ``needs_judge``; its answer is
 recorded in the decision log with the scores.
 """
 
@@ -15,8 +15,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.ltm.plan import Neighbour, Verdict
-from pipeline.models import Action, MemoryCandidate
+from mongomem.ltm.plan import Neighbour, Verdict
+from mongomem.models import Action, MemoryCandidate
 
 __all__ = ["Judge", "JudgeAnswer", "LLMJudge", "ScriptedJudge", "StructuredLLM"]
 
@@ -42,7 +42,7 @@ class _Result(Protocol):
 
 
 class StructuredLLM(Protocol):
-    """The part of :class:`pipeline.llm.LLM` the judge needs."""
+    """The part of :class:`mongomem.llm.LLM` the judge needs."""
 
     async def structured(
         self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
@@ -58,7 +58,7 @@ _SYSTEM = (
 
 
 class LLMJudge:
-    """A :class:`Judge` backed by an OpenAI-compatible model (see :mod:`pipeline.llm`)."""
+    """A :class:`Judge` backed by an OpenAI-compatible model (see :mod:`mongomem.llm`)."""
 
     def __init__(self, llm: StructuredLLM) -> None:
         self._llm = llm

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, ScopeKind
+from mongomem.errors import InputError
+from mongomem.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, ScopeKind
 
 __all__ = [
     "KINDS",

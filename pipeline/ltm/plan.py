@@ -1,6 +1,6 @@
 """The reconciliation core: a pure decision over (candidate, neighbours, thresholds).
 
-:func:`plan_reconcile` never does I/O. The adapter (:mod:`pipeline.ltm.store`)
+:func:`plan_reconcile` never does I/O. The adapter (:mod:`mongomem.ltm.store`)
 finds the neighbours — current memories of the same type in the same scope,
 the one with the same natural key and the most similar by embedding — and
 applies the :class:`Decision`.
@@ -33,11 +33,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pipeline.errors import ConfigError
-from pipeline.ltm.kinds import normalize_key, normalize_text
-from pipeline.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
-from pipeline.models import stable_id as _stable_id
-from pipeline.settings import ReconcileSettings
+from mongomem.errors import ConfigError
+from mongomem.ltm.kinds import normalize_key, normalize_text
+from mongomem.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
+from mongomem.models import stable_id as _stable_id
+from mongomem.settings import ReconcileSettings
 
 __all__ = [
     "Decision",

@@ -17,13 +17,13 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from pipeline.errors import StorageError
-from pipeline.ltm.documents import from_document, scope_filter
-from pipeline.ltm.kinds import normalize_key
-from pipeline.models import MemoryScope, MemoryType, MemoryVersion
+from mongomem.errors import StorageError
+from mongomem.ltm.documents import from_document, scope_filter
+from mongomem.ltm.kinds import normalize_key
+from mongomem.models import MemoryScope, MemoryType, MemoryVersion
 
 if TYPE_CHECKING:
-    from pipeline.ltm.search import VectorSearch
+    from mongomem.ltm.search import VectorSearch
 
 __all__ = ["MemoryReads"]
 
@@ -52,7 +52,7 @@ def _latest(docs: Sequence[Doc]) -> list[MemoryVersion]:
 
 
 class MemoryReads:
-    """The read half of :class:`~pipeline.ltm.store.MemoryStore`."""
+    """The read half of :class:`~mongomem.ltm.store.MemoryStore`."""
 
     memories: AsyncCollection[Doc]
     decisions: AsyncCollection[Doc]

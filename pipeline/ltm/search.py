@@ -4,7 +4,7 @@ has it, an exact cosine scan everywhere else.
 :func:`probe_vector_search` asks the server once: it is ``True`` only when the
 ``memories`` collection has a queryable vector search index named
 :data:`VECTOR_INDEX` (Atlas, or MongoDB with a search node). Otherwise
-:class:`ExactCosineSearch` answers from :class:`~pipeline.ltm.index.IndexCache`.
+:class:`ExactCosineSearch` answers from :class:`~mongomem.ltm.index.IndexCache`.
 Both return the same thing: version ids with cosine similarities, best first.
 
 Where ``$vectorSearch`` is used, new versions store their embedding as a BSON
@@ -22,12 +22,12 @@ import numpy as np
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure, PyMongoError
 
-from pipeline.errors import StorageError
-from pipeline.ltm.documents import decode_embedding, scope_filter
-from pipeline.ltm.index import IndexCache, Row, ScopeIndex, Vector
-from pipeline.ltm.kinds import normalize_key
-from pipeline.ltm.plan import Neighbour
-from pipeline.models import MemoryCandidate, MemoryScope
+from mongomem.errors import StorageError
+from mongomem.ltm.documents import decode_embedding, scope_filter
+from mongomem.ltm.index import IndexCache, Row, ScopeIndex, Vector
+from mongomem.ltm.kinds import normalize_key
+from mongomem.ltm.plan import Neighbour
+from mongomem.models import MemoryCandidate, MemoryScope
 
 __all__ = [
     "VECTOR_INDEX",

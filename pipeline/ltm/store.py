@@ -2,7 +2,7 @@
 
 :class:`MemoryStore` is used by the reconciler stage and by the SDK's direct
 saves alike: both call :meth:`MemoryStore.reconcile`, which plans with
-:func:`~pipeline.ltm.plan.plan_reconcile` and applies the decision.
+:func:`~mongomem.ltm.plan.plan_reconcile` and applies the decision.
 
 **Guarantee.** ``reconcile(candidate)`` is idempotent and safe against
 concurrent writers of the same scope, without multi-document transactions:
@@ -16,9 +16,9 @@ concurrent writers of the same scope, without multi-document transactions:
   ``MemoryVersion.make_version_id(memory_id, n)`` and a new memory's id is
   derived from (scope, type, key). Two writers that ADD the same key, or
   UPDATE the same version, race for one ``_id``: the loser's insert fails
-  with a duplicate key — a :class:`~pipeline.errors.WriteConflict` — and it
+  with a duplicate key — a :class:`~mongomem.errors.WriteConflict` — and it
   re-reads the memory and plans again (bounded attempts).
-* *Idempotent single-document updates* (:mod:`pipeline.ltm.writes`): a
+* *Idempotent single-document updates* (:mod:`mongomem.ltm.writes`): a
   REINFORCE adds the candidate to the version's ``candidate_ids`` (and its
   evidence) with ``$addToSet``, so it never counts twice; only the writer of
   version *n + 1* supersedes version *n*.
@@ -27,7 +27,7 @@ concurrent writers of the same scope, without multi-document transactions:
   planned afresh only if it wrote nothing. Until then readers may see two
   ``current`` versions of one memory for a moment and take the higher one.
 * *Idempotency keys.* A direct save with a key has a candidate id derived
-  from that key (:mod:`pipeline.sdk.idempotency`), so a retried save is the
+  from that key (:mod:`mongomem.sdk.idempotency`), so a retried save is the
   same candidate and answered from the ledger as above. Its entry also keeps
   the request's ``fingerprint``: the same key with a different request is
   refused, and a repeat that overlaps a first attempt still in flight
@@ -48,7 +48,7 @@ concurrent writers of the same scope, without multi-document transactions:
   a crash, and settled — so given an expiry — by the next delivery), so they do
   not make the ledger grow.
 
-Where :func:`pipeline.mongo.capabilities` reports transactions, the memory
+Where :func:`mongomem.mongo.capabilities` reports transactions, the memory
 writes of one decision run inside a transaction as well. A REINFORCE that
 races an UPDATE of the same memory is counted on the version it confirmed
 (history keeps it). Every applied decision is logged in ``decision_log`` with
@@ -71,19 +71,19 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from pipeline.errors import InputError, MongomemError, StorageError, WriteConflict
-from pipeline.ltm.documents import to_document
-from pipeline.ltm.index import SCOPE_LOG, IndexCache, bump_scope
-from pipeline.ltm.judge import Judge
-from pipeline.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
-from pipeline.ltm.reads import MemoryReads
-from pipeline.ltm.search import (
+from mongomem.errors import InputError, MongomemError, StorageError, WriteConflict
+from mongomem.ltm.documents import to_document
+from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
+from mongomem.ltm.judge import Judge
+from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
+from mongomem.ltm.reads import MemoryReads
+from mongomem.ltm.search import (
     AtlasVectorSearch,
     ExactCosineSearch,
     VectorSearch,
     probe_vector_search,
 )
-from pipeline.ltm.writes import (
+from mongomem.ltm.writes import (
     DONE,
     EXPIRES,
     archived_decision_id,
@@ -95,8 +95,8 @@ from pipeline.ltm.writes import (
     reinforce_update,
     supersede_update,
 )
-from pipeline.models import Action, MemoryCandidate, MemoryVersion, utcnow
-from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
+from mongomem.models import Action, MemoryCandidate, MemoryVersion, utcnow
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
 __all__ = ["MemoryStore", "Outcome"]
 
@@ -401,7 +401,7 @@ class MemoryStore(MemoryReads):
         """Write a decision-log ``entry``, replacing the candidate's earlier one if any.
 
         The one it replaces is kept under
-        :func:`~pipeline.ltm.writes.archived_decision_id` when it belongs to an
+        :func:`~mongomem.ltm.writes.archived_decision_id` when it belongs to an
         application whose ledger entry has expired since (the audit keeps every
         application); else it is this application's own, written before an
         interruption, or a concurrent one's.
@@ -467,8 +467,8 @@ class MemoryStore(MemoryReads):
 
     async def reconcile_many(self, candidates: Sequence[MemoryCandidate]) -> list[Outcome]:
         """Reconcile candidates in order, batching the writes (same guarantee as
-        :meth:`reconcile`; see :mod:`pipeline.ltm.batch`)."""
-        from pipeline.ltm.batch import reconcile_batch
+        :meth:`reconcile`; see :mod:`mongomem.ltm.batch`)."""
+        from mongomem.ltm.batch import reconcile_batch
 
         outcomes: list[Outcome] = await reconcile_batch(self, candidates)
         return outcomes

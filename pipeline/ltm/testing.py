@@ -1,7 +1,7 @@
 """Test helpers shipped with the package: build candidates without an extractor.
 
-``candidate(...)`` makes a :class:`~pipeline.models.MemoryCandidate` of a
-built-in type embedded by the :class:`~pipeline.embeddings.HashingEmbedder`
+``candidate(...)`` makes a :class:`~mongomem.models.MemoryCandidate` of a
+built-in type embedded by the :class:`~mongomem.embeddings.HashingEmbedder`
 stand-in (not a model), as if extracted from ``snapshot`` (or written directly
 when ``snapshot`` is ``None``).
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.ltm.kinds import kind_of, make_candidate, scope_for
-from pipeline.models import Evidence, MemoryCandidate, stable_id, utcnow
+from mongomem.embeddings import HashingEmbedder
+from mongomem.ltm.kinds import kind_of, make_candidate, scope_for
+from mongomem.models import Evidence, MemoryCandidate, stable_id, utcnow
 
 __all__ = ["candidate"]
 

@@ -5,7 +5,7 @@ Every update here is filtered on ``_id`` alone and is idempotent:
 
 * a REINFORCE adds the candidate's id and evidence with ``$addToSet``, so
   applying it twice changes nothing; the reinforcement count *is* the number of
-  candidate ids on the version (see :mod:`pipeline.ltm.documents`);
+  candidate ids on the version (see :mod:`mongomem.ltm.documents`);
 * superseding version *n* is done only by the writer that inserted version
   *n + 1* — whose ``_id`` is unique — so it needs no condition;
 * the ledger moves ``pending`` → ``done``; ``pending`` is written before the
@@ -21,7 +21,7 @@ the store's ``ledger_ttl_s``, none when that is ``None``); a TTL index deletes
 it then, and :func:`ledger_expired` makes it count as absent from that moment
 on, since MongoDB deletes only about once a minute. The expiry is fixed when
 an entry settles: changing the setting changes the entries settled afterwards.
-A ``pending`` entry has no expiry (see :mod:`pipeline.ltm.store`). When a
+A ``pending`` entry has no expiry (see :mod:`mongomem.ltm.store`). When a
 candidate is applied again after its entry expired, the decision-log entry of
 the earlier application (:func:`outlived`) is kept under
 :func:`archived_decision_id` and the new one takes the candidate id.
@@ -32,11 +32,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pipeline.ltm.plan import Decision
-from pipeline.models import MemoryCandidate, MemoryType
+from mongomem.ltm.plan import Decision
+from mongomem.models import MemoryCandidate, MemoryType
 
 if TYPE_CHECKING:
-    from pipeline.ltm.store import Outcome
+    from mongomem.ltm.store import Outcome
 
 __all__ = [
     "DONE",

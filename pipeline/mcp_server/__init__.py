@@ -3,7 +3,7 @@
 ::
 
     mongomem mcp --project-id travel-agent --user-id user_1            # stdio
-    python -m pipeline.mcp_server --project-id travel-agent --user-id user_1
+    python -m mongomem.mcp_server --project-id travel-agent --user-id user_1
 
 **Identity (F1–F3).** One server process acts for exactly one caller, fixed
 at launch: ``--project-id`` plus either ``--user-id`` (an end user, F2) or
@@ -23,7 +23,7 @@ memory); ``save_semantic``/``get_semantic``/``search_semantic``;
 ``save_procedure``/``discover_procedures``/``get_procedure``;
 ``save_taxonomic``/``get_taxonomic_term``/``search_taxonomic``/``list_domains``;
 ``build_context``, ``memory_history`` and ``whoami``. Each maps onto one call of
-:class:`~pipeline.sdk.AsyncBoundMemory`, so saves go through the same
+:class:`~mongomem.sdk.AsyncBoundMemory`, so saves go through the same
 reconciliation as extracted memories (E2). Results are the SDK's models, as
 structured content and as JSON text. ``get_*`` tools answer
 ``{"found": false}`` rather than failing.
@@ -33,24 +33,24 @@ structured content and as JSON text. ``get_*`` tools answer
 spaces of the server's project, which all of its agents share; the caller is
 recorded as the agent of what it adds. Admin calls (creating, editing,
 deleting, export, import) are not tools; see
-:mod:`pipeline.mcp_server.space_tools` for the mapping and why. The spaces
+:mod:`mongomem.mcp_server.space_tools` for the mapping and why. The spaces
 client is made on the first spaces call and closed when the server stops
-(:func:`serve` takes one, e.g. an :class:`~pipeline.spaces.HttpSpaces`).
+(:func:`serve` takes one, e.g. an :class:`~mongomem.spaces.HttpSpaces`).
 
 **Resources.** ``mongomem://identity`` (whom the server acts for) and
 ``mongomem://sessions/{session_id}/turns`` (the last 50 turns of a session).
 
 **Errors.** Bad input is a tool result with ``isError`` set whose text names
 the argument (``invalid input (role): …``); the SDK validates before writing,
-so nothing partial is stored. See :mod:`pipeline.mcp_server.server`.
+so nothing partial is stored. See :mod:`mongomem.mcp_server.server`.
 
 **Transports.** stdio (default) and streamable HTTP (``--transport
 streamable-http``, bound to 127.0.0.1:8765 by default, endpoint ``/mcp``).
 The HTTP endpoint acts for the launch identity, so with
 ``MONGOMEM_MCP_AUTH_TOKEN`` set every request must carry ``Authorization:
 Bearer <token>`` (else ``401``); without one the server refuses any host but
-loopback. See :mod:`pipeline.mcp_server.http`.
-Memory is reached through any :class:`~pipeline.sdk.MemoryTransport`
+loopback. See :mod:`mongomem.mcp_server.http`.
+Memory is reached through any :class:`~mongomem.sdk.MemoryTransport`
 (:func:`serve` takes one; default: the direct MongoDB transport from
 settings), so the same server works over the HTTP memory service (G2).
 """
@@ -60,7 +60,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from pipeline.mcp_server.config import (
+from mongomem.mcp_server.config import (
     McpServerConfig,
     add_arguments,
     config_from_args,
@@ -68,8 +68,8 @@ from pipeline.mcp_server.config import (
 )
 
 if TYPE_CHECKING:
-    from pipeline.mcp_server.launch import main, run, run_from_args, serve
-    from pipeline.mcp_server.server import (
+    from mongomem.mcp_server.launch import main, run, run_from_args, serve
+    from mongomem.mcp_server.server import (
         Caller,
         Lookup,
         MemoryMcpServer,
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
         describe_error,
         tool_errors,
     )
-    from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
+    from mongomem.mcp_server.space_tools import LazySpaces, SpacesApi
 
 __all__ = [
     "Caller",
@@ -118,6 +118,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module = importlib.import_module(f"pipeline.mcp_server.{_LAZY[name]}")
+        module = importlib.import_module(f"mongomem.mcp_server.{_LAZY[name]}")
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,9 @@
-"""``python -m pipeline.mcp_server --project-id P --user-id U``."""
+"""``python -m mongomem.mcp_server --project-id P --user-id U``."""
 
 from __future__ import annotations
 
 import sys
 
-from pipeline.mcp_server.launch import main
+from mongomem.mcp_server.launch import main
 
 sys.exit(main())

@@ -2,7 +2,7 @@
 
 The identity is fixed at launch (``--project-id`` plus ``--user-id`` or
 ``--service-account``) and never comes from a tool argument; see
-:mod:`pipeline.mcp_server` for why. This module does not import the MCP SDK, so
+:mod:`mongomem.mcp_server` for why. This module does not import the MCP SDK, so
 ``mongomem --help`` stays fast.
 """
 
@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.models import utcnow
-from pipeline.sdk.models import MemoryRequestContext
+from mongomem.models import utcnow
+from mongomem.sdk.models import MemoryRequestContext
 
 __all__ = ["McpServerConfig", "add_arguments", "config_from_args", "parse_args"]
 
@@ -57,7 +57,7 @@ def default_session_id() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``mongomem mcp`` (and ``python -m pipeline.mcp_server``)."""
+    """The options of ``mongomem mcp`` (and ``python -m mongomem.mcp_server``)."""
     parser.add_argument("--project-id", required=True, help="the project whose memory is served")
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--user-id", help="the end user every call acts for (SPEC F2)")

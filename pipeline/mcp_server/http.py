@@ -1,23 +1,23 @@
 """The streamable-HTTP transport: a bearer token in front of the SDK's app.
 
 The server acts for the one caller fixed at launch (see
-:mod:`pipeline.mcp_server`), so whoever can reach the endpoint *is* that caller.
+:mod:`mongomem.mcp_server`), so whoever can reach the endpoint *is* that caller.
 With ``MONGOMEM_MCP_AUTH_TOKEN`` set, every HTTP request must carry
 ``Authorization: Bearer <token>``; any other request is answered ``401`` with
 ``WWW-Authenticate: Bearer`` and the memory service's JSON error body
-(:mod:`pipeline.sdk.errormap`) before it reaches the MCP SDK. The token is
+(:mod:`mongomem.sdk.errormap`) before it reaches the MCP SDK. The token is
 compared in constant time and never logged.
 
 Without a token the endpoint is open, so it may only listen on loopback
 (``127.0.0.1``, ``::1``, ``localhost``: the hosts for which the SDK also turns
 on its DNS-rebinding protection); anything else is a
-:class:`~pipeline.errors.ConfigError` before the server starts. Other local
+:class:`~mongomem.errors.ConfigError` before the server starts. Other local
 processes can still reach a loopback endpoint: set a token on shared machines.
 
 With ``MONGOMEM_MCP_TLS_CERT_FILE`` and ``…_KEY_FILE`` the endpoint is
-``https://…/mcp`` (TLS 1.2 at least; :mod:`pipeline.tls`), so the token does not
+``https://…/mcp`` (TLS 1.2 at least; :mod:`mongomem.tls`), so the token does not
 cross the network in the clear; a certificate or key that cannot be loaded is
-a :class:`~pipeline.errors.ConfigError` before the server starts.
+a :class:`~mongomem.errors.ConfigError` before the server starts.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
-from pipeline.errors import AuthError, ConfigError
-from pipeline.mcp_server.config import McpServerConfig
-from pipeline.sdk.errormap import error_body
+from mongomem.errors import AuthError, ConfigError
+from mongomem.mcp_server.config import McpServerConfig
+from mongomem.sdk.errormap import error_body
 
 __all__ = ["LOOPBACK_HOSTS", "BearerAuth", "check_http_auth", "serve_http"]
 
@@ -108,7 +108,7 @@ async def serve_http(
 ) -> None:
     """Serve ``server`` at ``http(s)://<host>:<port>/mcp`` until stopped (behind
     :class:`BearerAuth` when there is a ``token``; over TLS with ``tls``, see
-    :func:`pipeline.tls.server_context`), as the SDK's own runner does."""
+    :func:`mongomem.tls.server_context`), as the SDK's own runner does."""
     app: ASGIApp = server.streamable_http_app(host=config.host)
     if token is not None:
         app = BearerAuth(app, token)

@@ -1,10 +1,10 @@
-"""Running the MCP server: ``python -m pipeline.mcp_server`` / ``mongomem mcp``.
+"""Running the MCP server: ``python -m mongomem.mcp_server`` / ``mongomem mcp``.
 
-The process serves one caller (see :mod:`pipeline.mcp_server`) until its
+The process serves one caller (see :mod:`mongomem.mcp_server`) until its
 client goes away: over stdio it stops when stdin closes; over streamable HTTP
 it runs until interrupted, behind ``MONGOMEM_MCP_AUTH_TOKEN`` when that is set
 and over HTTPS with ``MONGOMEM_MCP_TLS_CERT_FILE`` and ``…_KEY_FILE``
-(:mod:`pipeline.mcp_server.http`). Logs go to stderr as JSON lines, so stdout
+(:mod:`mongomem.mcp_server.http`). Logs go to stderr as JSON lines, so stdout
 carries nothing but the protocol.
 """
 
@@ -18,15 +18,15 @@ from functools import partial
 
 from pydantic import ValidationError
 
-from pipeline.errors import MongomemError
-from pipeline.logs import configure_logging
-from pipeline.mcp_server.config import McpServerConfig, config_from_args, parse_args
-from pipeline.mcp_server.http import check_http_auth, serve_http
-from pipeline.mcp_server.server import build_server
-from pipeline.mcp_server.space_tools import LazySpaces, SpacesApi
-from pipeline.sdk import AsyncMemory, MemoryTransport
-from pipeline.settings import Settings, load_settings
-from pipeline.tls import server_context
+from mongomem.errors import MongomemError
+from mongomem.logs import configure_logging
+from mongomem.mcp_server.config import McpServerConfig, config_from_args, parse_args
+from mongomem.mcp_server.http import check_http_auth, serve_http
+from mongomem.mcp_server.server import build_server
+from mongomem.mcp_server.space_tools import LazySpaces, SpacesApi
+from mongomem.sdk import AsyncMemory, MemoryTransport
+from mongomem.settings import Settings, load_settings
+from mongomem.tls import server_context
 
 __all__ = ["main", "run", "run_from_args", "serve"]
 
@@ -39,13 +39,13 @@ async def serve(
     spaces: SpacesApi | None = None,
 ) -> None:
     """Serve until the client leaves. ``transport`` (default: direct, from ``settings``) is
-    any :class:`~pipeline.sdk.MemoryTransport`; ``spaces`` (default: an
-    :class:`~pipeline.spaces.AsyncSpaces` of the project, made on the first spaces call)
+    any :class:`~mongomem.sdk.MemoryTransport`; ``spaces`` (default: an
+    :class:`~mongomem.spaces.AsyncSpaces` of the project, made on the first spaces call)
     serves the memory-space tools. Both are closed when the server stops.
 
     Streamable HTTP off loopback without ``settings.mcp.auth_token``, or with a TLS
     certificate and key (``settings.mcp.tls_cert_file``, ``tls_key_file``) that cannot be
-    loaded, is a :class:`~pipeline.errors.ConfigError`, raised before anything is opened.
+    loaded, is a :class:`~mongomem.errors.ConfigError`, raised before anything is opened.
     Over stdio the TLS settings are not used."""
     mcp = settings.mcp
     check_http_auth(config, mcp.auth_token)
@@ -67,7 +67,7 @@ async def serve(
 
 
 def _direct_spaces(settings: Settings, config: McpServerConfig) -> SpacesApi:
-    from pipeline.spaces import AsyncSpaces
+    from mongomem.spaces import AsyncSpaces
 
     return AsyncSpaces(settings, project_id=config.project_id)
 
@@ -89,7 +89,7 @@ def run(
 
 
 def run_from_args(args: argparse.Namespace, settings: Settings) -> int:
-    """``mongomem mcp``: ``args`` as parsed with :func:`~pipeline.mcp_server.add_arguments`."""
+    """``mongomem mcp``: ``args`` as parsed with :func:`~mongomem.mcp_server.add_arguments`."""
     try:
         config = config_from_args(args)
     except ValidationError as exc:
@@ -98,7 +98,7 @@ def run_from_args(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pipeline.mcp_server [options]``; errors print one line, status 1."""
+    """``python -m mongomem.mcp_server [options]``; errors print one line, status 1."""
     try:
         config = parse_args(argv)
         return run(load_settings(), config)

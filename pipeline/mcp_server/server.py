@@ -1,9 +1,9 @@
 """The MCP server object: strict argument checking, error mapping, resources.
 
 :func:`build_server` assembles an :class:`MemoryMcpServer` (an ``MCPServer``
-of the official SDK) over an :class:`~pipeline.sdk.AsyncMemory`. Tool bodies
-live in :mod:`pipeline.mcp_server.tools` and, for memory spaces,
-:mod:`pipeline.mcp_server.space_tools`.
+of the official SDK) over an :class:`~mongomem.sdk.AsyncMemory`. Tool bodies
+live in :mod:`mongomem.mcp_server.tools` and, for memory spaces,
+:mod:`mongomem.mcp_server.space_tools`.
 
 Errors reach the client as tool results with ``isError`` set, never as a
 crash of the server:
@@ -13,8 +13,8 @@ raised                                the client reads
 ====================================  =============================================
 unknown argument (e.g. ``user_id``)   ``unknown argument 'user_id' …`` (nothing runs)
 argument of the wrong type/range      the SDK's validation message, naming the field
-:class:`~pipeline.errors.InputError`  ``invalid input (<field>): <message>``
-:class:`~pipeline.errors.ScopeError`  ``not allowed: <message>``
+:class:`~mongomem.errors.InputError`  ``invalid input (<field>): <message>``
+:class:`~mongomem.errors.ScopeError`  ``not allowed: <message>``
 other ``MongomemError``               ``<Class>: <message>`` (+ "try again" if retriable)
 anything else                         ``Error executing tool <name>`` (logged here)
 ====================================  =============================================
@@ -35,13 +35,13 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, ConfigDict
 
-from pipeline import __version__
-from pipeline.errors import ConfigError, InputError, MongomemError, ScopeError
-from pipeline.mcp_server.config import McpServerConfig
-from pipeline.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
+from mongomem import __version__
+from mongomem.errors import ConfigError, InputError, MongomemError, ScopeError
+from mongomem.mcp_server.config import McpServerConfig
+from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
 
 if TYPE_CHECKING:
-    from pipeline.mcp_server.space_tools import LazySpaces
+    from mongomem.mcp_server.space_tools import LazySpaces
 
 __all__ = [
     "Caller",
@@ -156,9 +156,9 @@ def build_server(
     """An MCP server for ``config``'s caller over ``memory`` (any transport of the SDK).
 
     With ``spaces``, it also serves the memory-space tools of ``config``'s project
-    (:mod:`pipeline.mcp_server.space_tools`); whoever made ``spaces`` closes it.
+    (:mod:`mongomem.mcp_server.space_tools`); whoever made ``spaces`` closes it.
     """
-    from pipeline.mcp_server.tools import register_tools
+    from mongomem.mcp_server.tools import register_tools
 
     caller = Caller(memory, config)
     server = MemoryMcpServer(
@@ -170,7 +170,7 @@ def build_server(
     )
     register_tools(server, caller)
     if spaces is not None:
-        from pipeline.mcp_server.space_tools import register_space_tools
+        from mongomem.mcp_server.space_tools import register_space_tools
 
         register_space_tools(server, caller, spaces)
     _register_resources(server, caller)

@@ -8,7 +8,7 @@ adds (``agent_id``, and ``resolved_by`` of a resolved escalation), and recall
 uses that agent's own search keys if it was attached with some (SPEC H6).
 
 ==================  ====================================================================
-tool                call of :class:`~pipeline.spaces.AsyncSpaces`
+tool                call of :class:`~mongomem.spaces.AsyncSpaces`
 ==================  ====================================================================
 list_spaces         ``list_spaces()``: ids, kinds, keys, recall settings, item counts
 recall_cases        ``recall(space, inputs)``: similar past cases with their scores
@@ -30,10 +30,10 @@ carries the same comment and sentiment). The SDK, the HTTP API and
 ``mongomem spaces`` do those.
 
 The server's :class:`LazySpaces` makes its spaces client on the first spaces
-call (no MongoDB connection before), and :func:`~pipeline.mcp_server.serve`
+call (no MongoDB connection before), and :func:`~mongomem.mcp_server.serve`
 closes it when the server stops. Any object with these six calls will do:
-:class:`~pipeline.spaces.AsyncSpaces` (the default) or
-:class:`~pipeline.spaces.HttpSpaces`.
+:class:`~mongomem.spaces.AsyncSpaces` (the default) or
+:class:`~mongomem.spaces.HttpSpaces`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from typing import Annotated, Any, Literal, Protocol
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
-from pipeline.errors import ConfigError, InputError
-from pipeline.mcp_server.server import Caller, tool_errors
-from pipeline.mcp_server.tools import READ, SAVE
-from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-from pipeline.spaces.models import (
+from mongomem.errors import ConfigError, InputError
+from mongomem.mcp_server.server import Caller, tool_errors
+from mongomem.mcp_server.tools import READ, SAVE
+from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
+from mongomem.spaces.models import (
     AddResult,
     EscalationDecision,
     FileInput,
@@ -79,7 +79,7 @@ DuplicateChoice = Literal["add-anyway", "replace", "merge"]
 
 
 class SpacesApi(Protocol):
-    """The calls of :class:`~pipeline.spaces.AsyncSpaces` (and ``HttpSpaces``) the tools use."""
+    """The calls of :class:`~mongomem.spaces.AsyncSpaces` (and ``HttpSpaces``) the tools use."""
 
     async def list_spaces(self) -> list[Space]: ...
 
@@ -128,7 +128,7 @@ class LazySpaces:
     A function is called on the first spaces tool call, so a server that is
     never asked about spaces never connects for them. :meth:`close` closes
     whatever was given or made (once). A client that says its project
-    (``project_id``, as :class:`~pipeline.spaces.AsyncSpaces` does) must be of
+    (``project_id``, as :class:`~mongomem.spaces.AsyncSpaces` does) must be of
     the server's project.
     """
 
@@ -170,7 +170,7 @@ def on_duplicate_from(
     sentiment_wins: Literal["existing", "new"] | None = None,
 ) -> OnDuplicate | None:
     """The SDK's duplicate choice for ``add_case``'s flat arguments (an
-    :class:`~pipeline.errors.InputError` naming the argument when they do not fit)."""
+    :class:`~mongomem.errors.InputError` naming the argument when they do not fit)."""
     if replace_ids is not None and choice != "replace":
         raise InputError("replace_ids goes with on_duplicate='replace'", field="replace_ids")
     if sentiment_wins is not None and choice != "merge":

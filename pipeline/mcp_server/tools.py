@@ -1,6 +1,6 @@
-"""The tools of the MCP server: thin mappings onto :class:`~pipeline.sdk.AsyncBoundMemory`.
+"""The tools of the MCP server: thin mappings onto :class:`~mongomem.sdk.AsyncBoundMemory`.
 
-Every tool acts for the :class:`~pipeline.mcp_server.server.Caller` fixed at
+Every tool acts for the :class:`~mongomem.mcp_server.server.Caller` fixed at
 launch. ``session_id`` (where a tool takes one) picks another session *of that
 caller*; no tool takes a project or user id. Results are the SDK's own models,
 sent as structured content (and as JSON text for clients that read only text).
@@ -14,9 +14,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from pipeline.mcp_server.server import Caller, Lookup, tool_errors
-from pipeline.models import Role, Turn
-from pipeline.sdk import (
+from mongomem.mcp_server.server import Caller, Lookup, tool_errors
+from mongomem.models import Role, Turn
+from mongomem.sdk import (
     DEFAULT_CONTEXT_TYPES,
     Episode,
     MemoryContext,
@@ -27,7 +27,7 @@ from pipeline.sdk import (
     TaxonomicTerm,
     VersionRecord,
 )
-from pipeline.stm import SessionSummary
+from mongomem.stm import SessionSummary
 
 __all__ = ["register_tools"]
 

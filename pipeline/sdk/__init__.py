@@ -2,7 +2,7 @@
 
 ::
 
-    from pipeline.sdk import Memory, MemoryRequestContext
+    from mongomem.sdk import Memory, MemoryRequestContext
 
     memory = Memory(project_id="travel-agent")
     chat = memory.bind(MemoryRequestContext(user_id="user_1", session_id="thread_123"))
@@ -19,10 +19,10 @@ with an API key, with the same results and errors.
 
 from __future__ import annotations
 
-from pipeline.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
-from pipeline.sdk.http import HttpTransport
-from pipeline.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
-from pipeline.sdk.models import (
+from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from mongomem.sdk.http import HttpTransport
+from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
+from mongomem.sdk.models import (
     ContextItem,
     Episode,
     MemoryContext,
@@ -35,9 +35,9 @@ from pipeline.sdk.models import (
     TaxonomicTerm,
     VersionRecord,
 )
-from pipeline.sdk.render import render_context
-from pipeline.sdk.sync import BoundMemory, Memory
-from pipeline.sdk.transport import DirectTransport, MemoryTransport
+from mongomem.sdk.render import render_context
+from mongomem.sdk.sync import BoundMemory, Memory
+from mongomem.sdk.transport import DirectTransport, MemoryTransport
 
 __all__ = [
     "DEFAULT_CONTEXT_TYPES",

@@ -8,7 +8,7 @@
     fact = await chat.get_semantic("home-airport")
 
 Every call of a bound context acts for the identity resolved from its
-context (:mod:`pipeline.sdk.identity`) and never reads or writes outside that
+context (:mod:`mongomem.sdk.identity`) and never reads or writes outside that
 identity's scopes.
 """
 
@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import ConfigError, InputError
-from pipeline.ltm import Judge, Thresholds
-from pipeline.models import MemoryType, Role, Turn
-from pipeline.sdk.http import HttpTransport
-from pipeline.sdk.idempotency import check_idempotency_key
-from pipeline.sdk.identity import Identity, resolve_identity
-from pipeline.sdk.models import (
+from mongomem.embeddings import Embedder
+from mongomem.errors import ConfigError, InputError
+from mongomem.ltm import Judge, Thresholds
+from mongomem.models import MemoryType, Role, Turn
+from mongomem.sdk.http import HttpTransport
+from mongomem.sdk.idempotency import check_idempotency_key
+from mongomem.sdk.identity import Identity, resolve_identity
+from mongomem.sdk.models import (
     ContextItem,
     Episode,
     MemoryContext,
@@ -38,11 +38,11 @@ from pipeline.sdk.models import (
     VersionRecord,
     typed,
 )
-from pipeline.sdk.render import render_context
-from pipeline.sdk.transport import DirectTransport, MemoryTransport
-from pipeline.settings import Settings, load_settings
-from pipeline.stm import SessionSummary
-from pipeline.tls import Verify
+from mongomem.sdk.render import render_context
+from mongomem.sdk.transport import DirectTransport, MemoryTransport
+from mongomem.settings import Settings, load_settings
+from mongomem.stm import SessionSummary
+from mongomem.tls import Verify
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
@@ -56,7 +56,7 @@ class AsyncMemory:
     """Long-term (and short-term) memory of one project.
 
     With ``base_url`` the calls go to the HTTP memory service there
-    (:class:`~pipeline.sdk.HttpTransport`), which checks ``api_key``; ``verify``
+    (:class:`~mongomem.sdk.HttpTransport`), which checks ``api_key``; ``verify``
     (an ``https://`` service's certificate: the path of a private CA's bundle, an
     :class:`ssl.SSLContext`, or the default ``True``, the system's CAs) goes with it.
     ``transport=HttpTransport(url)`` is the same, and such a transport
@@ -174,8 +174,8 @@ class AsyncBoundMemory:
         Every save takes ``idempotency_key``: the same key again (same caller and
         memory type) answers the first call's result and changes nothing, so a
         save can be retried safely; the key with different content raises
-        :class:`~pipeline.errors.InputError` (``field="idempotency_key"``). See
-        :mod:`pipeline.sdk.idempotency`.
+        :class:`~mongomem.errors.InputError` (``field="idempotency_key"``). See
+        :mod:`mongomem.sdk.idempotency`.
         """
         fields = {"title": title, "content": content}
         return await self._save(MemoryType.EPISODIC, fields, idempotency_key)

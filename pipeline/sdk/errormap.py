@@ -1,21 +1,21 @@
-"""How :mod:`pipeline.errors` travel over HTTP, in both directions (SPEC G2).
+"""How :mod:`mongomem.errors` travel over HTTP, in both directions (SPEC G2).
 
 =================================================  ======  =======================
 error                                              status  notes
 =================================================  ======  =======================
 body that is not JSON                              400     ``InputError``, field ``body``
-:class:`~pipeline.errors.InputError`               422     ``field`` names the argument
-:class:`~pipeline.errors.AuthError`                401     missing, unknown or revoked key
-:class:`~pipeline.errors.ScopeError`               403     key of another project, reserved id
+:class:`~mongomem.errors.InputError`               422     ``field`` names the argument
+:class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
+:class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
 a memory that is not there (``get``)               404     type ``MemoryNotFound``
-:class:`~pipeline.errors.RateLimitExceeded`        429     ``Retry-After`` header
+:class:`~mongomem.errors.RateLimitExceeded`        429     ``Retry-After`` header
 any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` header
-any other :class:`~pipeline.errors.MongomemError`  500
+any other :class:`~mongomem.errors.MongomemError`  500
 =================================================  ======  =======================
 
 The service sends :func:`error_body` with :func:`status_for`; the client turns
 the answer back into the same class with :func:`error_from`, so code written
-against :class:`~pipeline.sdk.DirectTransport` catches the same exceptions.
+against :class:`~mongomem.sdk.DirectTransport` catches the same exceptions.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pipeline import errors
-from pipeline.errors import (
+from mongomem import errors
+from mongomem.errors import (
     AuthError,
     InputError,
     LLMRateLimited,
@@ -34,7 +34,7 @@ from pipeline.errors import (
     ScopeError,
     StorageError,
 )
-from pipeline.sdk.wire import ErrorBody
+from mongomem.sdk.wire import ErrorBody
 
 __all__ = ["MEMORY_NOT_FOUND", "error_body", "error_from", "retry_after_s", "status_for"]
 

@@ -5,16 +5,16 @@
     memory = AsyncMemory(project_id="travel-agent", api_key=key, base_url="http://memory:8080")
     # or, the same: AsyncMemory(project_id=..., api_key=key, transport=HttpTransport(url))
 
-Every call is one ``POST /v1/<operation>`` (:mod:`pipeline.sdk.wire`) with
+Every call is one ``POST /v1/<operation>`` (:mod:`mongomem.sdk.wire`) with
 ``Authorization: Bearer <api key>``. Answers become the same models, and
-errors the same :mod:`pipeline.errors` classes, as with
-:class:`~pipeline.sdk.DirectTransport` (:mod:`pipeline.sdk.errormap`). A
+errors the same :mod:`mongomem.errors` classes, as with
+:class:`~mongomem.sdk.DirectTransport` (:mod:`mongomem.sdk.errormap`). A
 service that cannot be reached or does not answer in time raises
-:class:`~pipeline.errors.StorageError` (retriable): from the SDK's side the
+:class:`~mongomem.errors.StorageError` (retriable): from the SDK's side the
 service *is* the storage; but an ``https://`` service whose certificate does
-not verify (see ``verify``) raises :class:`~pipeline.errors.ConfigError`, as
+not verify (see ``verify``) raises :class:`~mongomem.errors.ConfigError`, as
 trying again cannot help. A key over its rate limit answers 429, raised as
-:class:`~pipeline.errors.RateLimitExceeded` with the service's ``retry_after``.
+:class:`~mongomem.errors.RateLimitExceeded` with the service's ``retry_after``.
 Nothing is retried here — except a save with an ``idempotency_key``, which is
 sent again up to ``keyed_save_retries`` times after a retriable failure (no
 answer in time, unreachable, 503, 429): the service recognises the repeat, so
@@ -32,15 +32,15 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter
 
-from pipeline.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
-from pipeline.models import Role, Turn
-from pipeline.sdk.errormap import MEMORY_NOT_FOUND
-from pipeline.sdk.idempotency import check_idempotency_key
-from pipeline.sdk.identity import Identity
-from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
-from pipeline.sdk.service_client import ServiceClient
-from pipeline.stm import SessionSummary, validate_metadata
-from pipeline.tls import Verify
+from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
+from mongomem.models import Role, Turn
+from mongomem.sdk.errormap import MEMORY_NOT_FOUND
+from mongomem.sdk.idempotency import check_idempotency_key
+from mongomem.sdk.identity import Identity
+from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from mongomem.sdk.service_client import ServiceClient
+from mongomem.stm import SessionSummary, validate_metadata
+from mongomem.tls import Verify
 
 __all__ = ["HttpTransport"]
 
@@ -57,11 +57,11 @@ class _NotFound(Exception):
 
 
 class HttpTransport(ServiceClient):
-    """A :class:`~pipeline.sdk.MemoryTransport` that calls the memory service at ``base_url``.
+    """A :class:`~mongomem.sdk.MemoryTransport` that calls the memory service at ``base_url``.
 
-    ``api_key`` may be left out when the :class:`~pipeline.sdk.AsyncMemory`
+    ``api_key`` may be left out when the :class:`~mongomem.sdk.AsyncMemory`
     that uses this transport is given one. ``verify`` decides which
-    certificates an ``https://`` service may present (:data:`pipeline.tls.Verify`:
+    certificates an ``https://`` service may present (:data:`mongomem.tls.Verify`:
     default the system's CAs; the path of a private CA's bundle; an
     :class:`ssl.SSLContext`). ``client`` lets an application share (or, in
     tests, fake) its :class:`httpx.AsyncClient`, whose own ``verify`` then

@@ -2,7 +2,7 @@
 
 A save made with ``idempotency_key`` gets its candidate id from
 :func:`keyed_candidate_id` instead of a random one. The reconciler's ledger
-(:mod:`pipeline.ltm.store`) keys its entries by candidate id, so a retry of
+(:mod:`mongomem.ltm.store`) keys its entries by candidate id, so a retry of
 that save is recognised and answered with the first call's outcome: same
 action, same memory and version ids, nothing counted twice.
 
@@ -13,7 +13,7 @@ action, same memory and version ids, nothing counted twice.
   keys.
 * **Same key, different request.** The ledger entry keeps
   :func:`request_fingerprint` (the memory type and the trimmed fields); a
-  repeat with another fingerprint raises :class:`~pipeline.errors.InputError`
+  repeat with another fingerprint raises :class:`~mongomem.errors.InputError`
   with ``field="idempotency_key"`` (HTTP 422) and stores nothing. The session
   id is not part of the request: a retry from another session is a retry.
 * **Lifetime.** A key is remembered for ``MONGOMEM_RECONCILE_LEDGER_TTL_S``
@@ -32,9 +32,9 @@ import json
 import re
 from collections.abc import Mapping
 
-from pipeline.errors import InputError
-from pipeline.models import stable_id
-from pipeline.sdk.identity import Identity
+from mongomem.errors import InputError
+from mongomem.models import stable_id
+from mongomem.sdk.identity import Identity
 
 __all__ = [
     "IDEMPOTENCY_KEY_MAX_LENGTH",

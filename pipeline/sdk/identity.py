@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.errors import InputError, ScopeError
-from pipeline.ltm.kinds import scope_for
-from pipeline.models import MemoryScope, SessionKey, check_identifier
-from pipeline.sdk.models import MemoryRequestContext
+from mongomem.errors import InputError, ScopeError
+from mongomem.ltm.kinds import scope_for
+from mongomem.models import MemoryScope, SessionKey, check_identifier
+from mongomem.sdk.models import MemoryRequestContext
 
 __all__ = ["SERVICE_ACCOUNT_PREFIX", "Identity", "resolve_identity"]
 

@@ -6,7 +6,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
-from pipeline.models import Action, Evidence, MemoryStatus, MemoryType, MemoryVersion
+from mongomem.models import Action, Evidence, MemoryStatus, MemoryType, MemoryVersion
 
 __all__ = [
     "ContextItem",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.sdk.models import ContextItem, MemoryContext
+from mongomem.sdk.models import ContextItem, MemoryContext
 
 __all__ = ["SECTION_TITLES", "render_context"]
 

@@ -1,12 +1,12 @@
 """What every client of the memory service shares: one ``httpx`` client and its errors.
 
-:class:`~pipeline.sdk.HttpTransport` (memory) and :class:`~pipeline.spaces.HttpSpaces`
+:class:`~mongomem.sdk.HttpTransport` (memory) and :class:`~mongomem.spaces.HttpSpaces`
 (spaces) build on :class:`ServiceClient`. A request that gets no answer raises
-:class:`~pipeline.errors.StorageError` (retriable: from the client's side the
+:class:`~mongomem.errors.StorageError` (retriable: from the client's side the
 service *is* the storage); an ``https://`` service whose certificate does not
-verify raises :class:`~pipeline.errors.ConfigError`, as trying again cannot
-help. An answer that is an error becomes the same :mod:`pipeline.errors` class
-as the direct call (:func:`pipeline.sdk.errormap.error_from`), with the
+verify raises :class:`~mongomem.errors.ConfigError`, as trying again cannot
+help. An answer that is an error becomes the same :mod:`mongomem.errors` class
+as the direct call (:func:`mongomem.sdk.errormap.error_from`), with the
 ``Retry-After`` of a 429 or 503 when the body does not say.
 """
 
@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from pipeline.errors import ConfigError, MongomemError, StorageError
-from pipeline.sdk.errormap import error_from
-from pipeline.tls import Verify, certificate_problem, client_verify
+from mongomem.errors import ConfigError, MongomemError, StorageError
+from mongomem.sdk.errormap import error_from
+from mongomem.tls import Verify, certificate_problem, client_verify
 
 __all__ = ["ServiceClient"]
 
@@ -31,7 +31,7 @@ class ServiceClient:
     """The memory service at ``base_url``, called with ``api_key`` (see the module docstring).
 
     ``verify`` decides which certificates an ``https://`` service may present
-    (:data:`pipeline.tls.Verify`). ``client`` lets an application share (or a
+    (:data:`mongomem.tls.Verify`). ``client`` lets an application share (or a
     test fake) its :class:`httpx.AsyncClient`, whose own ``verify`` then
     applies; a client made here is closed by :meth:`close`.
     """

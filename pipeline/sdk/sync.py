@@ -15,11 +15,11 @@ import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from pipeline.embeddings import Embedder
-from pipeline.ltm import Judge, Thresholds
-from pipeline.models import Role, Turn
-from pipeline.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
-from pipeline.sdk.models import (
+from mongomem.embeddings import Embedder
+from mongomem.ltm import Judge, Thresholds
+from mongomem.models import Role, Turn
+from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from mongomem.sdk.models import (
     Episode,
     MemoryContext,
     MemoryRequestContext,
@@ -30,10 +30,10 @@ from pipeline.sdk.models import (
     TaxonomicTerm,
     VersionRecord,
 )
-from pipeline.sdk.transport import MemoryTransport
-from pipeline.settings import Settings
-from pipeline.stm import SessionSummary
-from pipeline.tls import Verify
+from mongomem.sdk.transport import MemoryTransport
+from mongomem.settings import Settings
+from mongomem.stm import SessionSummary
+from mongomem.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 class LoopThread:
     """An event loop running forever in a daemon thread; :meth:`call` runs a coroutine
-    there and waits (shared by the sync wrappers: :class:`Memory`, ``pipeline.spaces.Spaces``)."""
+    there and waits (shared by the sync wrappers: :class:`Memory`, ``mongomem.spaces.Spaces``)."""
 
     def __init__(self, name: str = "mongomem-sdk") -> None:
         self.loop = asyncio.new_event_loop()
@@ -122,7 +122,7 @@ class SyncClient(Generic[A]):
 class Memory(SyncClient[AsyncMemory]):
     """Long-term (and short-term) memory of one project, for synchronous code.
 
-    Same arguments as :class:`~pipeline.sdk.AsyncMemory`; ``timeout_s`` bounds
+    Same arguments as :class:`~mongomem.sdk.AsyncMemory`; ``timeout_s`` bounds
     every call.
     """
 
@@ -158,7 +158,7 @@ class Memory(SyncClient[AsyncMemory]):
 
 
 class BoundMemory:
-    """The synchronous twin of :class:`~pipeline.sdk.AsyncBoundMemory`."""
+    """The synchronous twin of :class:`~mongomem.sdk.AsyncBoundMemory`."""
 
     def __init__(self, memory: Memory, inner: AsyncBoundMemory) -> None:
         self._m = memory

@@ -1,14 +1,14 @@
 """The SDK's one seam to wherever memory lives.
 
-:class:`MemoryTransport` is what :class:`~pipeline.sdk.AsyncMemory` calls;
+:class:`MemoryTransport` is what :class:`~mongomem.sdk.AsyncMemory` calls;
 :class:`DirectTransport` fills it by reaching MongoDB directly (URI from
-settings) through the same :class:`~pipeline.ltm.MemoryStore` the reconciler
+settings) through the same :class:`~mongomem.ltm.MemoryStore` the reconciler
 stage uses, so direct saves are reconciled like extracted memories (SPEC E2)
 and readable as soon as the call returns. The HTTP memory service (G2) fills
 the same protocol with a client that sends these calls and an API key.
 
 A save with an ``idempotency_key`` is applied at most once: its candidate id
-comes from the key (:mod:`pipeline.sdk.idempotency`), so a retry is answered
+comes from the key (:mod:`mongomem.sdk.idempotency`), so a retry is answered
 from the reconciler's ledger with the first call's outcome.
 """
 
@@ -20,20 +20,20 @@ from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import Embedder, embed_queries, make_embedder
-from pipeline.errors import InputError
-from pipeline.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
-from pipeline.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
-from pipeline.mongo import Document, connect, database
-from pipeline.sdk.idempotency import (
+from mongomem.embeddings import Embedder, embed_queries, make_embedder
+from mongomem.errors import InputError
+from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
+from mongomem.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
+from mongomem.mongo import Document, connect, database
+from mongomem.sdk.idempotency import (
     check_idempotency_key,
     keyed_candidate_id,
     request_fingerprint,
 )
-from pipeline.sdk.identity import Identity
-from pipeline.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
-from pipeline.settings import Settings
-from pipeline.stm import SessionSummary, ShortTermMemory
+from mongomem.sdk.identity import Identity
+from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
+from mongomem.settings import Settings
+from mongomem.stm import SessionSummary, ShortTermMemory
 
 __all__ = ["DirectTransport", "MemoryTransport"]
 
@@ -83,7 +83,7 @@ class MemoryTransport(Protocol):
 class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
-    ``embedder`` defaults to :func:`~pipeline.embeddings.make_embedder` of
+    ``embedder`` defaults to :func:`~mongomem.embeddings.make_embedder` of
     ``settings.embedding``; ``client`` lets an application share its client.
     """
 
@@ -143,7 +143,7 @@ class DirectTransport:
         fingerprint = None
         if idempotency_key is None:
             cid = stable_id("cand", "direct", uuid.uuid4().hex)
-        else:  # see pipeline.sdk.idempotency
+        else:  # see mongomem.sdk.idempotency
             key = check_idempotency_key(idempotency_key)
             cid = keyed_candidate_id(who, memory_type, key)
             fingerprint = request_fingerprint(memory_type, checked)

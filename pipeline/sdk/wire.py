@@ -1,6 +1,6 @@
 """The JSON wire format shared by the memory service and :class:`HttpTransport` (SPEC G2).
 
-Every operation of :class:`~pipeline.sdk.MemoryTransport` is one
+Every operation of :class:`~mongomem.sdk.MemoryTransport` is one
 ``POST /v1/<operation>`` whose JSON body is a :class:`Caller` plus the
 operation's arguments; a success answers ``200 {"result": ...}``, a failure
 answers an :class:`ErrorBody` under ``"error"``:
@@ -21,14 +21,14 @@ operation           arguments                                              resul
 ==================  =====================================================  ==============
 
 The caller's identity travels as it was resolved on the client
-(:class:`~pipeline.sdk.Identity`), but the service trusts none of it: it
-resolves it again with :func:`~pipeline.sdk.resolve_identity` inside the
+(:class:`~mongomem.sdk.Identity`), but the service trusts none of it: it
+resolves it again with :func:`~mongomem.sdk.resolve_identity` inside the
 project the API key belongs to.
 
 A ``save`` with ``idempotency_key`` may be sent again (after a timeout, a 503):
 the repeat answers the first one's result and changes nothing; the same key
 with a different request answers 422 with ``field: "idempotency_key"``
-(:mod:`pipeline.sdk.idempotency`). Without the key a save is sent as before.
+(:mod:`mongomem.sdk.idempotency`). Without the key a save is sent as before.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ __all__ = [
 
 
 class Caller(BaseModel):
-    """Who a call is for: the fields of a resolved :class:`~pipeline.sdk.Identity`."""
+    """Who a call is for: the fields of a resolved :class:`~mongomem.sdk.Identity`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -66,7 +66,7 @@ class SaveRequest(Caller):
     memory_type: str
     # Any values: the memory kind names a missing or non-string field itself.
     fields: dict[str, Any]
-    # Checked by pipeline.sdk.idempotency, which names the field.
+    # Checked by mongomem.sdk.idempotency, which names the field.
     idempotency_key: str | None = None
 
 
@@ -103,7 +103,7 @@ class LimitRequest(Caller):
 
 
 class ErrorBody(BaseModel):
-    """What went wrong: the :mod:`pipeline.errors` class name and what it carries."""
+    """What went wrong: the :mod:`mongomem.errors` class name and what it carries."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 

@@ -7,10 +7,10 @@
     memory = Memory(project_id="travel-agent", api_key=key, base_url="http://127.0.0.1:8080")
 
 :func:`make_app` is the aiohttp application, :func:`serve` runs it until an
-event is set, :mod:`pipeline.service.keys` decides which project a key opens
-(each key opens exactly one), :mod:`pipeline.service.limits` how often each
+event is set, :mod:`mongomem.service.keys` decides which project a key opens
+(each key opens exactly one), :mod:`mongomem.service.limits` how often each
 key may call, and :func:`add_cli` hangs ``serve`` and ``keys`` under the
-``mongomem`` command. The SDK's side is :class:`~pipeline.sdk.HttpTransport`.
+``mongomem`` command. The SDK's side is :class:`~mongomem.sdk.HttpTransport`.
 Names load on first use, so adding the CLI commands does not import the
 server.
 """
@@ -21,9 +21,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
-    from pipeline.service.cli import add_cli, keys_command, main, serve_command
-    from pipeline.service.keys import (
+    from mongomem.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
+    from mongomem.service.cli import add_cli, keys_command, main, serve_command
+    from mongomem.service.keys import (
         API_KEYS,
         KEY_PREFIX,
         ApiKeyInfo,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         hash_key,
         parse_env_keys,
     )
-    from pipeline.service.limits import Bucket, RateLimiter, take
+    from mongomem.service.limits import Bucket, RateLimiter, take
 
 __all__ = [
     "API_KEYS",

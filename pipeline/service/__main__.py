@@ -1,7 +1,7 @@
-"""``python -m pipeline.service``: the memory service on its own."""
+"""``python -m mongomem.service``: the memory service on its own."""
 
 import sys
 
-from pipeline.service.cli import main
+from mongomem.service.cli import main
 
 sys.exit(main())

@@ -3,18 +3,18 @@
 =========================  =====  =============================================
 endpoint                   auth   answer
 =========================  =====  =============================================
-``POST /v1/<operation>``   key    ``{"result": ...}``; see :mod:`pipeline.sdk.wire`
+``POST /v1/<operation>``   key    ``{"result": ...}``; see :mod:`mongomem.sdk.wire`
 ``GET /healthz``           none   200 while the process serves requests
 ``GET /readyz``            none   200, or 503 listing what is missing
-                                  (:func:`~pipeline.readiness.check_ready`, MongoDB ping)
+                                  (:func:`~mongomem.readiness.check_ready`, MongoDB ping)
 ``GET /metrics``           none   Prometheus text (every ``mongomem_*`` metric)
-``/v1/spaces…``            key    memory spaces (:mod:`pipeline.service.spaces_routes`)
+``/v1/spaces…``            key    memory spaces (:mod:`mongomem.service.spaces_routes`)
 =========================  =====  =============================================
 
 A request is handled in this order, and the first failure answers
-(:mod:`pipeline.sdk.errormap`): the key (401), the key's rate limit (429), the
+(:mod:`mongomem.sdk.errormap`): the key (401), the key's rate limit (429), the
 body (400/422, the field named), the caller's identity inside the key's
-project (403), then the same :class:`~pipeline.sdk.DirectTransport` the SDK
+project (403), then the same :class:`~mongomem.sdk.DirectTransport` the SDK
 uses in-process. So the service gives exactly the SDK's results, validates
 before anything is written (bad input stores nothing), and a key opens its
 own project only (SPEC F3): the project of a request is the key's, and a body
@@ -23,17 +23,17 @@ Identities are resolved again here (F1, F2); nothing the client resolved is
 trusted. Nothing is retried: retriable failures answer 503 with ``Retry-After``.
 A save sent with an ``idempotency_key`` may be retried by the client: a repeat
 answers the first result and changes nothing, and a repeat that arrives while
-the first is still being applied waits for it (:mod:`pipeline.sdk.idempotency`).
+the first is still being applied waits for it (:mod:`mongomem.sdk.idempotency`).
 
 Rate limits (``MONGOMEM_SERVICE_RATE_LIMIT_PER_S``, ``…_BURST``) hold per API
 key, on every ``/v1/…`` route and never on health, readiness or metrics: a
-token bucket (:mod:`pipeline.service.limits`) in this process's memory, so
+token bucket (:mod:`mongomem.service.limits`) in this process's memory, so
 each replica of the service limits on its own. A key over its limit answers
 429 with ``Retry-After`` (whole seconds) and nothing is done.
 
 TLS: with ``MONGOMEM_SERVICE_TLS_CERT_FILE`` and ``…_KEY_FILE`` set, the port
 speaks HTTPS only (TLS 1.2 at least); a certificate or key that cannot be
-loaded stops the service before it listens (:mod:`pipeline.tls`). Without them
+loaded stops the service before it listens (:mod:`mongomem.tls`). Without them
 it speaks plain HTTP, for loopback or behind a TLS-terminating proxy.
 
 Metrics: ``mongomem_service_requests_total`` (operation, status; a refusal
@@ -57,16 +57,16 @@ from pydantic_core import to_jsonable_python
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
-from pipeline.ltm import Judge, Thresholds
-from pipeline.mongo import Document, connect, database
-from pipeline.readiness import check_ready, ensure_ready
-from pipeline.sdk.errormap import MEMORY_NOT_FOUND, error_body, status_for
-from pipeline.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
-from pipeline.sdk.models import MemoryRequestContext
-from pipeline.sdk.transport import DirectTransport, MemoryTransport
-from pipeline.sdk.wire import (
+from mongomem.embeddings import Embedder
+from mongomem.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
+from mongomem.ltm import Judge, Thresholds
+from mongomem.mongo import Document, connect, database
+from mongomem.readiness import check_ready, ensure_ready
+from mongomem.sdk.errormap import MEMORY_NOT_FOUND, error_body, status_for
+from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
+from mongomem.sdk.models import MemoryRequestContext
+from mongomem.sdk.transport import DirectTransport, MemoryTransport
+from mongomem.sdk.wire import (
     OPERATIONS,
     Caller,
     GetRequest,
@@ -77,10 +77,10 @@ from pipeline.sdk.wire import (
     SaveRequest,
     SearchRequest,
 )
-from pipeline.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
-from pipeline.service.limits import RateLimiter
-from pipeline.settings import Settings
-from pipeline.tls import server_context
+from mongomem.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
+from mongomem.service.limits import RateLimiter
+from mongomem.settings import Settings
+from mongomem.tls import server_context
 
 __all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
 
@@ -252,7 +252,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure as a JSON error (:mod:`pipeline.sdk.errormap`), and the metrics."""
+    """Every failure as a JSON error (:mod:`mongomem.sdk.errormap`), and the metrics."""
     op = request.match_info.get("operation", request.path.strip("/"))
     label = op if op in OPERATIONS or op in ("healthz", "readyz", "metrics") else "other"
     started = time.perf_counter()
@@ -303,7 +303,7 @@ def make_app(
             await client.close()
 
     app.cleanup_ctx.append(lifecycle)
-    from pipeline.service.spaces_routes import add_spaces_routes  # it imports this module
+    from mongomem.service.spaces_routes import add_spaces_routes  # it imports this module
 
     add_spaces_routes(app, settings, embedder=embedder)  # /v1/spaces…, before /v1/{operation}
     app.router.add_post("/v1/{operation}", _operation)
@@ -317,12 +317,12 @@ async def serve(
     settings: Settings, stop: asyncio.Event, *, embedder: Embedder | None = None
 ) -> None:
     """Serve on ``settings.service.host:port`` until ``stop`` is set: HTTPS with
-    ``settings.service.tls_cert_file`` and ``tls_key_file`` (:mod:`pipeline.tls`),
+    ``settings.service.tls_cert_file`` and ``tls_key_file`` (:mod:`mongomem.tls`),
     plain HTTP without them.
 
-    Refuses to start (:class:`~pipeline.errors.NotReady`) without an embedding
+    Refuses to start (:class:`~mongomem.errors.NotReady`) without an embedding
     provider and an LLM (SPEC C5), and with a malformed environment key or a
-    certificate and key that cannot be loaded (:class:`~pipeline.errors.ConfigError`).
+    certificate and key that cannot be loaded (:class:`~mongomem.errors.ConfigError`).
     """
     ensure_ready(settings)
     service = settings.service

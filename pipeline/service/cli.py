@@ -9,7 +9,7 @@
 
 :func:`add_cli` adds both to an ``argparse`` sub-parser set; each handler
 takes ``(args, settings)`` and returns the exit status, as the main CLI's do.
-:func:`main` runs ``serve`` alone (``python -m pipeline.service``). Importing
+:func:`main` runs ``serve`` alone (``python -m mongomem.service``). Importing
 this module is cheap: the server and MongoDB load when a command runs.
 """
 
@@ -22,12 +22,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import MongomemError
-from pipeline.logs import configure_logging
-from pipeline.settings import Settings, load_settings
+from mongomem.errors import MongomemError
+from mongomem.logs import configure_logging
+from mongomem.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from pipeline.service.keys import ApiKeyInfo
+    from mongomem.service.keys import ApiKeyInfo
 
 __all__ = ["add_cli", "keys_command", "main", "serve_command"]
 
@@ -57,7 +57,7 @@ def add_cli(subparsers: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.service.app import serve  # the server loads only when it runs
+    from mongomem.service.app import serve  # the server loads only when it runs
 
     updates = {k: v for k in ("host", "port") if (v := getattr(args, k, None)) is not None}
     if updates:
@@ -83,8 +83,8 @@ def _row(info: ApiKeyInfo) -> str:
 
 
 async def _keys(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.mongo import connect, database
-    from pipeline.service.keys import ApiKeyStore
+    from mongomem.mongo import connect, database
+    from mongomem.service.keys import ApiKeyStore
 
     client = connect(settings.mongodb)
     try:

@@ -16,8 +16,8 @@ Two sources, checked in this order:
    request on.
 
 A key of unknown shape never reaches MongoDB. Failures are
-:class:`~pipeline.errors.AuthError` (the service answers 401); MongoDB being
-away is :class:`~pipeline.errors.StorageError` (503).
+:class:`~mongomem.errors.AuthError` (the service answers 401); MongoDB being
+away is :class:`~mongomem.errors.StorageError` (503).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, SecretStr
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from pipeline.errors import AuthError, ConfigError, InputError, StorageError
-from pipeline.models import check_identifier, utcnow
-from pipeline.mongo import Document
+from mongomem.errors import AuthError, ConfigError, InputError, StorageError
+from mongomem.models import check_identifier, utcnow
+from mongomem.mongo import Document
 
 __all__ = [
     "API_KEYS",

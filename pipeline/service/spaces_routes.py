@@ -1,10 +1,10 @@
-"""Memory spaces over HTTP (SPEC H over G2): the :class:`~pipeline.spaces.AsyncSpaces`
+"""Memory spaces over HTTP (SPEC H over G2): the :class:`~mongomem.spaces.AsyncSpaces`
 calls as routes of the memory service.
 
 The project is always the API key's. No path names one; a body or query that
 names another project is refused (403), as on the memory routes. A success
 answers ``{"result": ...}``: the JSON form of what the
-:class:`~pipeline.spaces.AsyncSpaces` call returns (:mod:`pipeline.spaces.wire`).
+:class:`~mongomem.spaces.AsyncSpaces` call returns (:mod:`mongomem.spaces.wire`).
 
 ======================================================  ==================================
 route                                                   call (result)
@@ -36,18 +36,18 @@ route                                                   call (result)
 ``POST   /v1/spaces/{space}/rekey``                     ``rekey_space`` (RekeyResult)
 ======================================================  ==================================
 
-Errors are those of the memory routes (:mod:`pipeline.sdk.errormap`), the
+Errors are those of the memory routes (:mod:`mongomem.sdk.errormap`), the
 per-key rate limit (429) included, plus two:
 
 * a space or item that is not there answers **404**, with the same body the
-  :class:`~pipeline.errors.InputError` would have (``field``: ``space_id`` or
+  :class:`~mongomem.errors.InputError` would have (``field``: ``space_id`` or
   ``item_id``), so a client raises the same exception as the direct call;
 * a key change sent without ``confirm: true`` answers **409**: nothing was
   changed (not even the other fields of the request); ``error.message`` is
   the warning, ``error.field`` is ``confirm``, and ``result`` is the
-  :class:`~pipeline.spaces.SpaceUpdate` (``applied: false``, the agents affected).
+  :class:`~mongomem.spaces.SpaceUpdate` (``applied: false``, the agents affected).
 
-Each project gets one :class:`~pipeline.spaces.AsyncSpaces`, made on its first
+Each project gets one :class:`~mongomem.spaces.AsyncSpaces`, made on its first
 request, on the service's MongoDB client and one shared embedder. An import
 body may be up to :data:`MAX_IMPORT_BYTES`; other bodies have the service's limit.
 """
@@ -61,12 +61,12 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 from pydantic_core import to_jsonable_python
 
-from pipeline.embeddings import Embedder, make_embedder
-from pipeline.errors import InputError, ScopeError
-from pipeline.service.app import BACKEND, _authorise, _error_response
-from pipeline.settings import Settings
-from pipeline.spaces import AsyncSpaces
-from pipeline.spaces.wire import decode_choice, decode_inputs
+from mongomem.embeddings import Embedder, make_embedder
+from mongomem.errors import InputError, ScopeError
+from mongomem.service.app import BACKEND, _authorise, _error_response
+from mongomem.settings import Settings
+from mongomem.spaces import AsyncSpaces
+from mongomem.spaces.wire import decode_choice, decode_inputs
 
 __all__ = ["CONFIRMATION_REQUIRED", "MAX_IMPORT_BYTES", "SpacesRegistry", "add_spaces_routes"]
 

@@ -2,9 +2,9 @@
 
 A space is a project-wide container of past cases that several agents share.
 :class:`AsyncSpaces` is the API; the scoring of a match is in
-:mod:`pipeline.spaces.scoring`, the stored form in :mod:`pipeline.spaces.store`,
-encryption at rest in :mod:`pipeline.spaces.crypto`. :class:`HttpSpaces` makes the same
-calls through the memory service (:mod:`pipeline.service.spaces_routes`), and
+:mod:`mongomem.spaces.scoring`, the stored form in :mod:`mongomem.spaces.store`,
+encryption at rest in :mod:`mongomem.spaces.crypto`. :class:`HttpSpaces` makes the same
+calls through the memory service (:mod:`mongomem.service.spaces_routes`), and
 :class:`Spaces` makes them blocking, directly or over HTTP.
 
 Collections: ``spaces`` (one document per space) and ``space_items`` (one per item).
@@ -17,13 +17,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.spaces.api import AsyncSpaces
-    from pipeline.spaces.crypto import Keyring, PayloadCipher, SpacesSettings
-    from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-    from pipeline.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
-    from pipeline.spaces.http import HttpSpaces
-    from pipeline.spaces.keys import LLMSummariser, Summariser
-    from pipeline.spaces.models import (
+    from mongomem.spaces.api import AsyncSpaces
+    from mongomem.spaces.crypto import Keyring, PayloadCipher, SpacesSettings
+    from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
+    from mongomem.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
+    from mongomem.spaces.http import HttpSpaces
+    from mongomem.spaces.keys import LLMSummariser, Summariser
+    from mongomem.spaces.models import (
         AddResult,
         EscalationDecision,
         Feedback,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         SpaceItem,
         SpaceUpdate,
     )
-    from pipeline.spaces.sync import Spaces
+    from mongomem.spaces.sync import Spaces
 
 __all__ = [
     "FEEDBACK_WINDOW",

@@ -5,11 +5,11 @@ shared by every agent of that project (SPEC H1: agents learn from each
 other's cases); no call reaches another project's spaces or items (SPEC F3).
 Agents register with :meth:`AsyncSpaces.attach_agent`, inheriting the space's
 search keys or overriding them (SPEC H6). This module holds the space calls;
-the item calls are in :mod:`pipeline.spaces.items` (episodic),
-:mod:`pipeline.spaces.escalations` (escalations, playground) and
-:mod:`pipeline.spaces.editing` (items one by one, feedback),
-:mod:`pipeline.spaces.transfer` (export, import) and
-:mod:`pipeline.spaces.rekey` (re-sealing under a new encryption key).
+the item calls are in :mod:`mongomem.spaces.items` (episodic),
+:mod:`mongomem.spaces.escalations` (escalations, playground) and
+:mod:`mongomem.spaces.editing` (items one by one, feedback),
+:mod:`mongomem.spaces.transfer` (export, import) and
+:mod:`mongomem.spaces.rekey` (re-sealing under a new encryption key).
 
 Every call validates all of its input before it writes anything.
 """
@@ -23,13 +23,13 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import Embedder, make_embedder
-from pipeline.errors import ConfigError, InputError
-from pipeline.llm import make_llm
-from pipeline.models import utcnow
-from pipeline.mongo import Document, connect, database
-from pipeline.settings import Settings
-from pipeline.spaces.catalog import (
+from mongomem.embeddings import Embedder, make_embedder
+from mongomem.errors import ConfigError, InputError
+from mongomem.llm import make_llm
+from mongomem.models import utcnow
+from mongomem.mongo import Document, connect, database
+from mongomem.settings import Settings
+from mongomem.spaces.catalog import (
     KeysArg,
     agents_document,
     check_id,
@@ -40,15 +40,15 @@ from pipeline.spaces.catalog import (
     space_document,
     space_from_doc,
 )
-from pipeline.spaces.crypto import SpacesSettings, keyring_from
-from pipeline.spaces.editing import EditCalls
-from pipeline.spaces.escalations import EscalationCalls
-from pipeline.spaces.items import EpisodicCalls
-from pipeline.spaces.keys import LLMSummariser, Summariser
-from pipeline.spaces.models import RecallSettings, Space, SpaceKind, SpaceUpdate
-from pipeline.spaces.rekey import RekeyCalls
-from pipeline.spaces.store import SpaceStore
-from pipeline.spaces.transfer import TransferCalls
+from mongomem.spaces.crypto import SpacesSettings, keyring_from
+from mongomem.spaces.editing import EditCalls
+from mongomem.spaces.escalations import EscalationCalls
+from mongomem.spaces.items import EpisodicCalls
+from mongomem.spaces.keys import LLMSummariser, Summariser
+from mongomem.spaces.models import RecallSettings, Space, SpaceKind, SpaceUpdate
+from mongomem.spaces.rekey import RekeyCalls
+from mongomem.spaces.store import SpaceStore
+from mongomem.spaces.transfer import TransferCalls
 
 __all__ = ["AsyncSpaces"]
 

@@ -1,4 +1,4 @@
-"""What every group of space calls shares: the hooks :class:`~pipeline.spaces.AsyncSpaces`
+"""What every group of space calls shares: the hooks :class:`~mongomem.spaces.AsyncSpaces`
 provides, and the steps that check, build, embed and score items.
 
 Nothing here writes: :meth:`SpacesBase._new_item` validates all input, then
@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import InputError
-from pipeline.spaces.catalog import check_id, check_text
-from pipeline.spaces.keys import Summariser, check_inputs, derive_key_texts
-from pipeline.spaces.matching import Query, build_query, check_embedder, embed_texts, score_all
-from pipeline.spaces.models import Feedback, Sentiment, Space, SpaceItem, SpaceKind
-from pipeline.spaces.scoring import Scored
-from pipeline.spaces.store import SpaceStore, Vectors
+from mongomem.embeddings import Embedder
+from mongomem.errors import InputError
+from mongomem.spaces.catalog import check_id, check_text
+from mongomem.spaces.keys import Summariser, check_inputs, derive_key_texts
+from mongomem.spaces.matching import Query, build_query, check_embedder, embed_texts, score_all
+from mongomem.spaces.models import Feedback, Sentiment, Space, SpaceItem, SpaceKind
+from mongomem.spaces.scoring import Scored
+from mongomem.spaces.store import SpaceStore, Vectors
 
 __all__ = ["SpacesBase", "check_outputs", "check_sentiment", "optional_text"]
 
@@ -53,7 +53,7 @@ def optional_text(value: Any, field: str) -> str | None:
 
 
 class SpacesBase:
-    """Hooks and shared steps; :class:`~pipeline.spaces.AsyncSpaces` fills in the hooks."""
+    """Hooks and shared steps; :class:`~mongomem.spaces.AsyncSpaces` fills in the hooks."""
 
     project_id: str
     clock: Callable[[], datetime]

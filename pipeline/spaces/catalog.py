@@ -1,7 +1,7 @@
 """Spaces as documents: checking a caller's settings, and the stored form.
 
-Pure functions used by :class:`~pipeline.spaces.AsyncSpaces`: each check
-raises an :class:`~pipeline.errors.InputError` naming the field before
+Pure functions used by :class:`~mongomem.spaces.AsyncSpaces`: each check
+raises an :class:`~mongomem.errors.InputError` naming the field before
 anything is written.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.models import check_identifier, stable_id
-from pipeline.mongo import Document
-from pipeline.spaces.models import MAX_ARGUMENTS, RecallSettings, SearchKey, Space, validated
+from mongomem.errors import InputError
+from mongomem.models import check_identifier, stable_id
+from mongomem.mongo import Document
+from mongomem.spaces.models import MAX_ARGUMENTS, RecallSettings, SearchKey, Space, validated
 
 __all__ = [
     "KeysArg",

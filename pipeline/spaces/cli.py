@@ -21,12 +21,12 @@ decides the project). ``list``, ``show``, ``delete`` and ``export`` need no
 embedding provider; ``import`` needs the one of the importing process (it
 keeps the file's vectors when they were made by the same one, SPEC H9).
 ``rekey`` needs none: it re-seals payloads and leaves vectors alone; it can
-be run again after an interruption (:mod:`pipeline.spaces.rekey`).
+be run again after an interruption (:mod:`mongomem.spaces.rekey`).
 ``create`` needs none either: a space takes its embedder with its first item.
 
 :func:`add_cli` adds ``spaces`` to the main CLI's sub-parsers; each handler
 takes ``(args, settings)`` and returns the exit status. :func:`main` runs the
-same commands alone (``python -m pipeline.spaces.cli``).
+same commands alone (``python -m mongomem.spaces.cli``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, MongomemError, NotReady
-from pipeline.settings import Settings, load_settings
+from mongomem.errors import InputError, MongomemError, NotReady
+from mongomem.settings import Settings, load_settings
 
 __all__ = ["add_cli", "main", "spaces_command"]
 
@@ -129,7 +129,7 @@ def _read_lines(name: str) -> list[str]:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.spaces.api import AsyncSpaces  # MongoDB loads when a command runs
+    from mongomem.spaces.api import AsyncSpaces  # MongoDB loads when a command runs
 
     lines = _read_lines(args.file) if args.spaces_action == "import" else []
     embedder = None if args.spaces_action == "import" else _NoEmbedder()  # import: the settings'

@@ -18,13 +18,13 @@ url-safe). Every sealed item stores the fingerprint (``key_id``) of the key
 that sealed it, and the space stores the one its items are all under; items
 written before items carried it have only the space's. A :class:`Keyring`
 picks the key to open an item by that fingerprint, never by trying keys, so
-a key that is not configured fails with a :class:`~pipeline.errors.ConfigError`
+a key that is not configured fails with a :class:`~mongomem.errors.ConfigError`
 naming its fingerprint instead of garbage.
 
 Rotating the key: make the new key ``MONGOMEM_SPACES_ENCRYPTION_KEY`` and the
 old one a ``MONGOMEM_SPACES_PREVIOUS_ENCRYPTION_KEYS`` entry in every process;
 items under the old key stay readable, every write seals under the new one.
-``mongomem spaces rekey`` (:mod:`pipeline.spaces.rekey`) then re-seals a
+``mongomem spaces rekey`` (:mod:`mongomem.spaces.rekey`) then re-seals a
 space's remaining items; once every space is rekeyed the old key can go.
 """
 
@@ -41,8 +41,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from pipeline.errors import ConfigError
-from pipeline.settings import SpacesSettings
+from mongomem.errors import ConfigError
+from mongomem.settings import SpacesSettings
 
 __all__ = ["Keyring", "PayloadCipher", "SpacesSettings", "cipher_from", "keyring_from"]
 

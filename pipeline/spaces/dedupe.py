@@ -10,7 +10,7 @@ choice, nothing is stored and the duplicates are returned. The choices:
 * :class:`Merge` — keep the closest duplicate, append the new feedback to it.
   When the two sentiments differ the caller must say which wins
   (``sentiment_wins``); otherwise the merge is refused with an
-  :class:`~pipeline.errors.InputError`.
+  :class:`~mongomem.errors.InputError`.
 
 :func:`merge_into` is the pure merge.
 """
@@ -22,8 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.errors import InputError
-from pipeline.spaces.models import SpaceItem
+from mongomem.errors import InputError
+from mongomem.spaces.models import SpaceItem
 
 __all__ = ["AddAnyway", "Merge", "OnDuplicate", "Replace", "merge_into"]
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.spaces.base import SpacesBase, check_outputs, check_sentiment, optional_text
-from pipeline.spaces.catalog import check_id, check_text
-from pipeline.spaces.models import Feedback, FeedbackView, Sentiment, SpaceItem
+from mongomem.errors import InputError
+from mongomem.spaces.base import SpacesBase, check_outputs, check_sentiment, optional_text
+from mongomem.spaces.catalog import check_id, check_text
+from mongomem.spaces.models import Feedback, FeedbackView, Sentiment, SpaceItem
 
 __all__ = ["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE", "EditCalls"]
 

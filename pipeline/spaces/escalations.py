@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.spaces.base import SpacesBase, optional_text
-from pipeline.spaces.matching import to_hit
-from pipeline.spaces.models import EscalationDecision, PlaygroundResult, Space, SpaceItem
-from pipeline.spaces.scoring import Scored, rank
+from mongomem.errors import InputError
+from mongomem.spaces.base import SpacesBase, optional_text
+from mongomem.spaces.matching import to_hit
+from mongomem.spaces.models import EscalationDecision, PlaygroundResult, Space, SpaceItem
+from mongomem.spaces.scoring import Scored, rank
 
 __all__ = ["EscalationCalls", "decide"]
 

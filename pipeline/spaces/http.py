@@ -1,5 +1,5 @@
 """:class:`HttpSpaces`: memory spaces through the memory service, with the calls and the
-results of :class:`~pipeline.spaces.AsyncSpaces`, so code can switch between them.
+results of :class:`~mongomem.spaces.AsyncSpaces`, so code can switch between them.
 
 ::
 
@@ -7,15 +7,15 @@ results of :class:`~pipeline.spaces.AsyncSpaces`, so code can switch between the
         hits = await spaces.recall("refunds", {"question": "blender broke"})
 
 The project is the API key's: there is no ``project_id`` argument. Routes and
-the JSON form are in :mod:`pipeline.service.spaces_routes` and
-:mod:`pipeline.spaces.wire`. Errors are the same :mod:`pipeline.errors`
-classes as the direct call (:mod:`pipeline.sdk.errormap`): a space that is not
-there is the same :class:`~pipeline.errors.InputError` (``field="space_id"``),
+the JSON form are in :mod:`mongomem.service.spaces_routes` and
+:mod:`mongomem.spaces.wire`. Errors are the same :mod:`mongomem.errors`
+classes as the direct call (:mod:`mongomem.sdk.errormap`): a space that is not
+there is the same :class:`~mongomem.errors.InputError` (``field="space_id"``),
 and a key change without ``confirm=True`` returns the same unapplied
-:class:`~pipeline.spaces.SpaceUpdate`. A service that cannot be reached or
-does not answer in time raises :class:`~pipeline.errors.StorageError`
+:class:`~mongomem.spaces.SpaceUpdate`. A service that cannot be reached or
+does not answer in time raises :class:`~mongomem.errors.StorageError`
 (retriable); one whose certificate does not verify (see ``verify``),
-:class:`~pipeline.errors.ConfigError`. Nothing is retried here: adds are not
+:class:`~mongomem.errors.ConfigError`. Nothing is retried here: adds are not
 idempotent.
 """
 
@@ -28,11 +28,11 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
-from pipeline.errors import InputError
-from pipeline.sdk.service_client import ServiceClient
-from pipeline.spaces.catalog import KeysArg
-from pipeline.spaces.dedupe import OnDuplicate
-from pipeline.spaces.models import (
+from mongomem.errors import InputError
+from mongomem.sdk.service_client import ServiceClient
+from mongomem.spaces.catalog import KeysArg
+from mongomem.spaces.dedupe import OnDuplicate
+from mongomem.spaces.models import (
     AddResult,
     EscalationDecision,
     FeedbackView,
@@ -47,8 +47,8 @@ from pipeline.spaces.models import (
     SpaceKind,
     SpaceUpdate,
 )
-from pipeline.spaces.wire import encode_choice, encode_inputs
-from pipeline.tls import Verify
+from mongomem.spaces.wire import encode_choice, encode_inputs
+from mongomem.tls import Verify
 
 __all__ = ["HttpSpaces"]
 
@@ -73,8 +73,8 @@ class HttpSpaces(ServiceClient):
     """The spaces of the API key's project, through the memory service at ``base_url``.
 
     ``verify`` decides which certificates an ``https://`` service may present
-    (:data:`pipeline.tls.Verify`: default the system's CAs; the path of a private CA's
-    bundle; an :class:`ssl.SSLContext`), as for :class:`~pipeline.sdk.HttpTransport`.
+    (:data:`mongomem.tls.Verify`: default the system's CAs; the path of a private CA's
+    bundle; an :class:`ssl.SSLContext`), as for :class:`~mongomem.sdk.HttpTransport`.
     ``client`` lets an application share (or a test fake) its :class:`httpx.AsyncClient`,
     whose own ``verify`` then applies.
     """

@@ -1,11 +1,11 @@
-"""Episodic item calls of :class:`~pipeline.spaces.AsyncSpaces` (SPEC H2, H3, H4).
+"""Episodic item calls of :class:`~mongomem.spaces.AsyncSpaces` (SPEC H2, H3, H4).
 
 Items are added with :meth:`EpisodicCalls.add_item`, or promoted from feedback
 on a run or on one part of its output (:meth:`EpisodicCalls.promote_feedback`).
 Both first search the space for near-duplicates and act on the caller's
-choice (:mod:`pipeline.spaces.dedupe`); with no choice and duplicates found,
+choice (:mod:`mongomem.spaces.dedupe`); with no choice and duplicates found,
 nothing is stored. :meth:`EpisodicCalls.recall` returns the best matches
-(scoring in :mod:`pipeline.spaces.scoring`).
+(scoring in :mod:`mongomem.spaces.scoring`).
 
 Write order without transactions: *replace* inserts the new item before it
 deletes the chosen ones (a crash in between leaves both, never neither);
@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.spaces.base import SpacesBase, check_outputs, optional_text
-from pipeline.spaces.catalog import check_id
-from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace, merge_into
-from pipeline.spaces.matching import Query, to_hit
-from pipeline.spaces.models import AddResult, RecallHit, Sentiment, Space, SpaceItem
-from pipeline.spaces.scoring import rank
-from pipeline.spaces.store import SpaceStore, Vectors
+from mongomem.errors import InputError
+from mongomem.spaces.base import SpacesBase, check_outputs, optional_text
+from mongomem.spaces.catalog import check_id
+from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace, merge_into
+from mongomem.spaces.matching import Query, to_hit
+from mongomem.spaces.models import AddResult, RecallHit, Sentiment, Space, SpaceItem
+from mongomem.spaces.scoring import rank
+from mongomem.spaces.store import SpaceStore, Vectors
 
 __all__ = ["MAX_DUPLICATES", "EpisodicCalls"]
 

@@ -4,14 +4,14 @@
 * A text longer than the space's ``long_text_chars`` is **compressed** by the
   :class:`Summariser` first, so the key captures its meaning rather than
   whatever fits an embedding model's window.
-* A :class:`~pipeline.spaces.models.FileInput` is **summarised** to text; the
+* A :class:`~mongomem.spaces.models.FileInput` is **summarised** to text; the
   summary is the key. The stored input keeps the file's name, its SHA-256 and
   the summary, not the file's text.
 
-:class:`LLMSummariser` asks any :class:`~pipeline.llm.LLM` (an OpenAI-compatible
+:class:`LLMSummariser` asks any :class:`~mongomem.llm.LLM` (an OpenAI-compatible
 endpoint) for ``{"summary": ...}``. No summariser is needed while no file or
 long text is given; when one is needed and none is configured, the call
-fails with :class:`~pipeline.errors.NotReady` before anything is stored.
+fails with :class:`~mongomem.errors.NotReady` before anything is stored.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from pipeline.errors import InputError
-from pipeline.llm import LLM
-from pipeline.spaces.models import MAX_ARGUMENTS, MAX_TEXT_CHARS, FileInput, check_argument
+from mongomem.errors import InputError
+from mongomem.llm import LLM
+from mongomem.spaces.models import MAX_ARGUMENTS, MAX_TEXT_CHARS, FileInput, check_argument
 
 __all__ = [
     "SCHEMA_NAME",

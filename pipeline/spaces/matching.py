@@ -1,5 +1,5 @@
 """From a space and new inputs to scored items (the adapter around
-:mod:`pipeline.spaces.scoring`).
+:mod:`mongomem.spaces.scoring`).
 
 Recall is an exact scan: every item of the space is read (and decrypted, in
 an encrypted space) and scored in process. Spaces are meant to hold cases —
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import ConfigError, EmbeddingError, InputError
-from pipeline.spaces.keys import InputValue, Summariser, derive_key_texts
-from pipeline.spaces.models import RecallHit, RecallSettings, SearchKey, Space, SpaceItem
-from pipeline.spaces.scoring import Scored, active_keys, score_item
-from pipeline.spaces.store import Vectors
+from mongomem.embeddings import Embedder
+from mongomem.errors import ConfigError, EmbeddingError, InputError
+from mongomem.spaces.keys import InputValue, Summariser, derive_key_texts
+from mongomem.spaces.models import RecallHit, RecallSettings, SearchKey, Space, SpaceItem
+from mongomem.spaces.scoring import Scored, active_keys, score_item
+from mongomem.spaces.store import Vectors
 
 __all__ = ["Query", "build_query", "check_embedder", "embed_texts", "score_all", "to_hit"]
 

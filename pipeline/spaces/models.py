@@ -9,7 +9,7 @@ outputs, outcome and feedback (episodic), or an escalation's inputs, chosen
 outcome and resolution comment (escalation).
 
 Caller input is checked by :func:`validated`, which turns pydantic's errors
-into an :class:`~pipeline.errors.InputError` naming the field.
+into an :class:`~mongomem.errors.InputError` naming the field.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.errors import InputError
-from pipeline.models import check_identifier
+from mongomem.errors import InputError
+from mongomem.models import check_identifier
 
 __all__ = [
     "MAX_ARGUMENTS",
@@ -87,7 +87,7 @@ class SearchKey(_Frozen):
 class RecallSettings(_Frozen):
     """How a space matches new inputs to its items (SPEC H2, H4, H7).
 
-    ``threshold`` applies to the final score (see :mod:`pipeline.spaces.scoring`);
+    ``threshold`` applies to the final score (see :mod:`mongomem.spaces.scoring`);
     ``keyword_weight`` is the share of the keyword score in ``hybrid`` mode.
     """
 
@@ -188,7 +188,7 @@ class RecallHit(_Frozen):
 
 
 class AddResult(_Frozen):
-    """What :meth:`~pipeline.spaces.AsyncSpaces.add_item` did.
+    """What :meth:`~mongomem.spaces.AsyncSpaces.add_item` did.
 
     ``action`` is ``needs-choice`` when near-duplicates were found and the caller
     gave no ``on_duplicate``: nothing was stored, ``duplicates`` lists them.
@@ -225,7 +225,7 @@ class PlaygroundResult(_Frozen):
 
 
 class RekeyResult(_Frozen):
-    """What :meth:`~pipeline.spaces.AsyncSpaces.rekey_space` did: ``resealed`` items were
+    """What :meth:`~mongomem.spaces.AsyncSpaces.rekey_space` did: ``resealed`` items were
     sealed again under the current key, now the space's ``key_id``; the others already were."""
 
     space: Space

@@ -4,7 +4,7 @@
 under ``MONGOMEM_SPACES_ENCRYPTION_KEY`` to it, then records that key as the
 space's ``key_id``. The old key must still be configured (as one of
 ``MONGOMEM_SPACES_PREVIOUS_ENCRYPTION_KEYS``) to open what it sealed; see
-:mod:`pipeline.spaces.crypto` for the whole rotation.
+:mod:`mongomem.spaces.crypto` for the whole rotation.
 
 What it guarantees, without transactions:
 
@@ -23,18 +23,18 @@ What it guarantees, without transactions:
   fingerprint of their own are still opened with the old one).
 * Items written under an old key *during* the run (by a process that still
   has it as its current key) are swept up by another pass; if they keep
-  coming, the rekey stops with a :class:`~pipeline.errors.ConfigError` naming
+  coming, the rekey stops with a :class:`~mongomem.errors.ConfigError` naming
   that key, and the space keeps its old ``key_id``.
 """
 
 from __future__ import annotations
 
-from pipeline.errors import ConfigError, InputError
-from pipeline.mongo import Document
-from pipeline.spaces.base import SpacesBase
-from pipeline.spaces.crypto import PayloadCipher
-from pipeline.spaces.models import RekeyResult, Space
-from pipeline.spaces.store import SpaceStore
+from mongomem.errors import ConfigError, InputError
+from mongomem.mongo import Document
+from mongomem.spaces.base import SpacesBase
+from mongomem.spaces.crypto import PayloadCipher
+from mongomem.spaces.models import RekeyResult, Space
+from mongomem.spaces.store import SpaceStore
 
 __all__ = ["BATCH", "PASSES", "RekeyCalls"]
 

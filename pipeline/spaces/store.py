@@ -8,7 +8,7 @@ holds one document per item::
     {_id: item_id, project_id, space_id, kind, agent_id, source, created_at,
      updated_at, vectors: {argument: float32 bytes},
      payload: "<JSON text>"          # plain spaces
-     sealed: <AES-GCM bytes>,        # encrypted spaces (see pipeline.spaces.crypto)
+     sealed: <AES-GCM bytes>,        # encrypted spaces (see mongomem.spaces.crypto)
      key_id: "<fingerprint>"}        # the key that sealed it (absent on older items:
                                      # then the space's key_id)
 
@@ -31,11 +31,11 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from pipeline.errors import InputError, StorageError
-from pipeline.ltm.documents import decode_embedding, encode_embedding
-from pipeline.mongo import Document
-from pipeline.spaces.crypto import Keyring
-from pipeline.spaces.models import Space, SpaceItem
+from mongomem.errors import InputError, StorageError
+from mongomem.ltm.documents import decode_embedding, encode_embedding
+from mongomem.mongo import Document
+from mongomem.spaces.crypto import Keyring
+from mongomem.spaces.models import Space, SpaceItem
 
 __all__ = ["ITEMS", "MAX_PAYLOAD_BYTES", "SPACES", "SpaceStore", "Vectors"]
 

@@ -1,12 +1,12 @@
 """:class:`Spaces`: memory spaces for plain (non-async) code.
 
-The same calls, arguments and results as :class:`~pipeline.spaces.AsyncSpaces`,
+The same calls, arguments and results as :class:`~mongomem.spaces.AsyncSpaces`,
 blocking. Over HTTP (``base_url=`` and ``api_key=``; the key decides the
-project; ``verify=`` for an ``https://`` service, see :mod:`pipeline.tls`) it
-wraps an :class:`~pipeline.spaces.http.HttpSpaces`; otherwise
-(``project_id=`` and ``settings=``) an :class:`~pipeline.spaces.AsyncSpaces` on
-MongoDB. Like the sync SDK (:mod:`pipeline.sdk.sync`) it runs the async client
-on a private event loop in a daemon thread (:class:`~pipeline.sdk.sync.LoopThread`),
+project; ``verify=`` for an ``https://`` service, see :mod:`mongomem.tls`) it
+wraps an :class:`~mongomem.spaces.http.HttpSpaces`; otherwise
+(``project_id=`` and ``settings=``) an :class:`~mongomem.spaces.AsyncSpaces` on
+MongoDB. Like the sync SDK (:mod:`mongomem.sdk.sync`) it runs the async client
+on a private event loop in a daemon thread (:class:`~mongomem.sdk.sync.LoopThread`),
 so it works from any thread; close it (or use it as a context manager) to stop
 the thread. ``timeout_s`` bounds every call.
 """
@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
-from pipeline.embeddings import Embedder
-from pipeline.errors import ConfigError
-from pipeline.sdk.sync import SyncClient
-from pipeline.settings import Settings, load_settings
-from pipeline.spaces.api import AsyncSpaces
-from pipeline.spaces.catalog import KeysArg
-from pipeline.spaces.crypto import SpacesSettings
-from pipeline.spaces.dedupe import OnDuplicate
-from pipeline.spaces.http import HttpSpaces
-from pipeline.spaces.models import (
+from mongomem.embeddings import Embedder
+from mongomem.errors import ConfigError
+from mongomem.sdk.sync import SyncClient
+from mongomem.settings import Settings, load_settings
+from mongomem.spaces.api import AsyncSpaces
+from mongomem.spaces.catalog import KeysArg
+from mongomem.spaces.crypto import SpacesSettings
+from mongomem.spaces.dedupe import OnDuplicate
+from mongomem.spaces.http import HttpSpaces
+from mongomem.spaces.models import (
     AddResult,
     EscalationDecision,
     FeedbackView,
@@ -39,7 +39,7 @@ from pipeline.spaces.models import (
     SpaceKind,
     SpaceUpdate,
 )
-from pipeline.tls import Verify
+from mongomem.tls import Verify
 
 __all__ = ["Spaces"]
 

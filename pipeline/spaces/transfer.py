@@ -30,13 +30,13 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pipeline.errors import ConfigError, InputError, MongomemError
-from pipeline.models import stable_id
-from pipeline.spaces.base import SpacesBase
-from pipeline.spaces.catalog import check_id, check_keys, check_recall, space_document
-from pipeline.spaces.matching import embed_texts
-from pipeline.spaces.models import SearchKey, Space, SpaceItem, validated
-from pipeline.spaces.store import Vectors
+from mongomem.errors import ConfigError, InputError, MongomemError
+from mongomem.models import stable_id
+from mongomem.spaces.base import SpacesBase
+from mongomem.spaces.catalog import check_id, check_keys, check_recall, space_document
+from mongomem.spaces.matching import embed_texts
+from mongomem.spaces.models import SearchKey, Space, SpaceItem, validated
+from mongomem.spaces.store import Vectors
 
 __all__ = ["FORMAT", "VERSION", "TransferCalls"]
 

@@ -1,18 +1,18 @@
-"""How space calls travel as JSON between :class:`~pipeline.spaces.http.HttpSpaces` and
-the memory service's space routes (:mod:`pipeline.service.spaces_routes`).
+"""How space calls travel as JSON between :class:`~mongomem.spaces.http.HttpSpaces` and
+the memory service's space routes (:mod:`mongomem.service.spaces_routes`).
 
 Only two values need a JSON form of their own; everything else is the keyword
-argument of :class:`~pipeline.spaces.AsyncSpaces` under the same name:
+argument of :class:`~mongomem.spaces.AsyncSpaces` under the same name:
 
 * an **input value** is a string, or a file as ``{"name": ..., "text": ...}``
-  (a :class:`~pipeline.spaces.FileInput`);
+  (a :class:`~mongomem.spaces.FileInput`);
 * a **duplicate choice** (``on_duplicate``) is ``{"choice": "add-anyway"}``,
   ``{"choice": "replace", "item_ids": [...]}`` or
   ``{"choice": "merge", "sentiment_wins": "existing" | "new" | null}``.
 
 A success answers ``{"result": ...}``, the JSON form of what the
-:class:`~pipeline.spaces.AsyncSpaces` call returns. Decoding is strict about
-shape and leaves the checks of values to :class:`~pipeline.spaces.AsyncSpaces`,
+:class:`~mongomem.spaces.AsyncSpaces` call returns. Decoding is strict about
+shape and leaves the checks of values to :class:`~mongomem.spaces.AsyncSpaces`,
 which names the field.
 """
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-from pipeline.spaces.models import FileInput, validated
+from mongomem.errors import InputError
+from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
+from mongomem.spaces.models import FileInput, validated
 
 __all__ = ["decode_choice", "decode_inputs", "encode_choice", "encode_inputs"]
 

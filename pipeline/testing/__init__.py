@@ -2,17 +2,17 @@
 
 * :class:`FakeOpenAIServer` — a local OpenAI-compatible HTTP server (chat
   completions and embeddings) with scripted answers and injected faults
-  (:mod:`pipeline.testing.replies`); the real ``openai`` client talks to it.
+  (:mod:`mongomem.testing.replies`); the real ``openai`` client talks to it.
 * :class:`StandInResponder` — the rule-based demo responder used by
   ``make run`` when no LLM is configured. It is NOT a model and says so.
 * :func:`make_certificates` — a throw-away CA and a loopback server
   certificate, for tests of the servers' TLS.
 
-Run as a process: ``python -m pipeline.testing [--stand-in] [--port N]``.
+Run as a process: ``python -m mongomem.testing [--stand-in] [--port N]``.
 """
 
-from pipeline.testing.certs import Certificates, make_certificates
-from pipeline.testing.replies import (
+from mongomem.testing.certs import Certificates, make_certificates
+from mongomem.testing.replies import (
     Answer,
     ChatRequest,
     Malformed,
@@ -24,9 +24,9 @@ from pipeline.testing.replies import (
     Slow,
     conversation_of,
 )
-from pipeline.testing.server import FakeOpenAIServer
-from pipeline.testing.snapshots import make_snapshot
-from pipeline.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
+from mongomem.testing.server import FakeOpenAIServer
+from mongomem.testing.snapshots import make_snapshot
+from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 __all__ = [
     "STAND_IN_BANNER",

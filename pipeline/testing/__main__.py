@@ -1,4 +1,4 @@
-"""``python -m pipeline.testing [--stand-in] [--host H] [--port N]``: serve until interrupted."""
+"""``python -m mongomem.testing [--stand-in] [--host H] [--port N]``: serve until interrupted."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import asyncio
 import contextlib
 
-from pipeline.testing.server import FakeOpenAIServer
-from pipeline.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
+from mongomem.testing.server import FakeOpenAIServer
+from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.testing", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m mongomem.testing", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8089)
     parser.add_argument(

@@ -1,11 +1,11 @@
 """The whole pipeline as real processes, for end-to-end fault tests and benchmarks.
 
-:class:`Pipeline` runs every stage as ``python -m pipeline.cli run <stage>``
-(through :class:`pipeline.supervisor.StageProcess`, the class ``make run``
+:class:`Pipeline` runs every stage as ``python -m mongomem.cli run <stage>``
+(through :class:`mongomem.supervisor.StageProcess`, the class ``make run``
 uses) against its own Kafka broker and its own file-backed MongoDB-compatible
 server, so a test may SIGKILL stages and restart the servers themselves. The
 LLM is the rule-based stand-in (NOT a model) served over HTTP by
-:class:`pipeline.testing.FakeOpenAIServer`; embeddings are the hashing stand-in.
+:class:`mongomem.testing.FakeOpenAIServer`; embeddings are the hashing stand-in.
 """
 
 from __future__ import annotations
@@ -22,21 +22,21 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from pipeline.infra import free_port
-from pipeline.infra.local import LocalKafka, LocalMongo
-from pipeline.ltm.kinds import normalize_key
-from pipeline.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
-from pipeline.ops import consumer_group, group_lag
-from pipeline.settings import (
+from mongomem.infra import free_port
+from mongomem.infra.local import LocalKafka, LocalMongo
+from mongomem.ltm.kinds import normalize_key
+from mongomem.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
+from mongomem.ops import consumer_group, group_lag
+from mongomem.settings import (
     EmbeddingSettings,
     KafkaSettings,
     MongoSettings,
     Settings,
     load_settings,
 )
-from pipeline.supervisor import StageProcess, stage_env
-from pipeline.testing.server import FakeOpenAIServer
-from pipeline.testing.stand_in import STAND_IN_MODEL, StandInResponder
+from mongomem.supervisor import StageProcess, stage_env
+from mongomem.testing.server import FakeOpenAIServer
+from mongomem.testing.stand_in import STAND_IN_MODEL, StandInResponder
 
 __all__ = [
     "STAGES",

@@ -4,7 +4,7 @@ The real ``openai`` client talks to it over HTTP, so tests exercise the same
 code path as production. Answers come from, in order: the scripted queue
 (:meth:`FakeOpenAIServer.script`), the responder function, or an empty
 extraction ``{"items": []}``. Embeddings are feature-hashing vectors
-(:class:`~pipeline.embeddings.HashingEmbedder`, NOT a model).
+(:class:`~mongomem.embeddings.HashingEmbedder`, NOT a model).
 
 In-process (tests)::
 
@@ -12,7 +12,7 @@ In-process (tests)::
         server.script(RateLimited(retry_after=0.1), Answer({"items": []}))
         llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key="test"))
 
-As a process: ``python -m pipeline.testing --port 8089`` (add ``--stand-in``
+As a process: ``python -m mongomem.testing --port 8089`` (add ``--stand-in``
 for the rule-based demo responder, which is NOT a model either).
 It binds to loopback only.
 """
@@ -33,8 +33,8 @@ from types import TracebackType
 
 from aiohttp import web
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.testing.replies import (
+from mongomem.embeddings import HashingEmbedder
+from mongomem.testing.replies import (
     Answer,
     ChatRequest,
     Malformed,

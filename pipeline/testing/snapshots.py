@@ -1,11 +1,11 @@
-"""Build valid :class:`~pipeline.models.Snapshot` events for tests and demos."""
+"""Build valid :class:`~mongomem.models.Snapshot` events for tests and demos."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from pipeline.models import Role, SessionKey, Snapshot, SnapshotTurn, Turn
+from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn, Turn
 
 __all__ = ["make_snapshot"]
 

@@ -2,7 +2,7 @@
 
 Each enabled memory type reads every snapshot in its own consumer group, asks
 the LLM for its own kind of knowledge only (structured output, validated),
-embeds each result and publishes :class:`~pipeline.models.MemoryCandidate`
+embeds each result and publishes :class:`~mongomem.models.MemoryCandidate`
 events keyed by scope to the candidates topic. See :mod:`.worker` for the
 delivery semantics, :mod:`.handler` for retries and dead letters,
 :mod:`.types` for the types and their versioned prompts (``prompts/``).
@@ -18,17 +18,17 @@ import contextlib
 import logging
 import signal
 
-from pipeline.errors import ConfigError
-from pipeline.project_config import enabled_types, load_project_config
-from pipeline.readiness import ensure_ready
-from pipeline.settings import Settings
-from stages.extractor.handler import Outcome, TypeHandler
-from stages.extractor.types import TypeSpec, spec_for
-from stages.extractor.worker import TypeConsumer, run_extractors
+from mongomem.errors import ConfigError
+from mongomem.project_config import enabled_types, load_project_config
+from mongomem.readiness import ensure_ready
+from mongomem.settings import Settings
+from mongomem.stages.extractor.handler import Outcome, TypeHandler
+from mongomem.stages.extractor.types import TypeSpec, spec_for
+from mongomem.stages.extractor.worker import TypeConsumer, run_extractors
 
 __all__ = ["Outcome", "TypeConsumer", "TypeHandler", "TypeSpec", "main", "run_extractors", "specs"]
 
-log = logging.getLogger("stages.extractor")
+log = logging.getLogger("mongomem.stages.extractor")
 
 
 def specs(settings: Settings, types: list[str] | None = None) -> list[TypeSpec]:

@@ -3,7 +3,7 @@
 No I/O here. :func:`render_messages` turns a snapshot into chat messages in
 which the conversation is delimited data; :func:`to_candidates` turns the
 validated items of the LLM's answer and their embeddings into
-:class:`~pipeline.models.MemoryCandidate` events with deterministic ids;
+:class:`~mongomem.models.MemoryCandidate` events with deterministic ids;
 :func:`retry_delay` is the backoff between attempts.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipeline.errors import LLMRateLimited, MongomemError
-from pipeline.models import Evidence, MemoryCandidate, MemoryScope, ScopeKind, Snapshot
-from stages.extractor.types import TypeSpec
+from mongomem.errors import LLMRateLimited, MongomemError
+from mongomem.models import Evidence, MemoryCandidate, MemoryScope, ScopeKind, Snapshot
+from mongomem.stages.extractor.types import TypeSpec
 
 __all__ = [
     "MAX_ITEMS",

@@ -10,7 +10,7 @@ with exponential backoff that honours a 429's ``retry_after`` (which also
 holds back the handler's other LLM calls for that long); a successful
 LLM answer is kept across retries of the later steps, so it is paid for once.
 Then the record goes to ``dlq.extractor.<type>`` with the error and the
-attempt count, and the stream goes on. A :class:`~pipeline.errors.ConfigError`
+attempt count, and the stream goes on. A :class:`~mongomem.errors.ConfigError`
 (the endpoint rejects the key or model) is raised instead: every record would
 fail the same way, so the stage stops without committing.
 """
@@ -29,29 +29,29 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
-from pipeline import metrics
-from pipeline.codec import decode, encode
-from pipeline.embeddings import Embedder
-from pipeline.errors import (
+from mongomem import metrics
+from mongomem.codec import decode, encode
+from mongomem.embeddings import Embedder
+from mongomem.errors import (
     BrokerError,
     ConfigError,
     LLMRateLimited,
     MongomemError,
     StorageError,
 )
-from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
-from pipeline.llm import LLM, LLMResult, LLMUsage
-from pipeline.models import MemoryCandidate, Snapshot, utcnow
-from pipeline.settings import ExtractionSettings, KafkaSettings
-from stages.extractor.core import (
+from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
+from mongomem.llm import LLM, LLMResult, LLMUsage
+from mongomem.models import MemoryCandidate, Snapshot, utcnow
+from mongomem.settings import ExtractionSettings, KafkaSettings
+from mongomem.stages.extractor.core import (
     extracted_items,
     render_messages,
     retry_delay,
     should_retry,
     to_candidates,
 )
-from stages.extractor.types import TypeSpec
-from stages.extractor.usage import UsageRecord, UsageRecorder
+from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stages.extractor.usage import UsageRecord, UsageRecorder
 
 __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from pipeline.errors import ConfigError
-from pipeline.ltm.kinds import KINDS
-from pipeline.models import BUILTIN_MEMORY_TYPES, MemoryType, ScopeKind
-from pipeline.project_config import CustomTypeConfig, ProjectConfig
+from mongomem.errors import ConfigError
+from mongomem.ltm.kinds import KINDS
+from mongomem.models import BUILTIN_MEMORY_TYPES, MemoryType, ScopeKind
+from mongomem.project_config import CustomTypeConfig, ProjectConfig
 
 __all__ = [
     "SYSTEM_PROMPT_VERSION",
@@ -128,7 +128,7 @@ class TypeSpec:
         return f"{self.prompt_version}+sys-{SYSTEM_PROMPT_VERSION}"
 
 
-# The normalised fields are the stored fields of pipeline.ltm.kinds (the table
+# The normalised fields are the stored fields of mongomem.ltm.kinds (the table
 # the reconciler and the SDK share), plus type-specific extras (participants,
 # when, steps), so an extracted memory and a direct save of the same thing have
 # the same key, the same embedded text, and read back the same way.

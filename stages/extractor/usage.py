@@ -16,9 +16,9 @@ from typing import Protocol
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from pipeline.errors import StorageError
-from pipeline.models import stable_id
-from pipeline.mongo import Document
+from mongomem.errors import StorageError
+from mongomem.models import stable_id
+from mongomem.mongo import Document
 
 __all__ = ["LLM_USAGE", "MemoryUsageRecorder", "MongoUsageRecorder", "UsageRecord", "UsageRecorder"]
 

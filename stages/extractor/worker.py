@@ -25,17 +25,17 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from pymongo import AsyncMongoClient
 
-from pipeline import metrics
-from pipeline.embeddings import Embedder, make_embedder
-from pipeline.errors import BrokerError
-from pipeline.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
-from pipeline.llm import LLM, make_llm
-from pipeline.mongo import Document, connect, database
-from pipeline.ops import consumer_group
-from pipeline.settings import Settings
-from stages.extractor.handler import Outcome, SourceRecord, TypeHandler
-from stages.extractor.types import TypeSpec
-from stages.extractor.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
+from mongomem import metrics
+from mongomem.embeddings import Embedder, make_embedder
+from mongomem.errors import BrokerError
+from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
+from mongomem.llm import LLM, make_llm
+from mongomem.mongo import Document, connect, database
+from mongomem.ops import consumer_group
+from mongomem.settings import Settings
+from mongomem.stages.extractor.handler import Outcome, SourceRecord, TypeHandler
+from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stages.extractor.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 
 __all__ = ["TypeConsumer", "run_extractors"]
 

@@ -1,7 +1,7 @@
 """``mongomem run reconciler``: candidates → versioned long-term memory (SPEC D1–D3).
 
-The decisions are made by :mod:`pipeline.ltm` (pure planner, idempotent
-store); :mod:`stages.reconciler.stage` is the Kafka adapter and states the
+The decisions are made by :mod:`mongomem.ltm` (pure planner, idempotent
+store); :mod:`mongomem.stages.reconciler.stage` is the Kafka adapter and states the
 delivery guarantee. The optional LLM judge is used when an LLM is configured
 (``MONGOMEM_LLM_API_KEY``); without one the ambiguous band takes the
 judge-less default.
@@ -17,11 +17,11 @@ from contextlib import AsyncExitStack
 
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
-from pipeline.ltm import Judge, LLMJudge, MemoryStore, Thresholds
-from pipeline.mongo import connect, database
-from pipeline.settings import Settings
-from stages.reconciler.stage import STAGE, Reconciler, consumer_options
+from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
+from mongomem.mongo import connect, database
+from mongomem.settings import Settings
+from mongomem.stages.reconciler.stage import STAGE, Reconciler, consumer_options
 
 __all__ = ["STAGE", "Reconciler", "main", "run_reconciler"]
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def _judge(settings: Settings) -> Judge | None:
     if settings.llm.api_key is None:
         return None
-    from pipeline.llm import OpenAILLM
+    from mongomem.llm import OpenAILLM
 
     return LLMJudge(OpenAILLM(settings.llm))
 

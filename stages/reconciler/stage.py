@@ -3,11 +3,11 @@
 **Delivery.** At-least-once in, idempotent out. Records are consumed with
 auto-commit off; a partition's offsets are committed only after every record
 up to them has been applied (or dead-lettered). A crash replays from the last
-commit and :meth:`~pipeline.ltm.MemoryStore.reconcile` turns the replay into
+commit and :meth:`~mongomem.ltm.MemoryStore.reconcile` turns the replay into
 no-ops (ledger, deterministic ids, roll-forward of interrupted writes).
 
 **Batches.** The records of one partition in one poll are applied with
-:meth:`~pipeline.ltm.MemoryStore.reconcile_many` (few round trips per batch,
+:meth:`~mongomem.ltm.MemoryStore.reconcile_many` (few round trips per batch,
 same guarantee); if the batch fails for a reason other than MongoDB being
 away, its records are applied one by one so only the bad one is
 dead-lettered.
@@ -36,19 +36,19 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from pipeline.codec import decode
-from pipeline.errors import (
+from mongomem.codec import decode
+from mongomem.errors import (
     BrokerError,
     MessageDecodeError,
     MongomemError,
     StorageError,
     WriteConflict,
 )
-from pipeline.kafka import CANDIDATES, DeadLetter, send_dead_letter
-from pipeline.ltm import MemoryStore, Outcome
-from pipeline.metrics import DEAD_LETTERS, MESSAGES, RECONCILE_ACTIONS, STAGE_BATCH_SECONDS
-from pipeline.models import MemoryCandidate
-from pipeline.settings import KafkaSettings
+from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
+from mongomem.ltm import MemoryStore, Outcome
+from mongomem.metrics import DEAD_LETTERS, MESSAGES, RECONCILE_ACTIONS, STAGE_BATCH_SECONDS
+from mongomem.models import MemoryCandidate
+from mongomem.settings import KafkaSettings
 
 __all__ = ["STAGE", "Reconciler"]
 

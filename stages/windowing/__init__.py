@@ -1,12 +1,12 @@
 """The windowing stage: turns → snapshots, by message count or idle time (SPEC B1–B4).
 
-Layout: :mod:`~stages.windowing.logic` (the pure window function),
-:mod:`~stages.windowing.windower` (records → logic → sinks),
-:mod:`~stages.windowing.sinks` (MongoDB and Kafka),
-:mod:`~stages.windowing.consumer` (the aiokafka consumer group and the
-changelog-backed table — the default engine), :mod:`~stages.windowing.app`
+Layout: :mod:`~mongomem.stages.windowing.logic` (the pure window function),
+:mod:`~mongomem.stages.windowing.windower` (records → logic → sinks),
+:mod:`~mongomem.stages.windowing.sinks` (MongoDB and Kafka),
+:mod:`~mongomem.stages.windowing.consumer` (the aiokafka consumer group and the
+changelog-backed table — the default engine), :mod:`~mongomem.stages.windowing.app`
 (the same on faust-streaming, ``engine="faust"``, kept for comparison: it lost
-a turn across a rebalance, see that module) and :mod:`~stages.windowing.worker`
+a turn across a rebalance, see that module) and :mod:`~mongomem.stages.windowing.worker`
 (one process: engine, ticker, sinks).
 
 Delivery semantics: **at-least-once in, idempotent out.** Turns may arrive
@@ -50,10 +50,16 @@ import contextlib
 import logging
 import signal
 
-from pipeline.settings import Settings
-from stages.windowing.logic import WindowPolicy, WindowResult, WindowState, WindowTick, advance
-from stages.windowing.windower import Policies, SnapshotWindower
-from stages.windowing.worker import WindowingWorker
+from mongomem.settings import Settings
+from mongomem.stages.windowing.logic import (
+    WindowPolicy,
+    WindowResult,
+    WindowState,
+    WindowTick,
+    advance,
+)
+from mongomem.stages.windowing.windower import Policies, SnapshotWindower
+from mongomem.stages.windowing.worker import WindowingWorker
 
 __all__ = [
     "Policies",

@@ -1,7 +1,7 @@
 """The faust-streaming adapter of the windowing stage (``engine="faust"``; not the default).
 
 Kept for comparison and because it works in the simple cases, but the default
-engine is :mod:`stages.windowing.consumer` (plain aiokafka, same table
+engine is :mod:`mongomem.stages.windowing.consumer` (plain aiokafka, same table
 semantics): in ``test_windows_survive_rebalances_between_two_workers``, when a
 second worker joined and the first kept partitions 1 and 2, faust-streaming
 0.15.3 never handed one turn of those partitions to the agent (the agent's
@@ -41,9 +41,9 @@ from typing import Any
 
 import faust
 
-from pipeline.settings import Settings
-from stages.windowing.logic import WindowState
-from stages.windowing.windower import SnapshotWindower
+from mongomem.settings import Settings
+from mongomem.stages.windowing.logic import WindowState
+from mongomem.stages.windowing.windower import SnapshotWindower
 
 __all__ = ["TableStore", "build_app", "faust_brokers"]
 

@@ -1,6 +1,6 @@
 """``BatchPipeline``: one partition's batches, the next planned while the last is delivered.
 
-Applying a batch has two halves (:class:`~stages.windowing.windower.SnapshotWindower`):
+Applying a batch has two halves (:class:`~mongomem.stages.windowing.windower.SnapshotWindower`):
 planning it — decoding the records and running the window logic, CPU only —
 and finishing it — delivering its snapshots to MongoDB and Kafka, then writing
 its states, mostly waiting. The pipeline plans batch *N+1* while batch *N* is
@@ -30,7 +30,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from stages.windowing.windower import PlannedBatch, Record, SnapshotWindower
+from mongomem.stages.windowing.windower import PlannedBatch, Record, SnapshotWindower
 
 __all__ = ["BatchPipeline"]
 

@@ -15,7 +15,7 @@ never acknowledged without having been applied:
   The changelog is written at those commits, with each changed session's
   latest state only (a session that changed in many batches is written once).
 * records are applied as fetched, one batch per partition, through a
-  :class:`~stages.windowing.batches.BatchPipeline` per partition: a batch is
+  :class:`~mongomem.stages.windowing.batches.BatchPipeline` per partition: a batch is
   planned at once and delivered (snapshots, then the changed states written
   once each) when the partition's previous batch is applied, so planning the
   next batch overlaps the delivery of the last; partitions go side by side.
@@ -44,11 +44,11 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import CommitFailedError, KafkaError, TopicAlreadyExistsError
 
-from pipeline.errors import BrokerError
-from pipeline.settings import KafkaSettings
-from stages.windowing.batches import BatchPipeline
-from stages.windowing.logic import WindowState
-from stages.windowing.windower import Record, SnapshotWindower
+from mongomem.errors import BrokerError
+from mongomem.settings import KafkaSettings
+from mongomem.stages.windowing.batches import BatchPipeline
+from mongomem.stages.windowing.logic import WindowState
+from mongomem.stages.windowing.windower import Record, SnapshotWindower
 
 __all__ = ["ChangelogTable", "WindowingConsumer", "ensure_changelog"]
 
@@ -80,7 +80,7 @@ async def ensure_changelog(settings: KafkaSettings, topic: str, partitions: int)
 
 
 class ChangelogTable:
-    """A :class:`~stages.windowing.windower.WindowStore` kept in memory and in a changelog topic."""
+    """A :class:`~mongomem.stages.windowing.windower.WindowStore` in memory and in a changelog."""
 
     def __init__(self, producer: AIOKafkaProducer, topic: str, bootstrap: str) -> None:
         self._producer = producer

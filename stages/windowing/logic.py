@@ -38,8 +38,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from pipeline.codec import register
-from pipeline.models import SessionKey, Snapshot, SnapshotTurn, Turn
+from mongomem.codec import register
+from mongomem.models import SessionKey, Snapshot, SnapshotTurn, Turn
 
 __all__ = [
     "Window",

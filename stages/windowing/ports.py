@@ -1,9 +1,9 @@
 """The windowing stage's ports: the session table, the sinks, and per-project policies.
 
-:class:`~stages.windowing.windower.SnapshotWindower` reaches the outside only
+:class:`~mongomem.stages.windowing.windower.SnapshotWindower` reaches the outside only
 through these. The stage plugs in a changelog-backed table
-(:class:`~stages.windowing.consumer.ChangelogTable`, or a faust table) and the
-MongoDB + Kafka publisher (:mod:`stages.windowing.sinks`); tests plug in
+(:class:`~mongomem.stages.windowing.consumer.ChangelogTable`, or a faust table) and the
+MongoDB + Kafka publisher (:mod:`mongomem.stages.windowing.sinks`); tests plug in
 :class:`MemoryStore` and recording sinks.
 """
 
@@ -13,11 +13,11 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from pipeline.kafka import DeadLetter
-from pipeline.models import SessionKey, Snapshot
-from pipeline.project_config import WindowingConfig
-from pipeline.settings import WindowingSettings
-from stages.windowing.logic import WindowPolicy, WindowState
+from mongomem.kafka import DeadLetter
+from mongomem.models import SessionKey, Snapshot
+from mongomem.project_config import WindowingConfig
+from mongomem.settings import WindowingSettings
+from mongomem.stages.windowing.logic import WindowPolicy, WindowState
 
 __all__ = [
     "BulkSnapshotSink",

@@ -1,21 +1,21 @@
-"""Reading the turns topic: a checked fast path beside :func:`pipeline.codec.decode`.
+"""Reading the turns topic: a checked fast path beside :func:`mongomem.codec.decode`.
 
 Nearly every record the windowing stage reads is a well-formed turn, and
 decoding it the general way — the standard ``json`` module, then a full
-:class:`~pipeline.models.Turn` validation with three identifier checks and
+:class:`~mongomem.models.Turn` validation with three identifier checks and
 the turn-id hash in Python — was most of the stage's work per record.
 :meth:`TurnReader.read` gives the same answer for less:
 
 * ``orjson`` parses the envelope;
 * a session's three identifiers are checked once and remembered, with its
   Kafka key and the bytes its turn ids are hashed from;
-* the turn's own fields are validated as the :class:`~pipeline.models.SnapshotTurn`
+* the turn's own fields are validated as the :class:`~mongomem.models.SnapshotTurn`
   a window keeps (pydantic-core, the same field types as ``Turn``).
 
 Whatever the fast path is not sure of — bytes ``orjson`` refuses, another
 kind or version, missing or extra fields, a type it does not expect, an id
-that does not check — goes to :func:`pipeline.codec.decode`, which then gives
-the result or raises the :class:`~pipeline.errors.MessageDecodeError`. So the
+that does not check — goes to :func:`mongomem.codec.decode`, which then gives
+the result or raises the :class:`~mongomem.errors.MessageDecodeError`. So the
 fast path never accepts what the general decoder refuses, and never refuses
 what it accepts (``tests/property/test_windowing_reader.py`` checks both on
 arbitrary input).
@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from pipeline.codec import SCHEMA_VERSION, decode, kind_of, peek_kind
-from pipeline.errors import MessageDecodeError
-from pipeline.models import SessionKey, SnapshotTurn, Turn
-from stages.windowing.logic import WindowTick, snapshot_turn
+from mongomem.codec import SCHEMA_VERSION, decode, kind_of, peek_kind
+from mongomem.errors import MessageDecodeError
+from mongomem.models import SessionKey, SnapshotTurn, Turn
+from mongomem.stages.windowing.logic import WindowTick, snapshot_turn
 
 __all__ = ["TurnReader", "TurnRecord", "read_generic"]
 
@@ -70,7 +70,7 @@ class TurnReader:
         self._sessions: dict[tuple[str, str, str], _Session] = {}
 
     def read(self, raw: bytes | None) -> TurnRecord | WindowTick:
-        """The record's turn or tick, or :class:`~pipeline.errors.MessageDecodeError`."""
+        """The record's turn or tick, or :class:`~mongomem.errors.MessageDecodeError`."""
         fast = self._fast(raw)
         return fast if fast is not None else read_generic(raw)
 
@@ -134,7 +134,7 @@ class TurnReader:
 
 
 def read_generic(raw: bytes | None) -> TurnRecord | WindowTick:
-    """What :meth:`TurnReader.read` returns, the general way (:func:`~pipeline.codec.decode`)."""
+    """What :meth:`TurnReader.read` returns, the general way (:func:`~mongomem.codec.decode`)."""
     try:
         turn = decode(raw, Turn)
     except MessageDecodeError:

@@ -12,7 +12,7 @@ partition in order; each turn's lineage mark is its own ``UpdateOne`` by
 ``_id``, which mongo-java-server applies faster than ``UpdateMany`` with
 ``$in`` and MongoDB as fast); it returns once all are stored and acknowledged, and if it
 raises, any of them may or may not have been delivered. pymongo and aiokafka
-errors become :class:`~pipeline.errors.StorageError` / :class:`~pipeline.errors.BrokerError`.
+errors become :class:`~mongomem.errors.StorageError` / :class:`~mongomem.errors.BrokerError`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pymongo import ReplaceOne, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from pipeline.codec import encode
-from pipeline.errors import BrokerError, StorageError
-from pipeline.kafka import DeadLetter, send_dead_letter
-from pipeline.models import SessionKey, Snapshot
-from pipeline.mongo import SNAPSHOTS, TURNS, Document
-from pipeline.settings import KafkaSettings
+from mongomem.codec import encode
+from mongomem.errors import BrokerError, StorageError
+from mongomem.kafka import DeadLetter, send_dead_letter
+from mongomem.models import SessionKey, Snapshot
+from mongomem.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.settings import KafkaSettings
 
 __all__ = ["KafkaDeadLetters", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
@@ -46,7 +46,7 @@ def snapshot_document(snapshot: Snapshot) -> Document:
 
 
 class SnapshotPublisher:
-    """The real :class:`~stages.windowing.windower.SnapshotSink`."""
+    """The real :class:`~mongomem.stages.windowing.windower.SnapshotSink`."""
 
     def __init__(self, db: AsyncDatabase[Document], producer: AIOKafkaProducer, topic: str) -> None:
         self._snapshots = db[SNAPSHOTS]
@@ -114,7 +114,7 @@ class SnapshotPublisher:
 
 
 class SnapshotResumePoints:
-    """The real :class:`~stages.windowing.ports.ResumePoints`: a query of ``snapshots``.
+    """The real :class:`~mongomem.stages.windowing.ports.ResumePoints`: a query of ``snapshots``.
 
     One ``find_one`` per session (sorted by ``last_seq``, served by the index
     that :meth:`ensure_index` creates), a few at a time.
@@ -155,7 +155,7 @@ class SnapshotResumePoints:
 
 
 class KafkaDeadLetters:
-    """The real :class:`~stages.windowing.windower.DeadLetterSink`."""
+    """The real :class:`~mongomem.stages.windowing.windower.DeadLetterSink`."""
 
     def __init__(self, producer: AIOKafkaProducer, settings: KafkaSettings) -> None:
         self._producer = producer

@@ -1,11 +1,11 @@
 """``SnapshotWindower``: applies the pure window logic to records of the turns topic.
 
 It sees one record at a time — ``(partition, offset, key, value)`` — and
-reaches the outside only through the protocols of :mod:`stages.windowing.ports`:
+reaches the outside only through the protocols of :mod:`mongomem.stages.windowing.ports`:
 a :class:`WindowStore` (the table of session states), a :class:`SnapshotSink`
 (MongoDB + the snapshots topic), a :class:`DeadLetterSink` and, optionally,
 :class:`ResumePoints` (where unknown sessions resume). The faust adapter
-(:mod:`stages.windowing.app`) plugs a faust table into the store; the tests
+(:mod:`mongomem.stages.windowing.app`) plugs a faust table into the store; the tests
 plug in dictionaries.
 
 Per record:
@@ -64,12 +64,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pipeline.errors import InputError, MessageDecodeError, MongomemError
-from pipeline.kafka import DeadLetter
-from pipeline.metrics import DEAD_LETTERS, MESSAGES
-from pipeline.models import Snapshot
-from stages.windowing.logic import Window, WindowTick
-from stages.windowing.ports import (
+from mongomem.errors import InputError, MessageDecodeError, MongomemError
+from mongomem.kafka import DeadLetter
+from mongomem.metrics import DEAD_LETTERS, MESSAGES
+from mongomem.models import Snapshot
+from mongomem.stages.windowing.logic import Window, WindowTick
+from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
     DeadLetterSink,
     MemoryStore,
@@ -78,7 +78,7 @@ from stages.windowing.ports import (
     SnapshotSink,
     WindowStore,
 )
-from stages.windowing.reader import TurnReader, TurnRecord
+from mongomem.stages.windowing.reader import TurnReader, TurnRecord
 
 __all__ = [
     "STAGE",

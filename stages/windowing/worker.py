@@ -1,6 +1,6 @@
 """``WindowingWorker``: one windowing process — faust app, ticker, sinks — until cancelled.
 
-The **ticker** produces a :class:`~stages.windowing.logic.WindowTick` carrying
+The **ticker** produces a :class:`~mongomem.stages.windowing.logic.WindowTick` carrying
 the wall-clock time into every partition of the turns topic every
 ``tick_interval_s``. That is the only place a clock is read: the tick becomes
 part of the log, so the windows it closes are closed at the same position in a
@@ -19,19 +19,23 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from pipeline.codec import encode
-from pipeline.errors import BrokerError
-from pipeline.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
-from pipeline.models import Snapshot, utcnow
-from pipeline.mongo import connect, database
-from pipeline.ops import consumer_group
-from pipeline.project_config import load_project_config
-from pipeline.settings import Settings
-from stages.windowing.app import build_app
-from stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
-from stages.windowing.logic import WindowTick
-from stages.windowing.sinks import KafkaDeadLetters, SnapshotPublisher, SnapshotResumePoints
-from stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
+from mongomem.codec import encode
+from mongomem.errors import BrokerError
+from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
+from mongomem.models import Snapshot, utcnow
+from mongomem.mongo import connect, database
+from mongomem.ops import consumer_group
+from mongomem.project_config import load_project_config
+from mongomem.settings import Settings
+from mongomem.stages.windowing.app import build_app
+from mongomem.stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
+from mongomem.stages.windowing.logic import WindowTick
+from mongomem.stages.windowing.sinks import (
+    KafkaDeadLetters,
+    SnapshotPublisher,
+    SnapshotResumePoints,
+)
+from mongomem.stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
 
 __all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
 

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from pipeline.demo import run_demo
-from pipeline.runner import DEMO_WINDOWING
-from pipeline.settings import EmbeddingSettings, Settings
-from pipeline.supervisor import StageProcess
-from pipeline.testing.harness import stand_in_llm
+from mongomem.demo import run_demo
+from mongomem.runner import DEMO_WINDOWING
+from mongomem.settings import EmbeddingSettings, Settings
+from mongomem.supervisor import StageProcess
+from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.mongo import LEDGER, MEMORIES, SNAPSHOTS, TURNS
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.testing import FakeOpenAIServer
-from pipeline.testing.harness import (
+from mongomem.mongo import LEDGER, MEMORIES, SNAPSHOTS, TURNS
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.testing import FakeOpenAIServer
+from mongomem.testing.harness import (
     STAGES,
     Pipeline,
     client,
@@ -219,7 +219,7 @@ async def test_sigkill_every_stage_nothing_lost_nothing_duplicated(pipeline: Pip
         before = await counts(pipeline)
         replay = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "pipeline.cli", "replay", "windowing", "--from-offset", "0",
+            [sys.executable, "-m", "mongomem.cli", "replay", "windowing", "--from-offset", "0",
              "--group-suffix=-replay"],
             env=pipeline.env(), capture_output=True, timeout=240, check=False,
         )  # fmt: skip

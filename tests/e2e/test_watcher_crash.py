@@ -16,13 +16,13 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.codec import decode
-from pipeline.models import Turn
-from pipeline.mongo import CHECKPOINTS, TURNS, Document
-from pipeline.settings import Settings
-from pipeline.stm import ShortTermMemory, session_key
-from stages.watcher import COMMITS_IN_FLIGHT
-from stages.watcher_logic import token_id
+from mongomem.codec import decode
+from mongomem.models import Turn
+from mongomem.mongo import CHECKPOINTS, TURNS, Document
+from mongomem.settings import Settings
+from mongomem.stages.watcher import COMMITS_IN_FLIGHT
+from mongomem.stages.watcher_logic import token_id
+from mongomem.stm import ShortTermMemory, session_key
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ KILLS = 4
 def start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "run", "watcher"],
+            [sys.executable, "-m", "mongomem.cli", "run", "watcher"],
             cwd=ROOT,
             env=env,
             stdout=sink,

@@ -36,7 +36,7 @@ def without_token(env: dict[str, str]) -> dict[str, str]:
 async def http_server(
     env: dict[str, str],
     *args: str,
-    command: Sequence[str] = ("pipeline.cli", "mcp"),
+    command: Sequence[str] = ("mongomem.cli", "mcp"),
     stderr: IO[Any] | None = None,
     scheme: str = "http",
 ) -> AsyncIterator[str]:

@@ -14,10 +14,10 @@ TIMEOUT = 60.0
 
 
 def stdio_server(env: dict[str, str], project: str, *args: str) -> Client:
-    """A client that launches ``mongomem mcp`` (as ``python -m pipeline.cli mcp``) over stdio."""
+    """A client that launches ``mongomem mcp`` (as ``python -m mongomem.cli mcp``) over stdio."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "pipeline.cli", "mcp", "--project-id", project, *args],
+        args=["-m", "mongomem.cli", "mcp", "--project-id", project, *args],
         env={**env, "PYTHONPATH": os.getcwd()},
         cwd=os.getcwd(),
     )

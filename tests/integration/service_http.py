@@ -6,9 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.service import make_app
-from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
+from mongomem.embeddings import HashingEmbedder
+from mongomem.service import make_app
+from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 
 #: The stand-in embedder of the service under test (hashing, **not a model**).
 EMBEDDER = HashingEmbedder(64)

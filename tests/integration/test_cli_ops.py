@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.operate import print_status
-from pipeline.settings import Settings, load_settings
-from pipeline.supervisor import StageProcess
-from pipeline.testing.harness import stand_in_llm
+from mongomem.cli import main
+from mongomem.operate import print_status
+from mongomem.settings import Settings, load_settings
+from mongomem.supervisor import StageProcess
+from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_apply_restarts_extractors_to_match_and_waits_until_ready(
         try:
             # As a process, the way an operator runs it: the extractors it starts outlive it.
             done = subprocess.run(
-                [sys.executable, "-m", "pipeline.cli", "apply", str(config), "--timeout", "60"],
+                [sys.executable, "-m", "mongomem.cli", "apply", str(config), "--timeout", "60"],
                 capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr[-3000:]

@@ -14,13 +14,15 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
-from pipeline.codec import decode, encode
-from pipeline.embeddings import HashingEmbedder
-from pipeline.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
-from pipeline.models import MemoryCandidate, ScopeKind, Snapshot
-from pipeline.mongo import Document
-from pipeline.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
-from pipeline.testing import (
+from mongomem.codec import decode, encode
+from mongomem.embeddings import HashingEmbedder
+from mongomem.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
+from mongomem.models import MemoryCandidate, ScopeKind, Snapshot
+from mongomem.mongo import Document
+from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
+from mongomem.stages.extractor import run_extractors, specs
+from mongomem.stages.extractor.usage import LLM_USAGE
+from mongomem.testing import (
     Answer,
     ChatRequest,
     FakeOpenAIServer,
@@ -32,8 +34,6 @@ from pipeline.testing import (
     Slow,
     make_snapshot,
 )
-from stages.extractor import run_extractors, specs
-from stages.extractor.usage import LLM_USAGE
 
 pytestmark = pytest.mark.integration
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.codec import decode, encode
-from pipeline.kafka import ensure_topics, make_producer, pipeline_topics
-from pipeline.models import MemoryCandidate
-from pipeline.settings import Settings
-from pipeline.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
-from stages.extractor.types import builtin_spec
+from mongomem.codec import decode, encode
+from mongomem.kafka import ensure_topics, make_producer, pipeline_topics
+from mongomem.models import MemoryCandidate
+from mongomem.settings import Settings
+from mongomem.stages.extractor.types import builtin_spec
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def server() -> Iterator[FakeOpenAIServer]:
 def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "run", "extractor", "--type", "semantic"],
+            [sys.executable, "-m", "mongomem.cli", "run", "extractor", "--type", "semantic"],
             cwd=ROOT,
             env=env,
             stdout=sink,

@@ -15,9 +15,9 @@ from typing import Any
 import faust
 import pytest
 
-from pipeline.kafka import ensure_topics, make_producer
-from pipeline.ops import group_lag
-from pipeline.settings import Settings
+from mongomem.kafka import ensure_topics, make_producer
+from mongomem.ops import group_lag
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.infra import Servers
-from pipeline.kafka import ensure_topics, make_producer
-from pipeline.settings import KafkaSettings, Settings
+from mongomem.infra import Servers
+from mongomem.kafka import ensure_topics, make_producer
+from mongomem.settings import KafkaSettings, Settings
 
 pytestmark = pytest.mark.integration
 

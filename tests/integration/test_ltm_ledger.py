@@ -15,14 +15,14 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import InputError
-from pipeline.ltm import MemoryStore
-from pipeline.ltm.testing import candidate
-from pipeline.models import Action, MemoryCandidate, MemoryScope
-from pipeline.mongo import DECISIONS, LEDGER, Document
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.settings import Settings
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import InputError
+from mongomem.ltm import MemoryStore
+from mongomem.ltm.testing import candidate
+from mongomem.models import Action, MemoryCandidate, MemoryScope
+from mongomem.mongo import DECISIONS, LEDGER, Document
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

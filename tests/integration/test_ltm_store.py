@@ -8,11 +8,11 @@ import random
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.ltm import MemoryStore, ScriptedJudge, Thresholds, probe_vector_search
-from pipeline.ltm.testing import candidate
-from pipeline.models import Action, MemoryScope, MemoryStatus
-from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
-from pipeline.settings import Settings
+from mongomem.ltm import MemoryStore, ScriptedJudge, Thresholds, probe_vector_search
+from mongomem.ltm.testing import candidate
+from mongomem.models import Action, MemoryScope, MemoryStatus
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from mcp_stdio import ok
 from pymongo import AsyncMongoClient
 from refused import refused_start
 
-from pipeline.mongo import Document
+from mongomem.mongo import Document
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ async def test_without_a_token_a_host_off_loopback_is_refused_before_it_starts(
     env: dict[str, str],
 ) -> None:
     code, stderr = await refused_start(
-        "-m", "pipeline.cli", "mcp", *SERVER,
+        "-m", "mongomem.cli", "mcp", *SERVER,
         "--transport", "streamable-http", "--host", "0.0.0.0", "--port", str(free_port()),
         env=env,
     )  # fmt: skip

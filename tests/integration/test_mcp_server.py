@@ -10,10 +10,10 @@ from mcp_http import http_server, without_token
 from mcp_stdio import TIMEOUT, error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.mongo import MEMORIES, TURNS, Document, database
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.settings import Settings
+from mongomem.embeddings import HashingEmbedder
+from mongomem.mongo import MEMORIES, TURNS, Document, database
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -170,7 +170,7 @@ async def test_streamable_http_transport_serves_the_same_tools(
 ) -> None:
     server = ("--project-id", PROJECT, "--user-id", "alice", "--session-id", "s1")
     async with (
-        http_server(without_token(env), *server, command=["pipeline.mcp_server"]) as url,
+        http_server(without_token(env), *server, command=["mongomem.mcp_server"]) as url,
         Client(url, read_timeout_seconds=TIMEOUT) as client,
     ):
         ok(await client.call_tool("record_turn", {"role": "user", "content": "over HTTP"}))

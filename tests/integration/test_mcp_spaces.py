@@ -10,10 +10,10 @@ import pytest
 from mcp_stdio import error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.mongo import TURNS, Document
-from pipeline.settings import Settings
-from pipeline.spaces import AsyncSpaces
+from mongomem.embeddings import HashingEmbedder
+from mongomem.mongo import TURNS, Document
+from mongomem.settings import Settings
+from mongomem.spaces import AsyncSpaces
 
 pytestmark = pytest.mark.integration
 

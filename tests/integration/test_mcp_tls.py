@@ -13,8 +13,8 @@ from mcp_stdio import ok
 from pymongo import AsyncMongoClient
 from refused import refused_start
 
-from pipeline.mongo import Document
-from pipeline.testing import Certificates, make_certificates
+from mongomem.mongo import Document
+from mongomem.testing import Certificates, make_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ async def test_a_certificate_that_cannot_be_loaded_is_refused_before_it_starts(
     junk.write_text("not a certificate\n")
     port = free_port()
     code, stderr = await refused_start(
-        "-m", "pipeline.cli", "mcp", *SERVER,
+        "-m", "mongomem.cli", "mcp", *SERVER,
         "--transport", "streamable-http", "--port", str(port),
         env={**env, "MONGOMEM_MCP_TLS_CERT_FILE": str(junk)},
     )  # fmt: skip
@@ -86,7 +86,7 @@ async def test_a_key_that_is_not_the_certificates_is_refused(
 ) -> None:
     other = make_certificates(tmp_path, name="other")
     code, stderr = await refused_start(
-        "-m", "pipeline.mcp_server", *SERVER,
+        "-m", "mongomem.mcp_server", *SERVER,
         "--transport", "streamable-http", "--port", str(free_port()),
         env={**env, "MONGOMEM_MCP_TLS_KEY_FILE": str(other.key_file)},
     )  # fmt: skip

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from pipeline.kafka import (
+from mongomem.kafka import (
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
     send_dead_letter,
 )
-from pipeline.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
-from pipeline.settings import Settings
+from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

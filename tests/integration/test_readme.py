@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.service import make_app
-from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
+from mongomem.embeddings import HashingEmbedder
+from mongomem.service import make_app
+from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 
 pytestmark = pytest.mark.integration
 

@@ -14,15 +14,15 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.codec import decode, encode
-from pipeline.embeddings import HashingEmbedder
-from pipeline.kafka import CANDIDATES, DeadLetter, dead_letter_topic, ensure_topics, make_producer
-from pipeline.ltm.testing import candidate
-from pipeline.models import Action, MemoryCandidate
-from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.settings import Settings
-from stages.reconciler import STAGE, run_reconciler
+from mongomem.codec import decode, encode
+from mongomem.embeddings import HashingEmbedder
+from mongomem.kafka import CANDIDATES, DeadLetter, dead_letter_topic, ensure_topics, make_producer
+from mongomem.ltm.testing import candidate
+from mongomem.models import Action, MemoryCandidate
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.settings import Settings
+from mongomem.stages.reconciler import STAGE, run_reconciler
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +158,7 @@ async def test_mongomem_run_reconciler_stops_cleanly_on_sigterm(
     await ensure_topics(settings.kafka, [settings.kafka.topic(CANDIDATES)])
     await produce(settings, [message(airport("Boston", "x"))])
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.cli", "run", "reconciler",
+        sys.executable, "-m", "mongomem.cli", "run", "reconciler",
         env={**subprocess_env, "PYTHONPATH": os.getcwd()},
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sdk import AsyncMemory, MemoryRequestContext
-from pipeline.settings import EmbeddingSettings, Settings
-from pipeline.supervisor import StageProcess
-from pipeline.testing.harness import stand_in_llm, wait_until
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.settings import EmbeddingSettings, Settings
+from mongomem.supervisor import StageProcess
+from mongomem.testing.harness import stand_in_llm, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import InputError, ScopeError
-from pipeline.models import Action, MemoryStatus, utcnow
-from pipeline.mongo import DECISIONS, LEDGER, MEMORIES, Document
-from pipeline.sdk import (
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import InputError, ScopeError
+from mongomem.models import Action, MemoryStatus, utcnow
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
+from mongomem.sdk import (
     AsyncMemory,
     Episode,
     Memory,
@@ -22,8 +22,8 @@ from pipeline.sdk import (
     SemanticMemory,
     TaxonomicTerm,
 )
-from pipeline.sdk.idempotency import keyed_candidate_id, request_fingerprint
-from pipeline.settings import Settings
+from mongomem.sdk.idempotency import keyed_candidate_id, request_fingerprint
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

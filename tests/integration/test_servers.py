@@ -9,10 +9,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pymongo import AsyncMongoClient
 
-from pipeline.infra import Servers
-from pipeline.kafka import ensure_topics, make_producer
-from pipeline.mongo import Document, capabilities
-from pipeline.settings import Settings
+from mongomem.infra import Servers
+from mongomem.kafka import ensure_topics, make_producer
+from mongomem.mongo import Document, capabilities
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -18,11 +18,11 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import serving, start
 
-from pipeline.errors import RateLimitExceeded
-from pipeline.models import Action
-from pipeline.mongo import Document
-from pipeline.sdk import AsyncMemory, HttpTransport, MemoryRequestContext
-from pipeline.settings import Settings
+from mongomem.errors import RateLimitExceeded
+from mongomem.models import Action
+from mongomem.mongo import Document
+from mongomem.sdk import AsyncMemory, HttpTransport, MemoryRequestContext
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -1,8 +1,8 @@
 """The memory service over HTTPS (``MONGOMEM_SERVICE_TLS_…``), driven by the real SDK.
 
 A throw-away CA signs a certificate for the loopback hosts
-(:func:`pipeline.testing.make_certificates`); the service runs through
-:func:`~pipeline.service.serve`, as ``mongomem serve`` runs it, on a free port.
+(:func:`mongomem.testing.make_certificates`); the service runs through
+:func:`~mongomem.service.serve`, as ``mongomem serve`` runs it, on a free port.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pymongo import AsyncMongoClient
 from refused import refused_start
 from service_http import EMBEDDER, serving
 
-from pipeline.errors import ConfigError, StorageError
-from pipeline.mongo import Document
-from pipeline.sdk import AsyncMemory, Memory, MemoryRequestContext
-from pipeline.service import serve
-from pipeline.settings import Settings
-from pipeline.spaces import HttpSpaces, Spaces
-from pipeline.testing import Certificates, make_certificates
+from mongomem.errors import ConfigError, StorageError
+from mongomem.mongo import Document
+from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
+from mongomem.service import serve
+from mongomem.settings import Settings
+from mongomem.spaces import HttpSpaces, Spaces
+from mongomem.testing import Certificates, make_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ async def port(
     caplog: pytest.LogCaptureFixture,
 ) -> AsyncIterator[int]:
     """The service over HTTPS on this port until the test ends."""
-    caplog.set_level(logging.INFO, logger="pipeline.service.app")
+    caplog.set_level(logging.INFO, logger="mongomem.service.app")
     port = free_port()
     stop = asyncio.Event()
     task = asyncio.create_task(
@@ -181,7 +181,7 @@ async def test_mongomem_serve_says_what_is_wrong_in_one_line(
         "MONGOMEM_SERVICE_TLS_KEY_FILE": str(other.key_file),
     }
     code, stderr = await refused_start(
-        "-m", "pipeline.cli", "serve", "--port", str(port),
+        "-m", "mongomem.cli", "serve", "--port", str(port),
         env=env,
     )  # fmt: skip
     assert code == 1

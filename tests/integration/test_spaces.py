@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import ConfigError, InputError
-from pipeline.mongo import Document
-from pipeline.settings import Settings
-from pipeline.spaces import AsyncSpaces, RecallSettings, SearchKey, SpacesSettings
-from pipeline.spaces.scoring import combine
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import ConfigError, InputError
+from mongomem.mongo import Document
+from mongomem.settings import Settings
+from mongomem.spaces import AsyncSpaces, RecallSettings, SearchKey, SpacesSettings
+from mongomem.spaces.scoring import combine
 
 pytestmark = pytest.mark.integration
 

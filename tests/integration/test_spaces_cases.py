@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import InputError
-from pipeline.mongo import Document
-from pipeline.settings import Settings
-from pipeline.spaces import INPUTS_IMMUTABLE, AddAnyway, AsyncSpaces, Merge, Replace
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import InputError
+from mongomem.mongo import Document
+from mongomem.settings import Settings
+from mongomem.spaces import INPUTS_IMMUTABLE, AddAnyway, AsyncSpaces, Merge, Replace
 
 pytestmark = pytest.mark.integration
 

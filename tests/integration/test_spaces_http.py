@@ -20,12 +20,12 @@ from aiohttp import web
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import AuthError, InputError, ScopeError
-from pipeline.mongo import Document
-from pipeline.service import make_app
-from pipeline.settings import EmbeddingSettings, LLMSettings, Settings
-from pipeline.spaces import (
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import AuthError, InputError, ScopeError
+from mongomem.mongo import Document
+from mongomem.service import make_app
+from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
+from mongomem.spaces import (
     AddAnyway,
     AsyncSpaces,
     HttpSpaces,
@@ -35,7 +35,7 @@ from pipeline.spaces import (
     SearchKey,
     Spaces,
 )
-from pipeline.spaces.cli import add_cli, spaces_command
+from mongomem.spaces.cli import add_cli, spaces_command
 
 pytestmark = pytest.mark.integration
 
@@ -479,7 +479,7 @@ async def test_the_spaces_cli_as_a_process(
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", "spaces", *argv],  # `mongomem spaces`
+            [sys.executable, "-m", "mongomem.cli", "spaces", *argv],  # `mongomem spaces`
             capture_output=True, text=True, timeout=120, check=False, env=env,
         )  # fmt: skip
 

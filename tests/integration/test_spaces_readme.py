@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.mongo import Document
+from mongomem.mongo import Document
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def readme_example() -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    (example,) = [b for b in blocks if "from pipeline.spaces import" in b]
+    (example,) = [b for b in blocks if "from mongomem.spaces import" in b]
     return example
 
 

@@ -14,10 +14,10 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, serving, start
 
-from pipeline.errors import ConfigError, InputError, StorageError
-from pipeline.mongo import Document
-from pipeline.settings import Settings
-from pipeline.spaces import (
+from mongomem.errors import ConfigError, InputError, StorageError
+from mongomem.mongo import Document
+from mongomem.settings import Settings
+from mongomem.spaces import (
     AsyncSpaces,
     HttpSpaces,
     PayloadCipher,
@@ -25,8 +25,8 @@ from pipeline.spaces import (
     SpaceItem,
     SpacesSettings,
 )
-from pipeline.spaces.cli import add_cli, spaces_command
-from pipeline.spaces.store import SpaceStore
+from mongomem.spaces.cli import add_cli, spaces_command
+from mongomem.spaces.store import SpaceStore
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ async def test_an_interrupted_rekey_completes_when_run_again(
         await fill(old, count=5)
         before = by_id(await old.list_items("secret"))
 
-    monkeypatch.setattr("pipeline.spaces.rekey.BATCH", 2)  # several batches per pass
+    monkeypatch.setattr("mongomem.spaces.rekey.BATCH", 2)  # several batches per pass
     reseal = SpaceStore.reseal_item
     calls = 0
 

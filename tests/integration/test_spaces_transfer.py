@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import InputError, NotReady
-from pipeline.llm import OpenAILLM
-from pipeline.mongo import Document
-from pipeline.settings import LLMSettings, Settings
-from pipeline.spaces import AsyncSpaces, FileInput, LLMSummariser, SpacesSettings
-from pipeline.testing import Answer, ChatRequest, FakeOpenAIServer
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import InputError, NotReady
+from mongomem.llm import OpenAILLM
+from mongomem.mongo import Document
+from mongomem.settings import LLMSettings, Settings
+from mongomem.spaces import AsyncSpaces, FileInput, LLMSummariser, SpacesSettings
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from pipeline.errors import InputError
-from pipeline.models import Role, SessionKey, Turn
-from pipeline.mongo import TURNS, Document
-from pipeline.settings import Settings, StmSettings
-from pipeline.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key
+from mongomem.errors import InputError
+from mongomem.models import Role, SessionKey, Turn
+from mongomem.mongo import TURNS, Document
+from mongomem.settings import Settings, StmSettings
+from mongomem.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key
 
 pytestmark = pytest.mark.integration
 

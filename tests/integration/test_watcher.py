@@ -14,22 +14,22 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 from pymongo import AsyncMongoClient
 
-import stages.watcher
-from pipeline.codec import decode
-from pipeline.errors import BrokerError
-from pipeline.kafka import (
+import mongomem.stages.watcher
+from mongomem.codec import decode
+from mongomem.errors import BrokerError
+from mongomem.kafka import (
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
-from pipeline.models import Turn
-from pipeline.mongo import CHECKPOINTS, TURNS, Document
-from pipeline.settings import Settings, StmSettings
-from pipeline.stm import ShortTermMemory, session_key
-from stages.watcher import STAGE, ChangeStreamWatcher
-from stages.watcher_logic import token_id
+from mongomem.models import Turn
+from mongomem.mongo import CHECKPOINTS, TURNS, Document
+from mongomem.settings import Settings, StmSettings
+from mongomem.stages.watcher import STAGE, ChangeStreamWatcher
+from mongomem.stages.watcher_logic import token_id
+from mongomem.stm import ShortTermMemory, session_key
 
 pytestmark = pytest.mark.integration
 
@@ -406,7 +406,9 @@ class MarksHeld:
 async def test_a_slow_marks_write_does_not_hold_the_tokens_up(
     mongo: AsyncMongoClient[Document], settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stages.watcher, "MARKS_INTERVAL_S", 0.0)  # marks due at every commit
+    monkeypatch.setattr(
+        mongomem.stages.watcher, "MARKS_INTERVAL_S", 0.0
+    )  # marks due at every commit
     db = mongo[settings.mongodb.database]
     stm = ShortTermMemory(db, settings.stm)
     topic = settings.kafka.topic("turns")

@@ -22,16 +22,16 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pymongo import AsyncMongoClient
 
-from pipeline.codec import encode
-from pipeline.errors import StorageError
-from pipeline.infra import free_port
-from pipeline.kafka import dead_letter_topic, ensure_topics, make_producer
-from pipeline.models import SessionKey, Snapshot, Turn, utcnow
-from pipeline.mongo import SNAPSHOTS, TURNS, Document
-from pipeline.ops import group_lag
-from pipeline.settings import MongoSettings, Settings, WindowingSettings
-from stages.windowing import WindowingWorker
-from stages.windowing.consumer import ChangelogTable
+from mongomem.codec import encode
+from mongomem.errors import StorageError
+from mongomem.infra import free_port
+from mongomem.kafka import dead_letter_topic, ensure_topics, make_producer
+from mongomem.models import SessionKey, Snapshot, Turn, utcnow
+from mongomem.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.ops import group_lag
+from mongomem.settings import MongoSettings, Settings, WindowingSettings
+from mongomem.stages.windowing import WindowingWorker
+from mongomem.stages.windowing.consumer import ChangelogTable
 
 pytestmark = pytest.mark.integration
 
@@ -187,7 +187,7 @@ async def test_an_idle_session_closes_within_idle_timeout_plus_tick(
 def spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:
         return subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "run", "windowing"],
+            [sys.executable, "-m", "mongomem.cli", "run", "windowing"],
             cwd=ROOT,
             env=env,
             stdout=sink,

@@ -8,16 +8,16 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import LLMRateLimited
-from pipeline.testing import make_snapshot
-from stages.extractor.core import (
+from mongomem.errors import LLMRateLimited
+from mongomem.stages.extractor.core import (
     conversation_nonce,
     extracted_items,
     render_messages,
     retry_delay,
     to_candidates,
 )
-from stages.extractor.types import builtin_spec
+from mongomem.stages.extractor.types import builtin_spec
+from mongomem.testing import make_snapshot
 
 MARKERS = st.sampled_from(
     ["<<<CONVERSATION ", "CONVERSATION ", ">>>", "\n", '"', "\\", "{", "}", "\u2028", "\r"]

@@ -1,4 +1,4 @@
-"""Invariants of the ledger's expiry decision (pure functions of pipeline.ltm.writes)."""
+"""Invariants of the ledger's expiry decision (pure functions of mongomem.ltm.writes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.ltm.writes import (
+from mongomem.ltm.writes import (
     EXPIRES,
     archived_decision_id,
     done_update,

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.ltm.kinds import normalize_key
-from pipeline.ltm.plan import Neighbour, Thresholds, Verdict, memory_id_for, plan_reconcile
-from pipeline.models import Action, Evidence, MemoryCandidate, MemoryScope
+from mongomem.ltm.kinds import normalize_key
+from mongomem.ltm.plan import Neighbour, Thresholds, Verdict, memory_id_for, plan_reconcile
+from mongomem.models import Action, Evidence, MemoryCandidate, MemoryScope
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 SCOPES = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.sdk.models import ContextItem
-from pipeline.sdk.render import render_context
+from mongomem.sdk.models import ContextItem
+from mongomem.sdk.render import render_context
 
 TYPES = ["semantic", "episodic", "procedural", "taxonomic"]
 

@@ -1,11 +1,11 @@
-"""Hypothesis invariants of the per-key token bucket (:mod:`pipeline.service.limits`)."""
+"""Hypothesis invariants of the per-key token bucket (:mod:`mongomem.service.limits`)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.service import Bucket, RateLimiter, take
+from mongomem.service import Bucket, RateLimiter, take
 
 RATES = st.floats(min_value=0.01, max_value=100.0)
 BURSTS = st.integers(min_value=1, max_value=50)

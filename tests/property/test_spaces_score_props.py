@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.spaces.scoring import (
+from mongomem.spaces.scoring import (
     Scored,
     combine,
     cosine_similarity,

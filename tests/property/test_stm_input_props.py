@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pymongo.asynchronous.database import AsyncDatabase
 
-from pipeline.errors import InputError
-from pipeline.models import Role, SessionKey, Turn, check_identifier
-from pipeline.mongo import Document
-from pipeline.settings import StmSettings
-from pipeline.stm import (
+from mongomem.errors import InputError
+from mongomem.models import Role, SessionKey, Turn, check_identifier
+from mongomem.mongo import Document
+from mongomem.settings import StmSettings
+from mongomem.stm import (
     ShortTermMemory,
     session_key,
     turn_document,

@@ -1,7 +1,7 @@
 """The watcher's fast path encodes exactly what the full path would, or steps aside.
 
 Full path: ``turn_from_document`` (pydantic, turn-id check) then ``codec.encode``.
-Whenever :func:`stages.watcher_encode.fast_value` returns a record, the full
+Whenever :func:`mongomem.stages.watcher_encode.fast_value` returns a record, the full
 path must accept the document and give the same bytes, key, session and seq;
 :class:`TurnEncoder` must reject (``ValidationError``) exactly the documents
 the full path rejects — those go to the dead-letter topic.
@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from pipeline.codec import decode, encode
-from pipeline.models import Role, SessionKey, Turn, check_identifier
-from pipeline.stm import turn_document, turn_from_document
-from stages.watcher_encode import SessionParts, TurnEncoder, TurnRecord, fast_value
+from mongomem.codec import decode, encode
+from mongomem.models import Role, SessionKey, Turn, check_identifier
+from mongomem.stages.watcher_encode import SessionParts, TurnEncoder, TurnRecord, fast_value
+from mongomem.stm import turn_document, turn_from_document
 
 
 def _is_identifier(value: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stages.watcher_logic import PublishLedger, Slot
+from mongomem.stages.watcher_logic import PublishLedger, Slot
 
 
 @st.composite

@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.codec import encode
-from pipeline.errors import StorageError
-from pipeline.kafka import DeadLetter
-from pipeline.models import SessionKey, Snapshot, Turn
-from pipeline.settings import WindowingSettings
-from stages.windowing.batches import BatchPipeline
-from stages.windowing.logic import WindowTick
-from stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
+from mongomem.codec import encode
+from mongomem.errors import StorageError
+from mongomem.kafka import DeadLetter
+from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.settings import WindowingSettings
+from mongomem.stages.windowing.batches import BatchPipeline
+from mongomem.stages.windowing.logic import WindowTick
+from mongomem.stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDLE = 10

@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.codec import encode
-from pipeline.kafka import DeadLetter
-from pipeline.models import SessionKey, Snapshot, Turn
-from pipeline.settings import WindowingSettings
-from stages.windowing.logic import WindowPolicy, WindowTick, advance, initial_state
-from stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.codec import encode
+from mongomem.kafka import DeadLetter
+from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.settings import WindowingSettings
+from mongomem.stages.windowing.logic import WindowPolicy, WindowTick, advance, initial_state
+from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDLE = 10  # seconds

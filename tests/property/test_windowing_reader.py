@@ -1,7 +1,7 @@
 """Hypothesis: the windowing stage's fast turn reader agrees with the general decoder.
 
 :meth:`TurnReader.read` parses with orjson and checks a turn by hand, and
-falls back to :func:`read_generic` (``pipeline.codec.decode``) when unsure.
+falls back to :func:`read_generic` (``mongomem.codec.decode``) when unsure.
 For any input — well-formed turns, every kind of damage to one, ticks and
 arbitrary bytes — both must accept the same records with the same result, and
 refuse the same records with ``MessageDecodeError``. And the fast path must
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.codec import encode
-from pipeline.errors import MessageDecodeError
-from pipeline.models import Turn
-from stages.windowing.logic import WindowTick
-from stages.windowing.reader import TurnReader, TurnRecord, read_generic
+from mongomem.codec import encode
+from mongomem.errors import MessageDecodeError
+from mongomem.models import Turn
+from mongomem.stages.windowing.logic import WindowTick
+from mongomem.stages.windowing.reader import TurnReader, TurnRecord, read_generic
 
 IDS = st.one_of(
     st.sampled_from(["p", "user-1", "s.1", "ünïcode", "a b"]),

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from pipeline.cli import supervise
-from pipeline.errors import BrokerError, ConfigError
-from pipeline.logs import JsonFormatter
+from mongomem.cli import supervise
+from mongomem.errors import BrokerError, ConfigError
+from mongomem.logs import JsonFormatter
 
 
 async def test_retriable_failures_restart_the_stage() -> None:

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.codec import decode, encode, peek_kind
-from pipeline.errors import MessageDecodeError
-from pipeline.models import (
+from mongomem.codec import decode, encode, peek_kind
+from mongomem.errors import MessageDecodeError
+from mongomem.models import (
     Evidence,
     MemoryCandidate,
     MemoryScope,

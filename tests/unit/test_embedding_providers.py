@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import SecretStr
 
-from pipeline.embeddings import (
+from mongomem.embeddings import (
     Embedder,
     HashingEmbedder,
     LocalE5Embedder,
@@ -16,9 +16,9 @@ from pipeline.embeddings import (
     embed_queries,
     make_embedder,
 )
-from pipeline.errors import ConfigError, EmbeddingError, NotReady
-from pipeline.settings import EmbeddingSettings
-from pipeline.testing import FakeOpenAIServer
+from mongomem.errors import ConfigError, EmbeddingError, NotReady
+from mongomem.settings import EmbeddingSettings
+from mongomem.testing import FakeOpenAIServer
 
 
 def test_no_provider_is_not_ready_and_says_what_to_set() -> None:

@@ -7,19 +7,19 @@ import importlib
 import pytest
 
 MODULES = [
-    "pipeline.llm",
-    "pipeline.readiness",
-    "pipeline.testing",
-    "pipeline.testing.replies",
-    "pipeline.testing.server",
-    "pipeline.testing.stand_in",
-    "pipeline.testing.snapshots",
-    "stages.extractor",
-    "stages.extractor.core",
-    "stages.extractor.handler",
-    "stages.extractor.types",
-    "stages.extractor.usage",
-    "stages.extractor.worker",
+    "mongomem.llm",
+    "mongomem.readiness",
+    "mongomem.testing",
+    "mongomem.testing.replies",
+    "mongomem.testing.server",
+    "mongomem.testing.stand_in",
+    "mongomem.testing.snapshots",
+    "mongomem.stages.extractor",
+    "mongomem.stages.extractor.core",
+    "mongomem.stages.extractor.handler",
+    "mongomem.stages.extractor.types",
+    "mongomem.stages.extractor.usage",
+    "mongomem.stages.extractor.worker",
 ]
 
 
@@ -38,7 +38,7 @@ def test_all_is_sorted_and_resolves(name: str) -> None:
 
 
 def test_stage_entry_point_matches_the_cli() -> None:
-    from pipeline.cli import STAGES
+    from mongomem.cli import STAGES
 
     module_name, _, attr = STAGES["extractor"].partition(":")
     entry = getattr(importlib.import_module(module_name), attr)

@@ -7,12 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
-from pipeline.llm import strict_json_schema
-from pipeline.models import MemoryCandidate, ScopeKind
-from pipeline.project_config import CustomTypeConfig
-from pipeline.testing import make_snapshot
-from stages.extractor.core import (
+from mongomem.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
+from mongomem.llm import strict_json_schema
+from mongomem.models import MemoryCandidate, ScopeKind
+from mongomem.project_config import CustomTypeConfig
+from mongomem.stages.extractor.core import (
     conversation_nonce,
     extracted_items,
     render_messages,
@@ -20,7 +19,8 @@ from stages.extractor.core import (
     should_retry,
     to_candidates,
 )
-from stages.extractor.types import builtin_spec, custom_spec
+from mongomem.stages.extractor.types import builtin_spec, custom_spec
+from mongomem.testing import make_snapshot
 
 NOW = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
 

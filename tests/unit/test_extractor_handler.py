@@ -10,14 +10,17 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from pipeline.codec import decode, encode
-from pipeline.embeddings import HashingEmbedder
-from pipeline.errors import ConfigError, EmbeddingError
-from pipeline.kafka import DeadLetter
-from pipeline.llm import OpenAILLM
-from pipeline.models import MemoryCandidate
-from pipeline.settings import ExtractionSettings, KafkaSettings, LLMSettings
-from pipeline.testing import (
+from mongomem.codec import decode, encode
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import ConfigError, EmbeddingError
+from mongomem.kafka import DeadLetter
+from mongomem.llm import OpenAILLM
+from mongomem.models import MemoryCandidate
+from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
+from mongomem.stages.extractor.handler import TypeHandler
+from mongomem.stages.extractor.types import builtin_spec
+from mongomem.stages.extractor.usage import MemoryUsageRecorder
+from mongomem.testing import (
     Answer,
     FakeOpenAIServer,
     Malformed,
@@ -25,9 +28,6 @@ from pipeline.testing import (
     ServerError,
     make_snapshot,
 )
-from stages.extractor.handler import TypeHandler
-from stages.extractor.types import builtin_spec
-from stages.extractor.usage import MemoryUsageRecorder
 
 FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
 

@@ -1,4 +1,4 @@
-"""Extracted memories are stored in the same shape as direct saves (pipeline.ltm.kinds).
+"""Extracted memories are stored in the same shape as direct saves (mongomem.ltm.kinds).
 
 If the extractor and the SDK disagreed on field names, keys or embedded text,
 an extracted fact and a saved one could never REINFORCE each other and the
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.ltm.kinds import KINDS
-from pipeline.models import utcnow
-from pipeline.sdk.models import MemoryRecord, typed
-from stages.extractor.types import builtin_spec
+from mongomem.ltm.kinds import KINDS
+from mongomem.models import utcnow
+from mongomem.sdk.models import MemoryRecord, typed
+from mongomem.stages.extractor.types import builtin_spec
 
 ITEMS: dict[str, dict[str, Any]] = {
     "semantic": {"label": "Home Airport", "fact": "The user's home airport is Boston."},

@@ -7,12 +7,12 @@ import json
 import httpx
 import pytest
 
-from pipeline.errors import InputError, NotReady, StorageError
-from pipeline.ltm.writes import pending_entry
-from pipeline.models import Action, utcnow
-from pipeline.sdk import AsyncMemory, HttpTransport, Identity, MemoryRequestContext
-from pipeline.sdk.errormap import error_body
-from pipeline.sdk.idempotency import (
+from mongomem.errors import InputError, NotReady, StorageError
+from mongomem.ltm.writes import pending_entry
+from mongomem.models import Action, utcnow
+from mongomem.sdk import AsyncMemory, HttpTransport, Identity, MemoryRequestContext
+from mongomem.sdk.errormap import error_body
+from mongomem.sdk.idempotency import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     check_idempotency_key,
     keyed_candidate_id,

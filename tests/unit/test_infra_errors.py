@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.errors import InfraError
-from pipeline.infra.local import LocalKafka, LocalMongo, resolve_classpath
+from mongomem.cli import main
+from mongomem.errors import InfraError
+from mongomem.infra.local import LocalKafka, LocalMongo, resolve_classpath
 
 
 @pytest.fixture

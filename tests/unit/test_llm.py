@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from pipeline.errors import (
+from mongomem.errors import (
     ConfigError,
     ExtractionError,
     LLMOutputInvalid,
@@ -18,9 +18,9 @@ from pipeline.errors import (
     MongomemError,
     NotReady,
 )
-from pipeline.llm import OpenAILLM, StandInLLM, make_llm, parse_retry_after, strict_json_schema
-from pipeline.settings import LLMSettings
-from pipeline.testing import (
+from mongomem.llm import OpenAILLM, StandInLLM, make_llm, parse_retry_after, strict_json_schema
+from mongomem.settings import LLMSettings
+from mongomem.testing import (
     STAND_IN_MODEL,
     Answer,
     FakeOpenAIServer,

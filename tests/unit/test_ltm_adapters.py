@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.errors import LLMUnavailable
-from pipeline.ltm import AtlasVectorSearch, LLMJudge, MemoryStore, Neighbour, ScriptedJudge
-from pipeline.ltm.judge import JudgeAnswer
-from pipeline.ltm.plan import Thresholds
-from pipeline.ltm.testing import candidate
-from pipeline.models import Action, MemoryScope
+from mongomem.errors import LLMUnavailable
+from mongomem.ltm import AtlasVectorSearch, LLMJudge, MemoryStore, Neighbour, ScriptedJudge
+from mongomem.ltm.judge import JudgeAnswer
+from mongomem.ltm.plan import Thresholds
+from mongomem.ltm.testing import candidate
+from mongomem.models import Action, MemoryScope
 
 ME = MemoryScope(project_id="p1", user_id="u1")
 

@@ -1,5 +1,5 @@
 """Long-term memory building blocks without servers: kinds, documents, the scope index,
-identity and the public API of ``pipeline.ltm`` and ``pipeline.sdk``."""
+identity and the public API of ``mongomem.ltm`` and ``mongomem.sdk``."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError, ScopeError
-from pipeline.ltm.documents import from_document, to_document
-from pipeline.ltm.index import Row, ScopeIndex
-from pipeline.ltm.kinds import KINDS, kind_of, normalize_key, scope_for
-from pipeline.ltm.plan import Decision, build_version
-from pipeline.ltm.testing import candidate
-from pipeline.models import Action, MemoryScope
-from pipeline.sdk import MemoryRequestContext, resolve_identity
+from mongomem.errors import InputError, ScopeError
+from mongomem.ltm.documents import from_document, to_document
+from mongomem.ltm.index import Row, ScopeIndex
+from mongomem.ltm.kinds import KINDS, kind_of, normalize_key, scope_for
+from mongomem.ltm.plan import Decision, build_version
+from mongomem.ltm.testing import candidate
+from mongomem.models import Action, MemoryScope
+from mongomem.sdk import MemoryRequestContext, resolve_identity
 
 AT = datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -130,7 +130,7 @@ def test_identity_of_users_and_service_accounts() -> None:
         me.model_copy(update={"session_id": None}).session()
 
 
-@pytest.mark.parametrize("name", ["pipeline.ltm", "pipeline.sdk", "stages.reconciler"])
+@pytest.mark.parametrize("name", ["mongomem.ltm", "mongomem.sdk", "mongomem.stages.reconciler"])
 def test_all_is_sorted_and_resolves(name: str) -> None:
     module = importlib.import_module(name)
 
@@ -143,7 +143,7 @@ def test_all_is_sorted_and_resolves(name: str) -> None:
 
 
 def test_index_cache_drops_least_recently_used_scopes() -> None:
-    from pipeline.ltm.index import IndexCache
+    from mongomem.ltm.index import IndexCache
 
     cache = IndexCache(None, None, max_rows=2)  # type: ignore[arg-type]
     scopes = [MemoryScope(project_id="p", user_id=f"u{i}") for i in range(3)]

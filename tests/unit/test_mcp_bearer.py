@@ -7,9 +7,9 @@ import pytest
 from pydantic import SecretStr
 from starlette.types import Receive, Scope, Send
 
-from pipeline.errors import ConfigError
-from pipeline.mcp_server import McpServerConfig
-from pipeline.mcp_server.http import BearerAuth, check_http_auth
+from mongomem.errors import ConfigError
+from mongomem.mcp_server import McpServerConfig
+from mongomem.mcp_server.http import BearerAuth, check_http_auth
 
 TOKEN = SecretStr("s3cret-token")
 MISSING = "missing bearer token (Authorization: Bearer <token>)"

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from pipeline.errors import ConfigError, InputError
-from pipeline.mcp_server import LazySpaces, McpServerConfig, SpacesApi, build_server, launch
-from pipeline.mcp_server.space_tools import on_duplicate_from
-from pipeline.models import utcnow
-from pipeline.sdk import AsyncMemory
-from pipeline.settings import load_settings
-from pipeline.spaces import (
+from mongomem.errors import ConfigError, InputError
+from mongomem.mcp_server import LazySpaces, McpServerConfig, SpacesApi, build_server, launch
+from mongomem.mcp_server.space_tools import on_duplicate_from
+from mongomem.models import utcnow
+from mongomem.sdk import AsyncMemory
+from mongomem.settings import load_settings
+from mongomem.spaces import (
     AddAnyway,
     AddResult,
     AsyncSpaces,
@@ -31,7 +31,7 @@ from pipeline.spaces import (
     Space,
     SpaceItem,
 )
-from pipeline.spaces.models import Sentiment
+from mongomem.spaces.models import Sentiment
 
 SPACE_TOOLS = {
     "list_spaces", "recall_cases", "add_case", "check_escalation", "resolve_escalation",

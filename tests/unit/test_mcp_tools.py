@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from pipeline.errors import ConfigError, InputError, ScopeError, StorageError
-from pipeline.ltm import kind_of
-from pipeline.mcp_server import (
+from mongomem.errors import ConfigError, InputError, ScopeError, StorageError
+from mongomem.ltm import kind_of
+from mongomem.mcp_server import (
     McpServerConfig,
     build_server,
     describe_error,
     parse_args,
 )
-from pipeline.models import Action, Role, Turn, utcnow
-from pipeline.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
-from pipeline.stm import validate_role
+from mongomem.models import Action, Role, Turn, utcnow
+from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
+from mongomem.stm import validate_role
 
 TOOLS = {
     "record_turn", "recent_turns", "list_sessions",
@@ -251,7 +251,7 @@ def test_the_cli_options_parse_without_importing_the_mcp_sdk() -> None:
     """``mongomem`` builds its parser with :func:`add_arguments`; that must stay cheap."""
     code = (
         "import argparse, sys\n"
-        "from pipeline.mcp_server import add_arguments, config_from_args\n"
+        "from mongomem.mcp_server import add_arguments, config_from_args\n"
         "parser = argparse.ArgumentParser()\n"
         "sub = parser.add_subparsers(dest='command', required=True)\n"
         "add_arguments(sub.add_parser('mcp'))\n"

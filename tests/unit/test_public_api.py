@@ -4,47 +4,52 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
-import pipeline
-from pipeline import errors
+import mongomem
+from mongomem import errors
 
 MODULES = [
-    "pipeline",
-    "pipeline.errors",
-    "pipeline.models",
-    "pipeline.codec",
-    "pipeline.settings",
-    "pipeline.project_config",
-    "pipeline.kafka",
-    "pipeline.mongo",
-    "pipeline.infra",
-    "pipeline.embeddings",
-    "pipeline.mcp_server",
-    "pipeline.mcp_server.http",
-    "pipeline.mcp_server.space_tools",
-    "pipeline.sdk",
-    "pipeline.sdk.errormap",
-    "pipeline.sdk.http",
-    "pipeline.sdk.service_client",
-    "pipeline.sdk.sync",
-    "pipeline.sdk.wire",
-    "pipeline.service",
-    "pipeline.service.app",
-    "pipeline.service.cli",
-    "pipeline.service.keys",
-    "pipeline.service.limits",
-    "pipeline.service.spaces_routes",
-    "pipeline.spaces",
-    "pipeline.spaces.cli",
-    "pipeline.spaces.http",
-    "pipeline.spaces.models",
-    "pipeline.spaces.scoring",
-    "pipeline.spaces.sync",
-    "pipeline.spaces.wire",
-    "pipeline.testing",
-    "pipeline.tls",
+    "mongomem",
+    "mongomem.errors",
+    "mongomem.models",
+    "mongomem.codec",
+    "mongomem.settings",
+    "mongomem.project_config",
+    "mongomem.kafka",
+    "mongomem.mongo",
+    "mongomem.infra",
+    "mongomem.embeddings",
+    "mongomem.mcp_server",
+    "mongomem.mcp_server.http",
+    "mongomem.mcp_server.space_tools",
+    "mongomem.sdk",
+    "mongomem.sdk.errormap",
+    "mongomem.sdk.http",
+    "mongomem.sdk.service_client",
+    "mongomem.sdk.sync",
+    "mongomem.sdk.wire",
+    "mongomem.service",
+    "mongomem.service.app",
+    "mongomem.service.cli",
+    "mongomem.service.keys",
+    "mongomem.service.limits",
+    "mongomem.service.spaces_routes",
+    "mongomem.spaces",
+    "mongomem.spaces.cli",
+    "mongomem.spaces.http",
+    "mongomem.spaces.models",
+    "mongomem.spaces.scoring",
+    "mongomem.spaces.sync",
+    "mongomem.spaces.wire",
+    "mongomem.testing",
+    "mongomem.tls",
 ]
 
 
@@ -67,13 +72,13 @@ def test_every_error_is_exported_and_rooted() -> None:
     classes = [
         obj
         for _, obj in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(obj, Exception) and obj.__module__ == "pipeline.errors"
+        if issubclass(obj, Exception) and obj.__module__ == "mongomem.errors"
     ]
     assert len(classes) >= 15
     for cls in classes:
         assert issubclass(cls, errors.MongomemError)
         assert cls.__name__ in errors.__all__
-        assert cls.__name__ in pipeline.__all__
+        assert cls.__name__ in mongomem.__all__
         assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} missing from the diagram"
         assert isinstance(cls.retriable, bool)
 
@@ -88,10 +93,81 @@ def test_retriable_flags() -> None:
 
 
 def test_pipeline_never_imports_stages() -> None:
-    import pathlib
-
-    root = pathlib.Path(pipeline.__file__).parent
+    root = Path(mongomem.__file__).parent
     for path in root.rglob("*.py"):
         text = path.read_text()
-        assert "import stages" not in text, path
-        assert "from stages" not in text, path
+        assert "import mongomem.stages" not in text, path
+        assert "from mongomem.stages" not in text, path
+
+
+#: What ``from mongomem import …`` gives a user, beyond the error tree and the models.
+USER_FACING = [
+    "AsyncMemory",
+    "AsyncSpaces",
+    "HttpTransport",
+    "Memory",
+    "MemoryRequestContext",
+    "MongomemError",
+    "Spaces",
+]
+
+
+def test_the_user_facing_names_are_exported_and_load_on_use() -> None:
+    from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
+    from mongomem.spaces import AsyncSpaces, Spaces
+
+    for name in USER_FACING:
+        assert name in mongomem.__all__, name
+    assert mongomem.Memory is Memory
+    assert mongomem.AsyncMemory is AsyncMemory
+    assert mongomem.MemoryRequestContext is MemoryRequestContext
+    assert mongomem.HttpTransport is HttpTransport
+    assert mongomem.Spaces is Spaces
+    assert mongomem.AsyncSpaces is AsyncSpaces
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = mongomem.Nope  # type: ignore[attr-defined]
+
+
+def test_import_mongomem_does_not_load_the_sdk() -> None:
+    code = "import sys, mongomem; print('mongomem.sdk' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_a_users_own_pipeline_and_stages_folders_shadow_nothing(tmp_path: Path) -> None:
+    for folder in ("pipeline", "stages", "pipeline/sdk"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("raise ImportError('the user folder')\n")
+    code = (
+        "from mongomem import Memory, AsyncSpaces\n"
+        "import mongomem.stages.watcher, mongomem.stages.extractor, mongomem.sdk\n"
+        "print(Memory.__module__, mongomem.stages.watcher.__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["mongomem.sdk.sync", "mongomem.stages.watcher"]
+
+
+def test_no_module_imports_the_folder_names() -> None:
+    root = Path(mongomem.__file__).parent.parent
+    old = re.compile(r"^\s*(from|import) (pipeline|stages)\b", re.M)
+    for folder in ("pipeline", "stages", "tests", "bench"):
+        for path in (root / folder).rglob("*.py"):
+            assert not old.search(path.read_text()), f"{path} imports by folder name"
+
+
+def test_every_package_folder_is_packaged() -> None:
+    """A new subpackage must be listed in pyproject.toml, or the wheel would leave it out."""
+    root = Path(mongomem.__file__).parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapping = {"pipeline": "mongomem", "stages": "mongomem.stages"}
+    for folder, name in mapping.items():
+        for init in (root / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(root / folder).parts
+            assert ".".join((name, *parts)) in listed, init
+    for prompts in (root / "stages").rglob("prompts"):
+        parts = prompts.relative_to(root / "stages").parts
+        assert ".".join(("mongomem.stages", *parts)) in listed

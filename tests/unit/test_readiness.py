@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from pipeline.errors import NotReady
-from pipeline.readiness import check_ready, ensure_ready
-from pipeline.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, load_settings
+from mongomem.errors import NotReady
+from mongomem.readiness import check_ready, ensure_ready
+from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, load_settings
 
 
 def test_nothing_configured_names_both_dependencies() -> None:

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from pipeline import errors
-from pipeline.errors import (
+from mongomem import errors
+from mongomem.errors import (
     AuthError,
     ConfigError,
     InputError,
@@ -23,10 +23,10 @@ from pipeline.errors import (
     StorageError,
     WriteConflict,
 )
-from pipeline.sdk import HttpTransport, Identity
-from pipeline.sdk.errormap import error_body, error_from, retry_after_s, status_for
-from pipeline.sdk.wire import Caller
-from pipeline.service import KeyRing, hash_key, identity_of, parse_env_keys
+from mongomem.sdk import HttpTransport, Identity
+from mongomem.sdk.errormap import error_body, error_from, retry_after_s, status_for
+from mongomem.sdk.wire import Caller
+from mongomem.service import KeyRing, hash_key, identity_of, parse_env_keys
 
 KEY_A = "travel-secret-0123456789"
 KEY_B = "other-secret-9876543210"
@@ -222,9 +222,9 @@ def test_adding_the_cli_commands_does_not_load_the_server() -> None:
 
     probe = (
         "import argparse, sys\n"
-        "from pipeline.service import add_cli\n"
+        "from mongomem.service import add_cli\n"
         "add_cli(argparse.ArgumentParser().add_subparsers())\n"
-        "heavy = ('aiohttp', 'pymongo', 'pipeline.service.app')\n"
+        "heavy = ('aiohttp', 'pymongo', 'mongomem.service.app')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

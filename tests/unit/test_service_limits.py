@@ -8,10 +8,10 @@ import time
 import httpx
 import pytest
 
-from pipeline.errors import RateLimitExceeded, StorageError
-from pipeline.sdk import HttpTransport, Identity
-from pipeline.sdk.errormap import error_body, error_from, retry_after_s, status_for
-from pipeline.service import Bucket, RateLimiter, take
+from mongomem.errors import RateLimitExceeded, StorageError
+from mongomem.sdk import HttpTransport, Identity
+from mongomem.sdk.errormap import error_body, error_from, retry_after_s, status_for
+from mongomem.service import Bucket, RateLimiter, take
 
 
 class FakeClock:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.project_config import enabled_types, load_project_config
-from pipeline.settings import ExtractionSettings, load_settings
+from mongomem.errors import ConfigError
+from mongomem.project_config import enabled_types, load_project_config
+from mongomem.settings import ExtractionSettings, load_settings
 
 
 def test_defaults_load_without_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,7 +130,7 @@ def test_missing_project_config_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_overlay_applies_another_processes_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.settings import overlay
+    from mongomem.settings import overlay
 
     monkeypatch.delenv("MONGOMEM_ENABLED_EXTRACTIONS", raising=False)
     base = load_settings()
@@ -154,7 +154,7 @@ def test_overlay_applies_another_processes_environment(monkeypatch: pytest.Monke
 
 
 def test_overlay_can_keep_what_was_set_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.settings import overlay
+    from mongomem.settings import overlay
 
     monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "mine:9092")
     base = load_settings()
@@ -166,7 +166,7 @@ def test_overlay_can_keep_what_was_set_explicitly(monkeypatch: pytest.MonkeyPatc
 
 
 def test_reconcile_thresholds_come_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.ltm import Thresholds
+    from mongomem.ltm import Thresholds
 
     monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.7")
     thresholds = Thresholds.from_settings(load_settings().reconcile)
@@ -178,15 +178,15 @@ def test_reconcile_thresholds_come_from_settings(monkeypatch: pytest.MonkeyPatch
 
 
 def test_kafka_compression_reaches_the_producers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeline.kafka
+    import mongomem.kafka
 
     made: list[dict[str, object]] = []
-    monkeypatch.setattr(pipeline.kafka, "AIOKafkaProducer", lambda **options: made.append(options))
+    monkeypatch.setattr(mongomem.kafka, "AIOKafkaProducer", lambda **options: made.append(options))
     assert load_settings().kafka.compression == "zstd"
     monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "broker:9092")
     for value, expected in (("none", None), ("lz4", "lz4"), ("zstd", "zstd")):
         monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", value)
-        pipeline.kafka.make_producer(load_settings().kafka)
+        mongomem.kafka.make_producer(load_settings().kafka)
         assert made[-1]["compression_type"] == expected
     monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", "brotli")
     with pytest.raises(ConfigError, match="MONGOMEM_KAFKA_COMPRESSION"):

@@ -8,9 +8,9 @@ import inspect
 import httpx
 import pytest
 
-from pipeline.errors import ConfigError, InputError, RateLimitExceeded, StorageError
-from pipeline.sdk.sync import LoopThread, _LoopThread
-from pipeline.spaces import (
+from mongomem.errors import ConfigError, InputError, RateLimitExceeded, StorageError
+from mongomem.sdk.sync import LoopThread, _LoopThread
+from mongomem.spaces import (
     AddAnyway,
     AsyncSpaces,
     FileInput,
@@ -19,7 +19,7 @@ from pipeline.spaces import (
     Replace,
     Spaces,
 )
-from pipeline.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
+from mongomem.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
 
 CALLS = sorted(
     name

@@ -7,9 +7,9 @@ import base64
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.spaces import Keyring, PayloadCipher, SpacesSettings
-from pipeline.spaces.crypto import keyring_from
+from mongomem.errors import ConfigError
+from mongomem.spaces import Keyring, PayloadCipher, SpacesSettings
+from mongomem.spaces.crypto import keyring_from
 
 A, B, C = bytes(range(32)), bytes(32), bytes([7] * 32)
 WHERE = {"project_id": "p", "space_id": "s", "item_id": "i"}

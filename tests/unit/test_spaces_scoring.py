@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.errors import ConfigError, InputError
-from pipeline.spaces import RecallSettings, SearchKey, Space, SpaceItem, SpacesSettings
-from pipeline.spaces.catalog import check_keys, check_recall, key_change_warning
-from pipeline.spaces.crypto import PayloadCipher, cipher_from
-from pipeline.spaces.dedupe import merge_into
-from pipeline.spaces.escalations import decide
-from pipeline.spaces.models import Feedback
-from pipeline.spaces.scoring import Scored, keyword_overlap, rank, score_item, tokens
+from mongomem.errors import ConfigError, InputError
+from mongomem.spaces import RecallSettings, SearchKey, Space, SpaceItem, SpacesSettings
+from mongomem.spaces.catalog import check_keys, check_recall, key_change_warning
+from mongomem.spaces.crypto import PayloadCipher, cipher_from
+from mongomem.spaces.dedupe import merge_into
+from mongomem.spaces.escalations import decide
+from mongomem.spaces.models import Feedback
+from mongomem.spaces.scoring import Scored, keyword_overlap, rank, score_item, tokens
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pipeline.llm import strict_json_schema
-from pipeline.testing import STAND_IN_MODEL, ChatRequest, StandInResponder, make_snapshot
-from stages.extractor.core import extracted_items, render_messages
-from stages.extractor.types import builtin_spec
+from mongomem.llm import strict_json_schema
+from mongomem.stages.extractor.core import extracted_items, render_messages
+from mongomem.stages.extractor.types import builtin_spec
+from mongomem.testing import STAND_IN_MODEL, ChatRequest, StandInResponder, make_snapshot
 
 CONVERSATION = [
     (

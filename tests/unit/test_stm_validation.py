@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.models import Role, Turn
-from pipeline.stm import (
+from mongomem.errors import InputError
+from mongomem.models import Role, Turn
+from mongomem.stm import (
     session_key,
     turn_document,
     turn_from_document,

@@ -12,10 +12,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pymongo.errors import OperationFailure
 
-from pipeline.errors import ResumeTokenLost
-from stages.watcher import ChangeReader, Idle, Stream
-from stages.watcher_batches import PartitionBatcher
-from stages.watcher_logic import (
+from mongomem.errors import ResumeTokenLost
+from mongomem.stages.watcher import ChangeReader, Idle, Stream
+from mongomem.stages.watcher_batches import PartitionBatcher
+from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
     WATCH_PIPELINE,
     FlushPolicy,

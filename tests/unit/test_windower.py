@@ -7,15 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.codec import decode, encode, peek_kind
-from pipeline.errors import StorageError
-from pipeline.kafka import DeadLetter
-from pipeline.models import SessionKey, Snapshot, Turn
-from pipeline.project_config import WindowingConfig, WindowOverride
-from pipeline.settings import WindowingSettings
-from stages.windowing import WindowPolicy, WindowTick, advance
-from stages.windowing.logic import initial_state
-from stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.codec import decode, encode, peek_kind
+from mongomem.errors import StorageError
+from mongomem.kafka import DeadLetter
+from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.project_config import WindowingConfig, WindowOverride
+from mongomem.settings import WindowingSettings
+from mongomem.stages.windowing import WindowPolicy, WindowTick, advance
+from mongomem.stages.windowing.logic import initial_state
+from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SESSION = SessionKey(project_id="p", user_id="u", session_id="s")
@@ -193,16 +193,16 @@ def test_project_overrides_win_over_the_defaults() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "stages.windowing",
-        "stages.windowing.logic",
-        "stages.windowing.windower",
-        "stages.windowing.sinks",
-        "stages.windowing.app",
-        "stages.windowing.consumer",
-        "stages.windowing.worker",
-        "stages.windowing.ports",
-        "stages.windowing.reader",
-        "stages.windowing.batches",
+        "mongomem.stages.windowing",
+        "mongomem.stages.windowing.logic",
+        "mongomem.stages.windowing.windower",
+        "mongomem.stages.windowing.sinks",
+        "mongomem.stages.windowing.app",
+        "mongomem.stages.windowing.consumer",
+        "mongomem.stages.windowing.worker",
+        "mongomem.stages.windowing.ports",
+        "mongomem.stages.windowing.reader",
+        "mongomem.stages.windowing.batches",
     ],
 )
 def test_exports_are_sorted_and_resolve(name: str) -> None:

@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.settings import KafkaSettings, load_settings
-from stages.windowing.app import build_app
+from mongomem.settings import KafkaSettings, load_settings
+from mongomem.stages.windowing.app import build_app
 
 
 async def test_the_faust_data_directory_is_under_the_temporary_directory() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from stages.windowing.consumer import ChangelogTable
-from stages.windowing.logic import WindowState
+from mongomem.stages.windowing.consumer import ChangelogTable
+from mongomem.stages.windowing.logic import WindowState
 
 
 class RecordingProducer:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
-from pipeline.codec import encode
-from pipeline.kafka import DeadLetter
-from pipeline.models import SessionKey, Snapshot, Turn
-from pipeline.settings import WindowingSettings
-from stages.windowing.logic import Window, WindowPolicy, WindowTick
-from stages.windowing.ports import MemoryStore, Policies
-from stages.windowing.windower import Record, SnapshotWindower
+from mongomem.codec import encode
+from mongomem.kafka import DeadLetter
+from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.settings import WindowingSettings
+from mongomem.stages.windowing.logic import Window, WindowPolicy, WindowTick
+from mongomem.stages.windowing.ports import MemoryStore, Policies
+from mongomem.stages.windowing.windower import Record, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 A = SessionKey(project_id="p", user_id="u", session_id="a")
