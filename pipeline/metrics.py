@@ -18,7 +18,10 @@ metric                                      labels
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from mongomem.extras import require
+
+with require("stages"):
+    from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
 __all__ = [
     "CONSUMER_LAG",

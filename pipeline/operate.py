@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -33,7 +32,13 @@ from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.project_config import enabled_types, load_project_config
 from mongomem.readiness import check_ready
-from mongomem.settings import ExtractionSettings, KafkaSettings, Settings, overlay
+from mongomem.settings import (
+    ExtractionSettings,
+    KafkaSettings,
+    Settings,
+    overlay,
+    with_local_pipeline,
+)
 
 __all__ = ["apply", "configure", "print_status", "replay", "stage_groups"]
 
@@ -59,9 +64,7 @@ def _with_local_defaults(settings: Settings) -> Settings:
     Those are the saved stage environment over ``settings``; without a local
     pipeline, the local servers' addresses fill in missing URIs.
     """
-    saved = settings.infra.state_dir.resolve() / "stages" / "env.json"
-    if saved.exists():
-        settings = overlay(settings, json.loads(saved.read_text()), keep_set=True)
+    settings = with_local_pipeline(settings)
     kafka = settings.kafka
     if kafka.bootstrap is None:
         kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})

@@ -13,13 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
-
 from mongomem.errors import BrokerError
+from mongomem.extras import require
 from mongomem.kafka import dead_letter_topic
 from mongomem.settings import KafkaSettings
+
+with require("stages"):
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
 
 __all__ = [
     "GroupLag",

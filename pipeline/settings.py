@@ -35,6 +35,7 @@ MONGOMEM_STM_WATCHER_BATCH_MAX         turns that make a watcher flush due (500;
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -55,6 +56,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from mongomem.errors import ConfigError
 
 __all__ = [
+    "LOCAL_PIPELINE_ENV",
     "EmbeddingSettings",
     "ExtractionSettings",
     "InfraSettings",
@@ -69,7 +71,9 @@ __all__ = [
     "StmSettings",
     "WindowingSettings",
     "load_settings",
+    "local_pipeline_env",
     "overlay",
+    "with_local_pipeline",
 ]
 
 TYPE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
@@ -450,6 +454,45 @@ def overlay(settings: Settings, env: Mapping[str, str], *, keep_set: bool = Fals
     if "MONGOMEM_PROJECT_CONFIG" in env and not (keep_set and settings.project_config):
         updates["project_config"] = Path(env["MONGOMEM_PROJECT_CONFIG"])
     return settings.model_copy(update=updates)
+
+
+#: Where ``mongomem up`` (``make run``) saves the environment it gave its
+#: stages, under the state directory (``MONGOMEM_INFRA_STATE_DIR``).
+LOCAL_PIPELINE_ENV = Path("stages") / "env.json"
+
+
+def local_pipeline_env(settings: Settings) -> dict[str, str] | None:
+    """The environment the local pipeline's stages run with, or None if none runs here."""
+    saved = settings.infra.state_dir.resolve() / LOCAL_PIPELINE_ENV
+    try:
+        text = saved.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the local pipeline's settings in {saved}: {exc}") from exc
+    try:
+        env = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{saved} is not JSON ({exc}); `mongomem up` rewrites it") from exc
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{saved} is not a JSON object of strings; `mongomem up` rewrites it")
+    return env
+
+
+def with_local_pipeline(settings: Settings) -> Settings:
+    """``settings`` completed from the local pipeline (``make run``), when one runs here.
+
+    The discovery the SDK uses when it is given no settings: the file
+    ``<state dir>/stages/env.json`` (state dir ``.mongomem`` in the current
+    folder unless ``MONGOMEM_INFRA_STATE_DIR`` says otherwise) holds the
+    ``MONGOMEM_*`` values ``mongomem up`` gave its stages — the servers'
+    addresses, the embedding provider and the LLM endpoint. Values this process
+    was given (its own environment, or arguments) win; without the file the
+    settings are returned unchanged. ``mongomem env`` prints the same values as
+    shell exports.
+    """
+    env = local_pipeline_env(settings)
+    return settings if env is None else overlay(settings, env, keep_set=True)
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -191,11 +191,12 @@ class LocalServer(ABC):
         self.pid_file.write_text(str(self.process.pid))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            code = self.process.poll()
+            if code is not None:
                 tail = self.log_file.read_text(errors="replace")[-1500:]
-                self._cleanup()
+                self._cleanup()  # forgets the process
                 raise InfraError(
-                    f"the local {self.name} exited at start (code {self.process.returncode}); "
+                    f"the local {self.name} exited at start (code {code}); "
                     f"log: {self.log_file}\n{tail}"
                 )
             if self._ready():

@@ -27,17 +27,20 @@ import logging
 import ssl
 from typing import Any
 
-import uvicorn
-from mcp.server.mcpserver import MCPServer
 from pydantic import SecretStr
-from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocketClose
 
 from mongomem.errors import AuthError, ConfigError
+from mongomem.extras import require
 from mongomem.mcp_server.config import McpServerConfig
 from mongomem.sdk.errormap import error_body
+
+with require("mcp"):
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+    from starlette.datastructures import Headers
+    from starlette.responses import JSONResponse
+    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.websockets import WebSocketClose
 
 __all__ = ["LOOPBACK_HOSTS", "BearerAuth", "check_http_auth", "serve_http"]
 

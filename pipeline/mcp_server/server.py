@@ -30,18 +30,21 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import CallToolResult, InputRequiredResult
 from pydantic import BaseModel, ConfigDict
 
 from mongomem import __version__
 from mongomem.errors import ConfigError, InputError, MongomemError, ScopeError
+from mongomem.extras import require
 from mongomem.mcp_server.config import McpServerConfig
 from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
 
 if TYPE_CHECKING:
     from mongomem.mcp_server.space_tools import LazySpaces
+
+with require("mcp"):
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 __all__ = [
     "Caller",

@@ -42,10 +42,10 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Protocol
 
-from mcp.server.mcpserver import MCPServer
 from pydantic import Field
 
 from mongomem.errors import ConfigError, InputError
+from mongomem.extras import require
 from mongomem.mcp_server.server import Caller, tool_errors
 from mongomem.mcp_server.tools import READ, SAVE
 from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
@@ -60,6 +60,9 @@ from mongomem.spaces.models import (
     SpaceItem,
     validated,
 )
+
+with require("mcp"):
+    from mcp.server.mcpserver import MCPServer
 
 __all__ = [
     "DuplicateChoice",

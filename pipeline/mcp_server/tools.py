@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from mongomem.extras import require
 from mongomem.mcp_server.server import Caller, Lookup, tool_errors
 from mongomem.models import Role, Turn
 from mongomem.sdk import (
@@ -28,6 +28,9 @@ from mongomem.sdk import (
     VersionRecord,
 )
 from mongomem.stm import SessionSummary
+
+with require("mcp"):
+    from mcp.server.mcpserver import MCPServer
 
 __all__ = ["register_tools"]
 

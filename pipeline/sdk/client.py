@@ -40,7 +40,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.render import render_context
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, with_local_pipeline
 from mongomem.stm import SessionSummary
 from mongomem.tls import Verify
 
@@ -92,7 +92,10 @@ class AsyncMemory:
             transport.use_api_key(api_key)
         if transport is None:
             transport = DirectTransport(
-                settings or load_settings(), embedder=embedder, judge=judge, thresholds=thresholds
+                settings or with_local_pipeline(load_settings()),
+                embedder=embedder,
+                judge=judge,
+                thresholds=thresholds,
             )
         self.transport = transport
 

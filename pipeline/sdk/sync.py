@@ -10,6 +10,8 @@ Close the memory (or use it as a context manager) to stop the thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
@@ -39,6 +41,8 @@ __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 class LoopThread:
     """An event loop running forever in a daemon thread; :meth:`call` runs a coroutine
@@ -60,12 +64,26 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
+        """Cancel what still runs on the loop, let it finish, then stop and close the loop."""
         if self.loop.is_closed():
             return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            with contextlib.suppress(Exception):  # a loop that will not drain is stopped anyway
+                asyncio.run_coroutine_threadsafe(_drain(), self.loop).result(10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
         if not self.thread.is_alive():
             self.loop.close()
+
+
+async def _drain() -> None:
+    """Cancel every other task of the running loop and wait for them (background tasks)."""
+    loop = asyncio.get_running_loop()
+    tasks = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await loop.shutdown_asyncgens()
 
 
 _LoopThread = LoopThread  # the old private name keeps working
@@ -99,7 +117,9 @@ class SyncClient(Generic[A]):
         except BaseException:
             self._runner.stop()
             raise
-        self._finalizer = weakref.finalize(self, self._runner.stop)
+        # Also at interpreter exit for a client that was never closed: close the
+        # async client (and its driver's background tasks) on its loop, then stop.
+        self._finalizer = weakref.finalize(self, _shut_down, self._runner, self._async)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._runner.call(coro, self._timeout)
@@ -107,16 +127,28 @@ class SyncClient(Generic[A]):
     def close(self) -> None:
         if not self._finalizer.alive:
             return
+        self._finalizer.detach()
         try:
             self._call(self._async.close())
         finally:
-            self._finalizer()
+            self._runner.stop()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _shut_down(runner: LoopThread, client: _Closable) -> None:
+    """Close ``client`` on ``runner``'s loop and stop it; errors are dropped (nobody to tell)."""
+    try:
+        if runner.thread.is_alive() and not runner.loop.is_closed():
+            runner.call(client.close(), timeout=10)
+    except Exception:  # at exit or at garbage collection; stop the loop all the same
+        log.debug("closing an unclosed client failed", exc_info=True)
+    finally:
+        runner.stop()
 
 
 class Memory(SyncClient[AsyncMemory]):

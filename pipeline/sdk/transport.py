@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import Embedder, embed_queries, make_embedder
+from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
 from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
@@ -84,7 +84,10 @@ class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
     ``embedder`` defaults to :func:`~mongomem.embeddings.make_embedder` of
-    ``settings.embedding``; ``client`` lets an application share its client.
+    ``settings.embedding`` (with no provider set: the local model when the
+    ``local-embeddings`` extra is installed), made on the first save or search:
+    turns and reads need no embedder. ``client`` lets an application share its
+    client.
     """
 
     def __init__(
@@ -106,10 +109,9 @@ class DirectTransport:
         self._stm: ShortTermMemory | None = None
         self._lock = asyncio.Lock()
 
-    async def _ready(self) -> tuple[MemoryStore, Embedder]:
+    async def _store_ready(self) -> MemoryStore:
+        """The store (and short-term memory), set up on first use; needs no embedder."""
         async with self._lock:
-            if self._embedder is None:
-                self._embedder = make_embedder(self._settings.embedding)
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
@@ -123,10 +125,20 @@ class DirectTransport:
                 stm = ShortTermMemory(db, self._settings.stm)
                 await stm.ensure_indexes()
                 self._store, self._stm = store, stm
-            return self._store, self._embedder
+            return self._store
+
+    async def _ready(self) -> tuple[MemoryStore, Embedder]:
+        """The store and the embedder: only saves and searches need the embedder."""
+        store = await self._store_ready()
+        if self._embedder is None:
+            embedding = self._settings.embedding
+            if embedding.provider is None and local_model_installed():
+                embedding = embedding.model_copy(update={"provider": "local"})
+            self._embedder = make_embedder(embedding)
+        return store, self._embedder
 
     async def _short_term(self) -> ShortTermMemory:
-        await self._ready()
+        await self._store_ready()
         assert self._stm is not None
         return self._stm
 
@@ -162,7 +174,7 @@ class DirectTransport:
         )  # fmt: skip
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
-        store, _ = await self._ready()
+        store = await self._store_ready()
         kind_of(memory_type)
         found = await store.get(who.scope(memory_type), memory_type, key)
         return None if found is None else record_of(found)
@@ -182,18 +194,18 @@ class DirectTransport:
     async def list_memories(
         self, who: Identity, memory_type: str, limit: int, domain: str | None
     ) -> list[MemoryRecord]:
-        store, _ = await self._ready()
+        store = await self._store_ready()
         kind_of(memory_type)
         prefix = _domain_prefix(memory_type, domain)
         found = await store.list_current(who.scope(memory_type), memory_type, limit, prefix)
         return [record_of(v) for v in found]
 
     async def list_domains(self, who: Identity) -> list[str]:
-        store, _ = await self._ready()
+        store = await self._store_ready()
         return await store.list_domains(who.project_id)
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
-        store, _ = await self._ready()
+        store = await self._store_ready()
         versions = await store.history(memory_id, who.scopes)
         return [
             VersionRecord.model_validate(

@@ -50,8 +50,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from pymongo import AsyncMongoClient
@@ -59,6 +57,7 @@ from pymongo.errors import PyMongoError
 
 from mongomem.embeddings import Embedder
 from mongomem.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
+from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.mongo import Document, connect, database
 from mongomem.readiness import check_ready, ensure_ready
@@ -81,6 +80,10 @@ from mongomem.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
 from mongomem.service.limits import RateLimiter
 from mongomem.settings import Settings
 from mongomem.tls import server_context
+
+with require("service"):
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 
 __all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
 

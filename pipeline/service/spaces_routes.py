@@ -57,16 +57,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 from pydantic_core import to_jsonable_python
 
 from mongomem.embeddings import Embedder, make_embedder
 from mongomem.errors import InputError, ScopeError
+from mongomem.extras import require
 from mongomem.service.app import BACKEND, _authorise, _error_response
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces
 from mongomem.spaces.wire import decode_choice, decode_inputs
+
+with require("service"):
+    from aiohttp import web
 
 __all__ = ["CONFIRMATION_REQUIRED", "MAX_IMPORT_BYTES", "SpacesRegistry", "add_spaces_routes"]
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from mongomem.embeddings import Embedder
 from mongomem.errors import ConfigError
 from mongomem.sdk.sync import SyncClient
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, with_local_pipeline
 from mongomem.spaces.api import AsyncSpaces
 from mongomem.spaces.catalog import KeysArg
 from mongomem.spaces.crypto import SpacesSettings
@@ -81,9 +81,11 @@ class Spaces(SyncClient["AsyncSpaces | HttpSpaces"]):
                 return HttpSpaces(base_url, api_key, verify=verify)
             assert project_id is not None
             return AsyncSpaces(
-                settings or load_settings(), project_id=project_id, embedder=embedder,
+                settings or with_local_pipeline(load_settings()),
+                project_id=project_id,
+                embedder=embedder,
                 spaces_settings=spaces_settings,
-            )  # fmt: skip
+            )
 
         super().__init__(make, timeout_s, "mongomem-spaces")
 

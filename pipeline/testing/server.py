@@ -31,9 +31,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from aiohttp import web
-
 from mongomem.embeddings import HashingEmbedder
+from mongomem.extras import require
 from mongomem.testing.replies import (
     Answer,
     ChatRequest,
@@ -45,6 +44,9 @@ from mongomem.testing.replies import (
     ServerError,
     Slow,
 )
+
+with require("testing"):
+    from aiohttp import web
 
 __all__ = ["FakeOpenAIServer"]
 

@@ -39,11 +39,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import faust
-
+from mongomem.extras import require
 from mongomem.settings import Settings
 from mongomem.stages.windowing.logic import WindowState
 from mongomem.stages.windowing.windower import SnapshotWindower
+
+with require("faust"):
+    import faust
 
 __all__ = ["TableStore", "build_app", "faust_brokers"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from mongomem.cli import main
 from mongomem.errors import InfraError
-from mongomem.infra.local import LocalKafka, LocalMongo, resolve_classpath
+from mongomem.infra.local import LocalKafka, LocalMongo, LocalServer, free_port, resolve_classpath
 
 
 @pytest.fixture
@@ -90,3 +91,19 @@ def test_cli_rejects_an_impossible_port(
     err = capsys.readouterr().err
     assert "MONGOMEM_INFRA_KAFKA_PORT" in err
     assert "Traceback" not in err
+
+
+class _ExitsAtStart(LocalServer):
+    def _command(self) -> list[str]:
+        return [sys.executable, "-c", "import sys; print('cannot start'); sys.exit(3)"]
+
+    def _ready(self) -> bool:
+        return False
+
+
+def test_a_server_that_exits_at_start_is_an_infra_error_with_its_code(tmp_path: Path) -> None:
+    """It was an AttributeError: the process was forgotten before its code was read."""
+    server = _ExitsAtStart(name="broken", port=free_port(), state_dir=tmp_path, cache_dir=tmp_path)
+    with pytest.raises(InfraError, match=r"exited at start \(code 3\)(.|\n)*cannot start"):
+        server.start(timeout_s=30)
+    assert not server.pid_file.exists()
