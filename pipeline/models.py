@@ -19,6 +19,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 __all__ = [
     "BUILTIN_MEMORY_TYPES",
+    "MAX_JSON_DEPTH",
     "Action",
     "Evidence",
     "Identifier",
@@ -34,12 +35,29 @@ __all__ = [
     "SnapshotTurn",
     "Turn",
     "check_identifier",
+    "json_depth",
     "stable_id",
     "utcnow",
 ]
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+#: How deep a caller's JSON (turn metadata, a space item's outputs) may nest.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value: object) -> int:
+    """How deep ``value`` nests (a scalar is 0, ``[1]`` is 1), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1) for v in node)
+    return deepest
 
 
 def check_identifier(value: str) -> str:

@@ -62,7 +62,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, StorageError
-from mongomem.models import Role, SessionKey, Turn, check_identifier, utcnow
+from mongomem.models import MAX_JSON_DEPTH, Role, SessionKey, Turn, check_identifier, utcnow
 from mongomem.mongo import TURNS, Document
 from mongomem.settings import StmSettings
 
@@ -81,7 +81,7 @@ __all__ = [
 
 SESSION_SEQ_INDEX = "session_seq_unique"
 _MAX_ATTEMPTS = 64
-_MAX_DEPTH = 32
+_MAX_DEPTH = MAX_JSON_DEPTH
 _INT64 = 2**63
 _CACHE_SIZE = 10_000
 _ALLOWED_ROLES = ", ".join(r.value for r in Role)

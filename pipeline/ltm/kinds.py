@@ -16,6 +16,13 @@ taxonomic      domain, term, definition    ``domain/term``                 proje
 Keys are compared after :func:`normalize_key` (case-folded, runs of spaces and
 underscores become ``-``), so ``Home Airport`` and ``home-airport`` are the
 same memory.
+
+What a caller may send (:meth:`Kind.check`, strict): exactly the type's fields, each a
+non-empty string of at most :data:`MAX_FIELD_CHARS` characters; key fields
+(label, title, name, domain, term) hold no control characters at all, the
+other fields none but tab, newline and carriage return — the rule ids follow.
+An unknown field is refused by name (a typo such as ``lable`` would otherwise
+store a memory without its label).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from mongomem.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, 
 
 __all__ = [
     "KINDS",
+    "MAX_FIELD_CHARS",
     "Kind",
     "kind_of",
     "make_candidate",
@@ -39,7 +47,13 @@ __all__ = [
     "scope_for",
 ]
 
+#: The longest value of one field, in characters (the embedder reads far less).
+MAX_FIELD_CHARS = 32_768
+
 _SEPARATORS = re.compile(r"[\s_]+")
+#: Control characters: none in a key field; in a text field, all but \t \n \r.
+_KEY_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_TEXT_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r"\s+")
 
 
@@ -79,8 +93,20 @@ class Kind:
             case MemoryType.TAXONOMIC:
                 return f"{f['domain']} / {f['term']}: {f['definition']}"
 
-    def check(self, fields: Mapping[str, Any]) -> dict[str, str]:
-        """The fields, stripped; :class:`InputError` names a missing or bad one."""
+    def check(self, fields: Mapping[str, Any], *, strict: bool = False) -> dict[str, str]:
+        """The type's fields, stripped; :class:`InputError` names a missing or bad one.
+
+        ``strict`` (what a caller sends: SDK saves, the service) also refuses a
+        field the type does not have; without it other fields are left out (the
+        extractor's richer items keep theirs elsewhere).
+        """
+        unknown = sorted(str(name) for name in fields if name not in self.fields)
+        if strict and unknown:
+            raise InputError(
+                f"{self.memory_type.value} memories have no field {unknown[0]!r} "
+                f"(their fields: {', '.join(self.fields)})",
+                field=f"fields.{unknown[0]}",
+            )
         out: dict[str, str] = {}
         for name in self.fields:
             value = fields.get(name)
@@ -88,6 +114,13 @@ class Kind:
                 raise InputError(
                     f"{self.memory_type.value} memories need a non-empty {name!r}", field=name
                 )
+            if len(value) > MAX_FIELD_CHARS:
+                raise InputError(
+                    f"{name!r} is longer than {MAX_FIELD_CHARS} characters", field=name
+                )
+            control = _KEY_CONTROL if name in self.key_fields else _TEXT_CONTROL
+            if control.search(value):
+                raise InputError(f"{name!r} must not contain control characters", field=name)
             out[name] = value.strip()
         if "/" in out.get("domain", ""):
             raise InputError("a taxonomic domain must not contain '/'", field="domain")

@@ -13,6 +13,11 @@ any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` heade
 any other :class:`~mongomem.errors.MongomemError`  500
 =================================================  ======  =======================
 
+A 5xx answer never carries the error's own text, which can name a database
+address, a driver's topology or an internal URL: :func:`error_body` with
+``redact=True`` (what the service sends) says only what failed and that a
+retry may help; the service logs the details.
+
 The service sends :func:`error_body` with :func:`status_for`; the client turns
 the answer back into the same class with :func:`error_from`, so code written
 against :class:`~mongomem.sdk.DirectTransport` catches the same exceptions.
@@ -36,7 +41,14 @@ from mongomem.errors import (
 )
 from mongomem.sdk.wire import ErrorBody
 
-__all__ = ["MEMORY_NOT_FOUND", "error_body", "error_from", "retry_after_s", "status_for"]
+__all__ = [
+    "MEMORY_NOT_FOUND",
+    "error_body",
+    "error_from",
+    "public_message",
+    "retry_after_s",
+    "status_for",
+]
 
 #: The ``type`` of a 404 that means "no such memory" (``get`` answers ``None``).
 MEMORY_NOT_FOUND = "MemoryNotFound"
@@ -71,10 +83,32 @@ def retry_after_s(exc: MongomemError) -> int | None:
     return max(1, math.ceil(hint)) if hint is not None else 1
 
 
-def error_body(exc: MongomemError) -> ErrorBody:
+#: What a 5xx answer says in place of the error's text, by class (first match wins).
+_PUBLIC: tuple[tuple[type[MongomemError], str], ...] = (
+    (errors.StorageError, "the database is unavailable; retry later"),
+    (errors.BrokerError, "the message broker is unavailable; retry later"),
+    (errors.ExtractionError, "the language model is unavailable; retry later"),
+    (errors.EmbeddingError, "the embedding provider is unavailable; retry later"),
+    (errors.WriteConflict, "a concurrent write won; retry"),
+    (errors.NotReady, "the service is not ready; retry later"),
+)
+
+
+def public_message(exc: MongomemError) -> str:
+    """The text a caller may see: the error's own below 500, a generic one at 500 and above."""
+    if status_for(exc) < 500:
+        return str(exc)
+    for cls, message in _PUBLIC:
+        if isinstance(exc, cls):
+            return message
+    return "internal error; the service log has details"
+
+
+def error_body(exc: MongomemError, *, redact: bool = False) -> ErrorBody:
+    """``exc`` as an answer's body; ``redact`` keeps the details of a 5xx out of it."""
     return ErrorBody(
         type=type(exc).__name__,
-        message=str(exc),
+        message=public_message(exc) if redact else str(exc),
         retriable=exc.retriable,
         field=exc.field if isinstance(exc, InputError) else None,
         retry_after=retry_after_s(exc),

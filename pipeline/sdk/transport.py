@@ -151,7 +151,7 @@ class DirectTransport:
     ) -> SaveResult:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
-        checked = kind.check(fields)
+        checked = kind.check(fields, strict=True)
         fingerprint = None
         if idempotency_key is None:
             cid = stable_id("cand", "direct", uuid.uuid4().hex)

@@ -83,9 +83,18 @@ from mongomem.tls import server_context
 
 with require("service"):
     from aiohttp import web
+    from aiohttp.abc import AbstractAccessLogger
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 
-__all__ = ["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"]
+__all__ = [
+    "REQUESTS",
+    "REQUEST_SECONDS",
+    "AccessLog",
+    "identity_of",
+    "make_app",
+    "runner_for",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +226,9 @@ async def _readyz(request: web.Request) -> web.Response:
     problems = check_ready(backend.settings)
     try:
         await backend.client.admin.command("ping")
-    except PyMongoError as exc:
-        problems.append(f"MongoDB is unreachable: {exc}")
+    except PyMongoError as exc:  # the address and topology go to the log, not to the caller
+        log.warning("readiness: MongoDB is unreachable: %s", exc)
+        problems.append("MongoDB is unreachable")
     return web.json_response(
         {"ready": not problems, "problems": problems}, status=503 if problems else 200
     )
@@ -231,11 +241,14 @@ async def _metrics(request: web.Request) -> web.Response:
 
 
 def _error_response(exc: MongomemError, status: int | None = None) -> web.Response:
-    body = error_body(exc)
+    """The JSON error answer; a 5xx says only what failed (the details go to the log)."""
+    code = status or status_for(exc)
+    if code >= 500:
+        log.warning("answering %d: %s: %s", code, type(exc).__name__, exc)
+    body = error_body(exc, redact=True)
     headers = {}
     if body.retry_after is not None:
         headers["Retry-After"] = str(int(body.retry_after))
-    code = status or status_for(exc)
     if code == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="mongomem"'
     return web.json_response(
@@ -247,7 +260,8 @@ def _http_error(exc: web.HTTPException) -> web.Response:
     if exc.status == 413:
         return _error_response(InputError("the request body is too large", field="body"), 413)
     body = {"type": "NotFound" if exc.status == 404 else "HTTPError", "message": exc.reason}
-    return web.json_response({"error": body}, status=exc.status)
+    kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+    return web.json_response({"error": body}, status=exc.status, headers=kept)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -274,6 +288,31 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     REQUESTS.labels(label, str(response.status)).inc()
     REQUEST_SECONDS.labels(label).observe(time.perf_counter() - started)
     return response
+
+
+class AccessLog(AbstractAccessLogger):
+    """One line a request, without what may hold a credential.
+
+    The query string is never written (a key sent as ``?api_key=…`` must not land
+    in a log), nor any header: only the client address, the method, the path
+    (escaped), the status and the time.
+    """
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        path = request.rel_url.raw_path.encode("unicode_escape").decode("ascii")
+        self.logger.info(
+            '%s "%s %s" %d %.1fms',
+            request.remote,
+            request.method[:16].encode("unicode_escape").decode("ascii"),
+            path[:512],
+            response.status,
+            time * 1000,
+        )
+
+
+def runner_for(app: web.Application) -> web.AppRunner:
+    """The runner the service is served with (its access log is :class:`AccessLog`)."""
+    return web.AppRunner(app, handle_signals=False, access_log_class=AccessLog)
 
 
 def make_app(
@@ -333,7 +372,7 @@ async def serve(
     app = make_app(settings, embedder=embedder)
     if not service.api_keys:
         log.warning("no MONGOMEM_SERVICE_API_KEYS: only managed keys (mongomem keys) open projects")
-    runner = web.AppRunner(app, handle_signals=False)
+    runner = runner_for(app)
     await runner.setup()
     try:
         site = web.TCPSite(runner, service.host, service.port, ssl_context=tls)

@@ -52,6 +52,11 @@ KEY_PREFIX = "mmk_"
 _MANAGED = re.compile(r"mmk_([0-9a-f]{16})_[A-Za-z0-9_-]{32,}")
 
 
+def _presentable(key: str) -> bool:
+    """Whether ``key`` can be a key at all: printable ASCII, no spaces (an HTTP token)."""
+    return key.isascii() and key.isprintable() and " " not in key
+
+
 def hash_key(key: str) -> str:
     """The SHA-256 hex digest stored for, and compared with, a key."""
     return hashlib.sha256(key.encode()).hexdigest()
@@ -82,6 +87,11 @@ def parse_env_keys(entries: tuple[SecretStr, ...]) -> tuple[EnvKey, ...]:
             raise ConfigError(
                 f"MONGOMEM_SERVICE_API_KEYS entry {i}: expected <project_id>:<key> with a key "
                 "of at least 16 characters"
+            )
+        if not _presentable(key.strip()):
+            raise ConfigError(
+                f"MONGOMEM_SERVICE_API_KEYS entry {i}: a key is printable ASCII without spaces "
+                "(it travels in an HTTP header)"
             )
         out.append(EnvKey(project_id=project, digest=hash_key(key.strip())))
     return tuple(out)
@@ -187,6 +197,8 @@ class KeyRing:
         """The key's project, or :class:`AuthError`."""
         if not key:
             raise AuthError("no API key: send 'Authorization: Bearer <key>'")
+        if not _presentable(key):  # non-ASCII, control bytes: no key of ours looks like that
+            raise AuthError("unknown API key")
         digest = hash_key(key)
         found = None
         for env in self._env:  # look at all of them: the time does not depend on which matched

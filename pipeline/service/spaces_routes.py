@@ -346,7 +346,9 @@ async def _update_item(request: web.Request) -> web.Response:
 async def _delete_item(request: web.Request) -> web.Response:
     spaces, _ = await _open(request)
     m = request.match_info
-    return _result(await spaces.delete_item(m["space_id"], m["item_id"]))
+    if not await spaces.delete_item(m["space_id"], m["item_id"]):  # 404, as the README says
+        raise InputError(f"no item {m['item_id']!r} in space {m['space_id']!r}", field="item_id")
+    return _result(True)
 
 
 async def _add_feedback(request: web.Request) -> web.Response:

@@ -24,7 +24,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from mongomem.embeddings import Embedder, make_embedder
-from mongomem.errors import ConfigError, InputError
+from mongomem.errors import InputError
 from mongomem.llm import make_llm
 from mongomem.models import utcnow
 from mongomem.mongo import Document, connect, database
@@ -155,10 +155,11 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             recall=check_recall(recall if recall is not None else {}),
             embedder="", dimensions=0, created_at=now, updated_at=now,
         )  # fmt: skip
-        if encrypted and self._keys.current is None:
-            raise ConfigError(
-                "an encrypted space needs a key: set MONGOMEM_SPACES_ENCRYPTION_KEY "
-                "(32 bytes, base64)"
+        if encrypted and self._keys.current is None:  # the caller asked: a 422, not a 500
+            raise InputError(
+                "an encrypted space needs a key, and this deployment has none: set "
+                "MONGOMEM_SPACES_ENCRYPTION_KEY (32 bytes, base64), or create it unencrypted",
+                field="encrypted",
             )
         store, embedder = await self._ready()
         key_id = self._keys.current.key_id if encrypted and self._keys.current is not None else None

@@ -15,6 +15,7 @@ from typing import Any
 
 from mongomem.embeddings import Embedder
 from mongomem.errors import InputError
+from mongomem.models import MAX_JSON_DEPTH, json_depth
 from mongomem.spaces.catalog import check_id, check_text
 from mongomem.spaces.keys import Summariser, check_inputs, derive_key_texts
 from mongomem.spaces.matching import Query, build_query, check_embedder, embed_texts, score_all
@@ -31,6 +32,8 @@ def check_outputs(value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InputError("outputs must be a mapping with string keys", field="outputs")
+    if json_depth(value) > MAX_JSON_DEPTH:  # the rule of turn metadata
+        raise InputError(f"outputs nest deeper than {MAX_JSON_DEPTH} levels", field="outputs")
     try:
         json.dumps(value)
     except (TypeError, ValueError) as exc:

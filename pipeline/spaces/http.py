@@ -319,7 +319,13 @@ class HttpSpaces(ServiceClient):
         return self._decode(TypeAdapter(SpaceItem), result)
 
     async def delete_item(self, space_id: str, item_id: str) -> bool:
-        result = await self._call("DELETE", self._item(space_id, item_id))
+        """``False`` when there was no such item (the service answers 404), as in process."""
+        try:
+            result = await self._call("DELETE", self._item(space_id, item_id))
+        except InputError as exc:
+            if exc.field == "item_id":
+                return False
+            raise
         return self._decode(TypeAdapter(bool), result)
 
     async def feedback(self, space_id: str, *, item_id: str | None = None) -> list[FeedbackView]:

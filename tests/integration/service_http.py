@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from mongomem.embeddings import HashingEmbedder
-from mongomem.service import make_app
+from mongomem.service.app import make_app, runner_for
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 
 #: The stand-in embedder of the service under test (hashing, **not a model**).
@@ -27,7 +27,7 @@ def serving(settings: Settings, **service: Any) -> Settings:
 
 async def start(settings: Settings) -> tuple[web.AppRunner, str]:
     """Serve ``settings`` on 127.0.0.1 at a free port; the runner (to clean up) and base URL."""
-    runner = web.AppRunner(make_app(settings, embedder=EMBEDDER))
+    runner = runner_for(make_app(settings, embedder=EMBEDDER))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]

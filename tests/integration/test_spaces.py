@@ -257,8 +257,10 @@ async def test_encrypted_payloads_at_rest(
         settings, project_id="support", embedder=EMBEDDER, spaces_settings=SpacesSettings(),
         client=mongo,
     ) as keyless:  # fmt: skip
-        with pytest.raises(ConfigError, match="MONGOMEM_SPACES_ENCRYPTION_KEY"):
+        # the caller asked for what this deployment cannot do: its input, not the settings
+        with pytest.raises(InputError, match="MONGOMEM_SPACES_ENCRYPTION_KEY") as refused:
             await keyless.create_space("more", keys=[{"argument": "q"}], encrypted=True)
+        assert refused.value.field == "encrypted"
 
 
 async def test_another_embedder_is_refused(

@@ -90,3 +90,50 @@ async def test_local_model_ranks_meaning_not_word_overlap() -> None:
     (nut,) = await embed_queries(embedder, ["food intolerance"])
     scores = [cosine(nut, v) for v in vectors]
     assert scores.index(max(scores)) == 1
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalE5Embedder:
+    embedder = make_embedder(EmbeddingSettings(provider="local"))
+    assert isinstance(embedder, LocalE5Embedder)
+    return embedder
+
+
+LONG = " ".join(
+    f"Fact {i}: the user flew from Lisbon to Oslo on trip number {i}." for i in range(400)
+)
+
+
+@pytest.mark.parametrize("is_query", [False, True])
+def test_a_long_text_is_cut_to_what_the_model_reads(local: LocalE5Embedder, is_query: bool) -> None:
+    """A 25 KB text was embedded window by window: seconds of a shared lock per call."""
+    model = local._model
+    assert model.token_count(LONG, is_query) > 5 * local.MAX_TOKENS
+    fitted = local.fit(LONG, is_query)
+    assert LONG.startswith(fitted)
+    assert 0.9 * local.MAX_TOKENS <= model.token_count(fitted, is_query) <= local.MAX_TOKENS
+    assert local.fit("The home airport is Boston.", is_query) == "The home airport is Boston."
+
+
+async def test_the_vector_of_a_long_text_is_that_of_its_fitted_prefix(
+    local: LocalE5Embedder,
+) -> None:
+    whole, prefix = await local.embed([LONG, local.fit(LONG)])
+    assert cosine(whole, prefix) > 0.9999
+    (query,) = await local.embed_query([LONG])
+    (fitted,) = await local.embed_query([local.fit(LONG, True)])
+    assert cosine(query, fitted) > 0.9999
+
+
+async def test_a_repeated_query_is_answered_from_the_cache(
+    local: LocalE5Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    encode = local._model.encode
+    monkeypatch.setattr(
+        local._model, "encode", lambda texts, q: seen.append(texts) or encode(texts, q)
+    )
+    first = await local.embed_query(["cached query one", "cached query two"])
+    again = await local.embed_query(["cached query two", "cached query one"])
+    assert again == [first[1], first[0]]
+    assert seen == [["cached query one", "cached query two"]]
