@@ -10,7 +10,7 @@ extra                what it runs                                brings
 ``stages``           the stream stages, ``mongomem up``          aiokafka, cramjam,
                                                                  prometheus-client,
                                                                  aiohttp (stand-in)
-``service``          ``mongomem serve``, the HTTP service        aiohttp,
+``service``          ``mongomem serve``, the HTTP service        fastapi, uvicorn,
                                                                  prometheus-client
 ``mcp``              ``mongomem mcp``, the MCP server            mcp, starlette,
                                                                  uvicorn

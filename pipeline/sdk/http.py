@@ -5,9 +5,9 @@
     memory = AsyncMemory(project_id="travel-agent", api_key=key, base_url="http://memory:8080")
     # or, the same: AsyncMemory(project_id=..., api_key=key, transport=HttpTransport(url))
 
-Every call is one ``POST /v1/<operation>`` (:mod:`mongomem.sdk.wire`) with
-``Authorization: Bearer <api key>``. Answers become the same models, and
-errors the same :mod:`mongomem.errors` classes, as with
+Every call is one request of the route table :data:`mongomem.sdk.wire.ROUTES`
+(``/v1/users/{user_id}/…``) with ``Authorization: Bearer <api key>``.
+Answers become the same models, and errors the same :mod:`mongomem.errors` classes, as with
 :class:`~mongomem.sdk.DirectTransport` (:mod:`mongomem.sdk.errormap`). A
 service that cannot be reached or does not answer in time raises
 :class:`~mongomem.errors.StorageError` (retriable): from the SDK's side the
@@ -28,6 +28,7 @@ import asyncio
 import json
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
@@ -39,6 +40,7 @@ from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
 from mongomem.sdk.service_client import ServiceClient
+from mongomem.sdk.wire import ROUTES
 from mongomem.stm import SessionSummary, validate_metadata
 from mongomem.tls import Verify
 
@@ -94,13 +96,26 @@ class HttpTransport(ServiceClient):
         self._key = api_key
 
     async def _call(self, operation: str, who: Identity, **args: Any) -> Any:
-        body = who.model_dump() | args
         for name, value in args.items():  # name what cannot be sent, as the direct path does
             try:
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise InputError(f"{name} cannot be sent as JSON: {exc}", field=name) from None
-        response = await self._request("POST", f"/v1/{operation}", json=body)
+        route = ROUTES[operation]
+        given = {"user_id": who.user_id, "session_id": who.session_id, **args}
+        if "session_id" in route.path_fields and who.session_id is None:
+            who.session()  # raises the direct path's InputError naming session_id
+        path = route.path.format(
+            **{name: quote(str(given[name]), safe="") for name in route.path_fields}
+        )
+        rest = {k: v for k, v in args.items() if k not in route.path_fields and v is not None}
+        params = {"project_id": who.project_id}  # the service refuses a key of another project
+        if who.session_id is not None and "session_id" not in route.path_fields:
+            params["session_id"] = who.session_id
+        if route.method == "GET":
+            response = await self._request("GET", path, params={**params, **rest})
+        else:
+            response = await self._request("POST", path, params=params, json=rest)
         payload = self._payload(response)
         if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
             return payload["result"]

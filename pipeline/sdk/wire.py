@@ -1,29 +1,38 @@
-"""The JSON wire format shared by the memory service and :class:`HttpTransport` (SPEC G2).
+"""The HTTP API shared by the memory service and :class:`HttpTransport` (SPEC G2, G5).
 
-Every operation of :class:`~mongomem.sdk.MemoryTransport` is one
-``POST /v1/<operation>`` whose JSON body is a :class:`Caller` plus the
-operation's arguments; a success answers ``200 {"result": ...}``, a failure
-answers an :class:`ErrorBody` under ``"error"``:
+Every operation of :class:`~mongomem.sdk.MemoryTransport` is one route of
+:data:`ROUTES`; the service derives its FastAPI routes and its OpenAPI
+document from that table, and the client its requests. The caller is in the
+path (``/v1/users/{user_id}/…``: a ``user_id`` beginning with ``sa:`` is a
+service account) with an optional ``session_id`` query parameter (in the path
+for turns); the project is the API key's, and a ``project_id`` query parameter,
+when given, must name it (403 otherwise: a client set up for another project).
+Path segments are percent-encoded (``/`` as ``%2F``: a taxonomic key is
+``domain/term``). A ``GET`` carries the
+other arguments as query parameters, a ``POST`` as a JSON object. A success
+answers ``200 {"result": ...}``, a failure an :class:`ErrorBody` under
+``"error"`` (:mod:`mongomem.sdk.errormap`):
 
-==================  =====================================================  ==============
-operation           arguments                                              result
-==================  =====================================================  ==============
-``save``            memory_type, fields, idempotency_key (optional)        SaveResult
-``get``             memory_type, key                                       MemoryRecord
-                                                                           (404 if none)
-``search``          memory_type, query, limit, domain                      [SearchHit]
-``list_memories``   memory_type, limit, domain                             [MemoryRecord]
-``list_domains``    (none)                                                 [str]
-``history``         memory_id                                              [VersionRecord]
-``record_turn``     role, content, metadata                                Turn
-``recent_turns``    limit                                                  [Turn]
-``list_sessions``   limit                                                  [SessionSummary]
-==================  =====================================================  ==============
+==================  ======  ==================================================  ==============
+operation           method  path (under ``/v1/users/{user_id}``) and arguments  result
+==================  ======  ==================================================  ==============
+``save``            POST    ``/memories/{memory_type}``: fields,                SaveResult
+                            idempotency_key (optional)
+``list_memories``   GET     ``/memories/{memory_type}``: limit, domain          [MemoryRecord]
+``search``          POST    ``/memories/{memory_type}/search``: query, limit,   [SearchHit]
+                            domain
+``get``             GET     ``/memories/{memory_type}/{key}``                   MemoryRecord
+                                                                                (404 if none)
+``list_domains``    GET     ``/domains``                                        [str]
+``history``         GET     ``/history/{memory_id}``                            [VersionRecord]
+``record_turn``     POST    ``/sessions/{session_id}/turns``: role, content,    Turn
+                            metadata
+``recent_turns``    GET     ``/sessions/{session_id}/turns``: limit             [Turn]
+``list_sessions``   GET     ``/sessions``: limit                                [SessionSummary]
+==================  ======  ==================================================  ==============
 
-The caller's identity travels as it was resolved on the client
-(:class:`~mongomem.sdk.Identity`), but the service trusts none of it: it
-resolves it again with :func:`~mongomem.sdk.resolve_identity` inside the
-project the API key belongs to.
+The service trusts none of the identity: it resolves it again with
+:func:`~mongomem.sdk.resolve_identity` inside the project the API key belongs to.
 
 A ``save`` with ``idempotency_key`` may be sent again (after a timeout, a 503):
 the repeat answers the first one's result and changes nothing; the same key
@@ -33,16 +42,26 @@ with a different request answers 422 with ``field: "idempotency_key"``
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mongomem.models import Turn
+from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from mongomem.stm import SessionSummary
+
 __all__ = [
+    "CALLER_FIELDS",
     "OPERATIONS",
+    "ROUTES",
+    "Answer",
     "Caller",
     "ErrorBody",
     "GetRequest",
     "HistoryRequest",
+    "HttpRoute",
     "LimitRequest",
     "ListRequest",
     "RecordTurnRequest",
@@ -126,3 +145,76 @@ OPERATIONS: dict[str, type[Caller]] = {
     "recent_turns": LimitRequest,
     "list_sessions": LimitRequest,
 }
+
+
+#: The fields of :class:`Caller`: who a call is for, never an argument.
+CALLER_FIELDS = frozenset(Caller.model_fields)
+
+T = TypeVar("T")
+
+
+class Answer(BaseModel, Generic[T]):
+    """A success: ``{"result": ...}``."""
+
+    result: T
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    """How one operation travels: its method, its path and the type of its result."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    result: Any
+    summary: str
+
+    @property
+    def path_fields(self) -> tuple[str, ...]:
+        """The names of the path's ``{placeholders}``, in order."""
+        return tuple(re.findall(r"{(\w+)}", self.path))
+
+    def arguments(self, operation: str) -> tuple[str, ...]:
+        """The operation's arguments that travel in the query (GET) or the body (POST)."""
+        fields = OPERATIONS[operation].model_fields
+        return tuple(f for f in fields if f not in CALLER_FIELDS and f not in self.path_fields)
+
+
+_USER = "/v1/users/{user_id}"
+
+#: Operation → its route (the module table). The service serves exactly these.
+ROUTES: dict[str, HttpRoute] = {
+    "save": HttpRoute(
+        "POST", f"{_USER}/memories/{{memory_type}}", SaveResult,
+        "Save a memory: ADD, UPDATE or REINFORCE, reconciled as extracted ones are",
+    ),
+    "list_memories": HttpRoute(
+        "GET", f"{_USER}/memories/{{memory_type}}", list[MemoryRecord],
+        "The current memories of a type, newest first",
+    ),
+    "search": HttpRoute(
+        "POST", f"{_USER}/memories/{{memory_type}}/search", list[SearchHit[MemoryRecord]],
+        "Search the memories of a type by meaning",
+    ),
+    "get": HttpRoute(
+        "GET", f"{_USER}/memories/{{memory_type}}/{{key}}", MemoryRecord,
+        "The current memory with this key (404 if there is none)",
+    ),
+    "list_domains": HttpRoute(
+        "GET", f"{_USER}/domains", list[str], "The taxonomic domains of the project"
+    ),
+    "history": HttpRoute(
+        "GET", f"{_USER}/history/{{memory_id}}", list[VersionRecord],
+        "Every version of a memory, oldest first, with its evidence",
+    ),
+    "record_turn": HttpRoute(
+        "POST", f"{_USER}/sessions/{{session_id}}/turns", Turn,
+        "Record a conversation turn (short-term memory)",
+    ),
+    "recent_turns": HttpRoute(
+        "GET", f"{_USER}/sessions/{{session_id}}/turns", list[Turn],
+        "The session's latest turns, in order",
+    ),
+    "list_sessions": HttpRoute(
+        "GET", f"{_USER}/sessions", list[SessionSummary], "The user's sessions, latest first"
+    ),
+}  # fmt: skip

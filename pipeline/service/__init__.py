@@ -6,7 +6,8 @@
 
     memory = Memory(project_id="travel-agent", api_key=key, base_url="http://127.0.0.1:8080")
 
-:func:`make_app` is the aiohttp application, :func:`serve` runs it until an
+:func:`make_app` is the ASGI application (FastAPI; its OpenAPI document is at
+``/openapi.json``), :func:`serve` runs it on uvicorn until an
 event is set, :mod:`mongomem.service.keys` decides which project a key opens
 (each key opens exactly one), :mod:`mongomem.service.limits` how often each
 key may call, and :func:`add_cli` hangs ``serve`` and ``keys`` under the
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mongomem.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
     from mongomem.service.cli import add_cli, keys_command, main, serve_command
+    from mongomem.service.http import RunningServer, start_server
     from mongomem.service.keys import (
         API_KEYS,
         KEY_PREFIX,
@@ -46,6 +48,7 @@ __all__ = [
     "EnvKey",
     "KeyRing",
     "RateLimiter",
+    "RunningServer",
     "add_cli",
     "hash_key",
     "identity_of",
@@ -55,11 +58,13 @@ __all__ = [
     "parse_env_keys",
     "serve",
     "serve_command",
+    "start_server",
     "take",
 ]
 
 _HOME = {
     **dict.fromkeys(["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"),
+    **dict.fromkeys(["RunningServer", "start_server"], "http"),
     **dict.fromkeys(["Bucket", "RateLimiter", "take"], "limits"),
     **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "cli"),
 }

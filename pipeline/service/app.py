@@ -1,24 +1,30 @@
-"""The memory service (SPEC G2): the SDK's operations over HTTP, behind API keys.
+"""The memory service (SPEC G2, G5): the SDK's operations over HTTP, behind API keys.
+
+A FastAPI application. Its memory routes are derived from the route table
+:data:`mongomem.sdk.wire.ROUTES` (``/v1/users/{user_id}/…``), the spaces
+routes are :mod:`mongomem.service.spaces_routes`, and the OpenAPI 3.1
+document of all of them is served at ``/openapi.json`` (with the API-key
+security scheme), browsable at ``/docs``:
 
 =========================  =====  =============================================
 endpoint                   auth   answer
 =========================  =====  =============================================
-``POST /v1/<operation>``   key    ``{"result": ...}``; see :mod:`mongomem.sdk.wire`
+``/v1/users/{user_id}/…``  key    ``{"result": ...}``; see :mod:`mongomem.sdk.wire`
+``/v1/spaces…``            key    memory spaces (:mod:`mongomem.service.spaces_routes`)
 ``GET /healthz``           none   200 while the process serves requests
 ``GET /readyz``            none   200, or 503 listing what is missing
                                   (:func:`~mongomem.readiness.check_ready`, MongoDB ping)
 ``GET /metrics``           none   Prometheus text (every ``mongomem_*`` metric)
-``/v1/spaces…``            key    memory spaces (:mod:`mongomem.service.spaces_routes`)
+``GET /openapi.json``      none   the OpenAPI document; ``/docs`` shows it
 =========================  =====  =============================================
 
 A request is handled in this order, and the first failure answers
 (:mod:`mongomem.sdk.errormap`): the key (401), the key's rate limit (429), the
-body (400/422, the field named), the caller's identity inside the key's
-project (403), then the same :class:`~mongomem.sdk.DirectTransport` the SDK
-uses in-process. So the service gives exactly the SDK's results, validates
-before anything is written (bad input stores nothing), and a key opens its
-own project only (SPEC F3): the project of a request is the key's, and a body
-naming another one is refused.
+request's shape (400/422, the field named), the caller's identity inside the
+key's project (403), then the same :class:`~mongomem.sdk.DirectTransport` the
+SDK uses in-process. So the service gives exactly the SDK's results,
+validates before anything is written (bad input stores nothing), and a key
+opens its own project only (SPEC F3): the project of a request is the key's.
 Identities are resolved again here (F1, F2); nothing the client resolved is
 trusted. Nothing is retried: retriable failures answer 503 with ``Retry-After``.
 A save sent with an ``idempotency_key`` may be retried by the client: a repeat
@@ -26,10 +32,10 @@ answers the first result and changes nothing, and a repeat that arrives while
 the first is still being applied waits for it (:mod:`mongomem.sdk.idempotency`).
 
 Rate limits (``MONGOMEM_SERVICE_RATE_LIMIT_PER_S``, ``…_BURST``) hold per API
-key, on every ``/v1/…`` route and never on health, readiness or metrics: a
-token bucket (:mod:`mongomem.service.limits`) in this process's memory, so
-each replica of the service limits on its own. A key over its limit answers
-429 with ``Retry-After`` (whole seconds) and nothing is done.
+key, on every ``/v1/…`` route and never on health, readiness, metrics or the
+document: a token bucket (:mod:`mongomem.service.limits`) in this process's
+memory, so each replica of the service limits on its own. A key over its
+limit answers 429 with ``Retry-After`` (whole seconds) and nothing is done.
 
 TLS: with ``MONGOMEM_SERVICE_TLS_CERT_FILE`` and ``…_KEY_FILE`` set, the port
 speaks HTTPS only (TLS 1.2 at least); a certificate or key that cannot be
@@ -38,43 +44,59 @@ it speaks plain HTTP, for loopback or behind a TLS-terminating proxy.
 
 Metrics: ``mongomem_service_requests_total`` (operation, status; a refusal
 over the rate limit is status 429) and ``mongomem_service_request_seconds``
-(operation).
+(operation). Errors, the access log and body limits: :mod:`mongomem.service.http`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
-from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
+from pydantic import BaseModel, ConfigDict, create_model
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
+from mongomem import __version__
 from mongomem.embeddings import Embedder
-from mongomem.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
+from mongomem.errors import InputError, RateLimitExceeded, ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.mongo import Document, connect, database
 from mongomem.readiness import check_ready, ensure_ready
-from mongomem.sdk.errormap import MEMORY_NOT_FOUND, error_body, status_for
+from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from mongomem.sdk.models import MemoryRequestContext
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.sdk.wire import (
     OPERATIONS,
+    ROUTES,
+    Answer,
     Caller,
+    ErrorBody,
     GetRequest,
     HistoryRequest,
+    HttpRoute,
     LimitRequest,
     ListRequest,
     RecordTurnRequest,
     SaveRequest,
     SearchRequest,
+)
+from mongomem.service.http import (
+    REQUEST_SECONDS,
+    REQUESTS,
+    AnsweringRoute,
+    BodyLimits,
+    Plumbing,
+    result,
+    segment,
+    start_server,
+    unrouted,
 )
 from mongomem.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
 from mongomem.service.limits import RateLimiter
@@ -82,40 +104,60 @@ from mongomem.settings import Settings
 from mongomem.tls import server_context
 
 with require("service"):
-    from aiohttp import web
-    from aiohttp.abc import AbstractAccessLogger
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+    from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request, Response
+    from fastapi.responses import JSONResponse
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+    from starlette.exceptions import HTTPException
 
 __all__ = [
     "REQUESTS",
     "REQUEST_SECONDS",
-    "AccessLog",
+    "authorise",
+    "backend_of",
     "identity_of",
     "make_app",
-    "runner_for",
     "serve",
 ]
 
 log = logging.getLogger(__name__)
 
-REQUESTS = Counter(
-    "mongomem_service_requests",
-    "Requests answered by the memory service",
-    ["operation", "status"],
-    registry=REGISTRY,
-)
-REQUEST_SECONDS = Histogram(
-    "mongomem_service_request_seconds",
-    "Time to answer one memory-service request",
-    ["operation"],
-    registry=REGISTRY,
+_HEADROOM = 64 * 1024
+
+#: The API-key security scheme of the OpenAPI document (``Authorization: Bearer``).
+BEARER = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key of the project: `Authorization: Bearer <key>`. The key decides "
+    "the project; `mongomem keys create` makes one.",
 )
 
-_HEADROOM = 64 * 1024
+
+class ErrorAnswer(BaseModel):
+    """A failure: ``{"error": ErrorBody}``."""
+
+    error: ErrorBody
+
+
+#: The error answers every ``/v1`` route may give, for the document.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorAnswer, "description": text}
+    for code, text in [
+        (400, "the body is not JSON"),
+        (401, "no API key, or one this service does not know"),
+        (403, "the caller is outside the key's project, or a reserved id"),
+        (404, "no such memory, space or item"),
+        (422, "an argument is missing or bad: `error.field` names it; nothing was stored"),
+        (429, "the key is over its rate limit: see `Retry-After`"),
+        (503, "a dependency is unavailable: retry after `Retry-After`"),
+    ]
+}
 
 
 @dataclass
-class _Backend:
+class Backend:
+    """What the routes share: settings, keys, the transport, the MongoDB client, limits."""
+
     settings: Settings
     keys: KeyRing
     transport: MemoryTransport
@@ -123,7 +165,8 @@ class _Backend:
     limiter: RateLimiter | None
 
 
-BACKEND = web.AppKey("backend", _Backend)
+def backend_of(request: Request) -> Backend:
+    return cast(Backend, request.app.state.backend)
 
 
 def identity_of(project_id: str, caller: Caller) -> Identity:
@@ -168,16 +211,14 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
     return await t.list_domains(who)
 
 
-def _bearer(request: web.Request) -> str | None:
-    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-    return key.strip() or None if scheme.lower() == "bearer" else None
-
-
-async def _authorise(request: web.Request) -> str:
+async def authorise(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
+) -> str:
     """The project of the request's API key (401), if the key is within its rate (429)."""
-    backend = request.app[BACKEND]
-    key = _bearer(request)
-    project = await backend.keys.project_of(key)
+    backend = backend_of(request)
+    key = credentials.credentials.strip() if credentials is not None else None
+    project = await backend.keys.project_of(key or None)
     limiter = backend.limiter
     if limiter is not None and key:
         wait = limiter.acquire(hash_key(key))  # never the plaintext
@@ -190,129 +231,124 @@ async def _authorise(request: web.Request) -> str:
     return project
 
 
-async def _parse(request: web.Request, model: type[Caller]) -> Caller:
-    raw = await request.read()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
-            raise InputError(f"the body is not JSON: {first['msg']}", field="body") from None
-        field = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InputError(f"{field}: {first['msg']}", field=field) from None
+Project = Annotated[str, Depends(authorise)]
 
 
-async def _operation(request: web.Request) -> web.Response:
-    backend = request.app[BACKEND]
-    op = request.match_info["operation"]
-    model = OPERATIONS.get(op)
-    if model is None:
-        raise web.HTTPNotFound(reason=f"no operation {op!r}")
-    project = await _authorise(request)
-    args = await _parse(request, model)
-    result = await _dispatch(backend.transport, op, identity_of(project, args), args)
-    if result is None:
-        body = {"type": MEMORY_NOT_FOUND, "message": "no such memory", "retriable": False}
-        return web.json_response({"error": body}, status=404)
-    return web.json_response({"result": to_jsonable_python(result)})
+def _arguments_model(op: str, route: HttpRoute) -> type[BaseModel]:
+    """The operation's arguments outside the path: a query (GET) or a JSON body (POST)."""
+    request = OPERATIONS[op]
+    names = route.arguments(op)
+    fields: dict[str, Any] = {name: (request.model_fields[name].annotation,
+                                     request.model_fields[name]) for name in names}  # fmt: skip
+    if route.method == "GET":
+        fields["project_id"] = (str | None, None)
+        if "session_id" not in route.path_fields:
+            fields["session_id"] = (str | None, None)
+    # a body is JSON (strict types, as the direct call); a query is text to parse
+    config = ConfigDict(extra="forbid", strict=route.method == "POST")
+    suffix = "Query" if route.method == "GET" else "Body"
+    name = "".join(part.title() for part in op.split("_")) + suffix
+    return create_model(name, __config__=config, **fields)
 
 
-async def _healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+def _memory_endpoint(op: str, route: HttpRoute) -> Any:
+    """The endpoint of one route of :data:`ROUTES`, with the signature FastAPI documents."""
+    arguments = _arguments_model(op, route)
+    request_model = OPERATIONS[op]
+
+    async def endpoint(request: Request, project: str, **given: Any) -> Response:
+        args = given.pop("args")
+        queried = {k: given.pop(k) for k in ("session_id", "project_id") if k in given}
+        values = {k: segment(v) for k, v in given.items()}
+        values.update(args.model_dump(exclude_unset=True))
+        values.update({k: v for k, v in queried.items() if v is not None})
+        named = values.pop("project_id", None)
+        if named is not None and named != project:  # the client's project is not the key's
+            raise ScopeError("this API key belongs to another project")
+        user = values["user_id"]
+        caller = {
+            "project_id": project,
+            "service_account": user.startswith(SERVICE_ACCOUNT_PREFIX),
+            **values,
+        }
+        parsed = request_model.model_validate(caller, strict=False)
+        backend = backend_of(request)
+        answer = await _dispatch(backend.transport, op, identity_of(project, parsed), parsed)
+        if answer is None:
+            body = {"type": MEMORY_NOT_FOUND, "message": "no such memory", "retriable": False}
+            return JSONResponse({"error": body}, status_code=404)
+        return result(answer)
+
+    params = [
+        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=Request),
+        inspect.Parameter("project", inspect.Parameter.KEYWORD_ONLY, annotation=Project),
+    ]
+    for name in route.path_fields:
+        params.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[str, Path(min_length=1, max_length=1024)],
+        ))  # fmt: skip
+    if route.method == "GET":
+        params.append(inspect.Parameter(
+            "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Query()]
+        ))  # fmt: skip
+    else:
+        params.append(inspect.Parameter(
+            "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Body()]
+        ))  # fmt: skip
+        if "session_id" not in route.path_fields:
+            params.append(inspect.Parameter(
+                "session_id", inspect.Parameter.KEYWORD_ONLY, default=None,
+                annotation=Annotated[str | None, Query(description="the caller's session")],
+            ))  # fmt: skip
+        params.append(inspect.Parameter(
+            "project_id", inspect.Parameter.KEYWORD_ONLY, default=None,
+            annotation=Annotated[str | None, Query(description="must be the key's, if given")],
+        ))  # fmt: skip
+    endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return endpoint
 
 
-async def _readyz(request: web.Request) -> web.Response:
-    backend = request.app[BACKEND]
+def memory_router() -> APIRouter:
+    """The memory routes, one for each entry of :data:`ROUTES`."""
+    router = APIRouter(route_class=AnsweringRoute, responses=ERRORS, tags=["memory"])
+    for op, route in ROUTES.items():
+        router.add_api_route(
+            route.path,
+            _memory_endpoint(op, route),
+            methods=[route.method],
+            name=op,
+            summary=route.summary,
+            response_model=Answer[route.result],  # type: ignore[name-defined]
+            operation_id=op,
+        )
+    return router
+
+
+async def _healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+class Readiness(BaseModel):
+    ready: bool
+    problems: list[str]
+
+
+async def _readyz(request: Request) -> JSONResponse:
+    backend = backend_of(request)
     problems = check_ready(backend.settings)
     try:
         await backend.client.admin.command("ping")
     except PyMongoError as exc:  # the address and topology go to the log, not to the caller
         log.warning("readiness: MongoDB is unreachable: %s", exc)
         problems.append("MongoDB is unreachable")
-    return web.json_response(
-        {"ready": not problems, "problems": problems}, status=503 if problems else 200
+    return JSONResponse(
+        {"ready": not problems, "problems": problems}, status_code=503 if problems else 200
     )
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(
-        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
-
-
-def _error_response(exc: MongomemError, status: int | None = None) -> web.Response:
-    """The JSON error answer; a 5xx says only what failed (the details go to the log)."""
-    code = status or status_for(exc)
-    if code >= 500:
-        log.warning("answering %d: %s: %s", code, type(exc).__name__, exc)
-    body = error_body(exc, redact=True)
-    headers = {}
-    if body.retry_after is not None:
-        headers["Retry-After"] = str(int(body.retry_after))
-    if code == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="mongomem"'
-    return web.json_response(
-        {"error": body.model_dump(exclude_none=True)}, status=code, headers=headers
-    )
-
-
-def _http_error(exc: web.HTTPException) -> web.Response:
-    if exc.status == 413:
-        return _error_response(InputError("the request body is too large", field="body"), 413)
-    body = {"type": "NotFound" if exc.status == 404 else "HTTPError", "message": exc.reason}
-    kept = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-    return web.json_response({"error": body}, status=exc.status, headers=kept)
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure as a JSON error (:mod:`mongomem.sdk.errormap`), and the metrics."""
-    op = request.match_info.get("operation", request.path.strip("/"))
-    label = op if op in OPERATIONS or op in ("healthz", "readyz", "metrics") else "other"
-    started = time.perf_counter()
-    response: web.StreamResponse
-    try:
-        response = await handler(request)
-    except MongomemError as exc:
-        response = _error_response(exc)
-    except web.HTTPException as exc:
-        response = _http_error(exc)
-    except PyMongoError as exc:  # an adapter that did not translate it: MongoDB is the cause
-        response = _error_response(StorageError(f"MongoDB failed: {exc}"))
-    except Exception:
-        log.exception("unexpected error answering %s", request.path)
-        response = _error_response(MongomemError("internal error; the service log has details"))
-    REQUESTS.labels(label, str(response.status)).inc()
-    REQUEST_SECONDS.labels(label).observe(time.perf_counter() - started)
-    return response
-
-
-class AccessLog(AbstractAccessLogger):
-    """One line a request, without what may hold a credential.
-
-    The query string is never written (a key sent as ``?api_key=…`` must not land
-    in a log), nor any header: only the client address, the method, the path
-    (escaped), the status and the time.
-    """
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        path = request.rel_url.raw_path.encode("unicode_escape").decode("ascii")
-        self.logger.info(
-            '%s "%s %s" %d %.1fms',
-            request.remote,
-            request.method[:16].encode("unicode_escape").decode("ascii"),
-            path[:512],
-            response.status,
-            time * 1000,
-        )
-
-
-def runner_for(app: web.Application) -> web.AppRunner:
-    """The runner the service is served with (its access log is :class:`AccessLog`)."""
-    return web.AppRunner(app, handle_signals=False, access_log_class=AccessLog)
+async def _metrics() -> Response:
+    return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
 def make_app(
@@ -321,38 +357,61 @@ def make_app(
     embedder: Embedder | None = None,
     judge: Judge | None = None,
     thresholds: Thresholds | None = None,
-) -> web.Application:
-    """The service as an aiohttp application (MongoDB is reached once it starts)."""
+) -> Plumbing:
+    """The service as an ASGI application (MongoDB is reached once it starts)."""
+    from mongomem.service.spaces_routes import MAX_IMPORT_BYTES, SpacesRegistry, spaces_router
+
     env_keys = parse_env_keys(settings.service.api_keys)
     rate = settings.service.rate_limit_per_s
     stm = settings.stm
     # JSON may escape a byte as six: leave room for the largest turn the STM accepts
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
-    app = web.Application(middlewares=[_answer], client_max_size=max_size)
+    registry = SpacesRegistry(settings, embedder)
 
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = connect(settings.mongodb)
         store = ApiKeyStore(database(client, settings.mongodb))
         transport = DirectTransport(
             settings, embedder=embedder, judge=judge, thresholds=thresholds, client=client
         )
         limiter = None if rate is None else RateLimiter(rate, settings.service.rate_limit_burst)
-        app[BACKEND] = _Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
+        app.state.backend = Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
+        app.state.spaces = registry
         try:
             yield
         finally:
+            await registry.close()
             await transport.close()
             await client.close()
 
-    app.cleanup_ctx.append(lifecycle)
-    from mongomem.service.spaces_routes import add_spaces_routes  # it imports this module
-
-    add_spaces_routes(app, settings, embedder=embedder)  # /v1/spaces…, before /v1/{operation}
-    app.router.add_post("/v1/{operation}", _operation)
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/metrics", _metrics)
-    return app
+    app = FastAPI(
+        title="mongomem memory service",
+        version=__version__,
+        description="Long-term memory for LLM agents: the SDK's operations and memory "
+        "spaces over HTTP. Every `/v1` route needs an API key of the project.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        exception_handlers={HTTPException: unrouted},
+    )
+    routers = [memory_router(), spaces_router()]
+    ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
+    ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
+    ops.add_api_route(
+        "/readyz", _readyz, methods=["GET"], name="readyz",
+        responses={200: {"model": Readiness}, 503: {"model": Readiness}},
+    )  # fmt: skip
+    ops.add_api_route(
+        "/metrics", _metrics, methods=["GET"], name="metrics", response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+    )  # fmt: skip
+    routers.append(ops)
+    for router in routers:
+        app.include_router(router)
+    app.state.routes = [route for router in routers for route in router.routes]  # for Allow
+    return Plumbing(app, BodyLimits(max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}))
 
 
 async def serve(
@@ -372,19 +431,16 @@ async def serve(
     app = make_app(settings, embedder=embedder)
     if not service.api_keys:
         log.warning("no MONGOMEM_SERVICE_API_KEYS: only managed keys (mongomem keys) open projects")
-    runner = runner_for(app)
-    await runner.setup()
+    running = await start_server(app, service.host, service.port, tls=tls)
     try:
-        site = web.TCPSite(runner, service.host, service.port, ssl_context=tls)
-        await site.start()
         if tls is None:
-            log.info("memory service listening on %s over plain HTTP (no TLS)", runner.addresses)
+            log.info("memory service listening on %s over plain HTTP (no TLS)", running.url)
         else:
             log.info(
                 "memory service listening on %s over HTTPS (TLS on, certificate %s)",
-                runner.addresses,
+                running.url,
                 service.tls_cert_file,
             )
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await running.stop()

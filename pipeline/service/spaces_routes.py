@@ -36,8 +36,9 @@ route                                                   call (result)
 ``POST   /v1/spaces/{space}/rekey``                     ``rekey_space`` (RekeyResult)
 ======================================================  ==================================
 
-Errors are those of the memory routes (:mod:`mongomem.sdk.errormap`), the
-per-key rate limit (429) included, plus two:
+The routes are FastAPI routes of the service's app (:mod:`mongomem.service.app`),
+with their bodies in the OpenAPI document. Errors are those of the memory routes
+(:mod:`mongomem.sdk.errormap`), the per-key rate limit (429) included, plus two:
 
 * a space or item that is not there answers **404**, with the same body the
   :class:`~mongomem.errors.InputError` would have (``field``: ``space_id`` or
@@ -54,31 +55,42 @@ body may be up to :data:`MAX_IMPORT_BYTES`; other bodies have the service's limi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool
 from pydantic_core import to_jsonable_python
 
 from mongomem.embeddings import Embedder, make_embedder
-from mongomem.errors import InputError, ScopeError
+from mongomem.errors import InputError, MongomemError, ScopeError
 from mongomem.extras import require
-from mongomem.service.app import BACKEND, _authorise, _error_response
+from mongomem.sdk.wire import Answer
+from mongomem.service.app import authorise, backend_of
+from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces
+from mongomem.spaces.models import (
+    AddResult,
+    EscalationDecision,
+    FeedbackView,
+    PlaygroundResult,
+    RecallHit,
+    RekeyResult,
+    Space,
+    SpaceItem,
+    SpaceUpdate,
+)
 from mongomem.spaces.wire import decode_choice, decode_inputs
 
 with require("service"):
-    from aiohttp import web
+    from fastapi import APIRouter, Depends, Query, Request, Response
+    from fastapi.responses import JSONResponse
 
-__all__ = ["CONFIRMATION_REQUIRED", "MAX_IMPORT_BYTES", "SpacesRegistry", "add_spaces_routes"]
+__all__ = ["CONFIRMATION_REQUIRED", "MAX_IMPORT_BYTES", "SpacesRegistry", "spaces_router"]
 
 #: The largest NDJSON body ``POST /v1/spaces/import`` reads.
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
 #: The ``error.type`` of a 409: a key change that needs ``confirm: true``.
 CONFIRMATION_REQUIRED = "ConfirmationRequired"
-
-B = TypeVar("B", bound="_Body")
 
 
 class SpacesRegistry:
@@ -89,28 +101,22 @@ class SpacesRegistry:
         self._embedder = embedder
         self._open: dict[str, AsyncSpaces] = {}
 
-    def of(self, request: web.Request, project_id: str) -> AsyncSpaces:
+    def of(self, request: Request, project_id: str) -> AsyncSpaces:
         spaces = self._open.get(project_id)
         if spaces is None:
             if self._embedder is None:
                 self._embedder = make_embedder(self._settings.embedding)
             spaces = AsyncSpaces(
                 self._settings, project_id=project_id, embedder=self._embedder,
-                client=request.app[BACKEND].client,
+                client=backend_of(request).client,
             )  # fmt: skip
             self._open[project_id] = spaces
         return spaces
 
-    async def lifecycle(self, app: web.Application) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            for spaces in self._open.values():
-                await spaces.close()  # never the shared client
-            self._open.clear()
-
-
-REGISTRY = web.AppKey("spaces", SpacesRegistry)
+    async def close(self) -> None:
+        for spaces in self._open.values():
+            await spaces.close()  # never the shared client
+        self._open.clear()
 
 
 # -- request bodies: shapes only; AsyncSpaces checks values and names the field --
@@ -122,7 +128,7 @@ class _Body(BaseModel):
     project_id: Any = None
 
 
-class _Create(_Body):
+class CreateSpace(_Body):
     space_id: Any
     keys: Any
     name: Any = None
@@ -132,7 +138,7 @@ class _Create(_Body):
     encrypted: Any = False
 
 
-class _Update(_Body):
+class UpdateSpace(_Body):
     name: Any = None
     description: Any = None
     recall: Any = None
@@ -141,17 +147,17 @@ class _Update(_Body):
     confirm: StrictBool = False
 
 
-class _Agent(_Body):
+class AttachAgent(_Body):
     agent_id: Any
     keys: Any = None
 
 
-class _Inputs(_Body):
+class Lookup(_Body):
     inputs: Any
     agent_id: Any = None
 
 
-class _AddItem(_Inputs):
+class AddItem(Lookup):
     outputs: Any = None
     outcome: Any = None
     comment: Any = ""
@@ -159,7 +165,7 @@ class _AddItem(_Inputs):
     on_duplicate: Any = None
 
 
-class _Promote(_Inputs):
+class Promote(Lookup):
     trace_id: Any
     outputs: Any
     comment: Any
@@ -169,19 +175,19 @@ class _Promote(_Inputs):
     on_duplicate: Any = None
 
 
-class _Resolve(_Inputs):
+class Resolve(Lookup):
     resolution: Any
     outcome: Any
     resolved_by: Any = None
 
 
-class _ItemUpdate(_Body):
+class UpdateItem(_Body):
     outputs: Any = None
     outcome: Any = None
     inputs: Any = None
 
 
-class _Feedback(_Body):
+class AddFeedback(_Body):
     comment: Any
     sentiment: Any
     by: Any = None
@@ -195,35 +201,28 @@ def _check_project(named: Any, project_id: str) -> None:
         raise ScopeError("this API key belongs to another project")
 
 
-async def _project(request: web.Request) -> str:
-    project = await _authorise(request)  # the key (401), then its rate limit (429)
-    _check_project(request.query.get("project_id"), project)
-    return project
+class _Opened:
+    """The project's spaces, for a request whose key (and ``project_id``, if named) fit."""
+
+    def __init__(self, request: Request, project: str, named: str | None) -> None:
+        _check_project(named, project)
+        self.project = project
+        self.spaces = request.app.state.spaces.of(request, project)
+
+    def body(self, body: _Body) -> _Body:
+        _check_project(body.project_id, self.project)
+        return body
 
 
-async def _open(request: web.Request) -> tuple[AsyncSpaces, str]:
-    project = await _project(request)
-    return request.app[REGISTRY].of(request, project), project
+async def _opened(
+    request: Request,
+    project: Annotated[str, Depends(authorise)],
+    project_id: Annotated[str | None, Query(description="must be the key's, if given")] = None,
+) -> _Opened:
+    return _Opened(request, project, project_id)
 
 
-async def _body(request: web.Request, model: type[B], project_id: str) -> B:
-    raw = await request.read()
-    try:
-        body = model.model_validate_json(raw if raw.strip() else b"{}")
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
-            raise InputError(f"the body is not JSON: {first['msg']}", field="body") from None
-        if first["type"] == "model_type":
-            raise InputError("the body must be a JSON object", field="body") from None
-        field = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InputError(f"{field}: {first['msg']}", field=field) from None
-    _check_project(body.project_id, project_id)
-    return body
-
-
-def _result(value: Any, status: int = 200) -> web.Response:
-    return web.json_response({"result": to_jsonable_python(value)}, status=status)
+Opened = Annotated[_Opened, Depends(_opened)]
 
 
 def _missing(exc: InputError) -> bool:
@@ -231,23 +230,14 @@ def _missing(exc: InputError) -> bool:
     return exc.field in ("space_id", "item_id") and str(exc).startswith("no ")
 
 
-Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
+class _SpacesRoute(AnsweringRoute):
+    """A spaces route: a space or item that is not there answers 404."""
+
+    def status_of(self, exc: MongomemError) -> int | None:
+        return 404 if isinstance(exc, InputError) and _missing(exc) else None
 
 
-def _not_found_as_404(route: Route) -> Route:
-    async def answer(request: web.Request) -> web.StreamResponse:
-        try:
-            return await route(request)
-        except InputError as exc:
-            if _missing(exc):
-                return _error_response(exc, 404)
-            raise
-
-    return answer
-
-
-def _flag(request: web.Request, name: str) -> bool | None:
-    value = request.query.get(name)
+def _flag(value: str | None, name: str) -> bool | None:
     if value is None:
         return None
     if value.lower() in ("true", "1", "yes"):
@@ -259,218 +249,211 @@ def _flag(request: web.Request, name: str) -> bool | None:
 
 # -- routes -----------------------------------------------------------------------
 
+router = APIRouter(prefix="/v1/spaces", route_class=_SpacesRoute, tags=["spaces"])
+_SPACE = "/{space_id}"
+_ITEM = "/{space_id}/items/{item_id}"
 
-async def _list_spaces(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    return _result(await spaces.list_spaces())
+
+@router.get("", response_model=Answer[list[Space]], summary="The project's spaces")
+async def list_spaces(o: Opened) -> Response:
+    return result(await o.spaces.list_spaces())
 
 
-async def _create_space(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Create, project)
-    created = await spaces.create_space(
+@router.post("", status_code=201, response_model=Answer[Space], summary="Create a space")
+async def create_space(o: Opened, b: CreateSpace) -> Response:
+    o.body(b)
+    created = await o.spaces.create_space(
         b.space_id, keys=b.keys, name=b.name, description=b.description, kind=b.kind,
         recall=b.recall, encrypted=b.encrypted,
     )  # fmt: skip
-    return _result(created, 201)
+    return result(created, 201)
 
 
-async def _get_space(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    return _result(await spaces.get_space(request.match_info["space_id"]))
+@router.post(
+    "/import", status_code=201, response_model=Answer[Space],
+    summary="Import a space from its JSON-lines export (the body)",
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/x-ndjson": {"schema": {"type": "string"}}}}},
+)  # fmt: skip
+async def import_space(
+    request: Request,
+    o: Opened,
+    space_id: Annotated[str | None, Query()] = None,
+    encrypted: Annotated[str | None, Query(description="true or false")] = None,
+    reembed: Annotated[str, Query(description="auto, always or never")] = "auto",
+) -> Response:
+    raw = await request.body()  # bounded by the service's body limit for this path
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the export is not UTF-8: {exc}", field="body") from None
+    space = await o.spaces.import_space(
+        text.splitlines(), space_id=space_id, encrypted=_flag(encrypted, "encrypted"),
+        reembed=reembed,  # the call names a bad value
+    )  # fmt: skip
+    return result(space, 201)
 
 
-async def _update_space(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Update, project)
-    update = await spaces.update_space(
-        request.match_info["space_id"], name=b.name, description=b.description,
+@router.get(_SPACE, response_model=Answer[Space], summary="One space")
+async def get_space(o: Opened, space_id: str) -> Response:
+    return result(await o.spaces.get_space(segment(space_id)))
+
+
+@router.patch(
+    _SPACE, response_model=Answer[SpaceUpdate],
+    summary="Change a space (a key change needs confirm: true, else 409)",
+)  # fmt: skip
+async def update_space(o: Opened, space_id: str, b: UpdateSpace) -> Response:
+    o.body(b)
+    update = await o.spaces.update_space(
+        segment(space_id), name=b.name, description=b.description,
         recall=b.recall, keys=b.keys, encrypted=b.encrypted, confirm=b.confirm,
     )  # fmt: skip
     if update.applied:
-        return _result(update)
+        return result(update)
     error = {"type": CONFIRMATION_REQUIRED, "message": update.warning or "confirm the change",
              "retriable": False, "field": "confirm"}  # fmt: skip
-    return web.json_response({"error": error, "result": to_jsonable_python(update)}, status=409)
+    return JSONResponse({"error": error, "result": to_jsonable_python(update)}, status_code=409)
 
 
-async def _delete_space(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    return _result(await spaces.delete_space(request.match_info["space_id"]))
+@router.delete(_SPACE, response_model=Answer[int], summary="Delete a space (items deleted)")
+async def delete_space(o: Opened, space_id: str) -> Response:
+    return result(await o.spaces.delete_space(segment(space_id)))
 
 
-async def _attach(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Agent, project)
-    return _result(await spaces.attach_agent(request.match_info["space_id"], b.agent_id,
-                                             keys=b.keys))  # fmt: skip
+@router.post(f"{_SPACE}/agents", response_model=Answer[Space], summary="Attach an agent")
+async def attach_agent(o: Opened, space_id: str, b: AttachAgent) -> Response:
+    o.body(b)
+    return result(await o.spaces.attach_agent(segment(space_id), b.agent_id, keys=b.keys))
 
 
-async def _detach(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    space_id, agent_id = request.match_info["space_id"], request.match_info["agent_id"]
-    return _result(await spaces.detach_agent(space_id, agent_id))
+@router.delete(
+    f"{_SPACE}/agents/{{agent_id}}", response_model=Answer[Space], summary="Detach an agent"
+)
+async def detach_agent(o: Opened, space_id: str, agent_id: str) -> Response:
+    return result(await o.spaces.detach_agent(segment(space_id), segment(agent_id)))
 
 
-async def _list_items(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    return _result(await spaces.list_items(request.match_info["space_id"]))
+@router.get(f"{_SPACE}/items", response_model=Answer[list[SpaceItem]], summary="The items")
+async def list_items(o: Opened, space_id: str) -> Response:
+    return result(await o.spaces.list_items(segment(space_id)))
 
 
-async def _add_item(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _AddItem, project)
-    added = await spaces.add_item(
-        request.match_info["space_id"], inputs=decode_inputs(b.inputs), outputs=b.outputs,
+@router.post(f"{_SPACE}/items", response_model=Answer[AddResult], summary="Add an item")
+async def add_item(o: Opened, space_id: str, b: AddItem) -> Response:
+    o.body(b)
+    added = await o.spaces.add_item(
+        segment(space_id), inputs=decode_inputs(b.inputs), outputs=b.outputs,
         outcome=b.outcome, comment=b.comment, sentiment=b.sentiment, agent_id=b.agent_id,
         on_duplicate=decode_choice(b.on_duplicate),
     )  # fmt: skip
-    return _result(added)
+    return result(added)
 
 
-async def _get_item(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    m = request.match_info
-    return _result(await spaces.get_item(m["space_id"], m["item_id"]))
+@router.get(_ITEM, response_model=Answer[SpaceItem], summary="One item")
+async def get_item(o: Opened, space_id: str, item_id: str) -> Response:
+    return result(await o.spaces.get_item(segment(space_id), segment(item_id)))
 
 
-async def _update_item(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _ItemUpdate, project)
+@router.patch(_ITEM, response_model=Answer[SpaceItem], summary="Change an item")
+async def update_item(o: Opened, space_id: str, item_id: str, b: UpdateItem) -> Response:
+    o.body(b)
     given = {k: getattr(b, k) for k in ("outcome", "inputs") if k in b.model_fields_set}
-    m = request.match_info
-    return _result(await spaces.update_item(m["space_id"], m["item_id"], outputs=b.outputs,
-                                            **given))  # fmt: skip
+    item = await o.spaces.update_item(
+        segment(space_id), segment(item_id), outputs=b.outputs, **given
+    )
+    return result(item)
 
 
-async def _delete_item(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    m = request.match_info
-    if not await spaces.delete_item(m["space_id"], m["item_id"]):  # 404, as the README says
-        raise InputError(f"no item {m['item_id']!r} in space {m['space_id']!r}", field="item_id")
-    return _result(True)
+@router.delete(_ITEM, response_model=Answer[bool], summary="Delete an item (404 if none)")
+async def delete_item(o: Opened, space_id: str, item_id: str) -> Response:
+    space, item = segment(space_id), segment(item_id)
+    if not await o.spaces.delete_item(space, item):  # 404, as the README says
+        raise InputError(f"no item {item!r} in space {space!r}", field="item_id")
+    return result(True)
 
 
-async def _add_feedback(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Feedback, project)
-    m = request.match_info
-    return _result(await spaces.add_feedback(
-        m["space_id"], m["item_id"], comment=b.comment, sentiment=b.sentiment, by=b.by
-    ))  # fmt: skip
+@router.post(f"{_ITEM}/feedback", response_model=Answer[SpaceItem], summary="Add feedback")
+async def add_feedback(o: Opened, space_id: str, item_id: str, b: AddFeedback) -> Response:
+    o.body(b)
+    item = await o.spaces.add_feedback(
+        segment(space_id), segment(item_id), comment=b.comment, sentiment=b.sentiment, by=b.by
+    )
+    return result(item)
 
 
-async def _feedback(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    item_id = request.query.get("item_id")
-    return _result(await spaces.feedback(request.match_info["space_id"], item_id=item_id))
+@router.get(
+    f"{_SPACE}/feedback", response_model=Answer[list[FeedbackView]],
+    summary="The feedback of the last 30 days, newest first",
+)  # fmt: skip
+async def feedback(
+    o: Opened, space_id: str, item_id: Annotated[str | None, Query()] = None
+) -> Response:
+    return result(await o.spaces.feedback(segment(space_id), item_id=item_id))
 
 
-def _lookup(name: str) -> Route:
+def _lookup(name: str, answer: Any, summary: str) -> None:
     """``recall``, ``find_duplicates``, ``playground`` or ``check_escalation``."""
 
-    async def route(request: web.Request) -> web.Response:
-        spaces, project = await _open(request)
-        b = await _body(request, _Inputs, project)
-        call = getattr(spaces, name)
-        found = await call(
-            request.match_info["space_id"], decode_inputs(b.inputs), agent_id=b.agent_id
-        )
-        return _result(found)
+    async def route(o: Opened, space_id: str, b: Lookup) -> Response:
+        o.body(b)
+        call = getattr(o.spaces, name)
+        return result(await call(segment(space_id), decode_inputs(b.inputs), agent_id=b.agent_id))
 
-    return route
+    path = {"recall": "recall", "find_duplicates": "duplicates", "playground": "playground",
+            "check_escalation": "escalations/check"}[name]  # fmt: skip
+    router.add_api_route(
+        f"{_SPACE}/{path}", route, methods=["POST"], name=name, summary=summary,
+        response_model=Answer[answer],
+    )  # fmt: skip
 
 
-async def _promote(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Promote, project)
-    added = await spaces.promote_feedback(
-        request.match_info["space_id"], trace_id=b.trace_id, inputs=decode_inputs(b.inputs),
+_lookup("recall", list[RecallHit], "The most similar past cases, with scores")
+_lookup("find_duplicates", list[RecallHit], "Items that would be duplicates of these inputs")
+_lookup("playground", PlaygroundResult, "Recall with every score and threshold shown")
+
+
+@router.post(f"{_SPACE}/promote", response_model=Answer[AddResult], summary="Promote feedback")
+async def promote(o: Opened, space_id: str, b: Promote) -> Response:
+    o.body(b)
+    added = await o.spaces.promote_feedback(
+        segment(space_id), trace_id=b.trace_id, inputs=decode_inputs(b.inputs),
         outputs=b.outputs, comment=b.comment, sentiment=b.sentiment, part=b.part,
         outcome=b.outcome, agent_id=b.agent_id, on_duplicate=decode_choice(b.on_duplicate),
     )  # fmt: skip
-    return _result(added)
+    return result(added)
 
 
-async def _resolve(request: web.Request) -> web.Response:
-    spaces, project = await _open(request)
-    b = await _body(request, _Resolve, project)
-    item = await spaces.resolve_escalation(
-        request.match_info["space_id"], inputs=decode_inputs(b.inputs), resolution=b.resolution,
+@router.post(
+    f"{_SPACE}/escalations", response_model=Answer[SpaceItem], summary="Resolve an escalation"
+)
+async def resolve_escalation(o: Opened, space_id: str, b: Resolve) -> Response:
+    o.body(b)
+    item = await o.spaces.resolve_escalation(
+        segment(space_id), inputs=decode_inputs(b.inputs), resolution=b.resolution,
         outcome=b.outcome, agent_id=b.agent_id, resolved_by=b.resolved_by,
     )  # fmt: skip
-    return _result(item)
+    return result(item)
 
 
-async def _export(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    lines = await spaces.export_space(request.match_info["space_id"])
-    return web.Response(
-        text="".join(line + "\n" for line in lines), content_type="application/x-ndjson"
-    )
+_lookup("check_escalation", EscalationDecision, "Whether a past resolution answers these inputs")
 
 
-async def _import(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > MAX_IMPORT_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_IMPORT_BYTES, actual_size=size)
-        chunks.append(chunk)
-    try:
-        text = b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"the export is not UTF-8: {exc}", field="body") from None
-    space = await spaces.import_space(
-        text.splitlines(), space_id=request.query.get("space_id"),
-        encrypted=_flag(request, "encrypted"), reembed=request.query.get("reembed", "auto"),  # type: ignore[arg-type]
-    )  # fmt: skip
-    return _result(space, 201)
+@router.get(
+    f"{_SPACE}/export", summary="The space and its items as JSON lines (header first)",
+    response_class=Response,
+    responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}},
+)  # fmt: skip
+async def export_space(o: Opened, space_id: str) -> Response:
+    lines = await o.spaces.export_space(segment(space_id))
+    return Response("".join(line + "\n" for line in lines), media_type="application/x-ndjson")
 
 
-async def _rekey(request: web.Request) -> web.Response:
-    spaces, _ = await _open(request)
-    return _result(await spaces.rekey_space(request.match_info["space_id"]))
+@router.post(f"{_SPACE}/rekey", response_model=Answer[RekeyResult], summary="Re-seal a space")
+async def rekey_space(o: Opened, space_id: str) -> Response:
+    return result(await o.spaces.rekey_space(segment(space_id)))
 
 
-def add_spaces_routes(
-    app: web.Application, settings: Settings, *, embedder: Embedder | None = None
-) -> None:
-    """Add the space routes (the module table) to the memory service's ``app``.
-
-    Call it before the service's ``/v1/{operation}`` route is added, so that
-    ``POST /v1/spaces`` is never taken for an operation.
-    """
-    registry = SpacesRegistry(settings, embedder)
-    app[REGISTRY] = registry
-    app.cleanup_ctx.append(registry.lifecycle)
-    space, item = "/v1/spaces/{space_id}", "/v1/spaces/{space_id}/items/{item_id}"
-    routes: list[tuple[str, str, Route]] = [
-        ("GET", "/v1/spaces", _list_spaces),
-        ("POST", "/v1/spaces", _create_space),
-        ("POST", "/v1/spaces/import", _import),
-        ("GET", space, _get_space),
-        ("PATCH", space, _update_space),
-        ("DELETE", space, _delete_space),
-        ("POST", f"{space}/agents", _attach),
-        ("DELETE", f"{space}/agents/{{agent_id}}", _detach),
-        ("GET", f"{space}/items", _list_items),
-        ("POST", f"{space}/items", _add_item),
-        ("GET", item, _get_item),
-        ("PATCH", item, _update_item),
-        ("DELETE", item, _delete_item),
-        ("POST", f"{item}/feedback", _add_feedback),
-        ("GET", f"{space}/feedback", _feedback),
-        ("POST", f"{space}/recall", _lookup("recall")),
-        ("POST", f"{space}/duplicates", _lookup("find_duplicates")),
-        ("POST", f"{space}/playground", _lookup("playground")),
-        ("POST", f"{space}/promote", _promote),
-        ("POST", f"{space}/escalations", _resolve),
-        ("POST", f"{space}/escalations/check", _lookup("check_escalation")),
-        ("GET", f"{space}/export", _export),
-        ("POST", f"{space}/rekey", _rekey),
-    ]
-    for method, path, route in routes:
-        app.router.add_route(method, path, _not_found_as_404(route))
+def spaces_router() -> APIRouter:
+    """The space routes (the module table), to include in the service's app."""
+    return router

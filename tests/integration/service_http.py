@@ -1,13 +1,16 @@
-"""The memory service on a free loopback port, for the HTTP tests (aiohttp, in process)."""
+"""The memory service on a free loopback port, for the HTTP tests (uvicorn, in process)."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
-from aiohttp import web
+import httpx
 
 from mongomem.embeddings import HashingEmbedder
-from mongomem.service.app import make_app, runner_for
+from mongomem.sdk.wire import ROUTES
+from mongomem.service.app import make_app
+from mongomem.service.http import RunningServer, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 
 #: The stand-in embedder of the service under test (hashing, **not a model**).
@@ -25,10 +28,20 @@ def serving(settings: Settings, **service: Any) -> Settings:
     )
 
 
-async def start(settings: Settings) -> tuple[web.AppRunner, str]:
-    """Serve ``settings`` on 127.0.0.1 at a free port; the runner (to clean up) and base URL."""
-    runner = runner_for(make_app(settings, embedder=EMBEDDER))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
+async def start(settings: Settings) -> tuple[RunningServer, str]:
+    """Serve ``settings`` on 127.0.0.1 at a free port; the server (to stop) and base URL."""
+    running = await start_server(make_app(settings, embedder=EMBEDDER))
+    return running, running.url
+
+
+async def call(base: str, operation: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+    """One operation as a raw request: ``body`` holds the caller and the arguments, flat."""
+    route = ROUTES[operation]
+    path = route.path.format(**{n: quote(str(body[n]), safe="") for n in route.path_fields})
+    rest = {k: v for k, v in body.items() if k not in route.path_fields and k != "user_id"}
+    query = {k: rest.pop(k) for k in ("project_id", "session_id") if k in rest}
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(base_url=base, headers=headers) as client:
+        if route.method == "GET":
+            return await client.get(path, params=query | rest)
+        return await client.post(path, params=query, json=rest)

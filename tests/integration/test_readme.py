@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 
 from mongomem.embeddings import HashingEmbedder
-from mongomem.service import make_app
+from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 
 pytestmark = pytest.mark.integration
@@ -52,10 +51,8 @@ async def test_readme_http_example_runs(settings: Settings) -> None:
             "llm": LLMSettings(use_stand_in=True),
         }
     )
-    runner = web.AppRunner(make_app(served, embedder=HashingEmbedder(64)))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
+    runner = await start_server(make_app(served, embedder=HashingEmbedder(64)))
+    host, port = "127.0.0.1", runner.port
     namespace: dict[str, Any] = {"KEY": key}
     code = example.replace("http://127.0.0.1:8080", f"http://{host}:{port}")
     try:
@@ -67,4 +64,4 @@ async def test_readme_http_example_runs(settings: Settings) -> None:
         assert "Boston" in found.text
     finally:
         await asyncio.to_thread(namespace["memory"].close)
-        await runner.cleanup()
+        await runner.stop()

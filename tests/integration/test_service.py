@@ -18,7 +18,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
-from service_http import EMBEDDER, start
+from service_http import EMBEDDER, call, start
 
 from mongomem.errors import AuthError, InputError, NotReady, ScopeError, StorageError
 from mongomem.models import Action
@@ -66,7 +66,7 @@ async def url(settings: Settings, mongo: AsyncMongoClient[Document]) -> AsyncIte
     try:
         yield base
     finally:
-        await runner.cleanup()
+        await runner.stop()
 
 
 @pytest.fixture
@@ -84,9 +84,7 @@ async def remote(url: str) -> AsyncIterator[AsyncMemory]:
 
 
 async def post(url: str, op: str, body: dict[str, Any], key: str | None = KEY_A) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with httpx.AsyncClient() as client:
-        return await client.post(f"{url}/v1/{op}", json=body, headers=headers)
+    return await call(url, op, body, key)
 
 
 ALICE = {"project_id": "travel", "user_id": "alice", "session_id": "s1"}
@@ -231,9 +229,15 @@ async def test_users_are_isolated_by_explicit_user_id(remote: AsyncMemory, url: 
     assert await alice.history(b.memory_id) == []
     await bob.record_turn("user", "secret plans")
     assert await alice.recent_turns() == []
-    # a raw caller cannot step into a service account's scope by naming it
-    body = ALICE | {"user_id": "sa:agent-7", "memory_type": "semantic", "key": "home-airport"}
-    assert (await post(url, "get", body)).status_code == 403
+    # a path user beginning with "sa:" is that service account, not an end user
+    await remote.bind(MemoryRequestContext(service_account="agent-7")).save_semantic(
+        "tone", "Answer briefly."
+    )
+    body = ALICE | {"user_id": "sa:agent-7", "memory_type": "semantic", "key": "tone"}
+    answer = await post(url, "get", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"]["text"] == "Answer briefly."
+    assert await alice.get_semantic("tone") is None
 
 
 async def test_service_account_identity_ignores_the_end_user(
@@ -263,9 +267,9 @@ async def test_bad_input_names_the_field_and_stores_nothing(
         (lambda: chat.search_episodes("   "), "query"),
         (lambda: chat.search_semantic("x", limit=0), "limit"),
     ]
-    for call, field in cases:
+    for attempt, field in cases:
         with pytest.raises(InputError) as err:
-            await call()
+            await attempt()
         assert err.value.field == field, err.value
     raw = [
         ("save", ALICE | {"memory_type": "semantic", "fields": {"label": 7, "text": "x"}}, "label"),
@@ -274,7 +278,6 @@ async def test_bad_input_names_the_field_and_stores_nothing(
         ("record_turn", ALICE | {"role": "user", "content": 5}, "content"),
         ("record_turn", ALICE | {"role": "user", "content": "x", "admin": True}, "admin"),
         ("recent_turns", ALICE | {"limit": "ten"}, "limit"),
-        ("history", {"user_id": "alice", "memory_id": "m"}, "project_id"),
     ]
     for op, body, field in raw:
         answer = await post(url, op, body)
@@ -283,7 +286,9 @@ async def test_bad_input_names_the_field_and_stores_nothing(
         assert answer.json()["error"]["message"]
     async with httpx.AsyncClient() as client:
         answer = await client.post(
-            f"{url}/v1/save", content=b"{not json", headers={"Authorization": f"Bearer {KEY_A}"}
+            f"{url}/v1/users/alice/memories/semantic",
+            content=b"{not json",
+            headers={"Authorization": f"Bearer {KEY_A}"},
         )
     assert answer.status_code == 400
     assert answer.json()["error"] == answer.json()["error"] | {
@@ -320,7 +325,7 @@ async def test_a_retriable_backend_failure_answers_503(settings: Settings) -> No
         assert ready.status_code == 503
         assert "MongoDB is unreachable" in ready.json()["problems"][0]
     finally:
-        await runner.cleanup()
+        await runner.stop()
 
 
 async def test_health_readiness_and_metrics(url: str) -> None:
@@ -450,7 +455,7 @@ class LoseFirstAnswers(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
-        if request.url.path == "/v1/save":
+        if request.method == "POST" and request.url.path.endswith("/memories/semantic"):
             self.bodies.append(request.content)
             if self.lost < self.n:
                 self.lost += 1

@@ -1,6 +1,6 @@
 """Per-API-key rate limits of the memory service over real HTTP (SPEC G2).
 
-The aiohttp app runs on a free loopback port against the test servers, with
+The service runs on a free loopback port against the test servers, with
 environment keys for projects ``travel`` and ``other``; the limit is slow to
 refill (0.5 requests/s) so that what the tests send in a burst stays refused.
 """
@@ -16,7 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
-from service_http import serving, start
+from service_http import call, serving, start
 
 from mongomem.errors import RateLimitExceeded
 from mongomem.models import Action
@@ -43,14 +43,13 @@ async def url(settings: Settings, mongo: AsyncMongoClient[Document]) -> AsyncIte
     try:
         yield base
     finally:
-        await runner.cleanup()
+        await runner.stop()
 
 
 async def post(
     client: httpx.AsyncClient, op: str, body: dict[str, Any], key: str | None
 ) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return await client.post(f"/v1/{op}", json=body, headers=headers)
+    return await call(str(client.base_url), op, body, key)
 
 
 def ctx(user: str) -> MemoryRequestContext:
@@ -91,7 +90,7 @@ async def test_a_burst_beyond_the_limit_answers_429_with_retry_after(url: str) -
             assert (await client.get("/metrics")).status_code == 200
         metrics = (await client.get("/metrics")).text
     assert 'mongomem_service_requests_total{operation="list_domains",status="429"}' in metrics
-    assert 'mongomem_service_requests_total{operation="other",status="429"}' in metrics  # spaces
+    assert 'mongomem_service_requests_total{operation="list_spaces",status="429"}' in metrics
 
 
 async def test_the_sdk_raises_a_retriable_rate_limit_error(url: str) -> None:
@@ -121,7 +120,7 @@ async def test_a_keyed_save_retries_after_the_services_retry_after(
             with pytest.raises(RateLimitExceeded):  # without a key: the caller's to retry
                 await chat.save_semantic("seat", "Aisle.")
     finally:
-        await runner.cleanup()
+        await runner.stop()
     assert (first.action, again.action) == (Action.ADD, Action.REINFORCE)
     assert waited >= 1.0  # Retry-After: 1, not the 10 ms back-off
 
@@ -137,5 +136,5 @@ async def test_without_a_limit_nothing_is_refused(
             )
             answers += [await post(client, "list_domains", ALICE, KEY_A) for _ in range(10)]
     finally:
-        await runner.cleanup()
+        await runner.stop()
     assert {a.status_code for a in answers} == {200}

@@ -16,14 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
 from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import AuthError, InputError, ScopeError
 from mongomem.mongo import Document
-from mongomem.service import make_app
+from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 from mongomem.spaces import (
     AddAnyway,
@@ -63,14 +62,11 @@ def with_keys(settings: Settings) -> Settings:
 
 @pytest.fixture
 async def url(settings: Settings, mongo: AsyncMongoClient[Document]) -> AsyncIterator[str]:
-    runner = web.AppRunner(make_app(with_keys(settings), embedder=EMBEDDER))
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
+    runner = await start_server(make_app(with_keys(settings), embedder=EMBEDDER))
     try:
-        yield f"http://{host}:{port}"
+        yield runner.url
     finally:
-        await runner.cleanup()
+        await runner.stop()
 
 
 def opened(settings: Settings, mongo: AsyncMongoClient[Document], project: str) -> AsyncSpaces:

@@ -260,7 +260,7 @@ async def url(settings: Settings) -> AsyncIterator[str]:
     try:
         yield base_url
     finally:
-        await runner.cleanup()
+        await runner.stop()
 
 
 async def test_rekey_over_http(

@@ -154,21 +154,24 @@ async def test_http_transport_sends_the_key_and_identity_and_maps_errors() -> No
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        if request.url.path == "/v1/get":
+        if request.url.raw_path.startswith(b"/v1/users/alice/memories/semantic/a%2Fb?"):
             return httpx.Response(404, json={"error": {"type": "MemoryNotFound", "message": ""}})
-        if request.url.path == "/v1/list_domains":
+        if request.url.path == "/v1/users/alice/domains":
             return httpx.Response(200, json={"result": ["airline"]})
         body = error_body(InputError("label is empty", field="label")).model_dump()
         return httpx.Response(422, json={"error": body})
 
     t = transport(httpx.MockTransport(answer))
     assert await t.list_domains(WHO) == ["airline"]
-    assert await t.get(WHO, "semantic", "nope") is None
+    assert await t.get(WHO, "semantic", "a/b") is None  # a key with "/" is one segment
     with pytest.raises(InputError) as err:
         await t.save(WHO, "semantic", {"label": "", "text": "x"})
     assert err.value.field == "label"
     assert seen[0].headers["Authorization"] == f"Bearer {KEY_A}"
-    assert json.loads(seen[0].content) == WHO.model_dump()
+    assert dict(seen[0].url.params) == {"project_id": "travel", "session_id": "s1"}
+    assert seen[0].method == "GET"
+    assert seen[2].method == "POST"
+    assert json.loads(seen[2].content) == {"fields": {"label": "", "text": "x"}}
     assert KEY_A not in repr(t)
     await t.close()
 
