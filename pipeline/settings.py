@@ -39,6 +39,7 @@ MONGOMEM_STM_WATCHER_BATCH_MAX         turns that make a watcher flush due (500;
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -282,13 +283,23 @@ class LLMSettings(BaseSettings):
             "the process."
         ),
     )
-    prices: dict[str, ModelPrice] = Field(
+    prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
         default_factory=dict,
         description=(
             'JSON, e.g. {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}: price per 1M tokens '
             "by model name (a name also prices the dated versions it is a prefix of)"
         ),
     )
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON ({exc})") from exc
+        return value
 
     def price_of(self, model: str) -> ModelPrice | None:
         """The price of ``model``: its own entry, else the longest name it starts with."""

@@ -49,6 +49,7 @@ __all__ = [
     "UsageRecorder",
     "UsageRow",
     "recent_usage",
+    "usage_table",
 ]
 
 LLM_USAGE = "llm_usage"
@@ -341,3 +342,28 @@ async def recent_usage(
         )
         for name, row in sorted(rows.items())
     ]
+
+
+def usage_table(rows: list[UsageRow], *, title: str, priced: bool) -> list[str]:
+    """``rows`` as the lines ``mongomem status`` prints (cost only with a price table)."""
+    if not rows:
+        return [f"{title}: no LLM calls"]
+    lines = [
+        f"{title}:",
+        f"  {'type':<24} {'calls':>7} {'prompt tokens':>14} {'completion tokens':>18} "
+        f"{'dead letters':>13} {'cost':>10}",
+    ]
+    for row in rows:
+        if not priced:
+            cost = "-"
+        elif row.cost is None:
+            cost = "no price"
+        else:
+            cost = f"{row.cost:.6f}"
+        lines.append(
+            f"  {row.name:<24} {row.calls:>7} {row.prompt_tokens:>14} "
+            f"{row.completion_tokens:>18} {row.dead_letters:>13} {cost:>10}"
+        )
+    if not priced:
+        lines.append("  (set MONGOMEM_LLM_PRICES to see the cost)")
+    return lines

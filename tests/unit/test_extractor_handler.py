@@ -26,6 +26,7 @@ from mongomem.testing import (
     Malformed,
     RateLimited,
     ServerError,
+    Slow,
     make_snapshot,
 )
 
@@ -212,3 +213,35 @@ async def test_max_rps_spaces_the_llm_calls_of_a_handler() -> None:
     # 0, 0.5 and 1.0 s in, so the third began exactly one second after the first.
     assert clock.now - 10.0 == pytest.approx(1.0)
     assert len(clock.delays) == 2
+
+
+async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> None:
+    """The defect of issue 14: calls interrupted by a crash were missing from llm_usage."""
+    usage = MemoryUsageRecorder()
+    with FakeOpenAIServer() as server:
+        server.script(Slow(30.0))
+        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=Producer(),  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_attempts=1),
+            usage=usage,
+        )
+        task = asyncio.create_task(handler.handle(snapshot_record(1)))
+        for _ in range(500):  # until the request is at the server (bounded, not timed)
+            if server.chat_requests:
+                break
+            await asyncio.sleep(0.01)
+        assert len(server.chat_requests) == 1
+        task.cancel()  # the process dies mid-call
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await llm.close()
+    (started,) = usage.started
+    assert started.kind == "extraction"
+    assert started.name == "semantic"
+    assert usage.answers == []
+    assert usage.records == []  # the run never finished; its call is counted all the same
