@@ -86,6 +86,7 @@ __all__ = [
     "Mode",
     "OpenAILLM",
     "StandInLLM",
+    "forget_working_modes",
     "is_format_refusal",
     "make_llm",
     "parse_retry_after",
@@ -323,6 +324,11 @@ class _Refused(Exception):
 
 #: The mode that answered, per (endpoint, model), for the life of the process.
 _WORKING: dict[tuple[str, str], Mode] = {}
+
+
+def forget_working_modes() -> None:
+    """Forget the modes ``auto`` settled on (tests; or after an endpoint was replaced)."""
+    _WORKING.clear()
 
 
 class OpenAILLM:

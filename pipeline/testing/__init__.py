@@ -17,6 +17,7 @@ Run as a process: ``python -m mongomem.testing [--stand-in] [--port N]``.
 from mongomem.testing.certs import Certificates, make_certificates
 from mongomem.testing.dialects import (
     LLAMA_CPP_PYTHON,
+    LLAMA_SERVER_BEFORE_JSON_SCHEMA,
     LM_STUDIO,
     PROMPT_ONLY,
     TOOLS_ONLY,
@@ -42,6 +43,7 @@ from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInRe
 
 __all__ = [
     "LLAMA_CPP_PYTHON",
+    "LLAMA_SERVER_BEFORE_JSON_SCHEMA",
     "LM_STUDIO",
     "PROMPT_ONLY",
     "STAND_IN_BANNER",

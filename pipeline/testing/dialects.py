@@ -12,6 +12,10 @@ describes is refused with a generic 400 that says so.
 * :data:`LLAMA_CPP_PYTHON` — llama-cpp-python's server: ``json_schema`` is
   refused with HTTP 500 and the pydantic message "Input should be 'text' or
   'json_object'"; ``{"type": "json_object", "schema": ...}`` works.
+* :data:`LLAMA_SERVER_BEFORE_JSON_SCHEMA` — llama.cpp's ``llama-server`` before it
+  took ``json_schema`` (and ik_llama.cpp builds reported in 2025): HTTP 500
+  'response_format type must be one of "text" or "json_object", but got:
+  json_schema'.
 * :data:`VLLM_JSON_OBJECT_ONLY` — a vLLM build whose request model predates
   ``json_schema``: HTTP 400 in vLLM's error shape (``"object": "error"``).
 * :data:`LM_STUDIO` — ``json_schema`` only; ``json_object`` is refused (400).
@@ -30,6 +34,7 @@ from typing import Any
 
 __all__ = [
     "LLAMA_CPP_PYTHON",
+    "LLAMA_SERVER_BEFORE_JSON_SCHEMA",
     "LM_STUDIO",
     "PROMPT_ONLY",
     "TOOLS_ONLY",
@@ -85,6 +90,26 @@ LLAMA_CPP_PYTHON = Dialect(
     refusals={
         "json_schema": Refusal(
             500, _openai_error(_literal_error("json_schema"), "internal_server_error")
+        ),
+    },
+)
+
+LLAMA_SERVER_BEFORE_JSON_SCHEMA = Dialect(
+    name="llama-server (before json_schema)",
+    accepts=frozenset({"json_object", "prompt"}),
+    refusals={
+        "json_schema": Refusal(
+            500,
+            {
+                "error": {
+                    "code": 500,
+                    "message": (
+                        'response_format type must be one of "text" or "json_object", '
+                        "but got: json_schema"
+                    ),
+                    "type": "server_error",
+                }
+            },
         ),
     },
 )

@@ -28,6 +28,7 @@ from mongomem.stages.extractor.core import extracted_items, render_messages
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.testing import (
     LLAMA_CPP_PYTHON,
+    LLAMA_SERVER_BEFORE_JSON_SCHEMA,
     LM_STUDIO,
     PROMPT_ONLY,
     TOOLS_ONLY,
@@ -143,6 +144,7 @@ async def test_each_mode_asks_its_way_and_validates_the_answer(
     ("dialect", "works", "refusals"),
     [
         (LLAMA_CPP_PYTHON, "json_object", [500]),
+        (LLAMA_SERVER_BEFORE_JSON_SCHEMA, "json_object", [500]),
         (VLLM_JSON_OBJECT_ONLY, "json_object", [400]),
         (LM_STUDIO, "json_schema", []),
         (TOOLS_ONLY, "tools", [400, 400]),
@@ -160,6 +162,7 @@ async def test_auto_falls_back_past_refusals_and_remembers_the_working_mode(
         assert (await ask(first)).items[0].fact == "Boston"
         assert len(server.refused_requests) == len(refusals)
         assert [r.mode for r in server.refused_requests] == list(FALLBACK_ORDER[: len(refusals)])
+        assert [dialect.refusal(r.mode).status for r in server.refused_requests] == refusals
         # The process remembers: a new adapter for the same endpoint starts with the mode.
         second = llm_for(server)
         assert second.mode == works
