@@ -397,7 +397,6 @@ class OpenAILLM:
                 )
                 mode = nxt
                 continue
-            self._remember(mode, where)
             return result
 
     def _after(self, mode: Mode) -> Mode | None:
@@ -451,6 +450,7 @@ class OpenAILLM:
         else:
             chat = _with_instruction(messages, schema_instruction(schema_name, sent))
         response = await self._call(mode, chat, options, meter, where)
+        self._remember(mode, where)  # accepted, whether or not the answer turns out valid
         try:
             value = self._read(mode, response, schema, schema_name, where)
         except LLMOutputInvalid as invalid:

@@ -21,6 +21,7 @@ from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.stages.extractor.usage import MemoryUsageRecorder
 from mongomem.testing import (
+    LLAMA_CPP_PYTHON,
     Answer,
     FakeOpenAIServer,
     Malformed,
@@ -245,3 +246,29 @@ async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> N
     assert started.name == "semantic"
     assert usage.answers == []
     assert usage.records == []  # the run never finished; its call is counted all the same
+
+
+async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
+    """Every snapshot would be refused alike: stop, do not dead-letter them all."""
+    producer = Producer()
+    with FakeOpenAIServer(dialect=LLAMA_CPP_PYTHON) as server:
+        settings = LLMSettings(
+            base_url=server.base_url, api_key=SecretStr("k"), structured_output="json_schema"
+        )
+        llm = OpenAILLM(settings)
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=producer,  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_attempts=3),
+            usage=MemoryUsageRecorder(),
+        )
+        try:
+            with pytest.raises(ConfigError, match="MONGOMEM_LLM_STRUCTURED_OUTPUT"):
+                await handler.handle(snapshot_record(1))
+        finally:
+            await llm.close()
+        assert len(server.chat_requests) == 1  # not retried
+    assert producer.sent == []  # no dead letter

@@ -272,3 +272,12 @@ async def test_the_stand_in_reads_the_schema_in_every_mode(mode: Mode) -> None:
         "label": "home-airport",
         "text": "The user's home airport is Boston Logan.",
     }
+
+
+async def test_auto_remembers_an_accepted_mode_even_when_its_answer_is_invalid() -> None:
+    with FakeOpenAIServer(dialect=LLAMA_CPP_PYTHON) as server:
+        server.script(Malformed(), Answer(FACTS))
+        with pytest.raises(LLMOutputInvalid):
+            await ask(llm_for(server))
+        assert (await ask(llm_for(server))).items[0].fact == "Boston"  # the stage's retry
+        assert len(server.refused_requests) == 1  # json_schema was not tried again
