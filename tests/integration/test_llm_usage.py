@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -11,7 +10,7 @@ from pymongo import AsyncMongoClient
 from mongomem.llm import LLMUsage
 from mongomem.models import utcnow
 from mongomem.mongo import Document
-from mongomem.operate import llm_usage_lines, print_status
+from mongomem.operate import llm_usage_lines
 from mongomem.settings import LLMSettings, ModelPrice, Settings, load_settings
 from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageRecord, recent_usage
 
@@ -83,26 +82,18 @@ async def test_usage_documents_add_up_per_snapshot_and_query(
 
 
 async def test_status_shows_the_last_hour_per_type_with_cost(
-    settings: Settings,
-    mongo: AsyncMongoClient[Document],
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    settings: Settings, mongo: AsyncMongoClient[Document], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await fill(settings, mongo)
-    monkeypatch.setenv("MONGOMEM_INFRA_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
-    monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
-    monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", settings.kafka.bootstrap or "")
-    monkeypatch.setenv("MONGOMEM_KAFKA_TOPIC_PREFIX", settings.kafka.topic_prefix)
-    monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic,episodic")
     monkeypatch.setenv("MONGOMEM_LLM_PRICES", '{"gpt-4o-mini": {"input": 0.15, "output": 0.6}}')
-    lines: list[str] = []
-    await print_status(load_settings(), say=lines.append)
-    start = lines.index("LLM usage, last 1 hour (from llm_usage):")
-    table = {line.split()[0]: line.split()[1:] for line in lines[start + 2 : start + 5]}
+    priced = settings.model_copy(update={"llm": load_settings().llm})
+    lines = await llm_usage_lines(priced)
+    assert lines[0] == "LLM usage, last 1 hour (from llm_usage):"
+    table = {line.split()[0]: line.split()[1:] for line in lines[2:]}
     assert table["semantic"] == ["2", "2000", "200", "0", "0.000420"]
     assert table["episodic"] == ["1", "0", "0", "1", "0.000000"]
     assert table["query:answer"][:4] == ["1", "500", "50", "0"]
+    assert len(table) == 3
 
 
 async def test_status_says_when_usage_cannot_be_read(settings: Settings) -> None:
