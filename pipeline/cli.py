@@ -6,7 +6,7 @@
     mongomem run <stage> [...]       run one stage in this process
     mongomem up [--no-demo]          servers + every stage as processes + demo (make run)
     mongomem down                    stop the stages and the servers (make stop)
-    mongomem status                  extractions in force, readiness, lag, dead letters
+    mongomem status                  extractions, readiness, LLM usage, lag, dead letters
     mongomem configure FILE          check project-config.yaml; write the env it implies
     mongomem apply FILE              configure, restart extractors, wait until ready
     mongomem replay <stage> ...      re-run a stage from an offset/time in a new group

@@ -3,7 +3,28 @@
 :class:`LLM` is all the extraction stage sees. :class:`OpenAILLM` reaches any
 OpenAI-compatible endpoint through the official ``openai`` client and asks for
 JSON that fits a JSON schema derived from a pydantic model, then validates the
-answer against that model. Every openai error is translated here:
+answer against that model. How it asks is ``MONGOMEM_LLM_STRUCTURED_OUTPUT``:
+
+===============  ==============================================================
+mode             request
+===============  ==============================================================
+``json_schema``  ``response_format: {"type": "json_schema", ...}`` (strict)
+``json_object``  ``response_format: {"type": "json_object", "schema": ...}``
+                 (llama.cpp / llama-cpp-python style), the schema also stated
+                 in the system message for servers that only promise JSON
+``tools``        one tool whose parameters are the schema, forced with
+                 ``tool_choice``; its arguments are the answer
+``prompt``       no ``response_format``: the schema in the system message; an
+                 invalid answer gets one repair request, then
+                 :class:`LLMOutputInvalid`
+``auto``         ``json_schema``; when the endpoint refuses the request *and
+                 names the response format or tools* (HTTP 400 / 422 / 500),
+                 the next mode in that order, once each. The mode that answers
+                 is remembered for the process (per endpoint and model) and
+                 logged once.
+===============  ==============================================================
+
+Every openai error is translated here:
 
 =====================================  =================================
 what happened                          raised
@@ -13,6 +34,8 @@ HTTP 429                               :class:`LLMRateLimited` (``retry_after``
 HTTP 5xx, 408, 409, timeout, refused   :class:`LLMUnavailable`
 HTTP 401, 403, 404 (key, model, URL)   :class:`ConfigError` (final: the stage
                                        stops rather than dead-letter everything)
+the configured mode is refused         :class:`ConfigError` (every call would
+(not ``auto``)                         fail the same way; names the setting)
 other HTTP 4xx (request refused)       :class:`ExtractionError` (bounded retries,
                                        then dead letter)
 not JSON, fails the schema, truncated  :class:`LLMOutputInvalid`
@@ -20,7 +43,8 @@ not JSON, fails the schema, truncated  :class:`LLMOutputInvalid`
 
 The client never retries by itself (``max_retries=0``): the stage owns the
 retry policy, bounded by ``ExtractionSettings.max_attempts``. Each result
-carries the token usage and the latency of the call.
+carries the token usage and the latency of the call; a :class:`CallMeter`
+hears of every request *before* it is sent and of every answer's usage.
 """
 
 from __future__ import annotations
@@ -28,17 +52,17 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, get_args
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
-from openai.types.shared_params import ResponseFormatJSONSchema
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from pydantic import BaseModel, ValidationError
 
 from mongomem.errors import (
@@ -53,14 +77,20 @@ from mongomem.settings import LLMSettings
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "FALLBACK_ORDER",
     "LLM",
+    "CallMeter",
     "ChatMessage",
     "LLMResult",
     "LLMUsage",
+    "Mode",
     "OpenAILLM",
     "StandInLLM",
+    "forget_working_modes",
+    "is_format_refusal",
     "make_llm",
     "parse_retry_after",
+    "schema_instruction",
     "strict_json_schema",
 ]
 
@@ -72,6 +102,12 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 M = TypeVar("M", bound=BaseModel)
 
 ChatMessage = Mapping[str, str]
+
+#: A way of asking for structured output (``auto`` is a choice among these).
+Mode = Literal["json_schema", "json_object", "tools", "prompt"]
+
+#: The order ``auto`` tries the modes in.
+FALLBACK_ORDER: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)
@@ -94,6 +130,19 @@ class LLMResult(Generic[M]):
     latency_s: float
 
 
+class CallMeter(Protocol):
+    """Hears of every request to the endpoint, so usage can be accounted per call.
+
+    ``call_started`` is awaited *before* the request is sent: a call cut short
+    (timeout, crash) is still counted. ``answered`` is awaited for every
+    answer that arrived, also one then rejected as invalid.
+    """
+
+    async def call_started(self) -> None: ...
+
+    async def answered(self, usage: LLMUsage, model: str) -> None: ...
+
+
 class LLM(Protocol):
     """Asks for structured output.
 
@@ -112,10 +161,9 @@ class LLM(Protocol):
         schema: type[M],
         *,
         schema_name: str,
-        spent: list[LLMUsage] | None = None,
+        meter: CallMeter | None = None,
     ) -> LLMResult[M]:
-        """Ask for JSON fitting ``schema``; ``spent`` gets the usage of every answer,
-        also of one that is then rejected as invalid."""
+        """Ask for JSON fitting ``schema``; ``meter`` hears of every request and answer."""
         ...
 
     async def close(self) -> None: ...
@@ -205,6 +253,84 @@ def _translate(exc: openai.OpenAIError, where: str) -> Exception:
     return LLMUnavailable(f"{where}: {type(exc).__name__}: {exc}")
 
 
+#: Words in an error body that say the *response format* was refused, per mode.
+_FORMAT_WORDS = re.compile(
+    r"response_format|response format|json_schema|json_object|'text'|structured output",
+    re.IGNORECASE,
+)
+_TOOL_WORDS = re.compile(r"tool_choice|\btools?\b|function", re.IGNORECASE)
+
+
+def is_format_refusal(exc: openai.OpenAIError, mode: Mode) -> bool:
+    """Whether ``exc`` refuses how ``mode`` asked for structure (not the request as such).
+
+    HTTP 400, 422 or 500 whose body names the response format (``json_schema``,
+    ``json_object``, ``'text'`` …), or the tools for the ``tools`` mode. The
+    ``prompt`` mode sends neither, so nothing it meets is a format refusal.
+    """
+    if mode == "prompt" or not isinstance(exc, openai.APIStatusError):
+        return False
+    if exc.status_code not in (400, 422, 500):
+        return False
+    text = f"{exc.message} {json.dumps(exc.body, default=str)}"
+    words = _TOOL_WORDS if mode == "tools" else _FORMAT_WORDS
+    return words.search(text) is not None
+
+
+def schema_instruction(schema_name: str, schema: Mapping[str, Any]) -> str:
+    """The system-message text that states the schema (``json_object`` and ``prompt``)."""
+    return (
+        "Answer with one JSON object and nothing else (no prose, no code fence). It must "
+        f'fit this JSON schema "{schema_name}":\n'
+        f"{json.dumps(schema, ensure_ascii=False, separators=(',', ':'))}"
+    )
+
+
+def _with_instruction(messages: Sequence[ChatMessage], instruction: str) -> list[dict[str, str]]:
+    """``messages`` with ``instruction`` appended to the first system message (or one added)."""
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") == "system":
+            message["content"] = f"{message.get('content', '')}\n\n{instruction}"
+            return out
+    return [{"role": "system", "content": instruction}, *out]
+
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def _lenient_json(text: str) -> Any:
+    """JSON from a chatty answer: a code fence is unwrapped, prose around one object dropped."""
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        first, last = text.find("{"), text.rfind("}")
+        if first < 0 or last <= first:
+            raise
+        return json.loads(text[first : last + 1])
+
+
+class _Refused(Exception):
+    """The endpoint refused how a mode asked for structure (handled inside OpenAILLM)."""
+
+    def __init__(self, mode: Mode, cause: openai.APIStatusError) -> None:
+        super().__init__(f"{mode} refused: HTTP {cause.status_code}: {cause.message}")
+        self.mode = mode
+        self.cause = cause
+
+
+#: The mode that answered, per (endpoint, model), for the life of the process.
+_WORKING: dict[tuple[str, str], Mode] = {}
+
+
+def forget_working_modes() -> None:
+    """Forget the modes ``auto`` settled on (tests; or after an endpoint was replaced)."""
+    _WORKING.clear()
+
+
 class OpenAILLM:
     """Structured output from an OpenAI-compatible endpoint via ``openai.AsyncOpenAI``."""
 
@@ -228,10 +354,18 @@ class OpenAILLM:
         self._client = client
         self._model = settings.model
         self._url = url
+        self._setting = settings.structured_output
 
     @property
     def name(self) -> str:
         return f"openai-compatible:{self._model}@{self._url}"
+
+    @property
+    def mode(self) -> Mode:
+        """The mode the next call starts with (``auto``: the one remembered, if any)."""
+        if self._setting != "auto":
+            return self._setting
+        return _WORKING.get((self._url, self._model), FALLBACK_ORDER[0])
 
     async def structured(
         self,
@@ -239,68 +373,181 @@ class OpenAILLM:
         schema: type[M],
         *,
         schema_name: str,
-        spent: list[LLMUsage] | None = None,
+        meter: CallMeter | None = None,
     ) -> LLMResult[M]:
         where = f"LLM {self._model} at {self._url}"
+        mode = self.mode
+        while True:
+            try:
+                result = await self._ask(mode, messages, schema, schema_name, meter, where)
+            except _Refused as refused:
+                nxt = self._after(mode)
+                if nxt is None:
+                    raise ConfigError(
+                        f"{where} refuses structured output as {mode} "
+                        f"(HTTP {refused.cause.status_code}: {refused.cause.message}); set "
+                        "MONGOMEM_LLM_STRUCTURED_OUTPUT to a mode it supports, or to auto"
+                    ) from refused.cause
+                log.warning(
+                    "%s refused structured output as %s (HTTP %d); trying %s",
+                    where,
+                    mode,
+                    refused.cause.status_code,
+                    nxt,
+                )
+                mode = nxt
+                continue
+            return result
+
+    def _after(self, mode: Mode) -> Mode | None:
+        """The mode ``auto`` tries after ``mode`` was refused (``None``: no fallback)."""
+        if self._setting != "auto":
+            return None
+        index = FALLBACK_ORDER.index(mode)
+        return FALLBACK_ORDER[index + 1] if index + 1 < len(FALLBACK_ORDER) else None
+
+    def _remember(self, mode: Mode, where: str) -> None:
+        if self._setting != "auto":
+            return
+        key = (self._url, self._model)
+        if _WORKING.get(key) != mode:
+            _WORKING[key] = mode
+            log.info("%s: structured output as %s (remembered for this process)", where, mode)
+
+    async def _ask(
+        self,
+        mode: Mode,
+        messages: Sequence[ChatMessage],
+        schema: type[M],
+        schema_name: str,
+        meter: CallMeter | None,
+        where: str,
+    ) -> LLMResult[M]:
         started = time.perf_counter()
-        chat: list[ChatCompletionMessageParam] = [
-            cast("ChatCompletionMessageParam", dict(m)) for m in messages
-        ]
-        response_format: ResponseFormatJSONSchema = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name,
-                "schema": strict_json_schema(schema),
-                "strict": True,
-            },
-        }
+        sent = strict_json_schema(schema)
+        options: dict[str, Any] = {}
+        chat: list[dict[str, str]] = [dict(m) for m in messages]
+        if mode == "json_schema":
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": sent, "strict": True},
+            }
+        elif mode == "json_object":
+            chat = _with_instruction(messages, schema_instruction(schema_name, sent))
+            options["response_format"] = {"type": "json_object", "schema": sent}
+        elif mode == "tools":
+            options["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": schema_name,
+                        "description": f"Record the answer as {schema_name}.",
+                        "parameters": sent,
+                    },
+                }
+            ]
+            options["tool_choice"] = {"type": "function", "function": {"name": schema_name}}
+        else:
+            chat = _with_instruction(messages, schema_instruction(schema_name, sent))
+        response = await self._call(mode, chat, options, meter, where)
+        self._remember(mode, where)  # accepted, whether or not the answer turns out valid
         try:
-            response = await self._client.chat.completions.create(
+            value = self._read(mode, response, schema, schema_name, where)
+        except LLMOutputInvalid as invalid:
+            if mode != "prompt":
+                raise
+            content = (response.choices[0].message.content or "") if response.choices else ""
+            problem = str(invalid).removeprefix(f"{where}: ")
+            repair = [
+                *chat,
+                {"role": "assistant", "content": content},
+                {
+                    "role": "user",
+                    "content": (
+                        f"That answer is invalid: {problem}. Answer again with only the "
+                        f'JSON object that fits the schema "{schema_name}".'
+                    ),
+                },
+            ]
+            response = await self._call(mode, repair, options, meter, where)
+            value = self._read(mode, response, schema, schema_name, where)
+        return LLMResult(
+            value=value,
+            model=response.model or self._model,
+            usage=_usage_of(response),
+            latency_s=time.perf_counter() - started,
+        )
+
+    async def _call(
+        self,
+        mode: Mode,
+        chat: list[dict[str, str]],
+        options: dict[str, Any],
+        meter: CallMeter | None,
+        where: str,
+    ) -> ChatCompletion:
+        if meter is not None:
+            await meter.call_started()
+        try:
+            response: ChatCompletion = await self._client.chat.completions.create(
                 model=self._model,
-                messages=chat,
+                messages=cast("list[ChatCompletionMessageParam]", chat),
                 temperature=0,
-                response_format=response_format,
+                stream=False,
+                **options,
             )
         except openai.OpenAIError as exc:
+            if isinstance(exc, openai.APIStatusError) and is_format_refusal(exc, mode):
+                raise _Refused(mode, exc) from exc
             raise _translate(exc, where) from exc
-        latency = time.perf_counter() - started
-        usage = LLMUsage(
-            prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
-            completion_tokens=response.usage.completion_tokens if response.usage else 0,
-        )
-        if spent is not None:
-            spent.append(usage)
+        if meter is not None:
+            await meter.answered(_usage_of(response), response.model or self._model)
+        return response
+
+    def _read(
+        self, mode: Mode, response: ChatCompletion, schema: type[M], schema_name: str, where: str
+    ) -> M:
         if not response.choices:
-            raise LLMOutputInvalid(f"{where}: the answer has no choices")
+            raise _invalid(where, "the answer has no choices")
         choice = response.choices[0]
         if choice.finish_reason == "length":
-            raise LLMOutputInvalid(f"{where}: the answer was cut off (finish_reason=length)")
+            raise _invalid(where, "the answer was cut off (finish_reason=length)")
         refusal = getattr(choice.message, "refusal", None)
         if refusal:
-            raise LLMOutputInvalid(f"{where}: the model refused: {refusal[:200]}")
-        content = choice.message.content
-        if not content:
-            raise LLMOutputInvalid(f"{where}: the answer is empty")
+            raise _invalid(where, f"the model refused: {refusal[:200]}")
+        text = choice.message.content
+        if mode == "tools":
+            calls = [c for c in choice.message.tool_calls or [] if c.type == "function"]
+            if calls:
+                text = calls[0].function.arguments
+        if not text:
+            raise _invalid(where, "the answer is empty")
         try:
-            data = json.loads(content)
+            data = _lenient_json(text) if mode in ("prompt", "tools") else json.loads(text)
         except json.JSONDecodeError as exc:
-            raise LLMOutputInvalid(f"{where}: the answer is not JSON: {exc}") from exc
+            raise _invalid(where, f"the answer is not JSON: {exc}") from exc
         try:
-            value = schema.model_validate(data)
+            return schema.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
                 for e in exc.errors()[:5]
             )
-            raise LLMOutputInvalid(
-                f"{where}: the answer does not fit {schema_name}: {problems}"
-            ) from exc
-        return LLMResult(
-            value=value, model=response.model or self._model, usage=usage, latency_s=latency
-        )
+            raise _invalid(where, f"the answer does not fit {schema_name}: {problems}") from exc
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _usage_of(response: ChatCompletion) -> LLMUsage:
+    return LLMUsage(
+        prompt_tokens=response.usage.prompt_tokens if response.usage else 0,
+        completion_tokens=response.usage.completion_tokens if response.usage else 0,
+    )
+
+
+def _invalid(where: str, detail: str) -> LLMOutputInvalid:
+    return LLMOutputInvalid(f"{where}: {detail}")
 
 
 class StandInLLM(OpenAILLM):

@@ -10,7 +10,11 @@ metric                                      labels
 ``mongomem_dead_letters_total``             stage
 ``mongomem_consumer_lag``                   stage, topic, partition
 ``mongomem_llm_latency_seconds``            memory_type
+``mongomem_llm_calls_total``                memory_type (counted before each request)
 ``mongomem_llm_tokens_total``               memory_type, kind (prompt, completion)
+``mongomem_llm_snapshot_tokens``            memory_type (tokens one snapshot cost)
+``mongomem_llm_query_calls_total``          purpose (LLM calls made for queries)
+``mongomem_llm_query_tokens``               purpose (tokens one query cost)
 ``mongomem_reconcile_actions_total``        memory_type, action (ADD, UPDATE, REINFORCE, NOOP)
 ``mongomem_stage_batch_seconds``            stage
 ==========================================  ========================================
@@ -26,7 +30,11 @@ with require("stages"):
 __all__ = [
     "CONSUMER_LAG",
     "DEAD_LETTERS",
+    "LLM_CALLS",
     "LLM_LATENCY",
+    "LLM_QUERY_CALLS",
+    "LLM_QUERY_TOKENS",
+    "LLM_SNAPSHOT_TOKENS",
     "LLM_TOKENS",
     "MESSAGES",
     "RECONCILE_ACTIONS",
@@ -55,6 +63,33 @@ LLM_LATENCY = Histogram(
 )
 LLM_TOKENS = Counter(
     "mongomem_llm_tokens", "LLM tokens used", ["memory_type", "kind"], registry=REGISTRY
+)
+LLM_CALLS = Counter(
+    "mongomem_llm_calls",
+    "LLM requests sent for extraction (counted before each is sent)",
+    ["memory_type"],
+    registry=REGISTRY,
+)
+_TOKEN_BUCKETS = (100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, 300_000)
+LLM_SNAPSHOT_TOKENS = Histogram(
+    "mongomem_llm_snapshot_tokens",
+    "LLM tokens (prompt + completion) one snapshot cost one memory type",
+    ["memory_type"],
+    buckets=_TOKEN_BUCKETS,
+    registry=REGISTRY,
+)
+LLM_QUERY_CALLS = Counter(
+    "mongomem_llm_query_calls",
+    "LLM requests sent to answer queries (counted before each is sent)",
+    ["purpose"],
+    registry=REGISTRY,
+)
+LLM_QUERY_TOKENS = Histogram(
+    "mongomem_llm_query_tokens",
+    "LLM tokens (prompt + completion) one query cost",
+    ["purpose"],
+    buckets=_TOKEN_BUCKETS,
+    registry=REGISTRY,
 )
 RECONCILE_ACTIONS = Counter(
     "mongomem_reconcile_actions",

@@ -1,8 +1,9 @@
 """``mongomem status``, ``configure``, ``apply`` and ``replay`` (SPEC G4, I2, I5).
 
 * ``status`` reports which extractions are in force (and where that came
-  from), readiness, each stage's consumer lag and dead-letter count, and the
-  local processes.
+  from), readiness, the last hour's LLM calls, tokens, dead letters and cost
+  per type (``llm_usage``), each stage's consumer lag and dead-letter count,
+  and the local processes.
 * ``configure FILE`` validates ``project-config.yaml`` and saves the settings
   it implies to ``<state dir>/project.env``; ``make run`` passes them to the
   stage processes. For a deployment, print them and set them on the memory
@@ -23,12 +24,15 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from mongomem.errors import BrokerError, MongomemError, NotReady
+from mongomem.errors import BrokerError, MongomemError, NotReady, StorageError
 from mongomem.infra import local_servers_status
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
+from mongomem.models import utcnow
+from mongomem.mongo import connect, database
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.project_config import enabled_types, load_project_config
 from mongomem.readiness import check_ready
@@ -39,8 +43,9 @@ from mongomem.settings import (
     overlay,
     with_local_pipeline,
 )
+from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
-__all__ = ["apply", "configure", "print_status", "replay", "stage_groups"]
+__all__ = ["apply", "configure", "llm_usage_lines", "print_status", "replay", "stage_groups"]
 
 
 def stage_groups(
@@ -91,6 +96,8 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
     for name, state in local_servers_status(settings).items():
         say(f"local {name}: {state}")
+    for line in await llm_usage_lines(settings):
+        say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
     rows: list[tuple[str, str]] = []
     try:
@@ -114,6 +121,22 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
         for pid_file in pids:
             say(f"  {pid_file.stem:<24} {_pid_state(pid_file)}")
     return 1 if problems else 0
+
+
+async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
+    """The last ``hours`` of ``llm_usage``: calls, tokens, dead letters and cost per type."""
+    title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
+    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
+    client = connect(mongodb)
+    try:
+        collection = database(client, mongodb)[LLM_USAGE]
+        since = utcnow() - timedelta(hours=hours)
+        rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
+    except (StorageError, TimeoutError) as exc:
+        return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
+    finally:
+        await client.close()
+    return usage_table(rows, title=title, priced=bool(settings.llm.prices))
 
 
 def _pid_state(pid_file: Path) -> str:

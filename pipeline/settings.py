@@ -23,6 +23,10 @@ MONGOMEM_SPACES_ENCRYPTION_KEY         AES-256-GCM key of encrypted spaces (base
 MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
 MONGOMEM_LLM_BASE_URL / _API_KEY       OpenAI-compatible endpoint and key
 MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
+MONGOMEM_LLM_STRUCTURED_OUTPUT         ``auto`` | ``json_schema`` | ``json_object`` |
+                                       ``tools`` | ``prompt`` (see mongomem.llm)
+MONGOMEM_LLM_PRICES                    JSON price table: model → input/output
+                                       price per 1M tokens (cost in ``status``)
 MONGOMEM_EMBEDDING_PROVIDER            ``openai`` | ``local`` | ``stand-in``
 MONGOMEM_EMBEDDING_MODEL / _DIMENSIONS embedding model and vector size
 MONGOMEM_PROJECT_CONFIG                path of project-config.yaml
@@ -44,7 +48,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
@@ -63,12 +69,14 @@ __all__ = [
     "KafkaSettings",
     "LLMSettings",
     "McpSettings",
+    "ModelPrice",
     "MongoSettings",
     "ReconcileSettings",
     "ServiceSettings",
     "Settings",
     "SpacesSettings",
     "StmSettings",
+    "StructuredOutput",
     "WindowingSettings",
     "load_settings",
     "local_pipeline_env",
@@ -237,6 +245,23 @@ class ReconcileSettings(BaseSettings):
     )
 
 
+class ModelPrice(BaseModel):
+    """What one model costs, in a currency of your choice, per 1M tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: float = Field(ge=0, description="price per 1M prompt (input) tokens")
+    output: float = Field(ge=0, description="price per 1M completion (output) tokens")
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The price of these tokens."""
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
+#: How structured output is asked for (see :mod:`mongomem.llm`).
+StructuredOutput = Literal["auto", "json_schema", "json_object", "tools", "prompt"]
+
+
 class LLMSettings(BaseSettings):
     """The OpenAI-compatible endpoint used for extraction (and the optional judge)."""
 
@@ -250,6 +275,41 @@ class LLMSettings(BaseSettings):
         default=False,
         description="Run the local scripted stand-in (NOT a model) when no endpoint is set.",
     )
+    structured_output: StructuredOutput = Field(
+        default="auto",
+        description=(
+            "json_schema: response_format json_schema (strict). json_object: response_format "
+            "json_object with the schema attached (llama.cpp style) and stated in the prompt. "
+            "tools: a forced tool call whose parameters are the schema. prompt: the schema in "
+            "the prompt only, one repair request on an invalid answer. auto: json_schema, and "
+            "on a refusal that names the response format the next of those, remembered for "
+            "the process."
+        ),
+    )
+    prices: Annotated[dict[str, ModelPrice], NoDecode] = Field(
+        default_factory=dict,
+        description=(
+            'JSON, e.g. {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}: price per 1M tokens '
+            "by model name (a name also prices the dated versions it is a prefix of)"
+        ),
+    )
+
+    @field_validator("prices", mode="before")
+    @classmethod
+    def _json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not JSON ({exc})") from exc
+        return value
+
+    def price_of(self, model: str) -> ModelPrice | None:
+        """The price of ``model``: its own entry, else the longest name it starts with."""
+        if model in self.prices:
+            return self.prices[model]
+        matches = [name for name in self.prices if model.startswith(name)]
+        return self.prices[max(matches, key=len)] if matches else None
 
 
 class EmbeddingSettings(BaseSettings):

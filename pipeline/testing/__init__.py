@@ -3,6 +3,9 @@
 * :class:`FakeOpenAIServer` — a local OpenAI-compatible HTTP server (chat
   completions and embeddings) with scripted answers and injected faults
   (:mod:`mongomem.testing.replies`); the real ``openai`` client talks to it.
+  A :class:`Dialect` makes it accept only the structured-output modes of one
+  real server and refuse the others as that server does
+  (:mod:`mongomem.testing.dialects`).
 * :class:`StandInResponder` — the rule-based demo responder used by
   ``make run`` when no LLM is configured. It is NOT a model and says so.
 * :func:`make_certificates` — a throw-away CA and a loopback server
@@ -12,6 +15,16 @@ Run as a process: ``python -m mongomem.testing [--stand-in] [--port N]``.
 """
 
 from mongomem.testing.certs import Certificates, make_certificates
+from mongomem.testing.dialects import (
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER_BEFORE_JSON_SCHEMA,
+    LM_STUDIO,
+    PROMPT_ONLY,
+    TOOLS_ONLY,
+    VLLM_JSON_OBJECT_ONLY,
+    Dialect,
+    Refusal,
+)
 from mongomem.testing.replies import (
     Answer,
     ChatRequest,
@@ -29,14 +42,22 @@ from mongomem.testing.snapshots import make_snapshot
 from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 __all__ = [
+    "LLAMA_CPP_PYTHON",
+    "LLAMA_SERVER_BEFORE_JSON_SCHEMA",
+    "LM_STUDIO",
+    "PROMPT_ONLY",
     "STAND_IN_BANNER",
     "STAND_IN_MODEL",
+    "TOOLS_ONLY",
+    "VLLM_JSON_OBJECT_ONLY",
     "Answer",
     "Certificates",
     "ChatRequest",
+    "Dialect",
     "FakeOpenAIServer",
     "Malformed",
     "RateLimited",
+    "Refusal",
     "Reply",
     "Responder",
     "SchemaViolation",

@@ -6,6 +6,12 @@ code path as production. Answers come from, in order: the scripted queue
 extraction ``{"items": []}``. Embeddings are feature-hashing vectors
 (:class:`~mongomem.embeddings.HashingEmbedder`, NOT a model).
 
+The answer is shaped by the request's structured-output mode: a forced tool
+call gets it as the call's arguments, every other mode as the message
+content. With a :class:`~mongomem.testing.dialects.Dialect` the server
+accepts only that dialect's modes and refuses the rest as the real server
+it is named after does.
+
 In-process (tests)::
 
     with FakeOpenAIServer() as server:
@@ -33,6 +39,7 @@ from types import TracebackType
 
 from mongomem.embeddings import HashingEmbedder
 from mongomem.extras import require
+from mongomem.testing.dialects import Dialect
 from mongomem.testing.replies import (
     Answer,
     ChatRequest,
@@ -74,15 +81,18 @@ class FakeOpenAIServer:
         model: str = "fake-model",
         host: str = "127.0.0.1",
         port: int = 0,
+        dialect: Dialect | None = None,
     ) -> None:
         self.responder = responder
         self.model = model
+        self.dialect = dialect
         self._host = host
         self._port = port
         self._lock = threading.Lock()
         self._queue: deque[tuple[str | None, Reply]] = deque()
         self._holds: list[tuple[EmbeddingPredicate, threading.Event]] = []
         self.chat_requests: list[ChatRequest] = []
+        self.refused_requests: list[ChatRequest] = []
         self.embedding_requests: list[list[str]] = []
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
@@ -141,6 +151,12 @@ class FakeOpenAIServer:
         if not isinstance(body, dict):
             return _error(400, "request body must be an object", "invalid_request_error")
         chat = ChatRequest(body=body)
+        if self.dialect is not None and chat.mode not in self.dialect.accepts:
+            refusal = self.dialect.refusal(chat.mode)
+            with self._lock:
+                self.chat_requests.append(chat)
+                self.refused_requests.append(chat)
+            return web.json_response(dict(refusal.body), status=refusal.status)
         reply = self._next_reply(chat)
         return await self._render(chat, reply)
 
@@ -168,6 +184,15 @@ class FakeOpenAIServer:
             model = reply.model or model
         prompt = _tokens(chat.text())
         completion = _tokens(content)
+        message: dict[str, object] = {"role": "assistant", "content": content, "refusal": None}
+        if chat.mode == "tools":
+            # A forced tool call: the answer is the call's arguments.
+            call = {"name": chat.schema_name or "answer", "arguments": content}
+            message["content"] = None
+            message["tool_calls"] = [{"id": f"call-{prompt}", "type": "function", "function": call}]
+            finish = "tool_calls" if finish == "stop" else finish
+        elif chat.mode == "prompt" and self.dialect is not None and self.dialect.fenced:
+            message["content"] = f"```json\n{content}\n```"
         return web.json_response(
             {
                 "id": f"chatcmpl-local-{next(self._ids)}",
@@ -177,7 +202,7 @@ class FakeOpenAIServer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content, "refusal": None},
+                        "message": message,
                         "finish_reason": finish,
                         "logprobs": None,
                     }

@@ -40,7 +40,7 @@ from mongomem.errors import (
     StorageError,
 )
 from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
-from mongomem.llm import LLM, LLMResult, LLMUsage
+from mongomem.llm import LLM, LLMResult
 from mongomem.models import MemoryCandidate, Snapshot, utcnow
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
@@ -51,7 +51,7 @@ from mongomem.stages.extractor.core import (
     to_candidates,
 )
 from mongomem.stages.extractor.types import TypeSpec
-from mongomem.stages.extractor.usage import UsageRecord, UsageRecorder
+from mongomem.stages.extractor.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
 __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
 
@@ -132,7 +132,11 @@ class TypeHandler:
 
         messages = render_messages(self.spec, snapshot)
         answer: LLMResult[BaseModel] | None = None
-        spent: list[LLMUsage] = []
+        meter = UsageMeter(
+            self._usage,
+            UsageKey.snapshot(snapshot.snapshot_id, self.spec.name, snapshot.project_id),
+            clock=self._clock,
+        )
         attempt = 0
         while True:
             attempt += 1
@@ -143,7 +147,7 @@ class TypeHandler:
                         messages,
                         self.spec.output_model,
                         schema_name=self.spec.schema_name,
-                        spent=spent,
+                        meter=meter,
                     )
                     metrics.LLM_LATENCY.labels(self.spec.name).observe(answer.latency_s)
                 candidates = await self._candidates(snapshot, answer)
@@ -183,10 +187,10 @@ class TypeHandler:
                     exc,
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
-                await self._record(snapshot, answer, spent, attempt, 0, "dead-letter")
+                await self._record(snapshot, answer, meter, attempt, 0, "dead-letter")
                 return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
-            await self._record(snapshot, answer, spent, attempt, len(candidates), "ok")
+            await self._record(snapshot, answer, meter, attempt, len(candidates), "ok")
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
@@ -243,26 +247,24 @@ class TypeHandler:
         self,
         snapshot: Snapshot,
         answer: LLMResult[BaseModel] | None,
-        spent: list[LLMUsage],
+        meter: UsageMeter,
         attempts: int,
         candidates: int,
         outcome: str,
     ) -> None:
-        """Record usage (every answer, valid or not); a storage failure is only logged."""
-        prompt_tokens = sum(u.prompt_tokens for u in spent)
-        completion_tokens = sum(u.completion_tokens for u in spent)
-        metrics.LLM_TOKENS.labels(self.spec.name, "prompt").inc(prompt_tokens)
-        metrics.LLM_TOKENS.labels(self.spec.name, "completion").inc(completion_tokens)
+        """Record the run's outcome (its calls and tokens were counted as they happened);
+        a storage failure is only logged."""
+        meter.finished()
         record = UsageRecord(
             snapshot_id=snapshot.snapshot_id,
             memory_type=self.spec.name,
             project_id=snapshot.project_id,
             model=answer.model if answer else self._llm.name,
             prompt_version=self.spec.full_prompt_version,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
+            prompt_tokens=meter.prompt_tokens,
+            completion_tokens=meter.completion_tokens,
             latency_s=answer.latency_s if answer else 0.0,
-            calls=len(spent),
+            calls=meter.calls,
             attempts=attempts,
             candidates=candidates,
             outcome=outcome,

@@ -69,6 +69,7 @@ async def test_status_reports_extractions_readiness_and_lag(
     assert "embedding provider" in text
     assert f"{settings.kafka.topic_prefix}.extractor.semantic" in text
     assert "dead letters: " in text
+    assert "LLM usage, last 1 hour (from llm_usage): no LLM calls" in text
 
 
 def test_apply_restarts_extractors_to_match_and_waits_until_ready(

@@ -17,12 +17,14 @@ from pymongo import AsyncMongoClient
 from mongomem.codec import decode, encode
 from mongomem.embeddings import HashingEmbedder
 from mongomem.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
+from mongomem.llm import forget_working_modes
 from mongomem.models import MemoryCandidate, ScopeKind, Snapshot
 from mongomem.mongo import Document
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
 from mongomem.stages.extractor import run_extractors, specs
 from mongomem.stages.extractor.usage import LLM_USAGE
 from mongomem.testing import (
+    LLAMA_CPP_PYTHON,
     Answer,
     ChatRequest,
     FakeOpenAIServer,
@@ -188,6 +190,43 @@ async def test_one_snapshot_fans_out_to_every_enabled_type_only(
     assert sorted(d["memory_type"] for d in docs) == ["procedural", "semantic", "taxonomic"]
     assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 for d in docs)
     assert all(d["last_outcome"] == "ok" and d["calls"] == 1 for d in docs)
+
+
+async def test_a_json_object_only_server_extracts_a_whole_snapshot_in_auto_mode(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """llama-cpp-python refuses json_schema with HTTP 500: auto falls back, nothing dead-letters."""
+    types = ("semantic", "episodic", "procedural", "taxonomic")
+    try:
+        with FakeOpenAIServer(scripted, dialect=LLAMA_CPP_PYTHON) as server:
+            cfg = configure(settings, server, types)
+            snapshot = make_snapshot([("user", "My home airport is Boston."), ("assistant", "Ok.")])
+            await publish(cfg, snapshot)
+            async with extractor(cfg):
+                values = await read_topic(
+                    cfg, cfg.kafka.topic("candidates"), lambda v: len(v) >= 4, settle_s=2.0
+                )
+            requests = list(server.chat_requests)
+            refused = list(server.refused_requests)
+    finally:
+        forget_working_modes()
+    found = {c.memory_type: c for c in candidates_of(values)}
+    assert sorted(found) == sorted(types)
+    assert len(values) == 4
+    assert found["semantic"].key == "home-airport"
+    answered = [r for r in requests if r not in refused]
+    assert sorted(r.schema_name or "" for r in answered) == sorted(f"extract_{t}" for t in types)
+    assert {r.mode for r in answered} == {"json_object"}
+    # Each type's first call may race the others to the refusal; none is refused twice.
+    assert 1 <= len(refused) <= len(types)
+    assert {r.mode for r in refused} == {"json_schema"}
+    assert len({r.schema_name for r in refused}) == len(refused)
+
+    usage = mongo[cfg.mongodb.database][LLM_USAGE]
+    docs = await usage.find({"snapshot_id": snapshot.snapshot_id}).to_list()
+    assert all(d["last_outcome"] == "ok" for d in docs)
+    assert sum(d["calls"] for d in docs) == len(requests)  # the refused requests are counted too
+    assert sum(d["answers"] for d in docs) == len(answered)
 
 
 FAULTS: dict[str, Reply] = {

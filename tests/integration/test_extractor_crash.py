@@ -22,12 +22,15 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from pymongo import AsyncMongoClient
 
 from mongomem.codec import decode, encode
 from mongomem.kafka import ensure_topics, make_producer, pipeline_topics
 from mongomem.models import MemoryCandidate
+from mongomem.mongo import Document
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
+from mongomem.stages.extractor.usage import LLM_USAGE
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
 
 pytestmark = pytest.mark.integration
@@ -72,7 +75,11 @@ async def wait_until(condition: object, timeout_s: float, what: str, log: Path) 
 
 
 async def test_sigkill_before_commit_replays_the_same_candidate_ids(
-    settings: Settings, subprocess_env: dict[str, str], server: FakeOpenAIServer, tmp_path: Path
+    settings: Settings,
+    subprocess_env: dict[str, str],
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+    mongo: AsyncMongoClient[Document],
 ) -> None:
     env = {
         **subprocess_env,
@@ -155,3 +162,12 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
     assert counts[id_second] == 1, (counts, tail(log))
     assert counts[id_first] == 2  # emitted, not committed, emitted again after the restart
     assert set(counts) == {id_first, id_second}
+
+    # Every request the endpoint received is in llm_usage, the killed run's too: each
+    # call is counted before it is sent, its tokens as its answer arrives.
+    received = server.requests_for("extract_semantic")
+    usage = await mongo[settings.mongodb.database][LLM_USAGE].find().to_list()
+    assert len(received) == 4  # both snapshots before the kill, both again after it
+    assert sum(d["calls"] for d in usage) == len(received)
+    assert sum(d["answers"] for d in usage) == len(received)
+    assert sum(d["runs"] for d in usage) == 3  # the killed run never finished

@@ -21,11 +21,13 @@ from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.stages.extractor.usage import MemoryUsageRecorder
 from mongomem.testing import (
+    LLAMA_CPP_PYTHON,
     Answer,
     FakeOpenAIServer,
     Malformed,
     RateLimited,
     ServerError,
+    Slow,
     make_snapshot,
 )
 
@@ -111,7 +113,7 @@ async def test_a_later_step_is_retried_without_paying_for_the_llm_again() -> Non
     assert topic == "t.candidates"
     assert decode(value, MemoryCandidate).key == "home-airport"
     (record,) = usage
-    assert record.calls == 1
+    assert record.calls == 2  # every request sent is counted, the refused 429 too
     assert record.outcome == "ok"
 
 
@@ -212,3 +214,61 @@ async def test_max_rps_spaces_the_llm_calls_of_a_handler() -> None:
     # 0, 0.5 and 1.0 s in, so the third began exactly one second after the first.
     assert clock.now - 10.0 == pytest.approx(1.0)
     assert len(clock.delays) == 2
+
+
+async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> None:
+    """The defect of issue 14: calls interrupted by a crash were missing from llm_usage."""
+    usage = MemoryUsageRecorder()
+    with FakeOpenAIServer() as server:
+        server.script(Slow(30.0))
+        llm = OpenAILLM(LLMSettings(base_url=server.base_url, api_key=SecretStr("k")))
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=Producer(),  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_attempts=1),
+            usage=usage,
+        )
+        task = asyncio.create_task(handler.handle(snapshot_record(1)))
+        for _ in range(500):  # until the request is at the server (bounded, not timed)
+            if server.chat_requests:
+                break
+            await asyncio.sleep(0.01)
+        assert len(server.chat_requests) == 1
+        task.cancel()  # the process dies mid-call
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await llm.close()
+    (started,) = usage.started
+    assert started.kind == "extraction"
+    assert started.name == "semantic"
+    assert usage.answers == []
+    assert usage.records == []  # the run never finished; its call is counted all the same
+
+
+async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
+    """Every snapshot would be refused alike: stop, do not dead-letter them all."""
+    producer = Producer()
+    with FakeOpenAIServer(dialect=LLAMA_CPP_PYTHON) as server:
+        settings = LLMSettings(
+            base_url=server.base_url, api_key=SecretStr("k"), structured_output="json_schema"
+        )
+        llm = OpenAILLM(settings)
+        handler = TypeHandler(
+            builtin_spec("semantic"),
+            llm=llm,
+            embedder=HashingEmbedder(16),
+            producer=producer,  # type: ignore[arg-type]
+            kafka=KafkaSettings(topic_prefix="t"),
+            extraction=ExtractionSettings(max_attempts=3),
+            usage=MemoryUsageRecorder(),
+        )
+        try:
+            with pytest.raises(ConfigError, match="MONGOMEM_LLM_STRUCTURED_OUTPUT"):
+                await handler.handle(snapshot_record(1))
+        finally:
+            await llm.close()
+        assert len(server.chat_requests) == 1  # not retried
+    assert producer.sent == []  # no dead letter
