@@ -190,8 +190,16 @@ class ExtractionSettings(BaseSettings):
     max_rps: float | None = Field(
         default=None, gt=0, description="LLM calls per second per memory type (unset: no limit)"
     )
+    roles: Annotated[tuple[Literal["user", "assistant", "system", "tool"], ...], NoDecode] = Field(
+        default=("user", "assistant"),
+        min_length=1,
+        description=(
+            "the turn roles extraction learns from; system and tool turns (where agents "
+            "paste recalled context) only if listed"
+        ),
+    )
 
-    @field_validator("enabled", mode="before")
+    @field_validator("enabled", "roles", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):

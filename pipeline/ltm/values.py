@@ -46,6 +46,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 __all__ = ["SWAP_GROUPS", "Values", "equivalent", "normalized_tokens", "value_changes", "values_of"]
 
@@ -185,14 +186,12 @@ def _number_text(token: str) -> str:
     factor = 1
     if token.endswith("k"):
         token, factor = token[:-1], 1000
-    digits = token.replace(",", "")
-    if "." in digits:
-        whole, frac = digits.split(".", 1)
-        frac = frac.rstrip("0")
-        digits = f"{whole}.{frac}" if frac else whole
-    if factor != 1 and digits.isdigit():
-        digits = str(int(digits) * factor)
-    return digits.lstrip("0") + suffix if digits.strip("0") else "0" + suffix
+    try:
+        value = Decimal(token.replace(",", "")) * factor
+    except InvalidOperation:  # "2026-01-05" and the like are not numbers: kept as written
+        return token + suffix
+    text = format(value.normalize(), "f")
+    return text + suffix
 
 
 def _words_to_number(words: list[str]) -> str | None:

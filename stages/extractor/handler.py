@@ -41,9 +41,10 @@ from mongomem.errors import (
 )
 from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from mongomem.llm import LLM, LLMResult, LLMUsage
-from mongomem.models import MemoryCandidate, Snapshot, utcnow
+from mongomem.models import MemoryCandidate, Role, Snapshot, utcnow
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
+    extractable_turns,
     extracted_items,
     render_messages,
     retry_delay,
@@ -130,7 +131,12 @@ class TypeHandler:
             await self._dead_letter(record, exc, attempts=1)
             return Outcome(None, (), 1, True, str(exc))
 
-        messages = render_messages(self.spec, snapshot)
+        roles = tuple(Role(r) for r in self._extraction.roles)
+        if not extractable_turns(snapshot, roles):  # e.g. only system turns, or pasted recall
+            metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._record(snapshot, None, [], 0, 0, "nothing-to-extract")
+            return Outcome(snapshot.snapshot_id, (), 0, False)
+        messages = render_messages(self.spec, snapshot, roles)
         answer: LLMResult[BaseModel] | None = None
         spent: list[LLMUsage] = []
         attempt = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mongomem.ltm.plan import Neighbour, Thresholds, plan_reconcile
@@ -108,6 +108,7 @@ def candidate(text: str, key: str) -> MemoryCandidate:
     )  # fmt: skip
 
 
+@settings(max_examples=400, deadline=None)
 @given(
     changed_pair(),
     st.floats(-1.0, 1.0, allow_nan=False),

@@ -9,10 +9,12 @@ import pytest
 
 from mongomem.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
 from mongomem.llm import strict_json_schema
-from mongomem.models import MemoryCandidate, ScopeKind
+from mongomem.models import MemoryCandidate, Role, ScopeKind
 from mongomem.project_config import CustomTypeConfig
+from mongomem.recall import mark_recalled, strip_recalled
 from mongomem.stages.extractor.core import (
     conversation_nonce,
+    extractable_turns,
     extracted_items,
     render_messages,
     retry_delay,
@@ -165,3 +167,32 @@ def test_builtin_prompts_are_versioned_files(name: str) -> None:
     assert spec.prompt_version == f"{name}-v1"
     assert spec.instructions.strip()
     assert "$" not in spec.system_prompt("n")
+
+
+def test_system_and_tool_turns_and_recalled_blocks_are_not_shown_to_the_model() -> None:
+    recalled = mark_recalled("## Known facts\n- home-airport: The user's home airport is Boston.")
+    snapshot = make_snapshot([
+        ("system", f"You are a travel agent.\n{recalled}"),
+        ("tool", '{"home_airport": "Boston"}'),
+        ("user", f"You said:\n{recalled}\nBut my seat preference is aisle."),
+        ("assistant", recalled),
+    ])  # fmt: skip
+    shown = [(t.role.value, t.content) for t in extractable_turns(snapshot)]
+    assert shown == [("user", "You said:\n\nBut my seat preference is aisle.")]
+    _, user = render_messages(builtin_spec("semantic"), snapshot)
+    assert "Boston" not in user["content"]
+    assert "aisle" in user["content"]
+    # A project that opts in sees system and tool turns (still without the recalled block).
+    everyone = (Role.USER, Role.ASSISTANT, Role.SYSTEM, Role.TOOL)
+    opted = [(t.role.value, t.content) for t in extractable_turns(snapshot, everyone)]
+    assert opted[:2] == [
+        ("system", "You are a travel agent."),
+        ("tool", '{"home_airport": "Boston"}'),
+    ]
+    assert len(opted) == 3  # the assistant turn was nothing but recall
+
+
+def test_an_unclosed_recalled_block_is_removed_to_the_end_of_the_turn() -> None:
+    cut = mark_recalled("- seat: aisle").rsplit("\n", 1)[0]  # the closing marker lost
+    assert strip_recalled(f"Keep this.\n{cut}\nand this too") == "Keep this."
+    assert strip_recalled("no markers here") == "no markers here"

@@ -16,6 +16,7 @@ from mongomem.errors import ConfigError, EmbeddingError
 from mongomem.kafka import DeadLetter
 from mongomem.llm import OpenAILLM
 from mongomem.models import MemoryCandidate
+from mongomem.recall import mark_recalled
 from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
 from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
@@ -69,7 +70,11 @@ class FlakyEmbedder(HashingEmbedder):
         return await super().embed(texts)
 
 
-async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any, ...]:
+async def run(
+    server: FakeOpenAIServer,
+    embedder: HashingEmbedder,
+    turns: Sequence[tuple[str, str]] = (("user", "My home airport is Boston."),),
+) -> tuple[Any, ...]:
     producer = Producer()
     delays: list[float] = []
     clock = [1000.0]
@@ -90,7 +95,7 @@ async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any,
         sleep=sleep,
         monotonic=lambda: clock[0],
     )
-    snapshot = make_snapshot([("user", "My home airport is Boston.")])
+    snapshot = make_snapshot(turns)
     record = Record("t.snapshots", 0, 7, snapshot.session.kafka_key(), encode(snapshot))
     try:
         outcome = await handler.handle(record)
@@ -212,3 +217,16 @@ async def test_max_rps_spaces_the_llm_calls_of_a_handler() -> None:
     # 0, 0.5 and 1.0 s in, so the third began exactly one second after the first.
     assert clock.now - 10.0 == pytest.approx(1.0)
     assert len(clock.delays) == 2
+
+
+async def test_a_snapshot_with_nothing_to_extract_makes_no_llm_call() -> None:
+    recalled = mark_recalled("## Known facts\n- home-airport: The user's home airport is Boston.")
+    with FakeOpenAIServer() as server:
+        server.script(Answer(FACT))
+        outcome, sent, _, usage = await run(
+            server, HashingEmbedder(16), [("system", recalled), ("assistant", recalled)]
+        )
+        assert server.chat_requests == []
+    assert (outcome.candidate_ids, outcome.dead_lettered, sent) == ((), False, [])
+    (record,) = usage
+    assert (record.calls, record.outcome) == (0, "nothing-to-extract")

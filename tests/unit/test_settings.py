@@ -212,3 +212,12 @@ def test_tls_takes_a_certificate_and_its_key_together(
     monkeypatch.setenv(f"MONGOMEM_{group}_TLS_KEY_FILE", str(tmp_path / "key.pem"))
     tls = getattr(load_settings(), group.lower())
     assert (tls.tls_cert_file, tls.tls_key_file) == (tmp_path / "cert.pem", tmp_path / "key.pem")
+
+
+def test_extraction_roles_default_to_user_and_assistant(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().extraction.roles == ("user", "assistant")
+    monkeypatch.setenv("MONGOMEM_EXTRACTION_ROLES", "user, assistant, system")
+    assert load_settings().extraction.roles == ("user", "assistant", "system")
+    monkeypatch.setenv("MONGOMEM_EXTRACTION_ROLES", "user,robot")
+    with pytest.raises(ConfigError, match="MONGOMEM_EXTRACTION_ROLES"):
+        load_settings()
