@@ -190,6 +190,15 @@ class ExtractionSettings(BaseSettings):
     max_rps: float | None = Field(
         default=None, gt=0, description="LLM calls per second per memory type (unset: no limit)"
     )
+    known_tokens: int = Field(
+        default=300,
+        ge=0,
+        le=8000,
+        description=(
+            "budget (tokens of about 4 characters) for the scope's nearest known memories of "
+            "the type shown to the model, so it reuses their labels; 0: none"
+        ),
+    )
     roles: Annotated[tuple[Literal["user", "assistant", "system", "tool"], ...], NoDecode] = Field(
         default=("user", "assistant"),
         min_length=1,

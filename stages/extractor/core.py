@@ -4,7 +4,9 @@ No I/O here. :func:`render_messages` turns a snapshot into chat messages in
 which the conversation is delimited data — only the turns of the roles that
 are extracted (``user`` and ``assistant`` unless a project opts in to more),
 without the recalled context mongomem itself handed to the agent
-(:func:`extractable_turns`, SPEC K3); :func:`to_candidates` turns the
+(:func:`extractable_turns`, SPEC K3) — and, when given, the scope's
+nearest known memories of the type, so the model reuses their labels
+(:func:`known_within`, SPEC K2); :func:`to_candidates` turns the
 validated items of the LLM's answer and their embeddings into
 :class:`~mongomem.models.MemoryCandidate` events with deterministic ids;
 :func:`retry_delay` is the backoff between attempts.
@@ -38,13 +40,17 @@ __all__ = [
     "DEFAULT_ROLES",
     "MAX_ITEMS",
     "Extracted",
+    "Known",
     "conversation_nonce",
     "extractable_turns",
     "extracted_items",
+    "known_within",
     "render_conversation",
     "render_messages",
     "retry_delay",
+    "scope_of",
     "should_retry",
+    "snapshot_query",
     "to_candidates",
 ]
 
@@ -94,12 +100,60 @@ def render_conversation(snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLE
     )
 
 
+@dataclass(frozen=True)
+class Known:
+    """A memory of the type already stored in the snapshot's scope: its key and text."""
+
+    key: str
+    text: str
+
+
+def scope_of(spec: TypeSpec, snapshot: Snapshot) -> MemoryScope:
+    """The scope the snapshot's memories of ``spec``'s type live in."""
+    return MemoryScope(
+        project_id=snapshot.project_id,
+        user_id=snapshot.user_id if spec.scope is ScopeKind.USER else None,
+    )
+
+
+def snapshot_query(
+    snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES, max_chars: int = 2000
+) -> str:
+    """The text embedded to find the known memories nearest to a snapshot (its last words)."""
+    return "\n".join(t.content for t in extractable_turns(snapshot, roles))[-max_chars:]
+
+
+def _known_line(memory: Known) -> str:
+    return json.dumps({"key": memory.key, "text": memory.text}, ensure_ascii=False)
+
+
+def known_within(known: Sequence[Known], max_chars: int) -> list[Known]:
+    """The first of ``known`` (nearest first) whose lines fit in ``max_chars`` together."""
+    out: list[Known] = []
+    size = 0
+    for memory in known:
+        size += len(_known_line(memory)) + 1
+        if size > max_chars:
+            break
+        out.append(memory)
+    return out
+
+
 def render_messages(
-    spec: TypeSpec, snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES
+    spec: TypeSpec,
+    snapshot: Snapshot,
+    roles: Sequence[Role] = DEFAULT_ROLES,
+    known: Sequence[Known] = (),
 ) -> list[dict[str, str]]:
-    """System message (rules + the type's instructions) and the delimited conversation."""
+    """System message (rules + the type's instructions), the known memories (if any) and
+    the delimited conversation."""
     nonce = conversation_nonce(snapshot)
+    known_block = ""
+    if known:
+        lines = "\n".join(_known_line(m) for m in known)
+        known_block = f"<<<KNOWN {nonce}\n{lines}\nKNOWN {nonce}>>>\n"
     user = (
+        f"{known_block}"
         f"Conversation turns {snapshot.first_seq}–{snapshot.last_seq}, "
         f"closed at {snapshot.closed_at.isoformat()}.\n"
         f"<<<CONVERSATION {nonce}\n"
@@ -153,10 +207,7 @@ def to_candidates(
     """Candidates with ids from (snapshot, type, prompt version, position)."""
     if len(items) != len(vectors):
         raise ValueError(f"{len(items)} items but {len(vectors)} embeddings")
-    scope = MemoryScope(
-        project_id=snapshot.project_id,
-        user_id=snapshot.user_id if spec.scope is ScopeKind.USER else None,
-    )
+    scope = scope_of(spec, snapshot)
     evidence = Evidence(
         source="snapshot",
         ref=snapshot.snapshot_id,

@@ -40,7 +40,7 @@ __all__ = [
     "spec_for",
 ]
 
-SYSTEM_PROMPT_VERSION = "v1"
+SYSTEM_PROMPT_VERSION = "v2"  # v2: the known memories of the scope (SPEC K2)
 
 Fields = dict[str, Any]
 
