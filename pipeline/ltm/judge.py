@@ -63,6 +63,8 @@ class JudgeQuestion(BaseModel):
     new_stated_at: AwareDatetime
     #: Value differences found deterministically (:func:`mongomem.ltm.values.value_changes`).
     differences: tuple[str, ...] = ()
+    #: The key the extraction model said the new statement corrects, if any (a hint).
+    model_says_corrects: str | None = None
 
     @classmethod
     def of(
@@ -83,6 +85,7 @@ class JudgeQuestion(BaseModel):
             new_text=candidate.text,
             new_stated_at=candidate.evidence.at,
             differences=decision.differences,
+            model_says_corrects=candidate.corrects,
         )
 
     def render(self) -> str:
@@ -101,6 +104,7 @@ class JudgeQuestion(BaseModel):
                 "stated_at": self.new_stated_at.isoformat(),
             },
             "detected_value_differences": list(self.differences),
+            "extraction_model_says_it_corrects": self.model_says_corrects,
         }
         return json.dumps(body, ensure_ascii=False, indent=1)
 
@@ -174,7 +178,8 @@ SYSTEM_PROMPT = (
     "You maintain a long-term memory. You are shown an EXISTING memory and a NEW statement "
     "of the same kind and owner, as JSON: their keys (labels), their texts, when the existing "
     "memory was learned and confirmed, when the new statement was made, and value differences "
-    "a deterministic check found (numbers, dates, units, negations, names, alternatives). "
+    "a deterministic check found (numbers, dates, units, negations, names, alternatives), "
+    "and which known memory the extracting model said NEW corrects, if any. "
     "Answer REINFORCE only if NEW states the same fact with the same values as EXISTING "
     "(a paraphrase). Answer UPDATE if NEW is about the same subject but changes, corrects, "
     "extends or negates it (a changed number, date, place, name, unit or preference is an "

@@ -175,6 +175,8 @@ class Extracted:
     key: str
     fields: dict[str, Any]
     text: str
+    #: the key of a known memory the model says this item corrects (a hint, not a decision)
+    corrects: str | None = None
 
 
 def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
@@ -183,13 +185,16 @@ def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
     out: list[Extracted] = []
     seen: set[str] = set()
     for item in raw_items:
-        fields = spec.normalise(item.model_dump(mode="json", by_alias=True))
+        raw = item.model_dump(mode="json", by_alias=True)
+        corrects = raw.pop("corrects", None)
+        fields = spec.normalise(raw)
         key = spec.key_of(fields).strip()[:512]
         text = spec.text_of(fields).strip()
         if not key or not text or key in seen:
             continue
         seen.add(key)
-        out.append(Extracted(key=key, fields=fields, text=text))
+        hint = corrects.strip()[:512] if isinstance(corrects, str) and corrects.strip() else None
+        out.append(Extracted(key=key, fields=fields, text=text, corrects=hint))
         if len(out) >= MAX_ITEMS:
             break
     return out
@@ -227,6 +232,7 @@ def to_candidates(
             evidence=evidence,
             prompt_version=version,
             model=model,
+            corrects=item.corrects,
             created_at=now,
         )
         for pos, (item, vector) in enumerate(zip(items, vectors, strict=True))

@@ -356,7 +356,8 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
             return Answer({"items": []})
         shown = '{"key": "home-airport", "text": "The user\'s home airport is Boston."}'
         label = "home-airport" if shown in request.text("user") else "departure-airport"
-        return Answer({"items": [{"label": label, "fact": "The user's home airport is Denver."}]})
+        fact = "The user's home airport is Denver."
+        return Answer({"items": [{"label": label, "fact": fact, "corrects": "home-airport"}]})
 
     server.responder = relabelling
     snapshot = make_snapshot([("user", "We moved: I fly from Denver now."), ("assistant", "Ok.")])
@@ -365,6 +366,11 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
         values = await read_topic(cfg, cfg.kafka.topic("candidates"), lambda v: len(v) >= 1)
     (found,) = candidates_of(values)
     assert found.key == "home-airport"
+    assert found.corrects == "home-airport"  # the model's hint travels with the candidate
     assert found.prompt_version.endswith("+sys-v2")
+    outcome = await store.reconcile(found)
+    logged = await store.decisions.find_one({"_id": outcome.candidate_id})
+    assert logged is not None
+    assert (logged["action"], logged["model_says_corrects"]) == ("UPDATE", "home-airport")
     (request,) = server.requests_for("extract_semantic")
     assert "<<<KNOWN " in request.text("user")

@@ -129,6 +129,11 @@ def test_custom_type_spec() -> None:
     (item,) = extracted_items(spec, answer)
     assert item.key == "seat"
     assert item.text == "topic: seat; value: aisle"
+    hinted = spec.output_model.model_validate(
+        {"items": [{"topic": "seat", "value": "window", "corrects": " seat "}]}
+    )
+    (item,) = extracted_items(spec, hinted)
+    assert (item.text, item.corrects) == ("topic: seat; value: window", "seat")
     changed = custom_spec(config.model_copy(update={"instructions": "Other words."}))
     assert changed.prompt_version != spec.prompt_version
 
@@ -143,7 +148,7 @@ def test_custom_field_names_that_shadow_pydantic_attributes() -> None:
     spec = custom_spec(config)
     sent = strict_json_schema(spec.output_model)
     item = next(iter(sent["$defs"].values()))
-    assert list(item["properties"]) == ["schema", "model_name", "json"]
+    assert list(item["properties"]) == ["schema", "model_name", "json", "corrects"]
     answer = spec.output_model.model_validate(
         {"items": [{"schema": "theme", "model_name": "dark", "json": None}]}
     )

@@ -59,6 +59,7 @@ async def learned(_: Neighbour) -> list[datetime]:
 async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
     llm = FakeLLM(JudgeAnswer(action="UPDATE", reason="moved"))
     c = candidate("semantic", label="departure-airport", text="User flies from Denver.", at=STATED)
+    c = c.model_copy(update={"corrects": "home-airport"})  # the extraction model's hint
     decision = await decide(c, [neighbour(0.85)], Thresholds(), LLMJudge(llm), learned)
     assert (decision.action, decision.judged) == (Action.UPDATE, True)
     assert decision.reason == "judge: moved"
@@ -76,6 +77,7 @@ async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
         "stated_at": STATED.isoformat(),
     }  # fmt: skip
     assert question["detected_value_differences"] == ["name: boston → denver"]
+    assert question["extraction_model_says_it_corrects"] == "home-airport"
     # the decision log gets the judge's input size and latency
     system = llm.prompts[0][0]["content"]
     assert decision.judge_input_chars == len(system) + len(prompt)
