@@ -47,6 +47,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 __all__ = ["SWAP_GROUPS", "Values", "equivalent", "normalized_tokens", "value_changes", "values_of"]
 
@@ -221,7 +222,8 @@ class _Token:
     norm: str  # normalised
 
 
-def _tokens(text: str) -> list[_Token]:
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[_Token, ...]:
     clean = (
         text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"')
         .replace("\u201d", '"').replace("\u2212", "-").replace("\u2013", "-")
@@ -267,7 +269,7 @@ def _tokens(text: str) -> list[_Token]:
         else:
             out.append(_Token(raw, low))
         i += 1
-    return out
+    return tuple(out)
 
 
 def normalized_tokens(text: str) -> tuple[str, ...]:
