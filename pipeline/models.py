@@ -261,6 +261,9 @@ class MemoryCandidate(_Frozen):
     evidence: Evidence
     prompt_version: str = "direct"
     model: str | None = None
+    #: The key of a known memory the extraction model said this statement corrects: a
+    #: hint shown to the judge and kept in the decision log, never a decision (SPEC K2).
+    corrects: str | None = Field(default=None, max_length=512)
     created_at: AwareDatetime
 
     @staticmethod

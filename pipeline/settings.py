@@ -202,8 +202,25 @@ class ExtractionSettings(BaseSettings):
     max_rps: float | None = Field(
         default=None, gt=0, description="LLM calls per second per memory type (unset: no limit)"
     )
+    known_tokens: int = Field(
+        default=300,
+        ge=0,
+        le=8000,
+        description=(
+            "budget (tokens of about 4 characters) for the scope's nearest known memories of "
+            "the type shown to the model, so it reuses their labels; 0: none"
+        ),
+    )
+    roles: Annotated[tuple[Literal["user", "assistant", "system", "tool"], ...], NoDecode] = Field(
+        default=("user", "assistant"),
+        min_length=1,
+        description=(
+            "the turn roles extraction learns from; system and tool turns (where agents "
+            "paste recalled context) only if listed"
+        ),
+    )
 
-    @field_validator("enabled", mode="before")
+    @field_validator("enabled", "roles", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -222,16 +239,18 @@ class ExtractionSettings(BaseSettings):
 
 
 class ReconcileSettings(BaseSettings):
-    """Cosine similarities that separate ADD / UPDATE / REINFORCE (see mongomem.ltm.plan).
+    """How the reconciler looks for matches and when it asks the judge (see mongomem.ltm.plan).
 
-    The defaults were tuned on the hashing stand-in; a real embedding model
-    scores paraphrases higher, so recalibrate them on your own data.
+    Similarity never decides a REINFORCE (SPEC K1): ``ambiguous_at`` only
+    chooses which memories under another key the judge is shown. The old
+    ``MONGOMEM_RECONCILE_REINFORCE_AT`` / ``_DUPLICATE_AT`` are refused with an
+    explanation rather than silently ignored.
     """
 
     model_config = _group("MONGOMEM_RECONCILE_")
 
-    reinforce_at: float = Field(default=0.95, ge=-1, le=1)
-    duplicate_at: float = Field(default=0.95, ge=-1, le=1)
+    reinforce_at: float | None = Field(default=None, exclude=True)
+    duplicate_at: float | None = Field(default=None, exclude=True)
     ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
     floor: float = Field(default=0.5, ge=-1, le=1)
     neighbours: int = Field(default=5, ge=1, le=100)
@@ -243,6 +262,17 @@ class ReconcileSettings(BaseSettings):
             "key); 'none': forever. Keep it above the candidates topic's retention."
         ),
     )
+
+    @model_validator(mode="after")
+    def _no_similarity_reinforce(self) -> ReconcileSettings:
+        for name in ("reinforce_at", "duplicate_at"):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"MONGOMEM_RECONCILE_{name.upper()} no longer exists: similarity never decides "
+                    "a REINFORCE (a changed value can score as high as a paraphrase). Remove it; "
+                    "MONGOMEM_RECONCILE_AMBIGUOUS_AT chooses what the judge is shown"
+                )
+        return self
 
 
 class ModelPrice(BaseModel):

@@ -119,7 +119,7 @@ class UsageRecord:
     calls: int
     attempts: int
     candidates: int
-    outcome: str  # "ok" | "dead-letter"
+    outcome: str  # "ok" | "dead-letter" | "nothing-to-extract" (no LLM call)
     at: datetime
 
 

@@ -4,7 +4,8 @@
 
     kinds      the four built-in types: keys, fields, embedded text, scope
     plan       plan_reconcile(candidate, neighbours, thresholds) -> Decision  (pure)
-    judge      the optional judge of the ambiguous band (protocol, LLM, test double)
+    values     equivalent / value_changes: the deterministic value-change check (pure)
+    judge      decide(): plan, ask the judge when the plan says so (protocol, LLM, double)
     index      per-scope float32 matrix cache for exact cosine search
     search     one interface: $vectorSearch where present, exact scan otherwise
     documents  MemoryVersion <-> stored document
@@ -17,7 +18,7 @@ saves, so both reconcile the same way (SPEC E2).
 
 from __future__ import annotations
 
-from mongomem.ltm.judge import Judge, LLMJudge, ScriptedJudge
+from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge
 from mongomem.ltm.kinds import (
     KINDS,
     Kind,
@@ -45,6 +46,7 @@ from mongomem.ltm.search import (
     vector_index_definition,
 )
 from mongomem.ltm.store import MemoryStore, Outcome
+from mongomem.ltm.values import equivalent, value_changes
 
 __all__ = [
     "KINDS",
@@ -52,6 +54,7 @@ __all__ = [
     "Decision",
     "ExactCosineSearch",
     "Judge",
+    "JudgeQuestion",
     "Kind",
     "LLMJudge",
     "MemoryStore",
@@ -63,6 +66,7 @@ __all__ = [
     "VectorSearch",
     "Verdict",
     "build_version",
+    "equivalent",
     "kind_of",
     "make_candidate",
     "memory_id_for",
@@ -71,5 +75,6 @@ __all__ = [
     "plan_reconcile",
     "probe_vector_search",
     "scope_for",
+    "value_changes",
     "vector_index_definition",
 ]

@@ -2,28 +2,38 @@
 
 :func:`plan_reconcile` never does I/O. The adapter (:mod:`mongomem.ltm.store`)
 finds the neighbours — current memories of the same type in the same scope,
-the one with the same natural key and the most similar by embedding — and
+the one with the same natural key and the most similar by embedding — asks
+the judge when the plan says so (:func:`mongomem.ltm.judge.decide`) and
 applies the :class:`Decision`.
 
-The rules, in order:
+**Similarity never decides that a value is unchanged** (SPEC K1): an
+embedding scores "two children" and "three children" as high as two
+paraphrases. A REINFORCE is decided without the judge only when the two
+statements are :func:`~mongomem.ltm.values.equivalent` — the same words after
+a value-preserving normalisation, with no changed number, date, unit,
+negation, name or antonym-like swap. The rules, in order:
 
 1. Only neighbours of the candidate's own scope and type are considered; others
    are dropped, so no decision ever crosses a scope or a type (SPEC F3).
-2. **Key match** (same normalised key): the same text, or similarity
-   ``>= reinforce_at`` → **REINFORCE**; similarity in the ambiguous band
-   ``[ambiguous_at, reinforce_at)`` → the judge decides between REINFORCE and
-   UPDATE (without a judge: UPDATE); lower → **UPDATE** (the new statement
-   supersedes the old one: Boston → Denver).
-3. **No key match**: a neighbour with the same text, or similarity
-   ``>= duplicate_at`` → **REINFORCE** it; the ambiguous band → the judge may
-   say ADD, UPDATE or REINFORCE (without a judge: ADD); lower → **ADD**.
+2. **Key match** (same normalised key): an equivalent statement →
+   **REINFORCE**; anything else → the judge decides between REINFORCE and
+   UPDATE; without a verdict → **UPDATE** (the newest statement wins, the old
+   one stays in history — Boston → Denver).
+3. **No key match**: a neighbour with an equivalent statement → **REINFORCE**
+   it; else the most similar neighbour at or above ``ambiguous_at`` → the
+   judge may say ADD, UPDATE or REINFORCE; without a verdict → **ADD**; no
+   neighbour that near → **ADD**.
 
-Neighbours below ``floor`` are not even fetched: nothing under ``ambiguous_at``
-changes a decision, so the floor only saves work (and keeps the log short).
+So without a judge similarity changes no decision at all; with one it only
+chooses *which* statements the judge is shown (``ambiguous_at``). The value
+differences :func:`~mongomem.ltm.values.value_changes` finds are recorded in
+the decision (and shown to the judge) as evidence, never used to REINFORCE.
+Neighbours below ``floor`` are not even fetched (it only saves work).
 
 A memory's id is derived from (scope, type, normalised key) of its first
 version, so two writers that ADD the same key at the same moment collide on
-one id and one of them re-plans (see the store's guarantee).
+one id and one of them re-plans (see the store's guarantee). A key holds one
+current memory: a judge that says ADD for a key match is recorded as UPDATE.
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mongomem.errors import ConfigError
-from mongomem.ltm.kinds import normalize_key, normalize_text
+from mongomem.ltm.kinds import normalize_key
+from mongomem.ltm.values import equivalent, value_changes
 from mongomem.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
 from mongomem.models import stable_id as _stable_id
 from mongomem.settings import ReconcileSettings
@@ -56,10 +67,14 @@ class _Frozen(BaseModel):
 
 
 class Thresholds(_Frozen):
-    """Cosine similarities that separate the three actions (``MONGOMEM_RECONCILE_*``)."""
+    """How far the reconciler looks, and when it asks the judge (``MONGOMEM_RECONCILE_*``).
 
-    reinforce_at: float = Field(default=0.95, ge=-1, le=1)
-    duplicate_at: float = Field(default=0.95, ge=-1, le=1)
+    ``ambiguous_at`` is the cosine similarity at or above which a memory under
+    *another* key is shown to the judge as possibly the same fact (a key match
+    is always shown). Lower it to catch more relabelled facts at the cost of
+    more judge calls; it never makes a decision by itself.
+    """
+
     ambiguous_at: float = Field(default=0.80, ge=-1, le=1)
     #: Neighbours less similar than this are not looked at (nor logged); it only
     #: saves work, since nothing below ``ambiguous_at`` changes a decision.
@@ -76,8 +91,6 @@ class Thresholds(_Frozen):
 
     @model_validator(mode="after")
     def _ordered(self) -> Thresholds:
-        if self.ambiguous_at > min(self.reinforce_at, self.duplicate_at):
-            raise ValueError("ambiguous_at must not exceed reinforce_at or duplicate_at")
         if self.floor > self.ambiguous_at:
             raise ValueError("floor must not exceed ambiguous_at")
         return self
@@ -100,11 +113,12 @@ class Neighbour(_Frozen):
 
 
 class Verdict(_Frozen):
-    """The judge's answer about one ambiguous neighbour."""
+    """The judge's answer about one neighbour; ``input_chars``: the size of what it read."""
 
     memory_id: str
     action: Action
     reason: str
+    input_chars: int | None = Field(default=None, ge=0)
 
 
 class Score(_Frozen):
@@ -120,8 +134,12 @@ class Decision(_Frozen):
     ``memory_id``/``version`` name the version that is current afterwards (the
     new one for ADD and UPDATE, the reinforced one for REINFORCE);
     ``base_version`` is the version superseded (UPDATE) or reinforced.
-    ``needs_judge`` is set when the candidate fell in the ambiguous band and no
-    verdict was given: the action is then the judge-less default.
+    ``needs_judge`` is set when the rules leave the decision to the judge and
+    no verdict was given: the action is then the judge-less default, and
+    ``ask_about`` names the memory the judge is to compare the candidate with.
+    ``differences`` are the value changes found between the candidate and that
+    (or the reinforced) memory. ``judge_input_chars`` and ``judge_latency_ms``
+    describe the judge's call when there was one.
     """
 
     candidate_id: str
@@ -135,6 +153,10 @@ class Decision(_Frozen):
     reason: str
     needs_judge: bool = False
     judged: bool = False
+    ask_about: str | None = None
+    differences: tuple[str, ...] = ()
+    judge_input_chars: int | None = None
+    judge_latency_ms: float | None = None
 
     @property
     def version_id(self) -> str:
@@ -179,7 +201,6 @@ def plan_reconcile(
     t = thresholds or Thresholds()
     ranked = _eligible(candidate, neighbours)
     key = normalize_key(candidate.key)
-    text = normalize_text(candidate.text)
     keyed = next((n for n in ranked if normalize_key(n.key) == key), None)
     scores = tuple(
         Score(
@@ -191,7 +212,12 @@ def plan_reconcile(
         for n in ranked[: t.neighbours]
     )
 
-    def decide(action: Action, target: Neighbour | None, reason: str, **extra: bool) -> Decision:
+    def decide(
+        action: Action, target: Neighbour | None, reason: str, *, about: Neighbour | None = None,
+        needs_judge: bool = False, judged: bool = False,
+    ) -> Decision:  # fmt: skip
+        compared = about or target
+        differences = () if compared is None else value_changes(compared.text, candidate.text)
         if target is None:
             memory_id, version, base = memory_id_for(candidate.scope, candidate.memory_type,
                                                      candidate.key), 1, None  # fmt: skip
@@ -206,10 +232,13 @@ def plan_reconcile(
             version=version,
             base_version=base,
             key_match=keyed is not None,
-            similarity=None if target is None else round(target.similarity, 6),
+            similarity=None if compared is None else round(compared.similarity, 6),
             scores=scores,
             reason=reason,
-            **extra,
+            needs_judge=needs_judge,
+            judged=judged,
+            ask_about=compared.memory_id if needs_judge and compared is not None else None,
+            differences=differences,
         )
 
     def judged(target: Neighbour, allowed: tuple[Action, ...]) -> Decision | None:
@@ -217,41 +246,35 @@ def plan_reconcile(
             return None
         action = verdict.action if verdict.action in allowed else Action.UPDATE
         chosen = None if action is Action.ADD else target
-        return decide(action, chosen, f"judge: {verdict.reason}", judged=True)
+        return decide(action, chosen, f"judge: {verdict.reason}", about=target, judged=True)
 
     if keyed is not None:
         sim = keyed.similarity
-        if normalize_text(keyed.text) == text:
-            return decide(Action.REINFORCE, keyed, "same key, same text")
-        if sim >= t.reinforce_at:
-            return decide(Action.REINFORCE, keyed, f"same key, similarity {sim:.3f}")
-        if sim >= t.ambiguous_at:
-            settled = judged(keyed, (Action.REINFORCE, Action.UPDATE))
-            if settled is not None:
-                return settled
-            return decide(
-                Action.UPDATE, keyed, f"same key, ambiguous similarity {sim:.3f}; no verdict",
-                needs_judge=True,
-            )  # fmt: skip
-        return decide(Action.UPDATE, keyed, f"same key, new statement (similarity {sim:.3f})")
+        if equivalent(keyed.text, candidate.text):
+            return decide(Action.REINFORCE, keyed, "same key, equivalent statement")
+        settled = judged(keyed, (Action.REINFORCE, Action.UPDATE))
+        if settled is not None:
+            return settled
+        return decide(
+            Action.UPDATE, keyed, f"same key, another statement (similarity {sim:.3f}); "
+            "no verdict: the newest wins", needs_judge=True,
+        )  # fmt: skip
 
-    same = next((n for n in ranked if normalize_text(n.text) == text), None)
+    same = next((n for n in ranked if equivalent(n.text, candidate.text)), None)
     if same is not None:
-        return decide(Action.REINFORCE, same, "same text under another key")
+        return decide(Action.REINFORCE, same, "equivalent statement under another key")
     best = ranked[0] if ranked else None
     if best is None:
         return decide(Action.ADD, None, "nothing in scope")
-    if best.similarity >= t.duplicate_at:
-        return decide(Action.REINFORCE, best, f"near duplicate (similarity {best.similarity:.3f})")
     if best.similarity >= t.ambiguous_at:
         settled = judged(best, (Action.ADD, Action.UPDATE, Action.REINFORCE))
         if settled is not None:
             return settled
         return decide(
-            Action.ADD, None, f"ambiguous similarity {best.similarity:.3f}; no verdict",
-            needs_judge=True,
+            Action.ADD, None, f"near another key (similarity {best.similarity:.3f}); no verdict",
+            about=best, needs_judge=True,
         )  # fmt: skip
-    return decide(Action.ADD, None, f"no match (best similarity {best.similarity:.3f})")
+    return decide(Action.ADD, None, f"no match (best similarity {best.similarity:.3f})", about=best)
 
 
 def build_version(candidate: MemoryCandidate, decision: Decision, now: datetime) -> MemoryVersion:

@@ -58,7 +58,6 @@ its scores and reason.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -71,11 +70,11 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from mongomem.errors import InputError, MongomemError, StorageError, WriteConflict
+from mongomem.errors import InputError, StorageError, WriteConflict
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
-from mongomem.ltm.judge import Judge
-from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
+from mongomem.ltm.judge import Judge, decide
+from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version
 from mongomem.ltm.reads import MemoryReads
 from mongomem.ltm.search import (
     AtlasVectorSearch,
@@ -101,7 +100,6 @@ from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabiliti
 __all__ = ["MemoryStore", "Outcome"]
 
 Doc = dict[str, Any]
-log = logging.getLogger(__name__)
 
 
 class Outcome(BaseModel):
@@ -294,24 +292,20 @@ class MemoryStore(MemoryReads):
         return await self.decide(candidate, neighbours)
 
     async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
-        """Plan against ``neighbours``, asking the judge when the plan says so."""
-        decision = plan_reconcile(candidate, neighbours, self.thresholds)
-        if decision.needs_judge and self.judge is not None:
-            target = next(
-                (n for n in sorted(neighbours, key=lambda n: -n.similarity)
-                 if (n.memory_id == decision.memory_id) or not decision.key_match),
-                None,
-            )  # fmt: skip
-            if target is not None:
-                try:
-                    verdict = await self.judge.judge(candidate, target)
-                except MongomemError as exc:
-                    # The judge is an optional refinement: never stall the stream on it.
-                    log.warning("judge failed (%s); using the judge-less default", exc)
-                    reason = f"{decision.reason}; judge failed: {type(exc).__name__}"
-                    return decision.model_copy(update={"reason": reason})
-                decision = plan_reconcile(candidate, neighbours, self.thresholds, verdict)
-        return decision
+        """Plan against ``neighbours``, asking the judge when the plan says so
+        (:func:`mongomem.ltm.judge.decide`)."""
+        return await decide(candidate, neighbours, self.thresholds, self.judge, self.evidence_dates)
+
+    async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]:
+        """When the evidence of ``neighbour``'s version was recorded (for the judge)."""
+        doc = await self._read(self.memories.find_one({"_id": neighbour.version_id},
+                                                      {"evidence.at": 1}))  # fmt: skip
+        dates = []
+        for item in (doc or {}).get("evidence", []):
+            at = item.get("at") if isinstance(item, dict) else None
+            if isinstance(at, datetime):
+                dates.append(at if at.tzinfo else at.replace(tzinfo=UTC))
+        return dates
 
     async def _catch_up(self, candidate: MemoryCandidate, decision: Decision) -> None:
         """After a conflict, read the contested memory straight into the cache."""

@@ -123,6 +123,7 @@ def decision_entry(
         "memory_type": candidate.memory_type,
         "scope": candidate.scope.model_dump(),
         "key": candidate.key,
+        "model_says_corrects": candidate.corrects,
         "attempts": outcome.attempts,
         "outcome": outcome.model_dump(mode="python"),
         "at": now,

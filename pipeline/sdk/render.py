@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mongomem.recall import RECALL_CLOSE, RECALL_OPEN, mark_recalled
 from mongomem.sdk.models import ContextItem, MemoryContext
 
 __all__ = ["SECTION_TITLES", "render_context"]
@@ -22,11 +23,13 @@ def render_context(
     """Sections in ``order``; within a section best score first; stop at ``max_chars``.
 
     An item that does not fit is left out whole (never cut mid-line), and
-    ``omitted`` counts those left out. The text never exceeds ``max_chars``.
+    ``omitted`` counts those left out. The text never exceeds ``max_chars``,
+    the recall markers of :mod:`mongomem.recall` included: they wrap any text
+    so that an agent that records it in a turn does not teach it back (K3).
     """
     lines: list[str] = []
     kept: list[ContextItem] = []
-    size = 0
+    size = len(RECALL_OPEN) + len(RECALL_CLOSE) + 2  # the markers and their newlines
     omitted = 0
     for memory_type in order:
         section = sorted(
@@ -47,7 +50,7 @@ def render_context(
             lines.append(line)
             kept.append(item)
             size += cost
-    text = "".join(lines).rstrip("\n")
+    text = mark_recalled("".join(lines).rstrip("\n"))
     return MemoryContext(
         query=query, items=tuple(kept), text=text, truncated=omitted > 0, omitted=omitted
     )

@@ -183,16 +183,17 @@ def _item_properties(schema: Mapping[str, Any] | None) -> list[str] | None:
     return list(props) if isinstance(props, Mapping) else None
 
 
-_JUDGE_LINE = re.compile(r"^(EXISTING|NEW) \(key (.*?)\): (.*)$", re.MULTILINE)
-
-
 def _verdict(text: str) -> dict[str, Any]:
-    """The reconciler's judge question: same text → REINFORCE, same key → UPDATE, else ADD."""
-    found = {side: (key, body) for side, key, body in _JUDGE_LINE.findall(text)}
-    if "EXISTING" not in found or "NEW" not in found:
+    """The reconciler's judge question (the JSON of
+    :meth:`~mongomem.ltm.judge.JudgeQuestion.render`): the same text → REINFORCE,
+    the same key with another text → UPDATE, else ADD. No reading of meaning at all."""
+    try:
+        question = json.loads(text)
+        old_key, old_text = question["existing"]["key"], question["existing"]["text"]
+        new_key, new_text = question["new"]["key"], question["new"]["text"]
+    except (ValueError, TypeError, KeyError):
         return {"action": "ADD", "reason": "stand-in: could not read the question"}
-    (old_key, old_text), (new_key, new_text) = found["EXISTING"], found["NEW"]
-    if " ".join(old_text.lower().split()) == " ".join(new_text.lower().split()):
+    if " ".join(str(old_text).lower().split()) == " ".join(str(new_text).lower().split()):
         return {"action": "REINFORCE", "reason": "stand-in: the same text"}
     if old_key == new_key:
         return {"action": "UPDATE", "reason": "stand-in: the same key, a different text"}

@@ -1,7 +1,12 @@
 """The pure core of extraction: prompt in, candidates out, and the retry policy.
 
 No I/O here. :func:`render_messages` turns a snapshot into chat messages in
-which the conversation is delimited data; :func:`to_candidates` turns the
+which the conversation is delimited data — only the turns of the roles that
+are extracted (``user`` and ``assistant`` unless a project opts in to more),
+without the recalled context mongomem itself handed to the agent
+(:func:`extractable_turns`, SPEC K3) — and, when given, the scope's
+nearest known memories of the type, so the model reuses their labels
+(:func:`known_within`, SPEC K2); :func:`to_candidates` turns the
 validated items of the LLM's answer and their embeddings into
 :class:`~mongomem.models.MemoryCandidate` events with deterministic ids;
 :func:`retry_delay` is the backoff between attempts.
@@ -19,23 +24,56 @@ from typing import Any
 from pydantic import BaseModel
 
 from mongomem.errors import LLMRateLimited, MongomemError
-from mongomem.models import Evidence, MemoryCandidate, MemoryScope, ScopeKind, Snapshot
+from mongomem.models import (
+    Evidence,
+    MemoryCandidate,
+    MemoryScope,
+    Role,
+    ScopeKind,
+    Snapshot,
+    SnapshotTurn,
+)
+from mongomem.recall import strip_recalled
 from mongomem.stages.extractor.types import TypeSpec
 
 __all__ = [
+    "DEFAULT_ROLES",
     "MAX_ITEMS",
     "Extracted",
+    "Known",
     "conversation_nonce",
+    "extractable_turns",
     "extracted_items",
+    "known_within",
     "render_conversation",
     "render_messages",
     "retry_delay",
+    "scope_of",
     "should_retry",
+    "snapshot_query",
     "to_candidates",
 ]
 
 #: At most this many memories of one type from one snapshot (the rest are dropped).
 MAX_ITEMS = 50
+#: The roles whose turns are extracted unless a project opts in to more.
+DEFAULT_ROLES: tuple[Role, ...] = (Role.USER, Role.ASSISTANT)
+
+
+def extractable_turns(
+    snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES
+) -> list[SnapshotTurn]:
+    """The turns the model may learn from: of ``roles``, with recalled blocks removed,
+    and not empty after that."""
+    out = []
+    for turn in snapshot.turns:
+        if turn.role not in roles:
+            continue
+        content = strip_recalled(turn.content)
+        if content.strip():
+            out.append(turn if content == turn.content else turn.model_copy(
+                update={"content": content}))  # fmt: skip
+    return out
 
 
 def conversation_nonce(snapshot: Snapshot) -> str:
@@ -46,8 +84,8 @@ def conversation_nonce(snapshot: Snapshot) -> str:
     return digest.hexdigest()[:16]
 
 
-def render_conversation(snapshot: Snapshot) -> str:
-    """One JSON object per turn: quotes and newlines in the content are escaped."""
+def render_conversation(snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES) -> str:
+    """One JSON object per extractable turn: quotes and newlines in the content are escaped."""
     return "\n".join(
         json.dumps(
             {
@@ -58,18 +96,68 @@ def render_conversation(snapshot: Snapshot) -> str:
             },
             ensure_ascii=False,
         )
-        for t in snapshot.turns
+        for t in extractable_turns(snapshot, roles)
     )
 
 
-def render_messages(spec: TypeSpec, snapshot: Snapshot) -> list[dict[str, str]]:
-    """System message (rules + the type's instructions) and the delimited conversation."""
+@dataclass(frozen=True)
+class Known:
+    """A memory of the type already stored in the snapshot's scope: its key and text."""
+
+    key: str
+    text: str
+
+
+def scope_of(spec: TypeSpec, snapshot: Snapshot) -> MemoryScope:
+    """The scope the snapshot's memories of ``spec``'s type live in."""
+    return MemoryScope(
+        project_id=snapshot.project_id,
+        user_id=snapshot.user_id if spec.scope is ScopeKind.USER else None,
+    )
+
+
+def snapshot_query(
+    snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES, max_chars: int = 2000
+) -> str:
+    """The text embedded to find the known memories nearest to a snapshot (its last words)."""
+    return "\n".join(t.content for t in extractable_turns(snapshot, roles))[-max_chars:]
+
+
+def _known_line(memory: Known) -> str:
+    return json.dumps({"key": memory.key, "text": memory.text}, ensure_ascii=False)
+
+
+def known_within(known: Sequence[Known], max_chars: int) -> list[Known]:
+    """The first of ``known`` (nearest first) whose lines fit in ``max_chars`` together."""
+    out: list[Known] = []
+    size = 0
+    for memory in known:
+        size += len(_known_line(memory)) + 1
+        if size > max_chars:
+            break
+        out.append(memory)
+    return out
+
+
+def render_messages(
+    spec: TypeSpec,
+    snapshot: Snapshot,
+    roles: Sequence[Role] = DEFAULT_ROLES,
+    known: Sequence[Known] = (),
+) -> list[dict[str, str]]:
+    """System message (rules + the type's instructions), the known memories (if any) and
+    the delimited conversation."""
     nonce = conversation_nonce(snapshot)
+    known_block = ""
+    if known:
+        lines = "\n".join(_known_line(m) for m in known)
+        known_block = f"<<<KNOWN {nonce}\n{lines}\nKNOWN {nonce}>>>\n"
     user = (
+        f"{known_block}"
         f"Conversation turns {snapshot.first_seq}–{snapshot.last_seq}, "
         f"closed at {snapshot.closed_at.isoformat()}.\n"
         f"<<<CONVERSATION {nonce}\n"
-        f"{render_conversation(snapshot)}\n"
+        f"{render_conversation(snapshot, roles)}\n"
         f"CONVERSATION {nonce}>>>\n"
         f"Extract the {spec.name} memories from the conversation above, following the "
         "system instructions only."
@@ -87,6 +175,8 @@ class Extracted:
     key: str
     fields: dict[str, Any]
     text: str
+    #: the key of a known memory the model says this item corrects (a hint, not a decision)
+    corrects: str | None = None
 
 
 def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
@@ -95,13 +185,16 @@ def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
     out: list[Extracted] = []
     seen: set[str] = set()
     for item in raw_items:
-        fields = spec.normalise(item.model_dump(mode="json", by_alias=True))
+        raw = item.model_dump(mode="json", by_alias=True)
+        corrects = raw.pop("corrects", None)
+        fields = spec.normalise(raw)
         key = spec.key_of(fields).strip()[:512]
         text = spec.text_of(fields).strip()
         if not key or not text or key in seen:
             continue
         seen.add(key)
-        out.append(Extracted(key=key, fields=fields, text=text))
+        hint = corrects.strip()[:512] if isinstance(corrects, str) and corrects.strip() else None
+        out.append(Extracted(key=key, fields=fields, text=text, corrects=hint))
         if len(out) >= MAX_ITEMS:
             break
     return out
@@ -119,10 +212,7 @@ def to_candidates(
     """Candidates with ids from (snapshot, type, prompt version, position)."""
     if len(items) != len(vectors):
         raise ValueError(f"{len(items)} items but {len(vectors)} embeddings")
-    scope = MemoryScope(
-        project_id=snapshot.project_id,
-        user_id=snapshot.user_id if spec.scope is ScopeKind.USER else None,
-    )
+    scope = scope_of(spec, snapshot)
     evidence = Evidence(
         source="snapshot",
         ref=snapshot.snapshot_id,
@@ -142,6 +232,7 @@ def to_candidates(
             evidence=evidence,
             prompt_version=version,
             model=model,
+            corrects=item.corrects,
             created_at=now,
         )
         for pos, (item, vector) in enumerate(zip(items, vectors, strict=True))

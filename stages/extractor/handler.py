@@ -13,6 +13,12 @@ Then the record goes to ``dlq.extractor.<type>`` with the error and the
 attempt count, and the stream goes on. A :class:`~mongomem.errors.ConfigError`
 (the endpoint rejects the key or model) is raised instead: every record would
 fail the same way, so the stage stops without committing.
+
+Before asking the LLM, a handler given :class:`KnownMemories` looks up the
+scope's current memories of its type nearest to the snapshot (within
+``ExtractionSettings.known_tokens``) and shows them to the model, so it reuses
+their labels (SPEC K2); the reconciler still decides. A failed lookup only
+means extracting without them.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -41,13 +47,18 @@ from mongomem.errors import (
 )
 from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from mongomem.llm import LLM, LLMResult
-from mongomem.models import MemoryCandidate, Snapshot, utcnow
+from mongomem.models import MemoryCandidate, MemoryScope, Role, Snapshot, utcnow
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
+    Known,
+    extractable_turns,
     extracted_items,
+    known_within,
     render_messages,
     retry_delay,
+    scope_of,
     should_retry,
+    snapshot_query,
     to_candidates,
 )
 from mongomem.stages.extractor.types import TypeSpec
@@ -84,6 +95,20 @@ class Outcome:
     error: str | None = None
 
 
+class KnownMemories(Protocol):
+    """Where a handler finds the scope's current memories of its type nearest to a vector."""
+
+    async def nearest(
+        self, scope: MemoryScope, memory_type: str, vector: Sequence[float], limit: int
+    ) -> list[Known]: ...
+
+
+#: At most this many known memories are looked up per snapshot (the budget trims further).
+KNOWN_LIMIT = 10
+#: Characters per token, for the known-memory budget.
+CHARS_PER_TOKEN = 4
+
+
 class TypeHandler:
     """Extracts one memory type from snapshot records, with bounded retries and a DLQ."""
 
@@ -97,6 +122,7 @@ class TypeHandler:
         kafka: KafkaSettings,
         extraction: ExtractionSettings,
         usage: UsageRecorder,
+        known: KnownMemories | None = None,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -109,6 +135,7 @@ class TypeHandler:
         self._kafka = kafka
         self._extraction = extraction
         self._usage = usage
+        self._known_memories = known
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -130,13 +157,19 @@ class TypeHandler:
             await self._dead_letter(record, exc, attempts=1)
             return Outcome(None, (), 1, True, str(exc))
 
-        messages = render_messages(self.spec, snapshot)
-        answer: LLMResult[BaseModel] | None = None
         meter = UsageMeter(
             self._usage,
             UsageKey.snapshot(snapshot.snapshot_id, self.spec.name, snapshot.project_id),
             clock=self._clock,
         )
+        roles = tuple(Role(r) for r in self._extraction.roles)
+        if not extractable_turns(snapshot, roles):  # e.g. only system turns, or pasted recall
+            metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._record(snapshot, None, meter, 0, 0, "nothing-to-extract")
+            return Outcome(snapshot.snapshot_id, (), 0, False)
+        known = await self._known(snapshot, roles)
+        messages = render_messages(self.spec, snapshot, roles, known)
+        answer: LLMResult[BaseModel] | None = None
         attempt = 0
         while True:
             attempt += 1
@@ -194,6 +227,23 @@ class TypeHandler:
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
+
+    async def _known(self, snapshot: Snapshot, roles: Sequence[Role]) -> list[Known]:
+        """The nearest known memories within the budget; none if that lookup fails (it only
+        helps the model keep labels stable, so it never holds the stream up)."""
+        budget = self._extraction.known_tokens * CHARS_PER_TOKEN
+        if self._known_memories is None or budget == 0:
+            return []
+        try:
+            (vector,) = await self._embedder.embed([snapshot_query(snapshot, roles)])
+            found = await self._known_memories.nearest(
+                scope_of(self.spec, snapshot), self.spec.name, vector, KNOWN_LIMIT
+            )
+        except MongomemError as exc:
+            log.warning("%s: known memories unavailable (%s); extracting without", self.stage,
+                        exc)  # fmt: skip
+            return []
+        return known_within(found, budget)
 
     async def _respect_rate_limit(self) -> None:
         wait = self._paused_until - self._monotonic()

@@ -40,7 +40,7 @@ __all__ = [
     "spec_for",
 ]
 
-SYSTEM_PROMPT_VERSION = "v1"
+SYSTEM_PROMPT_VERSION = "v2"  # v2: the known memories of the scope (SPEC K2)
 
 Fields = dict[str, Any]
 
@@ -60,8 +60,17 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
+#: The description of every item's ``corrects`` field (the model's hint, SPEC K2).
+CORRECTS = (
+    "the key of a KNOWN memory this item changes or corrects, exactly as listed; "
+    "null if it corrects none"
+)
+
+
 class _Item(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    corrects: str | None = Field(default=None, max_length=512, description=CORRECTS)
 
 
 class SemanticItem(_Item):
@@ -209,6 +218,9 @@ def custom_spec(config: CustomTypeConfig) -> TypeSpec:
         else:
             spec = Field(alias=name, max_length=4000, description=description)
             definitions[f"f_{name}"] = (str | None, spec)
+    if "corrects" not in config.fields:  # a declared field of that name keeps its meaning
+        definitions["hint_corrects"] = (str | None, Field(
+            default=None, alias="corrects", max_length=512, description=CORRECTS))  # fmt: skip
     item = create_model(
         f"Custom_{config.name.replace('-', '_')}",
         __config__=ConfigDict(frozen=True, extra="forbid"),

@@ -30,16 +30,32 @@ from mongomem.embeddings import Embedder, make_embedder
 from mongomem.errors import BrokerError
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
 from mongomem.llm import LLM, make_llm
+from mongomem.ltm.store import MemoryStore
+from mongomem.models import MemoryScope
 from mongomem.mongo import Document, connect, database
 from mongomem.ops import consumer_group
 from mongomem.settings import Settings
-from mongomem.stages.extractor.handler import Outcome, SourceRecord, TypeHandler
+from mongomem.stages.extractor.core import Known
+from mongomem.stages.extractor.handler import KnownMemories, Outcome, SourceRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.extractor.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 
 __all__ = ["TypeConsumer", "run_extractors"]
 
 log = logging.getLogger(__name__)
+
+
+class StoredMemories:
+    """:class:`KnownMemories` from the ``memories`` collection (current versions, one scope)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    async def nearest(
+        self, scope: MemoryScope, memory_type: str, vector: Sequence[float], limit: int
+    ) -> list[Known]:
+        hits = await self._store.search(scope, memory_type, vector, limit)
+        return [Known(key=version.key, text=version.text) for version, _ in hits]
 
 
 class TypeConsumer:
@@ -102,11 +118,13 @@ async def run_extractors(
     llm: LLM | None = None,
     embedder: Embedder | None = None,
     usage: UsageRecorder | None = None,
+    known: KnownMemories | None = None,
 ) -> None:
     """Run one consumer group per spec in this process until cancelled.
 
     ``llm``, ``embedder`` and ``usage`` default to the configured providers and
-    the ``llm_usage`` collection; tests pass their own.
+    the ``llm_usage`` collection, ``known`` to the ``memories`` collection
+    (unless ``known_tokens`` is 0); tests pass their own.
     """
     kafka = settings.kafka
     topics = [kafka.topic(SNAPSHOTS), kafka.topic(CANDIDATES)]
@@ -118,9 +136,12 @@ async def run_extractors(
     own_embedder = embedder is None
     embedder = embedder or make_embedder(settings.embedding)
     mongo: AsyncMongoClient[Document] | None = None
-    if usage is None:
+    if usage is None or (known is None and settings.extraction.known_tokens > 0):
         mongo = connect(settings.mongodb)
-        usage = MongoUsageRecorder(database(mongo, settings.mongodb)[LLM_USAGE])
+        db = database(mongo, settings.mongodb)
+        usage = usage or MongoUsageRecorder(db[LLM_USAGE])
+        if known is None and settings.extraction.known_tokens > 0:
+            known = StoredMemories(MemoryStore(db))
     producer: AIOKafkaProducer = make_producer(kafka)
     consumers: list[AIOKafkaConsumer] = []
     batch_size = max(1, settings.extraction.concurrency * 2)
@@ -136,6 +157,7 @@ async def run_extractors(
                 kafka=kafka,
                 extraction=settings.extraction,
                 usage=usage,
+                known=known,
             )
             consumer = AIOKafkaConsumer(
                 kafka.topic(SNAPSHOTS),

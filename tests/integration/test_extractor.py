@@ -18,6 +18,8 @@ from mongomem.codec import decode, encode
 from mongomem.embeddings import HashingEmbedder
 from mongomem.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
 from mongomem.llm import forget_working_modes
+from mongomem.ltm import MemoryStore
+from mongomem.ltm.testing import candidate as ltm_candidate
 from mongomem.models import MemoryCandidate, ScopeKind, Snapshot
 from mongomem.mongo import Document
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
@@ -373,3 +375,41 @@ async def test_demo_mode_stand_in_and_local_model(
     assert all(c.model is not None and "NOT a real model" in c.model for c in found.values())
     assert all(len(c.embedding) == 384 for c in found.values())
     assert "NOT a real model" in capfd.readouterr().err
+
+
+async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_labels(
+    settings: Settings, server: FakeOpenAIServer, mongo: AsyncMongoClient[Document]
+) -> None:
+    """K2, with a scripted LLM (NOT a model) that reuses a label only when it is shown one."""
+    cfg = configure(settings, server, ("semantic",))
+    store = MemoryStore(mongo[cfg.mongodb.database])
+    await store.setup()
+    known = ltm_candidate(
+        "semantic", project_id="proj", user_id="user-1", label="home-airport",
+        text="The user's home airport is Boston.", embedder=HashingEmbedder(32),
+    )  # fmt: skip
+    await store.reconcile(known)
+
+    def relabelling(request: ChatRequest) -> Reply:
+        if request.schema_name != "extract_semantic":
+            return Answer({"items": []})
+        shown = '{"key": "home-airport", "text": "The user\'s home airport is Boston."}'
+        label = "home-airport" if shown in request.text("user") else "departure-airport"
+        fact = "The user's home airport is Denver."
+        return Answer({"items": [{"label": label, "fact": fact, "corrects": "home-airport"}]})
+
+    server.responder = relabelling
+    snapshot = make_snapshot([("user", "We moved: I fly from Denver now."), ("assistant", "Ok.")])
+    await publish(cfg, snapshot)
+    async with extractor(cfg):
+        values = await read_topic(cfg, cfg.kafka.topic("candidates"), lambda v: len(v) >= 1)
+    (found,) = candidates_of(values)
+    assert found.key == "home-airport"
+    assert found.corrects == "home-airport"  # the model's hint travels with the candidate
+    assert found.prompt_version.endswith("+sys-v2")
+    outcome = await store.reconcile(found)
+    logged = await store.decisions.find_one({"_id": outcome.candidate_id})
+    assert logged is not None
+    assert (logged["action"], logged["model_says_corrects"]) == ("UPDATE", "home-airport")
+    (request,) = server.requests_for("extract_semantic")
+    assert "<<<KNOWN " in request.text("user")

@@ -122,7 +122,10 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
         for records in batch.values():
             seen.extend(decode(r.value, MemoryCandidate).candidate_id for r in records)
 
-    gate = server.hold_embeddings(lambda texts: any("Lisbon" in t for t in texts))
+    # Hold the candidate's embedding (after the LLM answered), not the snapshot's own
+    # embedding that looks up the known memories before the LLM is asked.
+    fact = "The user lives in Lisbon."
+    gate = server.hold_embeddings(lambda texts: fact in texts)
     log = tmp_path / "extractor.log"
     proc = start(env, log)
     try:
@@ -132,7 +135,7 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
         assert id_first in seen, tail(log)
 
         def lisbon_embedding_requested() -> bool:
-            return any("Lisbon" in t for req in server.embedding_requests for t in req)
+            return any(fact in req for req in server.embedding_requests)
 
         await wait_until(lisbon_embedding_requested, 30, "the held embedding request", log)
         assert len(server.requests_for("extract_semantic")) == 2  # both answered by the LLM

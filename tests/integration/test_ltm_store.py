@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from datetime import UTC, datetime
 
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.ltm import MemoryStore, ScriptedJudge, Thresholds, probe_vector_search
+from mongomem.ltm import MemoryStore, ScriptedJudge, probe_vector_search
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryScope, MemoryStatus
 from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
@@ -130,20 +131,33 @@ async def test_taxonomic_reinforce_merges_definitions(store: MemoryStore) -> Non
     assert [e.ref for e in term.evidence] == ["a", "b"]
 
 
-async def test_judge_settles_the_ambiguous_band(
+async def test_judge_settles_a_key_match_and_sees_the_stored_evidence_dates(
     mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
-    judge = ScriptedJudge(lambda c, n: Action.REINFORCE)
-    thresholds = Thresholds(reinforce_at=0.99, duplicate_at=0.99, ambiguous_at=0.5)
-    store = MemoryStore(mongo[settings.mongodb.database], judge=judge, thresholds=thresholds)
+    judge = ScriptedJudge(lambda q: Action.REINFORCE)
+    store = MemoryStore(mongo[settings.mongodb.database], judge=judge)
     await store.setup()
-    await store.reconcile(airport("Boston", "snap-a"))
+    learned, confirmed, stated = (datetime(2026, 1, d, 9, tzinfo=UTC) for d in (2, 3, 9))
+    await store.reconcile(airport("Boston", "snap-a", at=learned))
+    await store.reconcile(airport("Boston", "snap-b", at=confirmed))  # equivalent: no judge
+    assert judge.calls == 0
     out = await store.reconcile(
-        candidate("semantic", label="home-airport", text="User's home airport: Boston",
-                  snapshot="snap-b")
+        candidate("semantic", label="home-airport", text="User flies out of Boston",
+                  snapshot="snap-c", at=stated)
     )  # fmt: skip
     assert (out.action, judge.calls) == (Action.REINFORCE, 1)
-    assert out.reason.startswith("judge:")
+    assert out.reason == "judge: scripted"
+    question = judge.questions[0]
+    assert question.existing_evidence_at == (learned, confirmed)
+    assert question.new_stated_at == stated
+    assert (question.same_key, question.existing_key, question.memory_type) == (
+        True, "home-airport", "semantic",
+    )  # fmt: skip
+    logged = await store.decisions.find_one({"_id": out.candidate_id})
+    assert logged is not None
+    assert logged["judged"] is True
+    assert logged["judge_input_chars"] == len(question.render())
+    assert logged["judge_latency_ms"] >= 0
 
 
 async def test_two_writers_racing_on_one_key_leave_one_memory(

@@ -136,21 +136,24 @@ def test_replanning_after_apply_converges_to_reinforce(
     assert apply(c, after, second.action, second.memory_id) == after
 
 
-@given(candidates(), st.floats(0.0, 1.0), st.sampled_from(list(Action)))
-def test_judge_only_in_the_band_and_only_for_its_target(
-    c: MemoryCandidate, sim: float, said: Action
+@given(candidates(), st.floats(0.0, 1.0), st.sampled_from(list(Action)), st.booleans())
+def test_judge_asked_for_a_key_match_or_a_near_neighbour_and_only_for_its_target(
+    c: MemoryCandidate, sim: float, said: Action, same_key: bool
 ) -> None:
-    t = Thresholds(reinforce_at=0.9, duplicate_at=0.9, ambiguous_at=0.6)
+    t = Thresholds(ambiguous_at=0.6)
     n = Neighbour(
         memory_id="mem_x", version=2, memory_type=c.memory_type, scope=c.scope,
-        key=c.key + "-other", text=c.text + " (other)", similarity=sim,
+        key=c.key if same_key else c.key + "-other", text=c.text + " (other)", similarity=sim,
     )  # fmt: skip
     bare = plan_reconcile(c, [n], t)
-    assert bare.needs_judge == (0.6 <= sim < 0.9)
+    assert bare.needs_judge == (same_key or sim >= 0.6)
+    assert bare.action is (Action.UPDATE if same_key else Action.ADD)  # never REINFORCE
     judged = plan_reconcile(c, [n], t, Verdict(memory_id="mem_x", action=said, reason="r"))
     if bare.needs_judge:
+        assert bare.ask_about == "mem_x"
         assert judged.judged
-        assert judged.action is said
+        allowed = said if not same_key or said is not Action.ADD else Action.UPDATE
+        assert judged.action is allowed
     else:
         assert judged == bare
     stray = plan_reconcile(c, [n], t, Verdict(memory_id="mem_y", action=said, reason="r"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mongomem.recall import RECALL_CLOSE, RECALL_OPEN, strip_recalled
 from mongomem.sdk.models import ContextItem
 from mongomem.sdk.render import render_context
 
@@ -42,3 +43,22 @@ def test_a_large_budget_keeps_everything_best_first_per_section(found: list[Cont
     for memory_type in TYPES:
         scores = [i.score for i in out.items if i.memory_type == memory_type]
         assert scores == sorted(scores, reverse=True)
+
+
+PLAIN = st.text(alphabet=st.characters(blacklist_characters="<>"), max_size=60)
+
+
+@given(items, PLAIN, PLAIN)
+def test_recalled_context_is_marked_and_stripped_whole_from_any_turn(
+    found: list[ContextItem], before: str, after: str
+) -> None:
+    out = render_context("q", found, TYPES, 10**9)
+    if not out.items:
+        assert out.text == ""
+        return
+    assert out.text.startswith(RECALL_OPEN + "\n")
+    assert out.text.endswith("\n" + RECALL_CLOSE)
+    assert strip_recalled(out.text) == ""
+    pasted = strip_recalled(f"{before}\n{out.text}\n{after}")
+    assert "mongomem:recalled" not in pasted
+    assert pasted.split() == f"{before}\n{after}".split()  # the rest of the turn is kept

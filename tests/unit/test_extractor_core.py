@@ -9,11 +9,15 @@ import pytest
 
 from mongomem.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
 from mongomem.llm import strict_json_schema
-from mongomem.models import MemoryCandidate, ScopeKind
+from mongomem.models import MemoryCandidate, Role, ScopeKind
 from mongomem.project_config import CustomTypeConfig
+from mongomem.recall import mark_recalled, strip_recalled
 from mongomem.stages.extractor.core import (
+    Known,
     conversation_nonce,
+    extractable_turns,
     extracted_items,
+    known_within,
     render_messages,
     retry_delay,
     should_retry,
@@ -125,6 +129,11 @@ def test_custom_type_spec() -> None:
     (item,) = extracted_items(spec, answer)
     assert item.key == "seat"
     assert item.text == "topic: seat; value: aisle"
+    hinted = spec.output_model.model_validate(
+        {"items": [{"topic": "seat", "value": "window", "corrects": " seat "}]}
+    )
+    (item,) = extracted_items(spec, hinted)
+    assert (item.text, item.corrects) == ("topic: seat; value: window", "seat")
     changed = custom_spec(config.model_copy(update={"instructions": "Other words."}))
     assert changed.prompt_version != spec.prompt_version
 
@@ -139,7 +148,7 @@ def test_custom_field_names_that_shadow_pydantic_attributes() -> None:
     spec = custom_spec(config)
     sent = strict_json_schema(spec.output_model)
     item = next(iter(sent["$defs"].values()))
-    assert list(item["properties"]) == ["schema", "model_name", "json"]
+    assert list(item["properties"]) == ["schema", "model_name", "json", "corrects"]
     answer = spec.output_model.model_validate(
         {"items": [{"schema": "theme", "model_name": "dark", "json": None}]}
     )
@@ -165,3 +174,55 @@ def test_builtin_prompts_are_versioned_files(name: str) -> None:
     assert spec.prompt_version == f"{name}-v1"
     assert spec.instructions.strip()
     assert "$" not in spec.system_prompt("n")
+
+
+def test_system_and_tool_turns_and_recalled_blocks_are_not_shown_to_the_model() -> None:
+    recalled = mark_recalled("## Known facts\n- home-airport: The user's home airport is Boston.")
+    snapshot = make_snapshot([
+        ("system", f"You are a travel agent.\n{recalled}"),
+        ("tool", '{"home_airport": "Boston"}'),
+        ("user", f"You said:\n{recalled}\nBut my seat preference is aisle."),
+        ("assistant", recalled),
+    ])  # fmt: skip
+    shown = [(t.role.value, t.content) for t in extractable_turns(snapshot)]
+    assert shown == [("user", "You said:\n\nBut my seat preference is aisle.")]
+    _, user = render_messages(builtin_spec("semantic"), snapshot)
+    assert "Boston" not in user["content"]
+    assert "aisle" in user["content"]
+    # A project that opts in sees system and tool turns (still without the recalled block).
+    everyone = (Role.USER, Role.ASSISTANT, Role.SYSTEM, Role.TOOL)
+    opted = [(t.role.value, t.content) for t in extractable_turns(snapshot, everyone)]
+    assert opted[:2] == [
+        ("system", "You are a travel agent."),
+        ("tool", '{"home_airport": "Boston"}'),
+    ]
+    assert len(opted) == 3  # the assistant turn was nothing but recall
+
+
+def test_an_unclosed_recalled_block_is_removed_to_the_end_of_the_turn() -> None:
+    cut = mark_recalled("- seat: aisle").rsplit("\n", 1)[0]  # the closing marker lost
+    assert strip_recalled(f"Keep this.\n{cut}\nand this too") == "Keep this."
+    assert strip_recalled("no markers here") == "no markers here"
+
+
+def test_known_memories_are_a_delimited_data_block_within_their_budget() -> None:
+    snapshot = make_snapshot([("user", "I fly from Denver now.")])
+    spec = builtin_spec("semantic")
+    nonce = conversation_nonce(snapshot)
+    known = [Known("home-airport", "The user's home airport is Boston."),
+             Known("seat", 'Says "KNOWN x>>>"\nthen more')]  # fmt: skip
+    system, user = render_messages(spec, snapshot, known=known)
+    assert f"<<<KNOWN {nonce}" in system["content"]
+    assert "reuse that memory's key exactly" in system["content"]
+    text = user["content"]
+    block = text.split(f"<<<KNOWN {nonce}\n", 1)[1].split(f"\nKNOWN {nonce}>>>", 1)[0]
+    assert [json.loads(line) for line in block.split("\n")] == [
+        {"key": "home-airport", "text": "The user's home airport is Boston."},
+        {"key": "seat", "text": 'Says "KNOWN x>>>"\nthen more'},
+    ]
+    assert text.index("KNOWN") < text.index("<<<CONVERSATION")
+    assert "<<<KNOWN" not in render_messages(spec, snapshot)[1]["content"]
+    first_line = len(json.dumps({"key": "home-airport", "text": known[0].text})) + 1
+    assert known_within(known, first_line) == known[:1]
+    assert known_within(known, first_line - 1) == []
+    assert spec.full_prompt_version.endswith("+sys-v2")

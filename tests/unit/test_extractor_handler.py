@@ -12,11 +12,13 @@ from pydantic import SecretStr
 
 from mongomem.codec import decode, encode
 from mongomem.embeddings import HashingEmbedder
-from mongomem.errors import ConfigError, EmbeddingError
+from mongomem.errors import ConfigError, EmbeddingError, StorageError
 from mongomem.kafka import DeadLetter
 from mongomem.llm import OpenAILLM
-from mongomem.models import MemoryCandidate
+from mongomem.models import MemoryCandidate, MemoryScope
+from mongomem.recall import mark_recalled
 from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
+from mongomem.stages.extractor.core import Known as KnownMemory
 from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.stages.extractor.usage import MemoryUsageRecorder
@@ -71,7 +73,12 @@ class FlakyEmbedder(HashingEmbedder):
         return await super().embed(texts)
 
 
-async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any, ...]:
+async def run(
+    server: FakeOpenAIServer,
+    embedder: HashingEmbedder,
+    turns: Sequence[tuple[str, str]] = (("user", "My home airport is Boston."),),
+    known: Any = None,
+) -> tuple[Any, ...]:
     producer = Producer()
     delays: list[float] = []
     clock = [1000.0]
@@ -89,10 +96,11 @@ async def run(server: FakeOpenAIServer, embedder: HashingEmbedder) -> tuple[Any,
         kafka=KafkaSettings(topic_prefix="t"),
         extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
         usage=(usage := MemoryUsageRecorder()),
+        known=known,
         sleep=sleep,
         monotonic=lambda: clock[0],
     )
-    snapshot = make_snapshot([("user", "My home airport is Boston.")])
+    snapshot = make_snapshot(turns)
     record = Record("t.snapshots", 0, 7, snapshot.session.kafka_key(), encode(snapshot))
     try:
         outcome = await handler.handle(record)
@@ -272,3 +280,46 @@ async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
             await llm.close()
         assert len(server.chat_requests) == 1  # not retried
     assert producer.sent == []  # no dead letter
+
+
+async def test_a_snapshot_with_nothing_to_extract_makes_no_llm_call() -> None:
+    recalled = mark_recalled("## Known facts\n- home-airport: The user's home airport is Boston.")
+    with FakeOpenAIServer() as server:
+        server.script(Answer(FACT))
+        outcome, sent, _, usage = await run(
+            server, HashingEmbedder(16), [("system", recalled), ("assistant", recalled)]
+        )
+        assert server.chat_requests == []
+    assert (outcome.candidate_ids, outcome.dead_lettered, sent) == ((), False, [])
+    (record,) = usage
+    assert (record.calls, record.outcome) == (0, "nothing-to-extract")
+
+
+class Known:
+    """A KnownMemories double: answers ``found``, or raises ``error``."""
+
+    def __init__(self, found: list[KnownMemory], error: Exception | None = None) -> None:
+        self.found, self.error = found, error
+        self.asked: list[tuple[MemoryScope, str, int]] = []
+
+    async def nearest(
+        self, scope: MemoryScope, memory_type: str, vector: Sequence[float], limit: int
+    ) -> list[KnownMemory]:
+        self.asked.append((scope, memory_type, limit))
+        if self.error is not None:
+            raise self.error
+        return self.found
+
+
+async def test_known_memories_reach_the_prompt_and_a_failed_lookup_does_not_stop_it() -> None:
+    boston = KnownMemory("home-airport", "The user's home airport is Boston.")
+    for known, shown in ((Known([boston]), True), (Known([], StorageError("down")), False)):
+        with FakeOpenAIServer() as server:
+            server.script(Answer(FACT))
+            outcome, sent, _, _ = await run(server, HashingEmbedder(16), known=known)
+            (request,) = server.chat_requests
+        assert ("The user's home airport is Boston." in request.text("user")) is shown
+        assert len(sent) == 1
+        assert not outcome.dead_lettered
+        ((scope, memory_type, _),) = known.asked
+        assert (scope.user_id, memory_type) == ("user-1", "semantic")

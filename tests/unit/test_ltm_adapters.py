@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pytest
 
 from mongomem.errors import LLMUnavailable
-from mongomem.ltm import AtlasVectorSearch, LLMJudge, MemoryStore, Neighbour, ScriptedJudge
-from mongomem.ltm.judge import JudgeAnswer
+from mongomem.ltm import AtlasVectorSearch, LLMJudge, Neighbour, ScriptedJudge
+from mongomem.ltm.judge import JudgeAnswer, decide
 from mongomem.ltm.plan import Thresholds
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryScope
@@ -46,32 +48,63 @@ def neighbour(sim: float) -> Neighbour:
     )  # fmt: skip
 
 
-async def test_llm_judge_asks_about_both_texts_and_returns_a_verdict() -> None:
-    llm = FakeLLM(JudgeAnswer(action="REINFORCE", reason="same airport"))
-    c = candidate("semantic", label="home-airport", text="User flies from Boston.")
-    verdict = await LLMJudge(llm).judge(c, neighbour(0.85))
-    assert (verdict.memory_id, verdict.action) == ("mem_1", Action.REINFORCE)
+LEARNED = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+STATED = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
+
+
+async def learned(_: Neighbour) -> list[datetime]:
+    return [LEARNED]
+
+
+async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
+    llm = FakeLLM(JudgeAnswer(action="UPDATE", reason="moved"))
+    c = candidate("semantic", label="departure-airport", text="User flies from Denver.", at=STATED)
+    c = c.model_copy(update={"corrects": "home-airport"})  # the extraction model's hint
+    decision = await decide(c, [neighbour(0.85)], Thresholds(), LLMJudge(llm), learned)
+    assert (decision.action, decision.judged) == (Action.UPDATE, True)
+    assert decision.reason == "judge: moved"
     prompt = llm.prompts[0][-1]["content"]
-    assert "User flies from Boston." in prompt
-    assert "The user's home airport is Boston." in prompt
-
-
-class _NoDB:
-    def __getitem__(self, name: str) -> Any:
-        return None
+    question = json.loads(prompt)
+    assert question["memory_type"] == "semantic"
+    assert question["same_key"] is False
+    assert question["existing"] == {
+        "key": "home-airport",
+        "text": "The user's home airport is Boston.",
+        "evidence_dates": [LEARNED.isoformat()],
+    }
+    assert question["new"] == {
+        "key": "departure-airport", "text": "User flies from Denver.",
+        "stated_at": STATED.isoformat(),
+    }  # fmt: skip
+    assert question["detected_value_differences"] == ["name: boston → denver"]
+    assert question["extraction_model_says_it_corrects"] == "home-airport"
+    # the decision log gets the judge's input size and latency
+    system = llm.prompts[0][0]["content"]
+    assert decision.judge_input_chars == len(system) + len(prompt)
+    assert decision.judge_latency_ms is not None
+    assert decision.judge_latency_ms >= 0
 
 
 async def test_a_failing_judge_falls_back_to_the_default() -> None:
-    store = MemoryStore(_NoDB(), judge=LLMJudge(FakeLLM(LLMUnavailable("down"))))  # type: ignore[arg-type]
+    failing = LLMJudge(FakeLLM(LLMUnavailable("down")))
     c = candidate("semantic", label="home-airport", text="User flies from Boston.")
-    decision = await store.decide(c, [neighbour(0.85)])
+    decision = await decide(c, [neighbour(0.85)], Thresholds(), failing, learned)
     assert decision.action is Action.UPDATE
     assert "judge failed: LLMUnavailable" in decision.reason
-    scripted = ScriptedJudge(lambda *_: Action.REINFORCE)
-    store = MemoryStore(_NoDB(), judge=scripted, thresholds=Thresholds())  # type: ignore[arg-type]
-    assert (await store.decide(c, [neighbour(0.85)])).action is Action.REINFORCE
-    assert (await store.decide(c, [neighbour(0.10)])).action is Action.UPDATE
-    assert scripted.calls == 1  # only the ambiguous band reaches the judge
+    assert decision.judge_latency_ms is None
+
+
+async def test_every_key_match_that_is_not_equivalent_reaches_the_judge() -> None:
+    scripted = ScriptedJudge(lambda q: Action.REINFORCE)
+    c = candidate("semantic", label="home-airport", text="User flies from Boston.")
+    for sim in (0.99, 0.85, 0.10):  # similarity does not decide: all three are asked
+        assert (await decide(c, [neighbour(sim)], Thresholds(), scripted)).judged
+    same = candidate("semantic", label="home-airport", text="the user's home airport: Boston")
+    assert (await decide(same, [neighbour(0.2)], Thresholds(), scripted)).action is (
+        Action.REINFORCE
+    )
+    assert scripted.calls == 3  # the equivalent statement needed no judge
+    assert scripted.questions[0].same_key
 
 
 class _Cursor:

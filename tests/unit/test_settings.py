@@ -171,10 +171,19 @@ def test_reconcile_thresholds_come_from_settings(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.7")
     thresholds = Thresholds.from_settings(load_settings().reconcile)
     assert thresholds.ambiguous_at == 0.7
-    assert thresholds.reinforce_at == Thresholds().reinforce_at
-    monkeypatch.setenv("MONGOMEM_RECONCILE_AMBIGUOUS_AT", "0.99")  # above reinforce_at
+    assert thresholds.floor == Thresholds().floor
+    monkeypatch.setenv("MONGOMEM_RECONCILE_FLOOR", "0.9")  # above ambiguous_at
     with pytest.raises(ConfigError, match="MONGOMEM_RECONCILE_"):
         Thresholds.from_settings(load_settings().reconcile)
+
+
+@pytest.mark.parametrize("name", ["REINFORCE_AT", "DUPLICATE_AT"])
+def test_the_old_similarity_reinforce_thresholds_are_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(f"MONGOMEM_RECONCILE_{name}", "0.95")
+    with pytest.raises(ConfigError, match=f"MONGOMEM_RECONCILE_{name} no longer exists"):
+        load_settings()
 
 
 def test_kafka_compression_reaches_the_producers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,3 +212,12 @@ def test_tls_takes_a_certificate_and_its_key_together(
     monkeypatch.setenv(f"MONGOMEM_{group}_TLS_KEY_FILE", str(tmp_path / "key.pem"))
     tls = getattr(load_settings(), group.lower())
     assert (tls.tls_cert_file, tls.tls_key_file) == (tmp_path / "cert.pem", tmp_path / "key.pem")
+
+
+def test_extraction_roles_default_to_user_and_assistant(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().extraction.roles == ("user", "assistant")
+    monkeypatch.setenv("MONGOMEM_EXTRACTION_ROLES", "user, assistant, system")
+    assert load_settings().extraction.roles == ("user", "assistant", "system")
+    monkeypatch.setenv("MONGOMEM_EXTRACTION_ROLES", "user,robot")
+    with pytest.raises(ConfigError, match="MONGOMEM_EXTRACTION_ROLES"):
+        load_settings()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from mongomem.llm import strict_json_schema
+from mongomem.ltm.judge import JudgeQuestion
 from mongomem.stages.extractor.core import extracted_items, render_messages
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.testing import STAND_IN_MODEL, ChatRequest, StandInResponder, make_snapshot
@@ -75,10 +78,11 @@ def test_episodic() -> None:
 
 def test_reconcile_verdict_rules() -> None:
     def verdict(existing: tuple[str, str], new: tuple[str, str]) -> object:
-        user = (
-            f"KIND: semantic\nEXISTING (key {existing[0]!r}): {existing[1]}\n"
-            f"NEW (key {new[0]!r}): {new[1]}"
-        )
+        user = JudgeQuestion(
+            memory_type="semantic", memory_id="mem_1", same_key=existing[0] == new[0],
+            existing_key=existing[0], existing_text=existing[1], new_key=new[0],
+            new_text=new[1], new_stated_at=datetime(2026, 1, 1, tzinfo=UTC),
+        ).render()  # fmt: skip
         request = ChatRequest(
             body={
                 "messages": [{"role": "user", "content": user}],
