@@ -33,6 +33,7 @@ __all__ = [
     "Snapshot",
     "SnapshotTurn",
     "Turn",
+    "Watermark",
     "check_identifier",
     "stable_id",
     "utcnow",
@@ -149,6 +150,23 @@ class Turn(_Frozen):
         return SessionKey(
             project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
         )
+
+
+class Watermark(_Frozen):
+    """The watcher's in-band promise about one partition of the turns topic.
+
+    Every turn whose ``created_at`` is before ``at`` has been published into
+    this partition ahead of this record — a turn written later than that
+    exceeded the watcher's allowed lateness (see
+    :mod:`mongomem.stages.watcher`). ``caught_up`` says where ``at`` came
+    from: the watcher had read everything the change stream held (its clock
+    at that read, less the lateness), or it was behind (the latest turn time
+    it had read, less the lateness). Windowing closes idle windows only on
+    these; they are part of the log, so a replay closes the same windows.
+    """
+
+    at: AwareDatetime
+    caught_up: bool
 
 
 class SnapshotTurn(_Frozen):

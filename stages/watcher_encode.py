@@ -61,12 +61,13 @@ _NO_METADATA: dict[str, Any] = {}
 
 
 class TurnRecord(NamedTuple):
-    """One turn as a Kafka record: its session, seq, key and envelope bytes."""
+    """One turn as a Kafka record: its session, seq, key and envelope bytes (and its time, UTC)."""
 
     slot: Slot
     seq: int
     key: bytes
     value: bytes
+    created_at: datetime
 
 
 class SessionParts(NamedTuple):
@@ -101,7 +102,7 @@ class TurnEncoder:
         key = SessionKey.model_construct(
             project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
         ).kafka_key()  # already validated as part of the turn
-        return TurnRecord(slot, turn.seq, key, encode(turn))
+        return TurnRecord(slot, turn.seq, key, encode(turn), turn.created_at)
 
 
 def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnRecord | None:
@@ -184,7 +185,9 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
         )
     except orjson.JSONEncodeError:  # an unpaired surrogate or a huge seq: the full path says
         return None
-    return TurnRecord(slot, seq, parts.key, value)
+    return TurnRecord(
+        slot, seq, parts.key, value, created if tz is not None else created.replace(tzinfo=UTC)
+    )
 
 
 def _session_parts(slot: Slot) -> SessionParts | None:

@@ -2,10 +2,12 @@
 
 No Kafka, no MongoDB, no clock. Every decision is a function of the session's
 state and the event in hand, and *time is event time*: a turn's
-``created_at`` or a tick's ``at``. Because ticks travel in-band (they are
-produced into the same partitions as the turns), a replay of the turns topic
-presents every session with the same events in the same order, so it makes
-the same decisions — whatever the processing speed.
+``created_at`` or a :class:`~mongomem.models.Watermark`'s ``at``. Watermarks
+come from the watcher, in-band (into the same partitions as the turns), and
+promise that every turn created before ``at`` is already ahead of them; so a
+replay of the turns topic presents every session with the same events in the
+same order, and makes the same decisions — whatever the processing speed, and
+whether the watcher was down, behind or caught up when it published them.
 
 Rules, applied by :func:`advance` at each event whose time is ``now``:
 
@@ -18,7 +20,13 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
 2. **Idle.** If ``now - last_at >= idle_timeout`` (the session has been quiet),
    everything pending is promoted: holes are given up as in rule 1, and the
    last run closes with reason ``idle``. A turn that arrives after such a
-   pause therefore closes the earlier window before it is added.
+   pause therefore closes the earlier window before it is added. The
+   snapshot's ``closed_at`` is ``last_at + idle_timeout`` however the close
+   was noticed, so it too is a function of the turns alone. At a
+   watermark this is the *watermark rule*: the watermark proves that no turn
+   of the session created before ``last_at + idle_timeout`` can still arrive,
+   so any later turn would have closed the window anyway — the split is the
+   one the turns' own times make, wherever the watermarks fall.
 3. **Count.** A turn with the expected ``seq`` joins the open window (and
    pulls in any waiting turns it makes contiguous). Every full
    ``max_messages`` turns close as one snapshot (reason ``count``).
@@ -38,15 +46,13 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from mongomem.codec import register
-from mongomem.models import SessionKey, Snapshot, SnapshotTurn, Turn
+from mongomem.models import SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
 
 __all__ = [
     "Window",
     "WindowPolicy",
     "WindowResult",
     "WindowState",
-    "WindowTick",
     "advance",
     "initial_state",
     "snapshot_turn",
@@ -55,15 +61,6 @@ __all__ = [
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WindowTick(_Frozen):
-    """The in-band watermark: "event time has reached ``at`` in this partition"."""
-
-    at: AwareDatetime
-
-
-register("window-tick", WindowTick)
 
 
 class WindowPolicy(_Frozen):
@@ -121,7 +118,7 @@ class WindowState(_Frozen):
 
     @property
     def pending(self) -> bool:
-        """True while some turn waits to be promoted (the session needs ticks)."""
+        """True while some turn waits to be promoted (the session needs watermarks)."""
         return bool(self.open or self.ahead)
 
     @property
@@ -266,8 +263,8 @@ class Window:
         )
 
     # -- events ------------------------------------------------------------------------------
-    def on_tick(self, at: AwareDatetime, policy: WindowPolicy) -> None:
-        """Event time has reached ``at`` (rules 1 and 2)."""
+    def on_watermark(self, at: AwareDatetime, policy: WindowPolicy) -> None:
+        """No turn created before ``at`` can still arrive (rules 1 and 2)."""
         self._time_closes(policy, at)
 
     def on_turn(self, turn: SnapshotTurn, policy: WindowPolicy) -> Outcome:
@@ -347,11 +344,14 @@ class Window:
             self._give_up_hole(now)
             self._count_closes(policy, now)
         if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
+            # Closed at the instant the session became idle, not at the event that noticed:
+            # the next turn or any later watermark closes the same snapshot.
+            at = self.last_at + policy.idle_timeout
             while self.ahead:
-                self._give_up_hole(now)
-                self._count_closes(policy, now)
+                self._give_up_hole(at)
+                self._count_closes(policy, at)
             if self.open:
-                self._close(len(self.open), "idle", now)
+                self._close(len(self.open), "idle", at)
             self.last_at = None
             self.gap_since = None
 
@@ -373,10 +373,10 @@ def snapshot_turn(turn: Turn) -> SnapshotTurn:
     )
 
 
-def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) -> WindowResult:
+def advance(state: WindowState, event: Turn | Watermark, policy: WindowPolicy) -> WindowResult:
     """Apply one event to one session's window (see the module docstring for the rules).
 
-    ``event`` is a turn of this session or a tick of its partition.
+    ``event`` is a turn of this session or a watermark of its partition.
     """
     window = Window.of(state)
     before = window.signature()
@@ -395,7 +395,7 @@ def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) 
         elif outcome == "duplicate":
             duplicates = (event.seq,)
     else:
-        window.on_tick(event.at, policy)
+        window.on_watermark(event.at, policy)
     unchanged = window.signature() == before
     return WindowResult(
         state=state if unchanged else window.state(partition=state.partition, offset=state.offset),
