@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mongomem.errors import MessageDecodeError
-from mongomem.models import MemoryCandidate, Snapshot, Turn, Watermark
+from mongomem.models import MemoryCandidate, SessionEnd, Snapshot, Turn, Watermark
 
 __all__ = ["SCHEMA_VERSION", "decode", "encode", "kind_of", "peek_kind", "register"]
 
@@ -40,6 +40,7 @@ register("turn", Turn)
 register("snapshot", Snapshot)
 register("candidate", MemoryCandidate)
 register("watermark", Watermark)
+register("session-end", SessionEnd)
 
 
 def kind_of(model: type[BaseModel]) -> str:

@@ -20,6 +20,12 @@ document and ``encode`` of that turn gives the same bytes (property-tested in
 else it returns ``None`` and :meth:`TurnEncoder.record` runs the full path,
 whose :class:`pydantic.ValidationError` still sends the document to the
 dead-letter topic.
+
+A document with an ``event`` field is an event of the turns stream, not a
+turn: ``"end"`` (:class:`~mongomem.models.SessionEnd`, written by
+``end_session``) becomes a ``session-end`` record, keyed by its session like
+its turns; any other event is not valid (dead-lettered). Only the full path
+sees them (the fast path refuses any extra field).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from bson.tz_util import utc as bson_utc
 from mongomem.codec import SCHEMA_VERSION, encode, kind_of
 from mongomem.models import Role, SessionKey, Turn, check_identifier
 from mongomem.stages.watcher_logic import Slot
-from mongomem.stm import turn_from_document
+from mongomem.stm import end_from_document, turn_from_document
 
 __all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
 
@@ -61,7 +67,10 @@ _NO_METADATA: dict[str, Any] = {}
 
 
 class TurnRecord(NamedTuple):
-    """One turn as a Kafka record: its session, seq, key and envelope bytes (and its time, UTC)."""
+    """One seq of a session as a Kafka record (a turn or a session end).
+
+    Its session, seq, key and envelope bytes, and its time (UTC).
+    """
 
     slot: Slot
     seq: int
@@ -97,6 +106,10 @@ class TurnEncoder:
             self.fast += 1
             return fast
         self.full += 1
+        if "event" in doc:
+            end = end_from_document(doc)
+            slot = (end.project_id, end.user_id, end.session_id)
+            return TurnRecord(slot, end.seq, end.session.kafka_key(), encode(end), end.created_at)
         turn = turn_from_document(doc)
         slot = (turn.project_id, turn.user_id, turn.session_id)
         key = SessionKey.model_construct(

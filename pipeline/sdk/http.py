@@ -33,7 +33,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
-from mongomem.models import Role, Turn
+from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
@@ -173,6 +173,9 @@ class HttpTransport(ServiceClient):
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         return self._decode(_TURNS, await self._call("recent_turns", who, limit=limit))
+
+    async def end_session(self, who: Identity) -> SessionEnd:
+        return self._decode(TypeAdapter(SessionEnd), await self._call("end_session", who))
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))

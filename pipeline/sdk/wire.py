@@ -17,6 +17,7 @@ operation           arguments                                              resul
 ``history``         memory_id                                              [VersionRecord]
 ``record_turn``     role, content, metadata                                Turn
 ``recent_turns``    limit                                                  [Turn]
+``end_session``     (none; the caller's session)                           SessionEnd
 ``list_sessions``   limit                                                  [SessionSummary]
 ==================  =====================================================  ==============
 
@@ -124,5 +125,6 @@ OPERATIONS: dict[str, type[Caller]] = {
     "history": HistoryRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
+    "end_session": Caller,
     "list_sessions": LimitRequest,
 }

@@ -132,6 +132,8 @@ def identity_of(project_id: str, caller: Caller) -> Identity:
 
 
 async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> Any:
+    if op == "end_session":
+        return await t.end_session(who)
     match a:
         case SaveRequest():
             # the memory kind checks every field's type and names a bad one

@@ -31,7 +31,14 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
    pulls in any waiting turns it makes contiguous). Every full
    ``max_messages`` turns close as one snapshot (reason ``count``).
 
-A turn whose ``seq`` was already promoted (or given up), or that is already
+4. **End.** A :class:`~mongomem.models.SessionEnd` (``end_session``) holds a
+   seq of the session like a turn. When it is the next one expected, the
+   open window closes at once (reason ``end``) and the end's seq is passed
+   over; seqs missing before it (holes) are given up as in rule 1 — the
+   end was written after them, so they can no longer arrive. Like every
+   other event it is in the log, so a replay closes the same snapshot.
+
+A turn (or end) whose ``seq`` was already promoted (or given up), or that is already
 pending, changes nothing: it is reported in :attr:`WindowResult.late` or
 :attr:`WindowResult.duplicates`. So at-least-once delivery never creates a
 duplicate or overlapping snapshot.
@@ -46,7 +53,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from mongomem.models import SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
+from mongomem.models import SessionEnd, SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
 
 __all__ = [
     "Window",
@@ -296,6 +303,29 @@ class Window:
             self.last_at = None
         return None
 
+    def on_end(self, seq: int, at: AwareDatetime, policy: WindowPolicy) -> Outcome:
+        """``end_session`` at ``seq`` (rule 4, after rules 1 and 2 at ``at``)."""
+        self._time_closes(policy, at)
+        if seq < self.next_seq:
+            return "late"
+        if seq < self.next_seq + len(self.open) or any(t.seq == seq for t in self.ahead):
+            return "duplicate"
+        while self.ahead and self.ahead[0].seq < seq:
+            self._give_up_hole(at)
+            self._count_closes(policy, at)
+        expected = self.next_seq + len(self.open)
+        if self.open:
+            self._close(len(self.open), "end", at)
+        self.lost.extend(range(expected, seq))
+        self.next_seq = seq + 1
+        self._pull()  # turns past the end (out of order) start the next window
+        self._count_closes(policy, at)
+        self.gap_since = at if self.ahead else None
+        if not self.pending:
+            self.last_at = None
+        self.seen_at = at if self.seen_at is None else max(self.seen_at, at)
+        return None
+
     # -- rules -------------------------------------------------------------------------------
     def _close(self, count: int, reason: str, now: AwareDatetime) -> None:
         turns, self.open = self.open[:count], self.open[count:]
@@ -373,23 +403,28 @@ def snapshot_turn(turn: Turn) -> SnapshotTurn:
     )
 
 
-def advance(state: WindowState, event: Turn | Watermark, policy: WindowPolicy) -> WindowResult:
+def advance(
+    state: WindowState, event: Turn | SessionEnd | Watermark, policy: WindowPolicy
+) -> WindowResult:
     """Apply one event to one session's window (see the module docstring for the rules).
 
-    ``event`` is a turn of this session or a watermark of its partition.
+    ``event`` is a turn or an end of this session, or a watermark of its partition.
     """
     window = Window.of(state)
     before = window.signature()
     late: tuple[int, ...] = ()
     duplicates: tuple[int, ...] = ()
-    if isinstance(event, Turn):
+    if isinstance(event, Turn | SessionEnd):
         if (event.project_id, event.user_id, event.session_id) != (
             state.project_id,
             state.user_id,
             state.session_id,
         ):
-            raise ValueError("a turn of another session was applied to this window")
-        outcome = window.on_turn(snapshot_turn(event), policy)
+            raise ValueError("an event of another session was applied to this window")
+        if isinstance(event, Turn):
+            outcome = window.on_turn(snapshot_turn(event), policy)
+        else:
+            outcome = window.on_end(event.seq, event.created_at, policy)
         if outcome == "late":
             late = (event.seq,)
         elif outcome == "duplicate":

@@ -18,7 +18,7 @@ errors become :class:`~mongomem.errors.StorageError` / :class:`~mongomem.errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -33,6 +33,7 @@ from mongomem.kafka import DeadLetter, send_dead_letter
 from mongomem.models import SessionKey, Snapshot
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.settings import KafkaSettings
+from mongomem.stm import END_EVENT
 
 __all__ = ["KafkaDeadLetters", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
@@ -114,14 +115,18 @@ class SnapshotPublisher:
 
 
 class SnapshotResumePoints:
-    """The real :class:`~mongomem.stages.windowing.ports.ResumePoints`: a query of ``snapshots``.
+    """The real :class:`~mongomem.stages.windowing.ports.ResumePoints`: snapshots, then ends.
 
-    One ``find_one`` per session (sorted by ``last_seq``, served by the index
-    that :meth:`ensure_index` creates), a few at a time.
+    Per session, a few at a time: the last snapshot's ``last_seq`` (one
+    ``find_one`` served by the index that :meth:`ensure_index` creates), then
+    the latest session end above it (``end_session`` passes its seq over;
+    one ``find_one`` over the session's seqs above that snapshot, served by
+    the turns' unique (session, seq) index).
     """
 
     def __init__(self, db: AsyncDatabase[Document], concurrency: int = 16) -> None:
         self._snapshots = db[SNAPSHOTS]
+        self._turns = db[TURNS]
         self._slots = asyncio.Semaphore(concurrency)
 
     async def ensure_index(self) -> None:
@@ -133,22 +138,27 @@ class SnapshotResumePoints:
         except PyMongoError as exc:
             raise StorageError(f"could not create the snapshots index: {exc}") from exc
 
-    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
-        async def one(session: SessionKey) -> tuple[SessionKey, int]:
+    async def last_promoted(self, sessions: Mapping[SessionKey, int]) -> dict[SessionKey, int]:
+        async def one(session: SessionKey, below: int) -> tuple[SessionKey, int]:
+            whose = {
+                "project_id": session.project_id,
+                "user_id": session.user_id,
+                "session_id": session.session_id,
+            }
             async with self._slots:
                 doc = await self._snapshots.find_one(
-                    {
-                        "project_id": session.project_id,
-                        "user_id": session.user_id,
-                        "session_id": session.session_id,
-                    },
-                    projection={"last_seq": 1},
-                    sort=[("last_seq", -1)],
+                    whose, projection={"last_seq": 1}, sort=[("last_seq", -1)]
                 )
-            return session, int(doc["last_seq"]) if doc is not None else 0
+                last = int(doc["last_seq"]) if doc is not None else 0
+                end = await self._turns.find_one(
+                    {**whose, "seq": {"$gt": last, "$lt": below}, "event": END_EVENT},
+                    projection={"seq": 1},
+                    sort=[("seq", -1)],
+                )
+            return session, int(end["seq"]) if end is not None else last
 
         try:
-            found = await asyncio.gather(*(one(session) for session in sessions))
+            found = await asyncio.gather(*(one(s, below) for s, below in sessions.items()))
         except PyMongoError as exc:
             raise StorageError(f"could not read where sessions resume: {exc}") from exc
         return dict(found)

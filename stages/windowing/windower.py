@@ -10,7 +10,8 @@ plug in dictionaries.
 
 Per record:
 
-* a **turn** advances its session's window;
+* a **turn** advances its session's window; a **session end**
+  (``end_session``) closes it at once;
 * a **watermark** (the watcher's, :class:`~mongomem.models.Watermark`) advances
   every session of that partition that has turns pending (found through an
   in-memory index rebuilt from the store after a rebalance); a ``window-tick``
@@ -80,7 +81,7 @@ from mongomem.stages.windowing.ports import (
     SnapshotSink,
     WindowStore,
 )
-from mongomem.stages.windowing.reader import TurnReader, TurnRecord
+from mongomem.stages.windowing.reader import EndRecord, TurnReader, TurnRecord
 
 __all__ = [
     "STAGE",
@@ -105,6 +106,7 @@ log = logging.getLogger("mongomem.windowing")
 class WindowerStats:
     turns: int = 0
     watermarks: int = 0
+    ends: int = 0  # session ends (end_session)
     ignored_ticks: int = 0  # window-tick records of an older version (they prove nothing)
     snapshots: int = 0
     late: int = 0
@@ -154,7 +156,7 @@ class PlannedBatch:
     #: Where sessions the table does not know start (looked up before planning).
     starts: dict[bytes, int] = field(default_factory=dict)
     #: The records already decoded before planning, by offset.
-    events: dict[int, TurnRecord | Watermark | InputError] = field(default_factory=dict)
+    events: dict[int, TurnRecord | EndRecord | Watermark | InputError] = field(default_factory=dict)
     #: Event time of the last retirement scan of the partition, if this batch made one.
     scanned_at: datetime | None = None
 
@@ -246,7 +248,7 @@ class SnapshotWindower:
 
     async def _prepare(self, run: PlannedBatch) -> None:
         """Decode the records; find where unknown sessions resume (:attr:`resume`)."""
-        first: dict[bytes, TurnRecord] = {}
+        first: dict[bytes, TurnRecord | EndRecord] = {}
         for offset, _, value in run.records:
             try:
                 event = self._reader.read(value)
@@ -258,14 +260,14 @@ class SnapshotWindower:
             if event is None:
                 continue  # skipped; planning reads it again
             run.events[offset] = event
-            if isinstance(event, TurnRecord) and event.key not in first:
+            if isinstance(event, TurnRecord | EndRecord) and event.key not in first:
                 first[event.key] = event
         if self.resume is None:
             return
         unknown = {
             key: record
             for key, record in first.items()
-            if record.turn.seq > 1
+            if record.seq > 1
             and run.earlier(key) is None
             and self.store.get(key) is None
             and key not in run.windows
@@ -279,7 +281,7 @@ class SnapshotWindower:
             unknown = {k: r for k, r in unknown.items() if k not in self._replanning}
         if not unknown:
             return
-        found = await self.resume.last_promoted([record.session for record in unknown.values()])
+        found = await self.resume.last_promoted({r.session: r.seq for r in unknown.values()})
         for key, record in unknown.items():
             run.starts[key] = found.get(record.session, 0) + 1
 
@@ -402,9 +404,12 @@ class SnapshotWindower:
                 event = self._reader.read(value)
             elif isinstance(event, InputError):
                 raise event
-            if isinstance(event, TurnRecord) and key is not None and key != event.key:
+            if isinstance(event, TurnRecord | EndRecord) and key is not None and key != event.key:
                 # A session's turns must share one partition, or its window splits.
-                raise MessageDecodeError(f"turn {event.turn.turn_id} is not keyed by its session")
+                raise MessageDecodeError(
+                    f"seq {event.seq} of session {event.session.session_id!r} is not keyed "
+                    "by its session"
+                )
         except InputError as exc:
             if strict:
                 raise
@@ -424,6 +429,18 @@ class SnapshotWindower:
                 outcome = window.on_turn(event.turn, policy)
                 if outcome is not None:
                     self._report_turn(run.stats, window, event.turn.seq, outcome)
+                self._settle(run.stats, entry, before, lost, offset)
+            return
+        if isinstance(event, EndRecord):
+            run.stats.ends += 1
+            entry = self._enter(run, event.key, offset, event)
+            if entry is not None:
+                window = entry.window
+                before, lost = window.signature(), len(window.lost)
+                policy = self.policies.for_project(event.session.project_id)
+                outcome = window.on_end(event.seq, event.end.created_at, policy)
+                if outcome is not None:
+                    self._report_turn(run.stats, window, event.seq, outcome)
                 self._settle(run.stats, entry, before, lost, offset)
             return
         run.stats.watermarks += 1
@@ -493,7 +510,11 @@ class SnapshotWindower:
         return out
 
     def _enter(
-        self, run: PlannedBatch, session_key: bytes, offset: int, record: TurnRecord | None = None
+        self,
+        run: PlannedBatch,
+        session_key: bytes,
+        offset: int,
+        record: TurnRecord | EndRecord | None = None,
     ) -> _Open | None:
         """The session's working window in ``run``; ``None`` if the record is applied already.
 

@@ -1,9 +1,14 @@
-"""Idle closes follow the source's progress, not a clock of their own (issue 14 item 2).
+"""Windows close where the turns stream says, live and in a replay (issue 14 item 2, 13 item 6).
 
-The watcher runs as a real process and is SIGKILLed while turns keep being
+Idle closes follow the source's progress, not a clock of their own: the
+watcher runs as a real process and is SIGKILLed while turns keep being
 written; windowing runs in this process. The snapshots must be those of an
-uninterrupted run (what the turns' own times say) and a replay of the turns
+uninterrupted run (what the turns' own times say), and a replay of the turns
 topic in a new consumer group must produce the identical ones.
+
+``end_session`` closes a window at once, as an event of the same stream: the
+SDK writes it, the watcher carries it, windowing closes on it — and a replay
+closes the identical snapshot.
 """
 
 from __future__ import annotations
@@ -21,9 +26,12 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
+from mongomem.embeddings import HashingEmbedder
 from mongomem.models import SessionKey, Snapshot, Turn
-from mongomem.mongo import TURNS, Document
+from mongomem.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings, WindowingSettings
+from mongomem.stages.watcher import run_watcher
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.logic import Window, WindowPolicy, snapshot_turn
 from mongomem.stm import ShortTermMemory, session_key, turn_from_document
@@ -185,3 +193,40 @@ async def test_a_watcher_down_for_three_idle_timeouts_closes_what_an_uninterrupt
         assert [s.model_dump() for s in replay] == [s.model_dump() for s in live]
     finally:
         await watcher.stop()
+
+
+async def test_end_session_closes_the_window_at_once_and_a_replay_closes_the_same(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    settings = with_windows(settings, max_messages=50, idle_timeout_s=600)
+    stop = asyncio.Event()
+    watching = asyncio.create_task(run_watcher(settings, stop))
+    embedder = HashingEmbedder(64)
+    try:
+        async with (
+            AsyncMemory(project_id="proj", settings=settings, embedder=embedder) as memory,
+            windowing(settings) as live,
+        ):
+            chat = memory.bind(MemoryRequestContext(user_id="carol", session_id="ending"))
+            for text in ("Book the 9am flight", "Booked, seat 12A.", "Thanks"):
+                await chat.record_turn("user", text)
+            ended = await chat.end_session()
+            # Far sooner than the idle timeout (600 s) could close it.
+            await until(lambda: len(live) == 1, within=60)
+            await chat.record_turn("user", "One more thing: a hotel.")
+            await chat.end_session()
+            await until(lambda: len(live) == 2, within=60)
+            assert [t.content for t in await chat.recent_turns(10)] == [
+                "Book the 9am flight", "Booked, seat 12A.", "Thanks", "One more thing: a hotel."
+            ]  # fmt: skip
+        assert spans(live) == [("ending", 1, 3, "end"), ("ending", 5, 5, "end")]
+        assert [t.seq for t in live[0].turns] == [1, 2, 3], "the end is in no snapshot"
+        assert live[0].closed_at == ended.created_at
+        async with windowing(settings, suffix="replay") as replay:
+            await until(lambda: len(replay) >= len(live), within=60)
+        assert [s.model_dump() for s in replay] == [s.model_dump() for s in live]
+        stored = mongo[settings.mongodb.database][SNAPSHOTS].find({}, {"_id": 1})
+        assert {d["_id"] async for d in stored} == {s.snapshot_id for s in live}
+    finally:
+        stop.set()
+        await asyncio.wait_for(watching, 30)
