@@ -13,15 +13,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from mongomem.codec import decode, encode
 from mongomem.kafka import DeadLetter
 from mongomem.models import SessionEnd, SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
+from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.windowing import WindowPolicy, advance
 from mongomem.stages.windowing.logic import initial_state
 from mongomem.stages.windowing.reader import EndRecord, TurnReader
 from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.stm import end_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SESSION = SessionKey(project_id="p", user_id="u", session_id="s")
@@ -203,3 +206,16 @@ def test_every_turn_is_in_one_snapshot_and_none_spans_an_end(kinds: list[str]) -
         if snap.reason == "end":
             assert snap.last_seq + 1 in ends
     assert run(events) == closed, "the same events: the same snapshots"
+
+
+def test_the_watcher_carries_an_end_document_as_a_session_end_record() -> None:
+    stored = end_document(end(4, 3))
+    record = TurnEncoder().record(
+        {**stored, "created_at": stored["created_at"].replace(tzinfo=None)}
+    )
+    assert (record.slot, record.seq) == (("p", "u", "s"), 4)
+    assert record.key == SESSION.kafka_key(), "in the partition of the session's turns"
+    assert decode(record.value, SessionEnd) == end(4, 3)
+    assert record.created_at == end(4, 3).created_at
+    with pytest.raises(ValidationError):  # another event is no turn and no end: dead-lettered
+        TurnEncoder().record({**stored, "event": "pause"})
