@@ -293,14 +293,15 @@ def end_from_document(doc: Mapping[str, Any]) -> SessionEnd:
 
 
 #: Fields of a ``turns`` document that are not the turn's: its id, and the lineage mark
-#: the windowing stage adds (the snapshot that holds it).
+#: that windowing once added to the turns it snapshotted (documents of older versions;
+#: lineage is now read from the snapshots, :mod:`mongomem.lineage`).
 _NOT_TURN_FIELDS = frozenset({"_id", "snapshot_id"})
 
 
 def turn_from_document(doc: Mapping[str, Any]) -> Turn:
     """The turn stored in ``doc`` (naive datetimes are read as UTC).
 
-    A ``snapshot_id`` (windowing's lineage mark) is not part of the turn.
+    A ``snapshot_id`` (an older version's lineage mark) is not part of the turn.
     Raises :class:`pydantic.ValidationError` when the document is not a turn.
     """
     fields = {k: v for k, v in doc.items() if k not in _NOT_TURN_FIELDS}

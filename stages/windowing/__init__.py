@@ -13,9 +13,10 @@ Delivery semantics: **at-least-once in, idempotent out.** Turns may arrive
 twice or late; a session's state remembers what it promoted, so neither yields
 a duplicate or overlapping snapshot. Snapshot ids are
 ``Snapshot.make_id(session, first_seq, last_seq)``; each snapshot is upserted
-into ``snapshots``, its turns get ``snapshot_id`` (lineage), and it is
-published to the snapshots topic keyed by session — possibly more than once
-after a crash or in a replay, always with the same id and content.
+into ``snapshots`` and published to the snapshots topic keyed by session —
+possibly more than once after a crash or in a replay, always with the same id
+and content. The turns are never written to: a snapshot's session and seq
+range are the lineage of its turns (:mod:`mongomem.lineage`, one indexed read).
 
 **Checkpoint**: the consumer group's committed offset on the turns topic
 plus the ``windows`` table's compacted changelog topic

@@ -26,6 +26,7 @@ from mongomem.codec import encode
 from mongomem.errors import StorageError
 from mongomem.infra import free_port
 from mongomem.kafka import dead_letter_topic, ensure_topics, make_producer
+from mongomem.lineage import snapshot_holding
 from mongomem.models import SessionKey, Snapshot, Turn, utcnow
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.ops import group_lag
@@ -170,12 +171,13 @@ async def test_a_window_closes_on_count(
     assert docs[0]["_id"] == Snapshot.make_id(a, 1, 3)
     assert [t["seq"] for t in docs[1]["turns"]] == [4, 5, 6]
     assert [s.snapshot_id for s in published] == [d["_id"] for d in docs]
-    lineage = {
-        t["seq"]: t.get("snapshot_id")
-        async for t in mongo[settings.mongodb.database][TURNS].find({})
-    }
+    db = mongo[settings.mongodb.database]
+    lineage = {seq: await snapshot_holding(db, a, seq) for seq in range(1, 8)}
     first, second = docs[0]["_id"], docs[1]["_id"]
     assert lineage == {1: first, 2: first, 3: first, 4: second, 5: second, 6: second, 7: None}
+    stored = [t async for t in db[TURNS].find({})]
+    assert len(stored) == 7
+    assert not any("snapshot_id" in t for t in stored), "lineage costs no write to the turns"
 
 
 async def test_an_idle_session_closes_at_the_first_watermark_past_its_idle_timeout(
