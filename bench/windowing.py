@@ -17,7 +17,8 @@ writes ``bench/results/windowing.md``.
   at staggered moments, with the stage live. The benchmark writes the turns
   onto the topic itself and stands in for a caught-up watcher with a
   watermark every ``--watermark-interval`` s
-  (:func:`mongomem.testing.watermarks.watermarks_every`, lateness 0).
+  (:func:`mongomem.testing.watermarks.watermarks_every`: never past a send
+  not yet acknowledged).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from mongomem.settings import (
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import MAX_POLL_RECORDS
 from mongomem.stages.windowing.sinks import snapshot_document
-from mongomem.testing.watermarks import watermarks_every
+from mongomem.testing.watermarks import InFlight, watermarks_every
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
 PARTITIONS = 3
@@ -268,7 +269,7 @@ async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[st
     task = asyncio.create_task(worker.run())
     observer = asyncio.create_task(observe())
     rng = random.Random(7)
-    lock = asyncio.Lock()  # a watermark follows every turn created before it
+    in_flight = InFlight()  # a watermark follows every turn created before it
     try:
         await asyncio.wait_for(worker.started.wait(), 60)
         await asyncio.sleep(2)  # partitions assigned
@@ -277,13 +278,13 @@ async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[st
             key = SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}")
             await asyncio.sleep(rng.uniform(0, 2 * idle))
             for seq in range(1, 4):
-                async with lock:
+                with in_flight.sending():
                     turn = make_turn(key, seq)
                     await producer.send_and_wait(topic, encode(turn), key=key.kafka_key())
                 last_turn[key.session_id] = turn.created_at
                 await asyncio.sleep(rng.uniform(0, idle / 4))
 
-        async with watermarks_every(producer, topic, tick, lock=lock):
+        async with watermarks_every(producer, topic, tick, in_flight):
             await asyncio.gather(*(session_life(i) for i in range(sessions)))
             for _ in range(int((idle + tick + 30) / 0.1)):
                 if len(arrived) >= sessions:

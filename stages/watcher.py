@@ -1,4 +1,4 @@
-"""The change-stream watcher: every inserted turn goes to Kafka (SPEC I1).
+"""The change-stream watcher: every inserted turn (and session end) goes to Kafka (SPEC I1).
 
 ``mongomem run watcher`` watches inserts into ``turns`` and publishes each
 turn (:func:`mongomem.codec.encode`) to the ``turns`` topic, keyed by

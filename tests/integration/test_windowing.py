@@ -33,7 +33,7 @@ from mongomem.ops import group_lag
 from mongomem.settings import MongoSettings, Settings, WindowingSettings
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import ChangelogTable
-from mongomem.testing.watermarks import watermarks_every
+from mongomem.testing.watermarks import InFlight, watermarks_every
 
 pytestmark = pytest.mark.integration
 
@@ -60,19 +60,19 @@ def make_turn(session: SessionKey, seq: int, at_offset_s: float = 0.0) -> Turn:
 class Turns:
     """Writes turns as the watcher would: into ``turns`` (MongoDB) and onto the turns topic.
 
-    :meth:`send` holds :attr:`lock`, which the writer's watermarks take too
-    (:func:`turn_writer`): a watermark follows every turn created before it.
+    Each send is in :attr:`in_flight`, which the writer's watermarks follow
+    (:func:`turn_writer`): a watermark comes after every turn created before it.
     """
 
     def __init__(self, settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
         self.settings = settings
         self.coll = mongo[settings.mongodb.database][TURNS]
         self.producer: AIOKafkaProducer = make_producer(settings.kafka)
-        self.lock = asyncio.Lock()
+        self.in_flight = InFlight()
 
     async def send(self, turn: Turn, *, store: bool = True) -> int:
         """Write ``turn``; returns the partition it went to."""
-        async with self.lock:
+        with self.in_flight.sending(turn.created_at):
             return await self._send(turn, store=store)
 
     async def _send(self, turn: Turn, *, store: bool) -> int:
@@ -99,7 +99,7 @@ async def turn_writer(
     turns = Turns(settings, mongo)
     await turns.producer.start()
     try:
-        async with watermarks_every(turns.producer, topic, WATERMARK_S, lock=turns.lock):
+        async with watermarks_every(turns.producer, topic, WATERMARK_S, turns.in_flight):
             yield turns
     finally:
         await turns.producer.stop()
