@@ -42,6 +42,11 @@ Once the watcher is caught up, an idle session closes within
 processing lag) of its last turn. While the watcher is down, no idle window
 closes.
 
+**Session ends**: ``end_session`` stores a :class:`~mongomem.models.SessionEnd`
+at the session's next seq; the watcher carries it to the session's partition
+and the open window closes on it at once (reason ``end``), live and in a
+replay. Its seq is passed over; turns after it start the next window.
+
 **Sequence gaps**: turns past a missing seq wait; if the seq has not arrived
 ``idle_timeout_s`` (event time) after the gap was seen — or the session goes
 idle — it is declared lost (logged), the open window closes with reason
