@@ -64,7 +64,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pymongo import ASCENDING, DESCENDING
@@ -262,6 +262,10 @@ def turn_document(turn: Turn) -> Document:
     }
 
 
+_T = TypeVar("_T")
+#: Is a document found after a lost connection the one this writer inserted?
+_Same = Callable[[Mapping[str, Any]], bool]
+
 #: The ``event`` field of the ``turns`` document of a :class:`~mongomem.models.SessionEnd`.
 END_EVENT = "end"
 #: The filter that keeps the turns of ``turns`` and leaves out its events.
@@ -374,32 +378,22 @@ class ShortTermMemory:
         role_ = validate_role(role)
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
-        slot = (key.project_id, key.user_id, key.session_id)
-        async with self._session_lock(slot):
-            last = self._last.get(slot)
-            if last is None:
-                last = await self._read_last_seq(key)
-            for attempt in range(_MAX_ATTEMPTS):
-                seq = last + 1
-                turn = Turn(
-                    turn_id=Turn.make_id(*slot, seq),
-                    project_id=key.project_id,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    seq=seq,
-                    role=role_,
-                    content=text,
-                    metadata=meta,
-                    created_at=_millis(self._clock()),
-                )
-                if await self._insert(turn):
-                    self._remember(slot, seq)
-                    return turn
-                # Another writer holds ``seq``: catch up and try the next number.
-                if attempt >= 2:
-                    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-                last = max(seq, await self._read_last_seq(key))
-        raise _no_seq(key)
+
+        def make(seq: int, at: datetime) -> tuple[Turn, Document, _Same]:
+            turn = Turn(
+                turn_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
+                project_id=key.project_id,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                seq=seq,
+                role=role_,
+                content=text,
+                metadata=meta,
+                created_at=at,
+            )
+            return turn, turn_document(turn), _same_turn(turn)
+
+        return await self._append(key, make)
 
     async def end_session(self, key: SessionKey) -> SessionEnd:
         """End the session's open window now: store a :class:`SessionEnd` at its next seq.
@@ -410,6 +404,24 @@ class ShortTermMemory:
         stores the event all the same and closes nothing.
         """
         key = _check_key(key)
+
+        def make(seq: int, at: datetime) -> tuple[SessionEnd, Document, _Same]:
+            end = SessionEnd(
+                seq_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
+                project_id=key.project_id,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                seq=seq,
+                created_at=at,
+            )
+            return end, end_document(end), _same_end(end)
+
+        return await self._append(key, make)
+
+    async def _append(
+        self, key: SessionKey, make: Callable[[int, datetime], tuple[_T, Document, _Same]]
+    ) -> _T:
+        """Store what ``make`` builds for the session's next seq (see "Sequence numbers")."""
         slot = (key.project_id, key.user_id, key.session_id)
         async with self._session_lock(slot):
             last = self._last.get(slot)
@@ -417,21 +429,18 @@ class ShortTermMemory:
                 last = await self._read_last_seq(key)
             for attempt in range(_MAX_ATTEMPTS):
                 seq = last + 1
-                end = SessionEnd(
-                    seq_id=Turn.make_id(*slot, seq),
-                    project_id=key.project_id,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    seq=seq,
-                    created_at=_millis(self._clock()),
-                )
-                if await self._insert_document(end_document(end), _same_end(end)):
+                item, doc, same = make(seq, _millis(self._clock()))
+                if await self._insert_document(doc, same):
                     self._remember(slot, seq)
-                    return end
+                    return item
+                # Another writer holds ``seq``: catch up and try the next number.
                 if attempt >= 2:
                     await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
                 last = max(seq, await self._read_last_seq(key))
-        raise _no_seq(key)
+        raise StorageError(
+            f"could not allocate a seq for session {key.session_id!r} after {_MAX_ATTEMPTS} "
+            "conflicts with concurrent writers; try again"
+        )
 
     async def recent_turns(self, key: SessionKey, limit: int = 50) -> list[Turn]:
         """The last ``limit`` turns of the session, oldest first."""
@@ -492,13 +501,7 @@ class ShortTermMemory:
 
     # ------------------------------------------------------------------ internals
 
-    async def _insert(self, turn: Turn) -> bool:
-        """True when stored; False when ``turn.seq`` is taken (duplicate key)."""
-        return await self._insert_document(turn_document(turn), _same_turn(turn))
-
-    async def _insert_document(
-        self, doc: Document, same: Callable[[Mapping[str, Any]], bool]
-    ) -> bool:
+    async def _insert_document(self, doc: Document, same: _Same) -> bool:
         """True when stored; False when its seq is taken. ``same``: is a found document this one?"""
         try:
             await self._turns.insert_one(doc)
@@ -549,21 +552,14 @@ class ShortTermMemory:
                 self._locks[slot] = (lock, users - 1)
 
 
-def _no_seq(key: SessionKey) -> StorageError:
-    return StorageError(
-        f"could not allocate a seq for session {key.session_id!r} after {_MAX_ATTEMPTS} "
-        "conflicts with concurrent writers; try again"
-    )
-
-
-def _same_turn(turn: Turn) -> Callable[[Mapping[str, Any]], bool]:
+def _same_turn(turn: Turn) -> _Same:
     def same(found: Mapping[str, Any]) -> bool:
         return "event" not in found and _parse(found) == turn
 
     return same
 
 
-def _same_end(end: SessionEnd) -> Callable[[Mapping[str, Any]], bool]:
+def _same_end(end: SessionEnd) -> _Same:
     def same(found: Mapping[str, Any]) -> bool:
         try:
             return end_from_document(found) == end
