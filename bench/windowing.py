@@ -4,17 +4,21 @@
 writes ``bench/results/windowing.md``.
 
 * **P3** sustained turns/s: the windowing stage (default aiokafka engine:
-  consumer group, table + changelog, snapshot upsert + turn lineage in
-  MongoDB, snapshot published with acks=all; and the faust engine for
+  consumer group, table + changelog, snapshot upsert in MongoDB — no
+  per-turn lineage write —, snapshot published with acks=all; and the faust engine for
   comparison) draining a backlog of turns, against a raw aiokafka consume
   loop over the same topic in its own group (the median of three), in the
   same run. Both are timed from their first record to their last. A third
   row measures the MongoDB server alone doing the writes the stage makes
-  for this backlog (snapshot upserts and one lineage mark per turn, as bare
-  ``bulk_write`` calls): the ceiling that the database sets on the stage.
+  for this backlog (the snapshot upserts, as bare ``bulk_write`` calls): the
+  ceiling that the database sets on the stage.
 * **P4** time from a session's last turn (its ``created_at``) to its idle
   snapshot arriving on the snapshots topic, for many sessions that go quiet
-  at staggered moments, with the stage live.
+  at staggered moments, with the stage live. The benchmark writes the turns
+  onto the topic itself and stands in for a caught-up watcher with a
+  watermark every ``--watermark-interval`` s
+  (:func:`mongomem.testing.watermarks.watermarks_every`: never past a send
+  not yet acknowledged).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer
-from pymongo import ReplaceOne, UpdateOne
+from pymongo import ReplaceOne
 
 from bench.prose import texts
 from mongomem.codec import decode, encode
@@ -54,6 +58,7 @@ from mongomem.settings import (
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import MAX_POLL_RECORDS
 from mongomem.stages.windowing.sinks import snapshot_document
+from mongomem.testing.watermarks import InFlight, watermarks_every
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
 PARTITIONS = 3
@@ -157,54 +162,29 @@ async def raw_consume(settings: Settings, total: int) -> float:
 async def raw_mongo_writes(settings: Settings, snapshots: list[Snapshot], total: int) -> float:
     """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog.
 
-    A fresh database gets the same turns (untimed); then the snapshot upserts
-    and one lineage mark per turn go out in chunks of about as many turns as
-    the stage fetches at once, three chunks at a time (one per partition),
-    as the stage sends them. Timed from the first write to the last reply.
+    The stage writes one snapshot upsert per snapshot and nothing to the turns
+    (lineage is the snapshot's seq range, :mod:`mongomem.lineage`). The upserts
+    go out in chunks of about as many turns as the stage fetches at once,
+    three chunks at a time (one per partition), as the stage sends them.
+    Timed from the first write to the last reply.
     """
     client = connect(settings.mongodb)
     try:
         db = client[f"{settings.mongodb.database}-raw"]
-        turns = db[TURNS_COLLECTION]
-        for chunk in range(0, len(snapshots), 500):
-            await turns.insert_many(
-                turn_documents(
-                    [
-                        Turn(
-                            **t.model_dump(),
-                            project_id=s.project_id,
-                            user_id=s.user_id,
-                            session_id=s.session_id,
-                        )
-                        for s in snapshots[chunk : chunk + 500]
-                        for t in s.turns
-                    ]
-                )
-            )
         turns_each = max(1, total // max(1, len(snapshots)))
         per_write = max(1, round(MAX_POLL_RECORDS / PARTITIONS / turns_each))
         chunks = [snapshots[i : i + per_write] for i in range(0, len(snapshots), per_write)]
         ops = [
-            (
-                [ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in c],
-                [
-                    UpdateOne({"_id": t.turn_id}, {"$set": {"snapshot_id": s.snapshot_id}})
-                    for s in c
-                    for t in s.turns
-                ],
-            )
+            [ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in c]
             for c in chunks
         ]
 
-        async def write(upserts: list[Any], marks: list[Any]) -> None:
-            await asyncio.gather(
-                db["snapshots"].bulk_write(upserts, ordered=False),
-                turns.bulk_write(marks, ordered=False),
-            )
+        async def write(upserts: list[Any]) -> None:
+            await db["snapshots"].bulk_write(upserts, ordered=False)
 
         started = time.perf_counter()
         for i in range(0, len(ops), PARTITIONS):
-            await asyncio.gather(*(write(u, m) for u, m in ops[i : i + PARTITIONS]))
+            await asyncio.gather(*(write(u) for u in ops[i : i + PARTITIONS]))
         return total / (time.perf_counter() - started)
     finally:
         await client.drop_database(f"{settings.mongodb.database}-raw")
@@ -243,7 +223,7 @@ async def windowing_drain(
 
 
 async def p3(base: Settings, sessions: int, per_session: int) -> dict[str, Any]:
-    settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600, tick_interval_s=1.0)
+    settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600)
     total = await backlog(settings, sessions, per_session)
     raws = sorted([await raw_consume(settings, total) for _ in range(3)])
     stage, snapshots = await windowing_drain(settings, total, "aiokafka")
@@ -261,7 +241,7 @@ async def p3(base: Settings, sessions: int, per_session: int) -> dict[str, Any]:
 
 
 async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[str, Any]:
-    settings = scoped(base, "p4", max_messages=1000, idle_timeout_s=idle, tick_interval_s=tick)
+    settings = scoped(base, "p4", max_messages=1000, idle_timeout_s=idle)
     topic = settings.kafka.topic(TURNS)
     await ensure_topics(settings.kafka, [topic, settings.kafka.topic(SNAPSHOTS)])
     last_turn: dict[str, datetime] = {}
@@ -289,24 +269,27 @@ async def p4(base: Settings, sessions: int, idle: float, tick: float) -> dict[st
     task = asyncio.create_task(worker.run())
     observer = asyncio.create_task(observe())
     rng = random.Random(7)
+    in_flight = InFlight()  # a watermark follows every turn created before it
     try:
         await asyncio.wait_for(worker.started.wait(), 60)
-        await asyncio.sleep(2)  # partitions assigned, first ticks flowing
+        await asyncio.sleep(2)  # partitions assigned
 
         async def session_life(i: int) -> None:
             key = SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}")
             await asyncio.sleep(rng.uniform(0, 2 * idle))
             for seq in range(1, 4):
-                turn = make_turn(key, seq)
-                await producer.send_and_wait(topic, encode(turn), key=key.kafka_key())
+                with in_flight.sending():
+                    turn = make_turn(key, seq)
+                    await producer.send_and_wait(topic, encode(turn), key=key.kafka_key())
                 last_turn[key.session_id] = turn.created_at
                 await asyncio.sleep(rng.uniform(0, idle / 4))
 
-        await asyncio.gather(*(session_life(i) for i in range(sessions)))
-        for _ in range(int((idle + tick + 30) / 0.1)):
-            if len(arrived) >= sessions:
-                break
-            await asyncio.sleep(0.1)
+        async with watermarks_every(producer, topic, tick, in_flight):
+            await asyncio.gather(*(session_life(i) for i in range(sessions)))
+            for _ in range(int((idle + tick + 30) / 0.1)):
+                if len(arrived) >= sessions:
+                    break
+                await asyncio.sleep(0.1)
     finally:
         for t in (observer, task):
             t.cancel()
@@ -330,6 +313,18 @@ def report(
     command: str, servers: str, r3: dict[str, Any], r4: dict[str, Any], idle: float, tick: float
 ) -> str:
     ratio = r3["stage"] / r3["raw"]
+    if r3["stage"] >= 0.8 * r3["mongo"]:
+        bound_text = (
+            f"MongoDB — the stage reaches {r3['stage'] / r3['mongo']:.2f}× of what the server "
+            "alone does with the stage's writes."
+        )
+    else:
+        bound_text = (
+            f"not MongoDB (the stage reaches {r3['stage'] / r3['mongo']:.2f}× of the server "
+            "alone): the stage's own work per record — decoding, the window logic, the "
+            "changelog states and the snapshot publishes (acks=all) — on the same two shared "
+            "cores as the broker and the database; the raw consume loop does none of it."
+        )
     raws = ", ".join(f"{r:,.0f}" for r in r3["raws"])
     bound = idle + 1.0
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -355,32 +350,34 @@ characters on average) in sessions of equal length, `max_messages` = 20, so the 
 |---|---|
 | raw aiokafka `getmany` loop (no decoding, own group; median of {raws}) | {r3["raw"]:,.0f} |
 | MongoDB alone: the stage's writes for this backlog as bare `bulk_write`s \
-(snapshot upserts + one lineage mark per turn) | {r3["mongo"]:,.0f} |
-| windowing stage, default engine (aiokafka group + changelog table, MongoDB upsert \
-+ lineage, publish acks=all) | {r3["stage"]:,.0f} |
+(one snapshot upsert per snapshot; no write to the turns) | {r3["mongo"]:,.0f} |
+| windowing stage, default engine (aiokafka group + changelog table, MongoDB upsert, \
+publish acks=all) | {r3["stage"]:,.0f} |
 | windowing stage, `engine="faust"` (faust agent + table, same sinks) | {r3["faust"]:,.0f} |
 
 Ratio stage / raw consume loop = **{ratio:.3f}×** (goal ≥ 0.5×: \
 **{"met" if ratio >= 0.5 else "not met"}**); faust engine / raw = {r3["faust"] / r3["raw"]:.3f}×.
 Stage / MongoDB alone = **{r3["stage"] / r3["mongo"]:.2f}×**.
 
-What bounds the stage: every turn costs MongoDB one document update (its
-lineage mark), and the row "MongoDB alone" shows how many of those, with the
-snapshot upserts, this server applies per second when nothing else runs —
-mongo-java-server clones, re-indexes and logs each updated document in Java,
-at tens of microseconds each. The stage cannot be faster than that row, and
-the raw consume loop, which writes nothing, is {r3["raw"] / r3["mongo"]:.0f}× faster than it.
+What bounds the stage: {bound_text}
+Lineage costs no write per turn: a snapshot records its session and first and
+last seq, and `mongomem.lineage.snapshot_holding` answers "which snapshot holds
+turn X" with one read on the `(project, user, session, last_seq)` index. So the
+stage's only MongoDB writes are the snapshot upserts, one per
+{r3["turns"] // max(1, r3["snapshots"])} turns here, which this server applies at
+the rate of the row "MongoDB alone" when nothing else runs.
 Everything else is batched: turns are read by a checked fast path (orjson, a
 session's ids validated once), a fetched partition batch is applied to one
-working window per session, its snapshots are delivered in one bulk write per
-collection with the publishes pipelined in 256 KiB producer batches, and the
+working window per session, its snapshots are delivered in one bulk write
+with the publishes pipelined in 256 KiB producer batches, and the
 changelog gets each changed session's latest state once per commit. The faust
 engine still applies one record at a time.
 
 ## P4 — last turn → idle snapshot on the snapshots topic
 
 {r4["sessions"]} sessions of 3 turns each go quiet at staggered moments;
-`idle_timeout_s` = {idle}, `tick_interval_s` = {tick}. Measured from the last
+`idle_timeout_s` = {idle}, a watermark every {tick} s (standing in for a caught-up
+watcher, lateness 0). Measured from the last
 turn's `created_at` to the snapshot's arrival at a consumer of the snapshots
 topic; {r4["closed"]} of {r4["sessions"]} sessions closed.
 
@@ -390,7 +387,8 @@ topic; {r4["closed"]} of {r4["sessions"]} sessions closed.
 
 p99 − idle timeout = {r4["p99"] - idle:.2f} s (goal p99 ≤ idle timeout + 1 s = {bound:.1f} s:
 **{"met" if r4["p99"] <= bound else "not met"}**). The floor is the idle timeout
-itself; the tick interval adds up to {tick} s, plus the stage's processing lag.
+itself; the watermark interval adds up to {tick} s, plus the stage's processing lag (the
+watcher's lateness, 2 s by default, adds to this in a deployment).
 """
 
 
@@ -400,7 +398,7 @@ async def run(args: argparse.Namespace, settings: Settings, servers: str) -> str
     command = (
         f".venv/bin/python -m bench.windowing --sessions {args.sessions} "
         f"--per-session {args.per_session} --idle-sessions {args.idle_sessions} "
-        f"--idle {args.idle} --tick {args.tick}"
+        f"--idle {args.idle} --watermark-interval {args.tick}"
     )
     return report(command, servers, r3, r4, args.idle, args.tick)
 
@@ -411,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-session", type=int, default=40, help="P3 turns per session")
     parser.add_argument("--idle-sessions", type=int, default=200, help="P4 sessions")
     parser.add_argument("--idle", type=float, default=2.0, help="P4 idle timeout (s)")
-    parser.add_argument("--tick", type=float, default=0.5, help="P4 tick interval (s)")
+    parser.add_argument(
+        "--watermark-interval", dest="tick", type=float, default=0.5, help="P4 watermarks every (s)"
+    )
     args = parser.parse_args(argv)
     base = load_settings()
     servers = start_servers(base, for_tests=True)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mongomem.errors import MessageDecodeError
-from mongomem.models import MemoryCandidate, Snapshot, Turn
+from mongomem.models import MemoryCandidate, SessionEnd, Snapshot, Turn, Watermark
 
 __all__ = ["SCHEMA_VERSION", "decode", "encode", "kind_of", "peek_kind", "register"]
 
@@ -39,6 +39,8 @@ def register(kind: str, model: type[BaseModel]) -> None:
 register("turn", Turn)
 register("snapshot", Snapshot)
 register("candidate", MemoryCandidate)
+register("watermark", Watermark)
+register("session-end", SessionEnd)
 
 
 def kind_of(model: type[BaseModel]) -> str:

@@ -30,10 +30,12 @@ __all__ = [
     "MemoryVersion",
     "Role",
     "ScopeKind",
+    "SessionEnd",
     "SessionKey",
     "Snapshot",
     "SnapshotTurn",
     "Turn",
+    "Watermark",
     "check_identifier",
     "json_depth",
     "stable_id",
@@ -169,6 +171,54 @@ class Turn(_Frozen):
         )
 
 
+class SessionEnd(_Frozen):
+    """``end_session``: the session's open window closes here, at once.
+
+    Not a turn, but an event *in the turns stream*: it is stored in ``turns``
+    at the session's next seq (allocated exactly like a turn's, so it is
+    ordered with the session's turns, back-filled and replayed with them),
+    and the watcher publishes it to the session's partition. ``seq_id`` is
+    ``Turn.make_id`` of that seq (the document's ``_id``). Readers of turns
+    (recent turns, sessions, extraction) never see it as one.
+    """
+
+    seq_id: str
+    project_id: Identifier
+    user_id: Identifier
+    session_id: Identifier
+    seq: int = Field(ge=1)
+    created_at: AwareDatetime
+
+    @model_validator(mode="after")
+    def _id_matches(self) -> SessionEnd:
+        if self.seq_id != Turn.make_id(self.project_id, self.user_id, self.session_id, self.seq):
+            raise ValueError("seq_id does not match (project, user, session, seq)")
+        return self
+
+    @property
+    def session(self) -> SessionKey:
+        return SessionKey(
+            project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
+        )
+
+
+class Watermark(_Frozen):
+    """The watcher's in-band promise about one partition of the turns topic.
+
+    Every turn whose ``created_at`` is before ``at`` has been published into
+    this partition ahead of this record — a turn written later than that
+    exceeded the watcher's allowed lateness (see
+    :mod:`mongomem.stages.watcher`). ``caught_up`` says where ``at`` came
+    from: the watcher had read everything the change stream held (its clock
+    at that read, less the lateness), or it was behind (the latest turn time
+    it had read, less the lateness). Windowing closes idle windows only on
+    these; they are part of the log, so a replay closes the same windows.
+    """
+
+    at: AwareDatetime
+    caught_up: bool
+
+
 class SnapshotTurn(_Frozen):
     """A turn as carried inside a snapshot."""
 
@@ -189,7 +239,7 @@ class Snapshot(_Frozen):
     first_seq: int = Field(ge=1)
     last_seq: int = Field(ge=1)
     turns: tuple[SnapshotTurn, ...] = Field(min_length=1)
-    reason: Literal["count", "idle", "gap"]
+    reason: Literal["count", "idle", "gap", "end"]
     closed_at: AwareDatetime
 
     @staticmethod

@@ -17,7 +17,6 @@ MONGOMEM_KAFKA_PARTITIONS              partitions per topic (6)
 MONGOMEM_KAFKA_REPLICATION_FACTOR      replication factor (1)
 MONGOMEM_WINDOW_MAX_MESSAGES           turns that close a window (20)
 MONGOMEM_WINDOW_IDLE_TIMEOUT_S         idle seconds that close a window (300)
-MONGOMEM_WINDOW_TICK_INTERVAL_S        live idle-tick period (5)
 MONGOMEM_WINDOW_STATE_TTL_S            retire a quiet session's state after (604800)
 MONGOMEM_SPACES_ENCRYPTION_KEY         AES-256-GCM key of encrypted spaces (base64)
 MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
@@ -34,6 +33,10 @@ MONGOMEM_STM_MAX_CONTENT_BYTES         largest turn content, UTF-8 bytes (256 Ki
 MONGOMEM_STM_MAX_METADATA_BYTES        largest turn metadata, as JSON (64 KiB)
 MONGOMEM_STM_WATCHER_BATCH_MAX         turns that make a watcher flush due (500;
                                        held while Kafka acknowledges the last one)
+MONGOMEM_STM_WATCHER_WATERMARK_        how often the watcher publishes a watermark
+INTERVAL_S                             into every turns partition (1)
+MONGOMEM_STM_WATCHER_WATERMARK_        how late a turn may reach the change stream
+LATENESS_S                             after its created_at (2); idle closes wait it
 =====================================  ==========================================
 """
 
@@ -160,7 +163,6 @@ class WindowingSettings(BaseSettings):
 
     max_messages: int = Field(default=20, ge=1, le=10_000)
     idle_timeout_s: float = Field(default=300.0, gt=0)
-    tick_interval_s: float = Field(default=5.0, gt=0)
     engine: Literal["aiokafka", "faust"] = Field(
         default="aiokafka",
         description=(
@@ -180,10 +182,6 @@ class WindowingSettings(BaseSettings):
     @property
     def idle_timeout(self) -> timedelta:
         return timedelta(seconds=self.idle_timeout_s)
-
-    @property
-    def tick_interval(self) -> timedelta:
-        return timedelta(seconds=self.tick_interval_s)
 
 
 class ExtractionSettings(BaseSettings):
@@ -464,6 +462,22 @@ class StmSettings(BaseSettings):
     watcher_batch_max: int = Field(default=500, ge=1, le=100_000)
     watcher_flush_interval_s: float = Field(default=0.05, gt=0, le=60)
     watcher_poll_interval_s: float = Field(default=0.02, gt=0, le=10)
+    watcher_watermark_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="how often the watcher publishes a watermark into every turns partition",
+    )
+    watcher_watermark_lateness_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=24 * 3600,
+        description=(
+            "how long after its created_at a turn may still reach the change stream (insert "
+            "delay plus clock skew between writers and the watcher); a watermark lags the "
+            "watcher's progress by this much, so idle windows close this much later"
+        ),
+    )
 
 
 class Settings(BaseSettings):

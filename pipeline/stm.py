@@ -42,6 +42,16 @@ listing, not for hot paths.
 
 Validation (A3) happens before anything is sent to MongoDB; a bad argument
 raises :class:`~mongomem.errors.InputError` whose ``field`` names it.
+
+Ending a session
+----------------
+:meth:`ShortTermMemory.end_session` stores a :class:`~mongomem.models.SessionEnd`
+in ``turns`` at the session's next seq, allocated as a turn's is — a document
+with ``"event": "end"`` and no role or content (:func:`end_document`). It is
+an event of the turns stream (the watcher carries it, windowing closes the
+open window on it, a replay meets it at the same place), not a turn: the
+readers here leave it out (``recent_turns``, ``list_sessions``), and it is in
+no snapshot. A later turn takes the next seq and starts a new window.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pymongo import ASCENDING, DESCENDING
@@ -62,14 +72,26 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, StorageError
-from mongomem.models import MAX_JSON_DEPTH, Role, SessionKey, Turn, check_identifier, utcnow
+from mongomem.models import (
+    MAX_JSON_DEPTH,
+    Role,
+    SessionEnd,
+    SessionKey,
+    Turn,
+    check_identifier,
+    utcnow,
+)
 from mongomem.mongo import TURNS, Document
 from mongomem.settings import StmSettings
 
 __all__ = [
+    "END_EVENT",
+    "NOT_AN_EVENT",
     "SESSION_SEQ_INDEX",
     "SessionSummary",
     "ShortTermMemory",
+    "end_document",
+    "end_from_document",
     "session_key",
     "turn_document",
     "turn_from_document",
@@ -248,12 +270,53 @@ def turn_document(turn: Turn) -> Document:
     }
 
 
+_T = TypeVar("_T")
+#: Is a document found after a lost connection the one this writer inserted?
+_Same = Callable[[Mapping[str, Any]], bool]
+
+#: The ``event`` field of the ``turns`` document of a :class:`~mongomem.models.SessionEnd`.
+END_EVENT = "end"
+#: The filter that keeps the turns of ``turns`` and leaves out its events.
+NOT_AN_EVENT: Document = {"event": {"$exists": False}}
+
+
+def end_document(end: SessionEnd) -> Document:
+    """The ``turns`` document of a session end (``_id`` is the id of its seq)."""
+    return {
+        "_id": end.seq_id,
+        "project_id": end.project_id,
+        "user_id": end.user_id,
+        "session_id": end.session_id,
+        "seq": end.seq,
+        "event": END_EVENT,
+        "created_at": end.created_at,
+    }
+
+
+def end_from_document(doc: Mapping[str, Any]) -> SessionEnd:
+    """The session end stored in ``doc``; :class:`pydantic.ValidationError` if it is not one."""
+    fields = {k: v for k, v in doc.items() if k != "_id"}
+    if fields.pop("event", None) != END_EVENT:
+        fields["event"] = doc.get("event")  # not an end: the model refuses the field
+    created = fields.get("created_at")
+    if isinstance(created, datetime) and created.tzinfo is None:
+        fields["created_at"] = created.replace(tzinfo=UTC)
+    return SessionEnd.model_validate({"seq_id": doc.get("_id"), **fields})
+
+
+#: Fields of a ``turns`` document that are not the turn's: its id, and the lineage mark
+#: that windowing once added to the turns it snapshotted (documents of older versions;
+#: lineage is now read from the snapshots, :mod:`mongomem.lineage`).
+_NOT_TURN_FIELDS = frozenset({"_id", "snapshot_id"})
+
+
 def turn_from_document(doc: Mapping[str, Any]) -> Turn:
     """The turn stored in ``doc`` (naive datetimes are read as UTC).
 
+    A ``snapshot_id`` (an older version's lineage mark) is not part of the turn.
     Raises :class:`pydantic.ValidationError` when the document is not a turn.
     """
-    fields = {k: v for k, v in doc.items() if k != "_id"}
+    fields = {k: v for k, v in doc.items() if k not in _NOT_TURN_FIELDS}
     created = fields.get("created_at")
     if isinstance(created, datetime) and created.tzinfo is None:
         fields["created_at"] = created.replace(tzinfo=UTC)
@@ -323,6 +386,50 @@ class ShortTermMemory:
         role_ = validate_role(role)
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
+
+        def make(seq: int, at: datetime) -> tuple[Turn, Document, _Same]:
+            turn = Turn(
+                turn_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
+                project_id=key.project_id,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                seq=seq,
+                role=role_,
+                content=text,
+                metadata=meta,
+                created_at=at,
+            )
+            return turn, turn_document(turn), _same_turn(turn)
+
+        return await self._append(key, make)
+
+    async def end_session(self, key: SessionKey) -> SessionEnd:
+        """End the session's open window now: store a :class:`SessionEnd` at its next seq.
+
+        Allocated and stored like a turn (see the module docstring); the
+        windowing stage closes the window (reason ``end``) when the event
+        reaches it, live or in a replay. Ending a session with nothing open
+        stores the event all the same and closes nothing.
+        """
+        key = _check_key(key)
+
+        def make(seq: int, at: datetime) -> tuple[SessionEnd, Document, _Same]:
+            end = SessionEnd(
+                seq_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
+                project_id=key.project_id,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                seq=seq,
+                created_at=at,
+            )
+            return end, end_document(end), _same_end(end)
+
+        return await self._append(key, make)
+
+    async def _append(
+        self, key: SessionKey, make: Callable[[int, datetime], tuple[_T, Document, _Same]]
+    ) -> _T:
+        """Store what ``make`` builds for the session's next seq (see "Sequence numbers")."""
         slot = (key.project_id, key.user_id, key.session_id)
         async with self._session_lock(slot):
             last = self._last.get(slot)
@@ -330,20 +437,10 @@ class ShortTermMemory:
                 last = await self._read_last_seq(key)
             for attempt in range(_MAX_ATTEMPTS):
                 seq = last + 1
-                turn = Turn(
-                    turn_id=Turn.make_id(*slot, seq),
-                    project_id=key.project_id,
-                    user_id=key.user_id,
-                    session_id=key.session_id,
-                    seq=seq,
-                    role=role_,
-                    content=text,
-                    metadata=meta,
-                    created_at=_millis(self._clock()),
-                )
-                if await self._insert(turn):
+                item, doc, same = make(seq, _millis(self._clock()))
+                if await self._insert_document(doc, same):
                     self._remember(slot, seq)
-                    return turn
+                    return item
                 # Another writer holds ``seq``: catch up and try the next number.
                 if attempt >= 2:
                     await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
@@ -358,7 +455,11 @@ class ShortTermMemory:
         key = _check_key(key)
         limit = validate_limit(limit, self._limits.max_recent_turns)
         try:
-            cursor = self._turns.find(_filter(key)).sort("seq", DESCENDING).limit(limit)
+            cursor = (
+                self._turns.find({**_filter(key), **NOT_AN_EVENT})
+                .sort("seq", DESCENDING)
+                .limit(limit)
+            )
             docs = await cursor.to_list(length=limit)
         except PyMongoError as exc:
             raise StorageError(f"could not read turns: {exc}") from exc
@@ -372,7 +473,7 @@ class ShortTermMemory:
         user = _identifier(user_id, "user_id")
         limit = validate_limit(limit, self._limits.max_recent_turns)
         pipeline: list[Document] = [
-            {"$match": {"project_id": project, "user_id": user}},
+            {"$match": {"project_id": project, "user_id": user, **NOT_AN_EVENT}},
             {
                 "$group": {
                     "_id": "$session_id",
@@ -408,9 +509,8 @@ class ShortTermMemory:
 
     # ------------------------------------------------------------------ internals
 
-    async def _insert(self, turn: Turn) -> bool:
-        """True when stored; False when ``turn.seq`` is taken (duplicate key)."""
-        doc = turn_document(turn)
+    async def _insert_document(self, doc: Document, same: _Same) -> bool:
+        """True when stored; False when its seq is taken. ``same``: is a found document this one?"""
         try:
             await self._turns.insert_one(doc)
         except DuplicateKeyError:
@@ -418,10 +518,10 @@ class ShortTermMemory:
         except ConnectionFailure as exc:
             # The insert may or may not have been applied: look.
             try:
-                found = await self._turns.find_one({"_id": turn.turn_id})
+                found = await self._turns.find_one({"_id": doc["_id"]})
             except PyMongoError:
                 found = None
-            if found is not None and _parse(found) == turn:
+            if found is not None and same(found):
                 return True
             if found is not None:
                 return False
@@ -458,6 +558,23 @@ class ShortTermMemory:
                 del self._locks[slot]
             else:
                 self._locks[slot] = (lock, users - 1)
+
+
+def _same_turn(turn: Turn) -> _Same:
+    def same(found: Mapping[str, Any]) -> bool:
+        return "event" not in found and _parse(found) == turn
+
+    return same
+
+
+def _same_end(end: SessionEnd) -> _Same:
+    def same(found: Mapping[str, Any]) -> bool:
+        try:
+            return end_from_document(found) == end
+        except ValidationError:
+            return False
+
+    return same
 
 
 def _parse(doc: Mapping[str, Any]) -> Turn:

@@ -1,4 +1,4 @@
-"""The change-stream watcher: every inserted turn goes to Kafka (SPEC I1).
+"""The change-stream watcher: every inserted turn (and session end) goes to Kafka (SPEC I1).
 
 ``mongomem run watcher`` watches inserts into ``turns`` and publishes each
 turn (:func:`mongomem.codec.encode`) to the ``turns`` topic, keyed by
@@ -46,6 +46,19 @@ Delivery semantics
   are in both; the overlap is skipped by seq. Seqs are gap-free and inserted
   in order per session (see :mod:`mongomem.stm`), so every turn not yet
   published is above its session's mark — no clock is involved.
+* **Watermarks** (:class:`~mongomem.models.Watermark`): every
+  ``MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S`` the watcher puts one record
+  into every partition, after the turns it has handed to the batches: "every
+  turn created before ``at`` is ahead of this". ``at`` is the start of the
+  latest empty read of the stream (caught up) or the latest ``created_at``
+  read from it (behind), less ``…_WATERMARK_LATENESS_S``
+  (:class:`~mongomem.stages.watcher_logic.WatermarkClock`); a back-fill
+  publishes none (its scan is not in insert order), and watermarks never go
+  back. They travel in the batches, so they are acknowledged and
+  checkpointed with the turns, and a crash republishes them as duplicates
+  (harmless: an older watermark closes nothing new). Windowing closes idle
+  windows on these alone, so an outage or lag of the watcher only delays
+  idle closes.
 * A turn document that is not a valid turn goes to ``dlq.watcher`` with its
   JSON text; the stream goes on. Documents become Kafka records in
   :mod:`mongomem.stages.watcher_encode`: a checked fast path for the plain shape, full
@@ -68,6 +81,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -96,7 +110,7 @@ from mongomem.kafka import (
     make_producer,
     pipeline_topics,
 )
-from mongomem.models import utcnow
+from mongomem.models import Watermark, utcnow
 from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
 from mongomem.stages.watcher_batches import PartitionBatcher
@@ -107,6 +121,7 @@ from mongomem.stages.watcher_logic import (
     FlushPolicy,
     PublishLedger,
     Slot,
+    WatermarkClock,
     checkpoint_updates,
     open_failure_verdict,
     token_id,
@@ -174,6 +189,10 @@ class ChangeStreamWatcher:
         self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
         self._poll_s = stm.watcher_poll_interval_s
         self._ledger = PublishLedger()
+        self._watermarks = WatermarkClock(
+            lateness=timedelta(seconds=stm.watcher_watermark_lateness_s),
+            interval_s=stm.watcher_watermark_interval_s,
+        )
         self._encoder = TurnEncoder()
         self._pending: list[asyncio.Future[Any]] = []
         self._dead: list[tuple[Mapping[str, Any], ValidationError]] = []
@@ -197,6 +216,7 @@ class ChangeStreamWatcher:
         #: True while following the change stream (after any back-fill): ready.
         self.streaming = False
         self.published = 0
+        self.watermarks = 0
         self.checkpoints = 0
         self.backfills = 0
 
@@ -301,15 +321,17 @@ class ChangeStreamWatcher:
                     await self._wake.wait()
                     continue
                 idle = False
+                caught_up_at: datetime | None = None
                 for change in changes:
                     if isinstance(change, Idle):
-                        self._token, idle = change.token, True
+                        self._token, idle, caught_up_at = change.token, True, change.read_at
                         continue
-                    idle = False
+                    idle, caught_up_at = False, None
                     document = change.get("fullDocument")
                     if type(document) is dict or isinstance(document, Mapping):
-                        self._publish(document)
+                        self._publish(document, streamed=True)
                     self._token = change["_id"]
+                self._watermark(caught_up_at)
                 await self._hand_over()
                 if idle or self._due(idle=False):
                     await self._flush(self._token)
@@ -332,7 +354,7 @@ class ChangeStreamWatcher:
             )  # fmt: skip
             handled = 0
             async for document in cursor:
-                self._publish(document)
+                self._publish(document, streamed=False)
                 handled += 1
                 if handled % self._policy.batch_max:
                     continue
@@ -358,18 +380,36 @@ class ChangeStreamWatcher:
 
     # ------------------------------------------------------------------ publish
 
-    def _publish(self, document: Mapping[str, Any]) -> None:
-        """Encode one turn into its partition's open batch (no I/O; see ``_hand_over``)."""
+    def _publish(self, document: Mapping[str, Any], *, streamed: bool) -> None:
+        """Encode one turn into its partition's open batch (no I/O; see ``_hand_over``).
+
+        ``streamed``: read from the change stream (in insert order), so its
+        time moves the watermark; a back-fill's scan does not.
+        """
         try:
             record = self._encoder.record(document)
         except ValidationError as exc:
             self._dead.append((document, exc))
             return
+        if streamed:
+            self._watermarks.read(record.created_at)
         if not self._ledger.admit(record.slot, record.seq):
             return
         self._batches().add(record.key, record.value)
         self._note()
         self.published += 1
+
+    def _watermark(self, caught_up_at: datetime | None) -> None:
+        """Put the watermark that is due (if any) into every partition, after the turns."""
+        due = self._watermarks.due(time.monotonic(), caught_up_at)
+        if due is None:
+            return
+        at, caught_up = due
+        batcher = self._batches()
+        batcher.add_everywhere(encode(Watermark(at=at, caught_up=caught_up)))
+        for _ in batcher.partitions:
+            self._note()
+        self.watermarks += 1
 
     async def _hand_over(self) -> None:
         """Send what cannot wait for the next flush: full batches, dead letters."""

@@ -57,7 +57,14 @@ class PartitionBatcher:
 
     def add(self, key: bytes, value: bytes) -> bool:
         """Add a record; True when a batch filled up and waits in :attr:`full`."""
-        partition = self.partition_of(key)
+        return self._append(self.partition_of(key), key, value)
+
+    def add_everywhere(self, value: bytes) -> None:
+        """Add an unkeyed record (a watermark) to every partition, after what each holds."""
+        for partition in self._partitions:
+            self._append(partition, None, value)
+
+    def _append(self, partition: int, key: bytes | None, value: bytes) -> bool:
         batch = self._open.get(partition)
         if batch is None:
             batch = self._open[partition] = self._producer.create_batch()
@@ -69,6 +76,10 @@ class PartitionBatcher:
         if batch.append(key=key, value=value, timestamp=None) is None:
             raise BrokerError(f"a record of {len(value)} bytes does not fit in an empty batch")
         return True
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        return tuple(self._partitions)
 
     async def send_full(self) -> list[asyncio.Future[Any]]:
         """Send the batches that filled up; their ack futures.

@@ -20,6 +20,12 @@ document and ``encode`` of that turn gives the same bytes (property-tested in
 else it returns ``None`` and :meth:`TurnEncoder.record` runs the full path,
 whose :class:`pydantic.ValidationError` still sends the document to the
 dead-letter topic.
+
+A document with an ``event`` field is an event of the turns stream, not a
+turn: ``"end"`` (:class:`~mongomem.models.SessionEnd`, written by
+``end_session``) becomes a ``session-end`` record, keyed by its session like
+its turns; any other event is not valid (dead-lettered). Only the full path
+sees them (the fast path refuses any extra field).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from bson.tz_util import utc as bson_utc
 from mongomem.codec import SCHEMA_VERSION, encode, kind_of
 from mongomem.models import Role, SessionKey, Turn, check_identifier
 from mongomem.stages.watcher_logic import Slot
-from mongomem.stm import turn_from_document
+from mongomem.stm import end_from_document, turn_from_document
 
 __all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
 
@@ -61,12 +67,16 @@ _NO_METADATA: dict[str, Any] = {}
 
 
 class TurnRecord(NamedTuple):
-    """One turn as a Kafka record: its session, seq, key and envelope bytes."""
+    """One seq of a session as a Kafka record (a turn or a session end).
+
+    Its session, seq, key and envelope bytes, and its time (UTC).
+    """
 
     slot: Slot
     seq: int
     key: bytes
     value: bytes
+    created_at: datetime
 
 
 class SessionParts(NamedTuple):
@@ -96,12 +106,16 @@ class TurnEncoder:
             self.fast += 1
             return fast
         self.full += 1
+        if "event" in doc:
+            end = end_from_document(doc)
+            slot = (end.project_id, end.user_id, end.session_id)
+            return TurnRecord(slot, end.seq, end.session.kafka_key(), encode(end), end.created_at)
         turn = turn_from_document(doc)
         slot = (turn.project_id, turn.user_id, turn.session_id)
         key = SessionKey.model_construct(
             project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
         ).kafka_key()  # already validated as part of the turn
-        return TurnRecord(slot, turn.seq, key, encode(turn))
+        return TurnRecord(slot, turn.seq, key, encode(turn), turn.created_at)
 
 
 def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnRecord | None:
@@ -184,7 +198,9 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
         )
     except orjson.JSONEncodeError:  # an unpaired surrogate or a huge seq: the full path says
         return None
-    return TurnRecord(slot, seq, parts.key, value)
+    return TurnRecord(
+        slot, seq, parts.key, value, created if tz is not None else created.replace(tzinfo=UTC)
+    )
 
 
 def _session_parts(slot: Slot) -> SessionParts | None:

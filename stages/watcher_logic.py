@@ -10,13 +10,15 @@ functions, tested without servers:
   as already published, and which marks the next checkpoint must store.
 * :class:`FlushPolicy` — when the pending records are sent and checkpointed
   (and when they wait for Kafka to acknowledge the previous flush).
+* :class:`WatermarkClock` — which in-band watermark (if any) is due, from how
+  far the change stream has been read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from mongomem.models import stable_id
@@ -28,6 +30,7 @@ __all__ = [
     "FlushPolicy",
     "PublishLedger",
     "Slot",
+    "WatermarkClock",
     "checkpoint_updates",
     "mark_id",
     "open_failure_verdict",
@@ -207,3 +210,56 @@ class FlushPolicy:
         if unacked:
             return False
         return pending >= self.batch_max or oldest_age_s >= self.interval_s
+
+
+@dataclass
+class WatermarkClock:
+    """Which watermark the watcher owes the turns topic, from its progress in the stream.
+
+    A watermark ``W`` promises that every turn with ``created_at < W`` is
+    already published (see :class:`~mongomem.models.Watermark`). It is sound
+    when every turn reaches the change stream within ``lateness`` of its
+    ``created_at`` (the writer's insert delay plus any skew between the
+    writers' clocks and the watcher's), because the stream yields inserts in
+    the order they were made:
+
+    * **caught up** — a read that *started* at ``t`` came back empty, so every
+      turn not yet read is inserted after ``t``: ``W = t - lateness``;
+    * **behind** — every turn not yet read is inserted after the latest one
+      read, whose ``created_at`` is ``c``: ``W = c - lateness`` (``c`` is the
+      highest ``created_at`` read from the stream; back-fill scans are not in
+      insert order and do not count).
+
+    A watermark is due every ``interval_s`` (the caller's monotonic clock)
+    when it is later than the last one issued; so watermarks never go back,
+    and an outage of the watcher issues none — windowing then waits instead
+    of mistaking the outage for idleness.
+    """
+
+    lateness: timedelta
+    interval_s: float
+    issued: datetime | None = None
+    issued_at_s: float | None = None
+    latest_read: datetime | None = None
+
+    def read(self, created_at: datetime) -> None:
+        """A turn was read from the change stream (in insert order)."""
+        if self.latest_read is None or created_at > self.latest_read:
+            self.latest_read = created_at
+
+    def due(self, now_s: float, caught_up_at: datetime | None) -> tuple[datetime, bool] | None:
+        """The watermark to publish now, as ``(at, caught_up)``, or ``None``.
+
+        ``caught_up_at``: when the latest empty read began (``None`` while the
+        stream still has turns to read). A watermark returned is recorded as issued.
+        """
+        if self.issued_at_s is not None and now_s - self.issued_at_s < self.interval_s:
+            return None
+        base = caught_up_at if caught_up_at is not None else self.latest_read
+        if base is None:
+            return None
+        at = base - self.lateness
+        if self.issued is not None and at <= self.issued:
+            return None
+        self.issued, self.issued_at_s = at, now_s
+        return at, caught_up_at is not None

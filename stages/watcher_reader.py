@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure, PyMongoError
 
 from mongomem.errors import ChangeFeedError, ResumeTokenLost
+from mongomem.models import utcnow
 from mongomem.mongo import Document
 from mongomem.stages.watcher_logic import open_failure_verdict
 
@@ -21,9 +23,14 @@ Stream = AsyncChangeStream[Document]
 
 
 class Idle(NamedTuple):
-    """An empty read: nothing more to read now; the stream's token at that point."""
+    """An empty read: nothing more to read now; the stream's token at that point.
+
+    ``read_at`` is the wall-clock time at which that read began: every change
+    made before it had been read (the watcher's caught-up watermark).
+    """
 
     token: Mapping[str, Any] | None
+    read_at: datetime
 
 
 class ChangeReader:
@@ -70,9 +77,10 @@ class ChangeReader:
         idle = False
         try:
             while True:
+                read_at = utcnow()
                 change = await self._next()
                 if change is None:
-                    self._queue.append(Idle(self._stream.resume_token))
+                    self._queue.append(Idle(self._stream.resume_token, read_at))
                     self._wake.set()
                     if idle:  # twice in a row: nothing is coming, do not spin
                         await asyncio.sleep(self._poll_s)

@@ -17,7 +17,7 @@ session *of the same user*; it defaults to ``--session-id``, or to a fresh
 ``mcp-<UTC time>-<random>`` id per launch. Taxonomic terms are project-wide,
 as in the SDK.
 
-**Tools.** ``record_turn``, ``recent_turns``, ``list_sessions`` (short-term
+**Tools.** ``record_turn``, ``recent_turns``, ``end_session``, ``list_sessions`` (short-term
 memory); ``save_semantic``/``get_semantic``/``search_semantic``;
 ``save_episode``/``search_episodes``/``list_episodes``;
 ``save_procedure``/``discover_procedures``/``get_procedure``;

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from mongomem.extras import require
 from mongomem.mcp_server.server import Caller, Lookup, tool_errors
-from mongomem.models import Role, Turn
+from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk import (
     DEFAULT_CONTEXT_TYPES,
     Episode,
@@ -89,6 +89,12 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
         """The last turns of a session, oldest first."""
         with tool_errors():
             return await caller.bind(session_id).recent_turns(limit)
+
+    @server.tool(annotations=SAVE)
+    async def end_session(session_id: Session = None) -> SessionEnd:
+        """End a session now: its open window is summarised at once, without waiting to go idle."""
+        with tool_errors():
+            return await caller.bind(session_id).end_session()
 
     @server.tool(annotations=READ)
     async def list_sessions(limit: Annotated[int, Limit("sessions")] = 100) -> list[SessionSummary]:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 from mongomem.embeddings import Embedder
 from mongomem.errors import ConfigError, InputError
 from mongomem.ltm import Judge, Thresholds
-from mongomem.models import MemoryType, Role, Turn
+from mongomem.models import MemoryType, Role, SessionEnd, Turn
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
@@ -275,6 +275,16 @@ class AsyncBoundMemory:
 
     async def recent_turns(self, limit: int = 50) -> list[Turn]:
         return await self._t.recent_turns(self.identity, limit)
+
+    async def end_session(self) -> SessionEnd:
+        """End this context's session now: its open window becomes a snapshot at once.
+
+        Without waiting for the idle timeout, and deterministically: the end is
+        an event in the turns stream (stored at the session's next seq), so a
+        replay of the stream closes the same snapshot. Turns recorded after it
+        start a new window. Not a turn: recent turns and sessions leave it out.
+        """
+        return await self._t.end_session(self.identity)
 
     async def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
         return await self._t.list_sessions(self.identity, limit)

@@ -34,7 +34,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
-from mongomem.models import Role, Turn
+from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
@@ -115,7 +115,8 @@ class HttpTransport(ServiceClient):
         if route.method == "GET":
             response = await self._request("GET", path, params={**params, **rest})
         else:
-            response = await self._request("POST", path, params=params, json=rest)
+            body = rest if route.arguments(operation) else None
+            response = await self._request("POST", path, params=params, json=body)
         payload = self._payload(response)
         if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
             return payload["result"]
@@ -188,6 +189,9 @@ class HttpTransport(ServiceClient):
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         return self._decode(_TURNS, await self._call("recent_turns", who, limit=limit))
+
+    async def end_session(self, who: Identity) -> SessionEnd:
+        return self._decode(TypeAdapter(SessionEnd), await self._call("end_session", who))
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))

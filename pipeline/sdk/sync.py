@@ -19,7 +19,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from mongomem.embeddings import Embedder
 from mongomem.ltm import Judge, Thresholds
-from mongomem.models import Role, Turn
+from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.models import (
     Episode,
@@ -287,6 +287,10 @@ class BoundMemory:
 
     def recent_turns(self, limit: int = 50) -> list[Turn]:
         return self._m._call(self._inner.recent_turns(limit))
+
+    def end_session(self) -> SessionEnd:
+        """See :meth:`AsyncBoundMemory.end_session <mongomem.sdk.AsyncBoundMemory.end_session>`."""
+        return self._m._call(self._inner.end_session())
 
     def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
         return self._m._call(self._inner.list_sessions(limit))

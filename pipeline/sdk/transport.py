@@ -23,7 +23,7 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
 from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
-from mongomem.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
+from mongomem.models import Evidence, MemoryType, Role, SessionEnd, Turn, stable_id, utcnow
 from mongomem.mongo import Document, connect, database
 from mongomem.sdk.idempotency import (
     check_idempotency_key,
@@ -74,6 +74,10 @@ class MemoryTransport(Protocol):
     ) -> Turn: ...
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
+
+    async def end_session(self, who: Identity) -> SessionEnd:
+        """Close the session's window now: a session end in the turns stream."""
+        ...
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]: ...
 
@@ -223,6 +227,10 @@ class DirectTransport:
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()
         return await stm.recent_turns(who.session(), limit)
+
+    async def end_session(self, who: Identity) -> SessionEnd:
+        stm = await self._short_term()
+        return await stm.end_session(who.session())
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         stm = await self._short_term()

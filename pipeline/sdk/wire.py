@@ -13,24 +13,7 @@ other arguments as query parameters, a ``POST`` as a JSON object. A success
 answers ``200 {"result": ...}``, a failure an :class:`ErrorBody` under
 ``"error"`` (:mod:`mongomem.sdk.errormap`):
 
-==================  ======  ==================================================  ==============
-operation           method  path (under ``/v1/users/{user_id}``) and arguments  result
-==================  ======  ==================================================  ==============
-``save``            POST    ``/memories/{memory_type}``: fields,                SaveResult
-                            idempotency_key (optional)
-``list_memories``   GET     ``/memories/{memory_type}``: limit, domain          [MemoryRecord]
-``search``          POST    ``/memories/{memory_type}/search``: query, limit,   [SearchHit]
-                            domain
-``get``             GET     ``/memories/{memory_type}/{key}``                   MemoryRecord
-                                                                                (404 if none)
-``list_domains``    GET     ``/domains``                                        [str]
-``history``         GET     ``/history/{memory_id}``                            [VersionRecord]
-``record_turn``     POST    ``/sessions/{session_id}/turns``: role, content,    Turn
-                            metadata
-``recent_turns``    GET     ``/sessions/{session_id}/turns``: limit             [Turn]
-``list_sessions``   GET     ``/sessions``: limit                                [SessionSummary]
-==================  ======  ==================================================  ==============
-
+==================  ======  ==================================================  =======
 The service trusts none of the identity: it resolves it again with
 :func:`~mongomem.sdk.resolve_identity` inside the project the API key belongs to.
 
@@ -48,7 +31,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mongomem.models import Turn
+from mongomem.models import SessionEnd, Turn
 from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
 from mongomem.stm import SessionSummary
 
@@ -143,6 +126,7 @@ OPERATIONS: dict[str, type[Caller]] = {
     "history": HistoryRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
+    "end_session": Caller,
     "list_sessions": LimitRequest,
 }
 
@@ -213,6 +197,10 @@ ROUTES: dict[str, HttpRoute] = {
     "recent_turns": HttpRoute(
         "GET", f"{_USER}/sessions/{{session_id}}/turns", list[Turn],
         "The session's latest turns, in order",
+    ),
+    "end_session": HttpRoute(
+        "POST", f"{_USER}/sessions/{{session_id}}/end", SessionEnd,
+        "End the session now: its window closes at once (an event in the turns stream)",
     ),
     "list_sessions": HttpRoute(
         "GET", f"{_USER}/sessions", list[SessionSummary], "The user's sessions, latest first"

@@ -187,6 +187,8 @@ def identity_of(project_id: str, caller: Caller) -> Identity:
 
 
 async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> Any:
+    if op == "end_session":
+        return await t.end_session(who)
     match a:
         case SaveRequest():
             # the memory kind checks every field's type and names a bad one
@@ -257,10 +259,11 @@ def _memory_endpoint(op: str, route: HttpRoute) -> Any:
     request_model = OPERATIONS[op]
 
     async def endpoint(request: Request, project: str, **given: Any) -> Response:
-        args = given.pop("args")
+        args = given.pop("args", None)
         queried = {k: given.pop(k) for k in ("session_id", "project_id") if k in given}
         values = {k: segment(v) for k, v in given.items()}
-        values.update(args.model_dump(exclude_unset=True))
+        if args is not None:
+            values.update(args.model_dump(exclude_unset=True))
         values.update({k: v for k, v in queried.items() if v is not None})
         named = values.pop("project_id", None)
         if named is not None and named != project:  # the client's project is not the key's
@@ -293,9 +296,10 @@ def _memory_endpoint(op: str, route: HttpRoute) -> Any:
             "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Query()]
         ))  # fmt: skip
     else:
-        params.append(inspect.Parameter(
-            "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Body()]
-        ))  # fmt: skip
+        if route.arguments(op):  # a POST without arguments (end_session) takes no body
+            params.append(inspect.Parameter(
+                "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Body()]
+            ))  # fmt: skip
         if "session_id" not in route.path_fields:
             params.append(inspect.Parameter(
                 "session_id", inspect.Parameter.KEYWORD_ONLY, default=None,

@@ -24,7 +24,9 @@ from pymongo import AsyncMongoClient
 
 from mongomem.infra import free_port
 from mongomem.infra.local import LocalKafka, LocalMongo
+from mongomem.lineage import snapshot_holding
 from mongomem.ltm.kinds import normalize_key
+from mongomem.models import SessionKey
 from mongomem.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
 from mongomem.ops import consumer_group, group_lag
 from mongomem.settings import (
@@ -34,6 +36,7 @@ from mongomem.settings import (
     Settings,
     load_settings,
 )
+from mongomem.stm import NOT_AN_EVENT
 from mongomem.supervisor import StageProcess, stage_env
 from mongomem.testing.server import FakeOpenAIServer
 from mongomem.testing.stand_in import STAND_IN_MODEL, StandInResponder
@@ -47,6 +50,7 @@ __all__ = [
     "memory_invariants",
     "snapshot_invariants",
     "stand_in_llm",
+    "turns_not_in_a_snapshot",
     "wait_until",
 ]
 
@@ -105,7 +109,8 @@ class Pipeline:
                 "MONGOMEM_KAFKA_PARTITIONS": "3",
                 "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
                 "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "1.5",
-                "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+                "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+                "MONGOMEM_STM_WATCHER_WATERMARK_LATENESS_S": "0.5",
                 "MONGOMEM_LLM_BASE_URL": self.llm.base_url,
                 "MONGOMEM_LLM_API_KEY": "stand-in",
                 "MONGOMEM_LLM_TIMEOUT_S": "10",
@@ -172,11 +177,14 @@ class Pipeline:
                 lines.append(f"{group}: {exc!r}")
         async with client(self) as mongo:
             db = mongo[self.database]
+            covered = await _covered_seqs(db)
             for coll in (TURNS, SNAPSHOTS, MEMORIES):
                 by_user: dict[str, int] = defaultdict(int)
-                async for doc in db[coll].find({}, {"user_id": 1, "scope": 1, "snapshot_id": 1}):
+                fields = {"user_id": 1, "scope": 1, "project_id": 1, "session_id": 1, "seq": 1}
+                async for doc in db[coll].find({}, fields):
                     user = doc.get("user_id") or (doc.get("scope") or {}).get("user_id")
-                    by_user[f"{user}{'' if coll != TURNS or doc.get('snapshot_id') else '*'}"] += 1
+                    held = coll != TURNS or doc.get("seq") in covered[_session_of(doc)]
+                    by_user[f"{user}{'' if held else '*'}"] += 1
                 lines.append(f"{coll}: {dict(by_user)}  (* = not in a snapshot)")
         return "\n".join(lines)
 
@@ -206,6 +214,28 @@ async def wait_until(predicate: Any, timeout_s: float, what: str, every: float =
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
 
 
+def _session_of(doc: Document) -> tuple[str, str, str]:
+    return (doc.get("project_id", ""), doc.get("user_id", ""), doc.get("session_id", ""))
+
+
+async def _covered_seqs(db: Any) -> dict[tuple[str, str, str], set[int]]:
+    """Per session, the seqs its snapshots hold."""
+    covered: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+    async for snap in db[SNAPSHOTS].find({}, {"turns": 0}):
+        covered[_session_of(snap)].update(range(snap["first_seq"], snap["last_seq"] + 1))
+    return covered
+
+
+async def turns_not_in_a_snapshot(db: Any) -> int:
+    """How many turns (session ends aside) no snapshot holds yet."""
+    covered = await _covered_seqs(db)
+    fields = {"project_id": 1, "user_id": 1, "session_id": 1, "seq": 1}
+    missing = 0
+    async for doc in db[TURNS].find(NOT_AN_EVENT, fields):
+        missing += doc["seq"] not in covered[_session_of(doc)]
+    return missing
+
+
 async def snapshot_invariants(db: Any) -> dict[str, int]:
     """Every turn in exactly one snapshot; each session's snapshots contiguous and disjoint.
 
@@ -224,10 +254,12 @@ async def snapshot_invariants(db: Any) -> dict[str, int]:
         runs = sorted((s["first_seq"], s["last_seq"]) for s in snaps[session])
         covered = [seq for first, last in runs for seq in range(first, last + 1)]
         assert covered == seqs, f"{session}: snapshots {runs} do not tile turns 1..{len(seqs)}"
-        by_turn = {d["seq"]: d.get("snapshot_id") for d in docs}
+        key = SessionKey(project_id=session[0], user_id=session[1], session_id=session[2])
         for snap in snaps[session]:
-            for seq in range(snap["first_seq"], snap["last_seq"] + 1):
-                assert by_turn[seq] == snap["_id"], f"{session} turn {seq}: lineage"
+            for seq in {snap["first_seq"], (snap["first_seq"] + snap["last_seq"]) // 2,
+                        snap["last_seq"]}:  # fmt: skip
+                holder = await snapshot_holding(db, key, seq)
+                assert holder == snap["_id"], f"{session} turn {seq}: lineage"
         counts["/".join(session)] = len(runs)
     return counts
 

@@ -327,7 +327,7 @@ class WindowingConsumer:
                             await self._submit(tp, records)
                     if batch and self._caught_up(batch):
                         # Caught up: let the last batches land and commit at once, so that
-                        # lag reads 0 between ticks.
+                        # lag reads 0 between watermarks.
                         await self._drain()
                         await self._commit()
                         last_commit = time.monotonic()

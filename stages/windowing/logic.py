@@ -2,10 +2,12 @@
 
 No Kafka, no MongoDB, no clock. Every decision is a function of the session's
 state and the event in hand, and *time is event time*: a turn's
-``created_at`` or a tick's ``at``. Because ticks travel in-band (they are
-produced into the same partitions as the turns), a replay of the turns topic
-presents every session with the same events in the same order, so it makes
-the same decisions — whatever the processing speed.
+``created_at`` or a :class:`~mongomem.models.Watermark`'s ``at``. Watermarks
+come from the watcher, in-band (into the same partitions as the turns), and
+promise that every turn created before ``at`` is already ahead of them; so a
+replay of the turns topic presents every session with the same events in the
+same order, and makes the same decisions — whatever the processing speed, and
+whether the watcher was down, behind or caught up when it published them.
 
 Rules, applied by :func:`advance` at each event whose time is ``now``:
 
@@ -18,12 +20,25 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
 2. **Idle.** If ``now - last_at >= idle_timeout`` (the session has been quiet),
    everything pending is promoted: holes are given up as in rule 1, and the
    last run closes with reason ``idle``. A turn that arrives after such a
-   pause therefore closes the earlier window before it is added.
+   pause therefore closes the earlier window before it is added. The
+   snapshot's ``closed_at`` is ``last_at + idle_timeout`` however the close
+   was noticed, so it too is a function of the turns alone. At a
+   watermark this is the *watermark rule*: the watermark proves that no turn
+   of the session created before ``last_at + idle_timeout`` can still arrive,
+   so any later turn would have closed the window anyway — the split is the
+   one the turns' own times make, wherever the watermarks fall.
 3. **Count.** A turn with the expected ``seq`` joins the open window (and
    pulls in any waiting turns it makes contiguous). Every full
    ``max_messages`` turns close as one snapshot (reason ``count``).
 
-A turn whose ``seq`` was already promoted (or given up), or that is already
+4. **End.** A :class:`~mongomem.models.SessionEnd` (``end_session``) holds a
+   seq of the session like a turn. When it is the next one expected, the
+   open window closes at once (reason ``end``) and the end's seq is passed
+   over; seqs missing before it (holes) are given up as in rule 1 — the
+   end was written after them, so they can no longer arrive. Like every
+   other event it is in the log, so a replay closes the same snapshot.
+
+A turn (or end) whose ``seq`` was already promoted (or given up), or that is already
 pending, changes nothing: it is reported in :attr:`WindowResult.late` or
 :attr:`WindowResult.duplicates`. So at-least-once delivery never creates a
 duplicate or overlapping snapshot.
@@ -38,15 +53,13 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from mongomem.codec import register
-from mongomem.models import SessionKey, Snapshot, SnapshotTurn, Turn
+from mongomem.models import SessionEnd, SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
 
 __all__ = [
     "Window",
     "WindowPolicy",
     "WindowResult",
     "WindowState",
-    "WindowTick",
     "advance",
     "initial_state",
     "snapshot_turn",
@@ -55,15 +68,6 @@ __all__ = [
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WindowTick(_Frozen):
-    """The in-band watermark: "event time has reached ``at`` in this partition"."""
-
-    at: AwareDatetime
-
-
-register("window-tick", WindowTick)
 
 
 class WindowPolicy(_Frozen):
@@ -121,7 +125,7 @@ class WindowState(_Frozen):
 
     @property
     def pending(self) -> bool:
-        """True while some turn waits to be promoted (the session needs ticks)."""
+        """True while some turn waits to be promoted (the session needs watermarks)."""
         return bool(self.open or self.ahead)
 
     @property
@@ -266,8 +270,8 @@ class Window:
         )
 
     # -- events ------------------------------------------------------------------------------
-    def on_tick(self, at: AwareDatetime, policy: WindowPolicy) -> None:
-        """Event time has reached ``at`` (rules 1 and 2)."""
+    def on_watermark(self, at: AwareDatetime, policy: WindowPolicy) -> None:
+        """No turn created before ``at`` can still arrive (rules 1 and 2)."""
         self._time_closes(policy, at)
 
     def on_turn(self, turn: SnapshotTurn, policy: WindowPolicy) -> Outcome:
@@ -297,6 +301,29 @@ class Window:
             self._count_closes(policy, now)
         if not (self.open or self.ahead):
             self.last_at = None
+        return None
+
+    def on_end(self, seq: int, at: AwareDatetime, policy: WindowPolicy) -> Outcome:
+        """``end_session`` at ``seq`` (rule 4, after rules 1 and 2 at ``at``)."""
+        self._time_closes(policy, at)
+        if seq < self.next_seq:
+            return "late"
+        if seq < self.next_seq + len(self.open) or any(t.seq == seq for t in self.ahead):
+            return "duplicate"
+        while self.ahead and self.ahead[0].seq < seq:
+            self._give_up_hole(at)
+            self._count_closes(policy, at)
+        expected = self.next_seq + len(self.open)
+        if self.open:
+            self._close(len(self.open), "end", at)
+        self.lost.extend(range(expected, seq))
+        self.next_seq = seq + 1
+        self._pull()  # turns past the end (out of order) start the next window
+        self._count_closes(policy, at)
+        self.gap_since = at if self.ahead else None
+        if not self.pending:
+            self.last_at = None
+        self.seen_at = at if self.seen_at is None else max(self.seen_at, at)
         return None
 
     # -- rules -------------------------------------------------------------------------------
@@ -347,11 +374,14 @@ class Window:
             self._give_up_hole(now)
             self._count_closes(policy, now)
         if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
+            # Closed at the instant the session became idle, not at the event that noticed:
+            # the next turn or any later watermark closes the same snapshot.
+            at = self.last_at + policy.idle_timeout
             while self.ahead:
-                self._give_up_hole(now)
-                self._count_closes(policy, now)
+                self._give_up_hole(at)
+                self._count_closes(policy, at)
             if self.open:
-                self._close(len(self.open), "idle", now)
+                self._close(len(self.open), "idle", at)
             self.last_at = None
             self.gap_since = None
 
@@ -373,29 +403,34 @@ def snapshot_turn(turn: Turn) -> SnapshotTurn:
     )
 
 
-def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) -> WindowResult:
+def advance(
+    state: WindowState, event: Turn | SessionEnd | Watermark, policy: WindowPolicy
+) -> WindowResult:
     """Apply one event to one session's window (see the module docstring for the rules).
 
-    ``event`` is a turn of this session or a tick of its partition.
+    ``event`` is a turn or an end of this session, or a watermark of its partition.
     """
     window = Window.of(state)
     before = window.signature()
     late: tuple[int, ...] = ()
     duplicates: tuple[int, ...] = ()
-    if isinstance(event, Turn):
+    if isinstance(event, Turn | SessionEnd):
         if (event.project_id, event.user_id, event.session_id) != (
             state.project_id,
             state.user_id,
             state.session_id,
         ):
-            raise ValueError("a turn of another session was applied to this window")
-        outcome = window.on_turn(snapshot_turn(event), policy)
+            raise ValueError("an event of another session was applied to this window")
+        if isinstance(event, Turn):
+            outcome = window.on_turn(snapshot_turn(event), policy)
+        else:
+            outcome = window.on_end(event.seq, event.created_at, policy)
         if outcome == "late":
             late = (event.seq,)
         elif outcome == "duplicate":
             duplicates = (event.seq,)
     else:
-        window.on_tick(event.at, policy)
+        window.on_watermark(event.at, policy)
     unchanged = window.signature() == before
     return WindowResult(
         state=state if unchanged else window.state(partition=state.partition, offset=state.offset),

@@ -9,7 +9,7 @@ MongoDB + Kafka publisher (:mod:`mongomem.stages.windowing.sinks`); tests plug i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
@@ -46,8 +46,13 @@ class WindowStore(Protocol):
 class ResumePoints(Protocol):
     """Where a session that the table does not know resumes (MongoDB's ``snapshots``)."""
 
-    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
-        """Per session, the largest ``last_seq`` of its snapshots (0 when it has none)."""
+    async def last_promoted(self, sessions: Mapping[SessionKey, int]) -> dict[SessionKey, int]:
+        """Per session, the last seq passed over before the seq it maps to (0: none).
+
+        ``sessions`` maps each session to the first seq about to be applied to
+        it. The answer is the largest ``last_seq`` of its snapshots, or the seq
+        of a later session end (``end_session``) below the mapped seq.
+        """
         ...
 
 

@@ -32,13 +32,16 @@ from pydantic import ValidationError
 
 from mongomem.codec import SCHEMA_VERSION, decode, kind_of, peek_kind
 from mongomem.errors import MessageDecodeError
-from mongomem.models import SessionKey, SnapshotTurn, Turn
-from mongomem.stages.windowing.logic import WindowTick, snapshot_turn
+from mongomem.models import SessionEnd, SessionKey, SnapshotTurn, Turn, Watermark
+from mongomem.stages.windowing.logic import snapshot_turn
 
-__all__ = ["TurnReader", "TurnRecord", "read_generic"]
+__all__ = ["EndRecord", "TurnReader", "TurnRecord", "read_generic"]
 
 TURN_KIND = kind_of(Turn)
-TICK_KIND = kind_of(WindowTick)
+WATERMARK_KIND = kind_of(Watermark)
+END_KIND = kind_of(SessionEnd)
+#: What windowing workers once produced with their own clock: read and ignored (it proves nothing).
+LEGACY_TICK_KIND = "window-tick"
 
 _FIELDS = frozenset(Turn.model_fields)
 _FIELDS_WITHOUT_METADATA = _FIELDS - {"metadata"}
@@ -55,6 +58,23 @@ class TurnRecord:
     key: bytes
     turn: SnapshotTurn
 
+    @property
+    def seq(self) -> int:
+        return self.turn.seq
+
+
+@dataclass(frozen=True, slots=True)
+class EndRecord:
+    """A session end (``end_session``) as the window logic needs it."""
+
+    session: SessionKey
+    key: bytes
+    end: SessionEnd
+
+    @property
+    def seq(self) -> int:
+        return self.end.seq
+
 
 @dataclass(frozen=True, slots=True)
 class _Session:
@@ -64,13 +84,17 @@ class _Session:
 
 
 class TurnReader:
-    """Decodes records of the turns topic into :class:`TurnRecord` or :class:`WindowTick`."""
+    """Decodes records of the turns topic: turns, session ends and watermarks.
+
+    ``None`` is a record to skip: a ``window-tick`` of an older version (it
+    carried a windowing process's clock, which proves nothing about the source).
+    """
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[str, str, str], _Session] = {}
 
-    def read(self, raw: bytes | None) -> TurnRecord | WindowTick:
-        """The record's turn or tick, or :class:`~mongomem.errors.MessageDecodeError`."""
+    def read(self, raw: bytes | None) -> TurnRecord | EndRecord | Watermark | None:
+        """The record's turn or watermark (``None``: skip it); raises ``MessageDecodeError``."""
         fast = self._fast(raw)
         return fast if fast is not None else read_generic(raw)
 
@@ -133,18 +157,24 @@ class TurnReader:
         return known
 
 
-def read_generic(raw: bytes | None) -> TurnRecord | WindowTick:
+def read_generic(raw: bytes | None) -> TurnRecord | EndRecord | Watermark | None:
     """What :meth:`TurnReader.read` returns, the general way (:func:`~mongomem.codec.decode`)."""
     try:
         turn = decode(raw, Turn)
     except MessageDecodeError:
         kind = peek_kind(raw)
-        if kind == TICK_KIND:
-            return decode(raw, WindowTick)
+        if kind == WATERMARK_KIND:
+            return decode(raw, Watermark)
+        if kind == END_KIND:
+            end = decode(raw, SessionEnd)
+            return EndRecord(end.session, end.session.kafka_key(), end)
+        if kind == LEGACY_TICK_KIND:
+            return None
         if kind == TURN_KIND:
             raise
         raise MessageDecodeError(
-            f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
+            f"expected a {TURN_KIND!r}, {END_KIND!r} or {WATERMARK_KIND!r} message, "
+            f"got kind {kind!r}"
         ) from None
     session = turn.session
     return TurnRecord(session, session.kafka_key(), snapshot_turn(turn))

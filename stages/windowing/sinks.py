@@ -1,38 +1,39 @@
-"""Where snapshots go: MongoDB (``snapshots`` + turn lineage) and the snapshots topic.
+"""Where snapshots go: MongoDB (``snapshots``) and the snapshots topic.
 
 :class:`SnapshotPublisher.deliver` is idempotent: the snapshot document is
-upserted under its deterministic id, the turns are marked with that id, and
-the snapshot is published (keyed by session) and acknowledged by the broker
-before ``deliver`` returns. A redelivery rewrites the same document and
-publishes the same message again — consumers of the snapshots topic
-de-duplicate by ``snapshot_id``. :meth:`SnapshotPublisher.deliver_many` does the
-same for a batch of snapshots with one bulk write per collection and the
-publishes pipelined (in the given order, so one session's snapshots reach its
-partition in order; each turn's lineage mark is its own ``UpdateOne`` by
-``_id``, which mongo-java-server applies faster than ``UpdateMany`` with
-``$in`` and MongoDB as fast); it returns once all are stored and acknowledged, and if it
-raises, any of them may or may not have been delivered. pymongo and aiokafka
+upserted under its deterministic id and the snapshot is published (keyed by
+session) and acknowledged by the broker before ``deliver`` returns. A
+redelivery rewrites the same document and publishes the same message again —
+consumers of the snapshots topic de-duplicate by ``snapshot_id``. The turns
+are not written to: the snapshot's session and seq range are the lineage
+(:mod:`mongomem.lineage`). :meth:`SnapshotPublisher.deliver_many` does the same
+for a batch of snapshots with one bulk write and the publishes pipelined (in
+the given order, so one session's snapshots reach its partition in order); it
+returns once all are stored and acknowledged, and if it raises, any of them
+may or may not have been delivered. pymongo and aiokafka
 errors become :class:`~mongomem.errors.StorageError` / :class:`~mongomem.errors.BrokerError`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from pymongo import ReplaceOne, UpdateOne
+from pymongo import ReplaceOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from mongomem.codec import encode
 from mongomem.errors import BrokerError, StorageError
 from mongomem.kafka import DeadLetter, send_dead_letter
+from mongomem.lineage import ensure_lineage_index
 from mongomem.models import SessionKey, Snapshot
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.settings import KafkaSettings
+from mongomem.stm import END_EVENT
 
 __all__ = ["KafkaDeadLetters", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
@@ -50,12 +51,11 @@ class SnapshotPublisher:
 
     def __init__(self, db: AsyncDatabase[Document], producer: AIOKafkaProducer, topic: str) -> None:
         self._snapshots = db[SNAPSHOTS]
-        self._turns = db[TURNS]
         self._producer = producer
         self._topic = topic
 
     async def deliver(self, snapshot: Snapshot) -> None:
-        # The three writes are independent and idempotent: run them concurrently.
+        # The two writes are independent and idempotent: run them concurrently.
         await asyncio.gather(self._store(snapshot), self._publish(snapshot))
 
     async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
@@ -67,16 +67,8 @@ class SnapshotPublisher:
         upserts = [
             ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in snapshots
         ]
-        lineage = [
-            UpdateOne({"_id": t.turn_id}, {"$set": {"snapshot_id": s.snapshot_id}})
-            for s in snapshots
-            for t in s.turns
-        ]
         try:
-            await asyncio.gather(
-                self._snapshots.bulk_write(upserts, ordered=False),
-                self._turns.bulk_write(lineage, ordered=False),
-            )
+            await self._snapshots.bulk_write(upserts, ordered=False)
         except PyMongoError as exc:
             raise StorageError(f"could not store {len(snapshots)} snapshot(s): {exc}") from exc
 
@@ -92,14 +84,8 @@ class SnapshotPublisher:
 
     async def _store(self, snapshot: Snapshot) -> None:
         try:
-            await asyncio.gather(
-                self._snapshots.replace_one(
-                    {"_id": snapshot.snapshot_id}, snapshot_document(snapshot), upsert=True
-                ),
-                self._turns.update_many(
-                    {"_id": {"$in": [t.turn_id for t in snapshot.turns]}},
-                    {"$set": {"snapshot_id": snapshot.snapshot_id}},
-                ),
+            await self._snapshots.replace_one(
+                {"_id": snapshot.snapshot_id}, snapshot_document(snapshot), upsert=True
             )
         except PyMongoError as exc:
             raise StorageError(f"could not store snapshot {snapshot.snapshot_id}: {exc}") from exc
@@ -114,41 +100,46 @@ class SnapshotPublisher:
 
 
 class SnapshotResumePoints:
-    """The real :class:`~mongomem.stages.windowing.ports.ResumePoints`: a query of ``snapshots``.
+    """The real :class:`~mongomem.stages.windowing.ports.ResumePoints`: snapshots, then ends.
 
-    One ``find_one`` per session (sorted by ``last_seq``, served by the index
-    that :meth:`ensure_index` creates), a few at a time.
+    Per session, a few at a time: the last snapshot's ``last_seq`` (one
+    ``find_one`` served by the index that :meth:`ensure_index` creates), then
+    the latest session end above it (``end_session`` passes its seq over;
+    one ``find_one`` over the session's seqs above that snapshot, served by
+    the turns' unique (session, seq) index).
     """
 
     def __init__(self, db: AsyncDatabase[Document], concurrency: int = 16) -> None:
+        self._db = db
         self._snapshots = db[SNAPSHOTS]
+        self._turns = db[TURNS]
         self._slots = asyncio.Semaphore(concurrency)
 
     async def ensure_index(self) -> None:
-        try:
-            await self._snapshots.create_index(
-                [("project_id", 1), ("user_id", 1), ("session_id", 1), ("last_seq", -1)],
-                name="session_last_seq",
-            )
-        except PyMongoError as exc:
-            raise StorageError(f"could not create the snapshots index: {exc}") from exc
+        """The lineage index of ``snapshots`` (:func:`mongomem.lineage.ensure_lineage_index`)."""
+        await ensure_lineage_index(self._db)
 
-    async def last_promoted(self, sessions: Collection[SessionKey]) -> dict[SessionKey, int]:
-        async def one(session: SessionKey) -> tuple[SessionKey, int]:
+    async def last_promoted(self, sessions: Mapping[SessionKey, int]) -> dict[SessionKey, int]:
+        async def one(session: SessionKey, below: int) -> tuple[SessionKey, int]:
+            whose = {
+                "project_id": session.project_id,
+                "user_id": session.user_id,
+                "session_id": session.session_id,
+            }
             async with self._slots:
                 doc = await self._snapshots.find_one(
-                    {
-                        "project_id": session.project_id,
-                        "user_id": session.user_id,
-                        "session_id": session.session_id,
-                    },
-                    projection={"last_seq": 1},
-                    sort=[("last_seq", -1)],
+                    whose, projection={"last_seq": 1}, sort=[("last_seq", -1)]
                 )
-            return session, int(doc["last_seq"]) if doc is not None else 0
+                last = int(doc["last_seq"]) if doc is not None else 0
+                end = await self._turns.find_one(
+                    {**whose, "seq": {"$gt": last, "$lt": below}, "event": END_EVENT},
+                    projection={"seq": 1},
+                    sort=[("seq", -1)],
+                )
+            return session, int(end["seq"]) if end is not None else last
 
         try:
-            found = await asyncio.gather(*(one(session) for session in sessions))
+            found = await asyncio.gather(*(one(s, below) for s, below in sessions.items()))
         except PyMongoError as exc:
             raise StorageError(f"could not read where sessions resume: {exc}") from exc
         return dict(found)

@@ -10,9 +10,12 @@ plug in dictionaries.
 
 Per record:
 
-* a **turn** advances its session's window;
-* a **tick** advances every session of that partition that has turns pending
-  (found through an in-memory index rebuilt from the store after a rebalance);
+* a **turn** advances its session's window; a **session end**
+  (``end_session``) closes it at once;
+* a **watermark** (the watcher's, :class:`~mongomem.models.Watermark`) advances
+  every session of that partition that has turns pending (found through an
+  in-memory index rebuilt from the store after a rebalance); a ``window-tick``
+  of an older version is skipped;
 * anything else is a poison message and goes to the dead-letter topic.
 
 Ordering per session: the snapshots an event closes are delivered first
@@ -37,7 +40,7 @@ again: idempotent), so failures are handled exactly as for single records.
 
 Retirement: a session with nothing pending and no turn for the state TTL
 (``MONGOMEM_WINDOW_STATE_TTL_S``, event time, default 7 days) is removed from
-the table at a tick — the partition is scanned every TTL/8 — and a tombstone
+the table at a watermark — the partition is scanned every TTL/8 — and a tombstone
 goes to the changelog, so the table holds the sessions that are alive, not
 every session ever seen. A turn of a session the table does not know, other
 than its seq 1, asks :class:`ResumePoints` for the session's last snapshotted
@@ -67,8 +70,8 @@ from datetime import datetime
 from mongomem.errors import InputError, MessageDecodeError, MongomemError
 from mongomem.kafka import DeadLetter
 from mongomem.metrics import DEAD_LETTERS, MESSAGES
-from mongomem.models import Snapshot
-from mongomem.stages.windowing.logic import Window, WindowTick
+from mongomem.models import Snapshot, Watermark
+from mongomem.stages.windowing.logic import Window
 from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
     DeadLetterSink,
@@ -78,7 +81,7 @@ from mongomem.stages.windowing.ports import (
     SnapshotSink,
     WindowStore,
 )
-from mongomem.stages.windowing.reader import TurnReader, TurnRecord
+from mongomem.stages.windowing.reader import EndRecord, TurnReader, TurnRecord
 
 __all__ = [
     "STAGE",
@@ -102,7 +105,9 @@ log = logging.getLogger("mongomem.windowing")
 @dataclass
 class WindowerStats:
     turns: int = 0
-    ticks: int = 0
+    watermarks: int = 0
+    ends: int = 0  # session ends (end_session)
+    ignored_ticks: int = 0  # window-tick records of an older version (they prove nothing)
     snapshots: int = 0
     late: int = 0
     duplicates: int = 0
@@ -151,7 +156,7 @@ class PlannedBatch:
     #: Where sessions the table does not know start (looked up before planning).
     starts: dict[bytes, int] = field(default_factory=dict)
     #: The records already decoded before planning, by offset.
-    events: dict[int, TurnRecord | WindowTick | InputError] = field(default_factory=dict)
+    events: dict[int, TurnRecord | EndRecord | Watermark | InputError] = field(default_factory=dict)
     #: Event time of the last retirement scan of the partition, if this batch made one.
     scanned_at: datetime | None = None
 
@@ -181,7 +186,7 @@ def _add_stats(total: WindowerStats, part: WindowerStats) -> None:
 
 @dataclass
 class SnapshotWindower:
-    """Applies turns and ticks of the turns topic to the session windows."""
+    """Applies turns and watermarks of the turns topic to the session windows."""
 
     store: WindowStore
     sink: SnapshotSink
@@ -206,7 +211,7 @@ class SnapshotWindower:
     _reader: TurnReader = field(default_factory=TurnReader, repr=False)
 
     def invalidate_index(self) -> None:
-        """Forget which sessions are open (call after a rebalance; rebuilt on the next tick)."""
+        """Forget which sessions are open (after a rebalance; rebuilt at the next watermark)."""
         self._open.clear()
         self._indexed.clear()
         self._scanned_at.clear()
@@ -243,7 +248,7 @@ class SnapshotWindower:
 
     async def _prepare(self, run: PlannedBatch) -> None:
         """Decode the records; find where unknown sessions resume (:attr:`resume`)."""
-        first: dict[bytes, TurnRecord] = {}
+        first: dict[bytes, TurnRecord | EndRecord] = {}
         for offset, _, value in run.records:
             try:
                 event = self._reader.read(value)
@@ -252,15 +257,17 @@ class SnapshotWindower:
                 continue
             except Exception:  # a bug: planning meets it again and handles it as a failure
                 continue
+            if event is None:
+                continue  # skipped; planning reads it again
             run.events[offset] = event
-            if isinstance(event, TurnRecord) and event.key not in first:
+            if isinstance(event, TurnRecord | EndRecord) and event.key not in first:
                 first[event.key] = event
         if self.resume is None:
             return
         unknown = {
             key: record
             for key, record in first.items()
-            if record.turn.seq > 1
+            if record.seq > 1
             and run.earlier(key) is None
             and self.store.get(key) is None
             and key not in run.windows
@@ -274,7 +281,7 @@ class SnapshotWindower:
             unknown = {k: r for k, r in unknown.items() if k not in self._replanning}
         if not unknown:
             return
-        found = await self.resume.last_promoted([record.session for record in unknown.values()])
+        found = await self.resume.last_promoted({r.session: r.seq for r in unknown.values()})
         for key, record in unknown.items():
             run.starts[key] = found.get(record.session, 0) + 1
 
@@ -397,15 +404,21 @@ class SnapshotWindower:
                 event = self._reader.read(value)
             elif isinstance(event, InputError):
                 raise event
-            if isinstance(event, TurnRecord) and key is not None and key != event.key:
+            if isinstance(event, TurnRecord | EndRecord) and key is not None and key != event.key:
                 # A session's turns must share one partition, or its window splits.
-                raise MessageDecodeError(f"turn {event.turn.turn_id} is not keyed by its session")
+                raise MessageDecodeError(
+                    f"seq {event.seq} of session {event.session.session_id!r} is not keyed "
+                    "by its session"
+                )
         except InputError as exc:
             if strict:
                 raise
             run.letters.append(((offset, key, value), exc))
             return
         run.applied += 1
+        if event is None:
+            run.stats.ignored_ticks += 1
+            return
         if isinstance(event, TurnRecord):
             run.stats.turns += 1
             entry = self._enter(run, event.key, offset, event)
@@ -418,19 +431,31 @@ class SnapshotWindower:
                     self._report_turn(run.stats, window, event.turn.seq, outcome)
                 self._settle(run.stats, entry, before, lost, offset)
             return
-        run.stats.ticks += 1
+        if isinstance(event, EndRecord):
+            run.stats.ends += 1
+            entry = self._enter(run, event.key, offset, event)
+            if entry is not None:
+                window = entry.window
+                before, lost = window.signature(), len(window.lost)
+                policy = self.policies.for_project(event.session.project_id)
+                outcome = window.on_end(event.seq, event.end.created_at, policy)
+                if outcome is not None:
+                    self._report_turn(run.stats, window, event.seq, outcome)
+                self._settle(run.stats, entry, before, lost, offset)
+            return
+        run.stats.watermarks += 1
         for session_key in self._pending_sessions(run):
             entry = self._enter(run, session_key, offset)
             if entry is None or not entry.pending:
                 continue
             window = entry.window
             before, lost = window.signature(), len(window.lost)
-            window.on_tick(event.at, self.policies.for_project(window.session.project_id))
+            window.on_watermark(event.at, self.policies.for_project(window.session.project_id))
             self._settle(run.stats, entry, before, lost, offset)
         self._retire(run, event.at, offset)
 
     def _retire(self, run: PlannedBatch, at: datetime, offset: int) -> None:
-        """At a tick, mark the partition's sessions that outlived their TTL (every so often)."""
+        """At a watermark, mark the partition's sessions that outlived their TTL (now and then)."""
         period = self.policies.retirement_scan_period
         if period is None:
             return
@@ -485,7 +510,11 @@ class SnapshotWindower:
         return out
 
     def _enter(
-        self, run: PlannedBatch, session_key: bytes, offset: int, record: TurnRecord | None = None
+        self,
+        run: PlannedBatch,
+        session_key: bytes,
+        offset: int,
+        record: TurnRecord | EndRecord | None = None,
     ) -> _Open | None:
         """The session's working window in ``run``; ``None`` if the record is applied already.
 
@@ -507,7 +536,7 @@ class SnapshotWindower:
         if earlier is not None:
             if earlier.retired:
                 if record is None:
-                    return None  # a tick: the session is gone
+                    return None  # a watermark: the session is gone
                 run.stats.resumed += 1  # the batch before retires it; it is back
             window = earlier.window.copy()
         else:
@@ -529,7 +558,7 @@ class SnapshotWindower:
                         record.session.session_id, start - 1,
                     )  # fmt: skip
             else:
-                return None  # a tick for a session nobody has seen
+                return None  # a watermark for a session nobody has seen
         entry = run.windows[session_key] = _Open(window)
         return entry
 

@@ -1,10 +1,10 @@
-"""``WindowingWorker``: one windowing process — faust app, ticker, sinks — until cancelled.
+"""``WindowingWorker``: one windowing process — engine, sinks, stats — until cancelled.
 
-The **ticker** produces a :class:`~mongomem.stages.windowing.logic.WindowTick` carrying
-the wall-clock time into every partition of the turns topic every
-``tick_interval_s``. That is the only place a clock is read: the tick becomes
-part of the log, so the windows it closes are closed at the same position in a
-replay. Several workers each run a ticker; extra ticks are harmless.
+The stage reads no clock and produces nothing into the turns topic: idle
+windows close on the watcher's in-band watermarks
+(:class:`~mongomem.models.Watermark`), which follow the source's progress. A
+windowing process's own clock would mistake an outage or a lag of the
+watcher for idleness (and a replay would not repeat it).
 """
 
 from __future__ import annotations
@@ -12,24 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from mongomem.codec import encode
 from mongomem.errors import BrokerError
 from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
-from mongomem.models import Snapshot, utcnow
+from mongomem.models import Snapshot
 from mongomem.mongo import connect, database
 from mongomem.ops import consumer_group
 from mongomem.project_config import load_project_config
 from mongomem.settings import Settings
 from mongomem.stages.windowing.app import build_app
 from mongomem.stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
-from mongomem.stages.windowing.logic import WindowTick
 from mongomem.stages.windowing.sinks import (
     KafkaDeadLetters,
     SnapshotPublisher,
@@ -37,7 +34,7 @@ from mongomem.stages.windowing.sinks import (
 )
 from mongomem.stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
 
-__all__ = ["WindowingWorker", "publish_ticks", "topic_partitions"]
+__all__ = ["WindowingWorker", "topic_partitions"]
 
 #: The producer's batch size (a broker's ``max.message.bytes`` must allow it; the default is 1 MiB).
 PRODUCER_BATCH_BYTES = 256 * 1024
@@ -56,16 +53,6 @@ async def topic_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
     except KafkaError as exc:
         raise BrokerError(f"cannot read the partitions of {topic}: {exc}") from exc
     return sorted(found)
-
-
-async def publish_ticks(producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
-    """One tick, now, into every partition (acknowledged)."""
-    payload = encode(WindowTick(at=utcnow()))
-    try:
-        sent = [await producer.send(topic, payload, partition=p) for p in partitions]
-        await asyncio.gather(*sent)
-    except KafkaError as exc:
-        raise BrokerError(f"could not publish ticks: {exc}") from exc
 
 
 def _forward(task: asyncio.Task[None], failure: asyncio.Future[None]) -> None:
@@ -114,7 +101,7 @@ class WindowingWorker:
         # large batches carry one partition's share of a delivery in one request.
         producer = make_producer(kafka, linger_ms=0, max_batch_size=PRODUCER_BATCH_BYTES)
         app: Any = None
-        ticker: asyncio.Task[None] | None = None
+        reporter: asyncio.Task[None] | None = None
         consuming: asyncio.Task[None] | None = None
         try:
             try:
@@ -164,7 +151,7 @@ class WindowingWorker:
                 waits: list[asyncio.Future[Any]] = [ready, failure]
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 ready.cancel()
-            ticker = asyncio.create_task(self._tick(producer, turns, partitions))
+            reporter = asyncio.create_task(self._report())
             self.started.set()
             log.info(
                 "windowing (%s) running as %s over %d partitions",
@@ -176,10 +163,10 @@ class WindowingWorker:
                 consuming.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await consuming
-            if ticker is not None:
-                ticker.cancel()
+            if reporter is not None:
+                reporter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+                    await reporter
             if app is not None:
                 try:
                     await asyncio.wait_for(app.stop(), STOP_TIMEOUT_S)
@@ -188,17 +175,13 @@ class WindowingWorker:
             await producer.stop()
             await client.close()
 
-    async def _tick(self, producer: AIOKafkaProducer, topic: str, partitions: list[int]) -> None:
-        interval = self.settings.windowing.tick_interval_s
-        reported, last_report = "", time.monotonic()
+    async def _report(self) -> None:
+        """Log the counters every ``STATS_EVERY_S`` when they changed."""
+        reported = ""
         while True:
-            await asyncio.sleep(interval)
-            try:
-                await publish_ticks(producer, topic, partitions)
-            except BrokerError as exc:
-                log.warning("tick not published: %s", exc)
-            if self.windower is not None and time.monotonic() - last_report >= STATS_EVERY_S:
+            await asyncio.sleep(STATS_EVERY_S)
+            if self.windower is not None:
                 stats = str(self.windower.stats)
                 if stats != reported:
                     log.info("%s", stats)
-                reported, last_report = stats, time.monotonic()
+                reported = stats

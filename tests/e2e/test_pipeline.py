@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from mongomem.mongo import LEDGER, MEMORIES, SNAPSHOTS, TURNS
+from mongomem.mongo import LEDGER, MEMORIES, SNAPSHOTS
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing import FakeOpenAIServer
 from mongomem.testing.harness import (
@@ -30,6 +30,7 @@ from mongomem.testing.harness import (
     memory_invariants,
     snapshot_invariants,
     stand_in_llm,
+    turns_not_in_a_snapshot,
     wait_until,
 )
 
@@ -150,7 +151,7 @@ async def settle(pipe: Pipeline, memory: AsyncMemory, timeout_s: float = 240) ->
             return state
         async with client(pipe) as mongo:
             db = mongo[pipe.database]
-            unsnapshotted = await db[TURNS].count_documents({"snapshot_id": {"$exists": False}})
+            unsnapshotted = await turns_not_in_a_snapshot(db)
         if unsnapshotted:
             return f"{unsnapshotted} turns not in a snapshot"
         lag = await pipe.lag()

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from mongomem.codec import decode
+from mongomem.codec import decode, peek_kind
 from mongomem.models import Turn
 from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings
@@ -64,6 +64,8 @@ async def read_all(settings: Settings, want: set[str], timeout_s: float) -> list
             batch = await consumer.getmany(timeout_ms=500)
             for tp, records in batch.items():
                 for record in records:
+                    if peek_kind(record.value) == "watermark":
+                        continue  # the watcher's, into every partition
                     turn = decode(record.value, Turn)
                     out.append((tp.partition, turn))
                     seen.add(turn.turn_id)

@@ -12,7 +12,7 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import InputError, ScopeError
 from mongomem.models import Action, MemoryStatus, utcnow
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document
 from mongomem.sdk import (
     AsyncMemory,
     Episode,
@@ -191,6 +191,28 @@ async def test_short_term_memory_on_the_bound_context(memory: AsyncMemory) -> No
         await memory.bind(MemoryRequestContext(user_id="alice")).recent_turns()
 
 
+async def test_end_session_is_an_event_at_the_next_seq_that_no_reader_takes_for_a_turn(
+    memory: AsyncMemory, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    chat = memory.bind(ctx("alice", "s-end"))
+    await chat.record_turn("user", "Book the 9am flight")
+    await chat.record_turn("assistant", "Booked.")
+    ended = await chat.end_session()
+    assert (ended.session_id, ended.seq) == ("s-end", 3)
+    after = await chat.record_turn("user", "And a hotel?")
+    assert after.seq == 4, "the end holds seq 3; the next turn takes the one after"
+    assert [t.seq for t in await chat.recent_turns(10)] == [1, 2, 4]
+    [summary] = await chat.list_sessions()
+    assert (summary.turn_count, summary.last_seq) == (3, 4)
+    stored = await mongo[settings.mongodb.database][TURNS].find_one({"_id": ended.seq_id})
+    assert stored is not None
+    assert stored["event"] == "end"
+    assert "role" not in stored
+    assert "content" not in stored
+    with pytest.raises(InputError):
+        await memory.bind(MemoryRequestContext(user_id="alice")).end_session()
+
+
 def test_sync_round_trip_of_every_call(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
@@ -214,6 +236,8 @@ def test_sync_round_trip_of_every_call(
         chat.record_turn("user", "hello")
         assert [t.content for t in chat.recent_turns()] == ["hello"]
         assert len(chat.list_sessions()) == 1
+        assert chat.end_session().seq == 2
+        assert [t.content for t in chat.recent_turns()] == ["hello"]
 
 
 # -- idempotency keys (direct saves) ----------------------------------------------------

@@ -144,6 +144,10 @@ async def test_every_call_over_http_gives_the_direct_results(
     assert turns == await ref.recent_turns(10)
     assert turns[0] == turn
     assert await chat.list_sessions() == await ref.list_sessions()
+    ended = await chat.end_session()
+    assert (ended.session_id, ended.seq) == ("thread_123", 3)
+    assert await chat.recent_turns(10) == await ref.recent_turns(10) == turns
+    assert (await ref.end_session()).seq == 4, "the same session, over either transport"
 
 
 async def test_the_sync_memory_over_http(url: str, direct: AsyncMemory) -> None:
@@ -153,6 +157,7 @@ async def test_the_sync_memory_over_http(url: str, direct: AsyncMemory) -> None:
             chat = memory.bind(ctx("user_1"))
             saved = chat.save_semantic("seat", "The user prefers the aisle.")
             chat.record_turn("user", "hello")
+            assert chat.end_session().seq == 2
             assert [t.content for t in chat.recent_turns()] == ["hello"]
             return saved.memory_id, len(chat.history(saved.memory_id))
 

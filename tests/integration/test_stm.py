@@ -102,6 +102,27 @@ async def test_stale_cache_is_only_a_hint(
     assert turn.seq == 4
 
 
+async def test_a_session_end_takes_a_seq_among_concurrent_writers_and_is_no_turn(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    first, second = ShortTermMemory(db), ShortTermMemory(db)
+    await first.ensure_indexes()
+    await first.record_turn(KEY, "user", "1")
+    await second.record_turn(KEY, "user", "2")
+    end = await first.end_session(KEY)  # first's cache says 1: seq 2 is taken
+    assert end.seq == 3
+    writes = [second.record_turn(KEY, "user", f"w{i}") for i in range(5)]
+    ends = [first.end_session(KEY) for _ in range(2)]
+    await asyncio.gather(*writes, *ends)
+    stored = sorted([d["seq"] async for d in db[TURNS].find({})])
+    assert stored == list(range(1, 11)), "turns and ends share one gap-free numbering"
+    turns = await second.recent_turns(KEY, 100)
+    assert len(turns) == 7
+    assert all(t.content for t in turns)
+    assert (await second.list_sessions(KEY.project_id, KEY.user_id))[0].turn_count == 7
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [

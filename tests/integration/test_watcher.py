@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, cast
 
 import pytest
@@ -15,7 +16,7 @@ from aiokafka.errors import KafkaTimeoutError
 from pymongo import AsyncMongoClient
 
 import mongomem.stages.watcher
-from mongomem.codec import decode
+from mongomem.codec import decode, encode, peek_kind
 from mongomem.errors import BrokerError
 from mongomem.kafka import (
     DeadLetter,
@@ -24,7 +25,7 @@ from mongomem.kafka import (
     make_producer,
     pipeline_topics,
 )
-from mongomem.models import Turn
+from mongomem.models import Turn, Watermark
 from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings, StmSettings
 from mongomem.stages.watcher import STAGE, ChangeStreamWatcher
@@ -34,10 +35,20 @@ from mongomem.stm import ShortTermMemory, session_key
 pytestmark = pytest.mark.integration
 
 
+def is_turn(value: bytes | None) -> bool:
+    """Not a watermark (the watcher publishes those into the turns topic too)."""
+    return peek_kind(value) != "watermark"
+
+
 async def read_topic(
-    settings: Settings, topic: str, *, until: int, timeout_s: float = 30.0
+    settings: Settings,
+    topic: str,
+    *,
+    until: int,
+    timeout_s: float = 30.0,
+    keep: Callable[[bytes | None], bool] = lambda _: True,
 ) -> list[tuple[int, bytes | None]]:
-    """(partition, value) of every record, once ``until`` are there or at the timeout."""
+    """(partition, value) of each record ``keep`` accepts, once ``until`` are there (or timeout)."""
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=settings.kafka.bootstrap,
@@ -51,18 +62,18 @@ async def read_topic(
         while len(out) < until and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=300)
             for tp, records in batch.items():
-                out.extend((tp.partition, r.value) for r in records)
+                out.extend((tp.partition, r.value) for r in records if keep(r.value))
         # Anything beyond ``until`` that is already there (duplicates) counts too.
         batch = await consumer.getmany(timeout_ms=300)
         for tp, records in batch.items():
-            out.extend((tp.partition, r.value) for r in records)
+            out.extend((tp.partition, r.value) for r in records if keep(r.value))
     finally:
         await consumer.stop()
     return out
 
 
 async def published_turns(settings: Settings, until: int) -> list[tuple[int, Turn]]:
-    records = await read_topic(settings, settings.kafka.topic("turns"), until=until)
+    records = await read_topic(settings, settings.kafka.topic("turns"), until=until, keep=is_turn)
     return [(p, decode(v, Turn)) for p, v in records]
 
 
@@ -108,6 +119,38 @@ def assert_session_order(records: list[tuple[int, Turn]]) -> None:
     for slot, seen in seqs.items():
         assert seen == sorted(seen), f"{slot} out of order: {seen}"
         assert len(partitions[slot]) == 1
+
+
+async def test_a_caught_up_watcher_puts_a_watermark_behind_the_turns_of_every_partition(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    await stm.ensure_indexes()
+    async with running_watcher(mongo, settings) as watcher:
+        while not watcher.streaming:  # noqa: ASYNC110 - a flag of the watcher's own task
+            await asyncio.sleep(0.05)
+        turns = [
+            await stm.record_turn(session_key("p", "u", f"s{i}"), "user", str(i)) for i in range(8)
+        ]
+        await wait_published(watcher, len(turns))
+        watermarks = watcher.watermarks
+        while watcher.watermarks == watermarks:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    every = len(turns) + watcher.watermarks * settings.kafka.partitions
+    records = await read_topic(settings, settings.kafka.topic("turns"), until=every)
+    assert len(records) == every
+    lateness = timedelta(seconds=settings.stm.watcher_watermark_lateness_s)
+    for partition in range(settings.kafka.partitions):
+        mine = [v for p, v in records if p == partition]
+        marks = [decode(v, Watermark) for v in mine if not is_turn(v)]
+        assert marks, f"no watermark in partition {partition}"
+        assert [m.at for m in marks] == sorted(m.at for m in marks), "never back"
+        last = marks[-1]
+        assert last.caught_up
+        # Every turn is ahead of the last watermark, which covers all of them.
+        assert not any(is_turn(v) for v in mine[mine.index(encode(last)) :])
+        assert last.at >= max(t.created_at for t in turns) - lateness
 
 
 async def test_concurrent_writers_across_sessions_all_reach_kafka_in_order(
@@ -222,6 +265,14 @@ class HeldProducer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes | None]] = []
         self.futures: list[asyncio.Future[None]] = []
+        self.released = False
+
+    def release(self) -> None:
+        """Acknowledge everything held, and every later send at once."""
+        self.released = True
+        for future in self.futures:
+            if not future.done():
+                future.set_result(None)
 
     async def partitions_for(self, topic: str) -> set[int]:
         return {0, 1, 2}
@@ -245,6 +296,8 @@ class HeldProducer:
     def _future(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.futures.append(future)
+        if self.released:
+            future.set_result(None)
         return future
 
 
@@ -352,7 +405,7 @@ async def test_a_backfill_stopped_midway_stores_no_token_and_resumes_next_time(
     await until(lambda: watcher.streaming, task)
     stop.set()
     await asyncio.wait_for(task, 20)
-    sent = [decode(value, Turn).turn_id for _, value, _ in first.sent + second.sent]
+    sent = [decode(v, Turn).turn_id for _, v, _ in first.sent + second.sent if is_turn(v)]
     in_mongo = {d["_id"] for d in await db[TURNS].find({}, {"_id": 1}).to_list()}
     assert set(sent) == in_mongo
     assert len(sent) == 30  # the marks of the first run spared its 10 turns
@@ -375,8 +428,7 @@ async def test_a_backlog_waits_in_the_open_batches_while_the_previous_flush_is_u
         # Held acks: the first flush of 10, then the other 50 in one flush, at
         # most one batch per partition each — not six flushes of 10.
         assert len(producer.futures) <= 2 * 3
-        for future in producer.futures:
-            future.set_result(None)
+        producer.release()  # and the watermarks that streaming adds
         await until(lambda: watcher.streaming, task)
     finally:
         stop.set()

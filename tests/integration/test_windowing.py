@@ -26,12 +26,14 @@ from mongomem.codec import encode
 from mongomem.errors import StorageError
 from mongomem.infra import free_port
 from mongomem.kafka import dead_letter_topic, ensure_topics, make_producer
+from mongomem.lineage import snapshot_holding
 from mongomem.models import SessionKey, Snapshot, Turn, utcnow
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.ops import group_lag
 from mongomem.settings import MongoSettings, Settings, WindowingSettings
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import ChangelogTable
+from mongomem.testing.watermarks import InFlight, watermarks_every
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +58,24 @@ def make_turn(session: SessionKey, seq: int, at_offset_s: float = 0.0) -> Turn:
 
 
 class Turns:
-    """Writes turns as the watcher would: into ``turns`` (MongoDB) and onto the turns topic."""
+    """Writes turns as the watcher would: into ``turns`` (MongoDB) and onto the turns topic.
+
+    Each send is in :attr:`in_flight`, which the writer's watermarks follow
+    (:func:`turn_writer`): a watermark comes after every turn created before it.
+    """
 
     def __init__(self, settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
         self.settings = settings
         self.coll = mongo[settings.mongodb.database][TURNS]
         self.producer: AIOKafkaProducer = make_producer(settings.kafka)
+        self.in_flight = InFlight()
 
     async def send(self, turn: Turn, *, store: bool = True) -> int:
         """Write ``turn``; returns the partition it went to."""
+        with self.in_flight.sending(turn.created_at):
+            return await self._send(turn, store=store)
+
+    async def _send(self, turn: Turn, *, store: bool) -> int:
         if store:
             doc = {"_id": turn.turn_id, **turn.model_dump(mode="python", exclude={"turn_id"})}
             doc["role"] = str(doc["role"])
@@ -75,15 +86,21 @@ class Turns:
         return int(sent.partition)
 
 
+#: How often the test writer publishes a watermark, as a caught-up watcher would.
+WATERMARK_S = 0.3
+
+
 @contextlib.asynccontextmanager
 async def turn_writer(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> AsyncIterator[Turns]:
-    await ensure_topics(settings.kafka, [settings.kafka.topic("turns")])
+    topic = settings.kafka.topic("turns")
+    await ensure_topics(settings.kafka, [topic])
     turns = Turns(settings, mongo)
     await turns.producer.start()
     try:
-        yield turns
+        async with watermarks_every(turns.producer, topic, WATERMARK_S, turns.in_flight):
+            yield turns
     finally:
         await turns.producer.stop()
 
@@ -139,7 +156,7 @@ def spans(docs: list[Document]) -> list[tuple[str, int, int, str]]:
 async def test_a_window_closes_on_count(
     engine: Literal["aiokafka", "faust"], settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    settings = with_windows(settings, max_messages=3, idle_timeout_s=120, tick_interval_s=0.5)
+    settings = with_windows(settings, max_messages=3, idle_timeout_s=120)
     a = SessionKey(project_id="p", user_id="u", session_id="a")
     published: list[Snapshot] = []
     async with (
@@ -154,19 +171,20 @@ async def test_a_window_closes_on_count(
     assert docs[0]["_id"] == Snapshot.make_id(a, 1, 3)
     assert [t["seq"] for t in docs[1]["turns"]] == [4, 5, 6]
     assert [s.snapshot_id for s in published] == [d["_id"] for d in docs]
-    lineage = {
-        t["seq"]: t.get("snapshot_id")
-        async for t in mongo[settings.mongodb.database][TURNS].find({})
-    }
+    db = mongo[settings.mongodb.database]
+    lineage = {seq: await snapshot_holding(db, a, seq) for seq in range(1, 8)}
     first, second = docs[0]["_id"], docs[1]["_id"]
     assert lineage == {1: first, 2: first, 3: first, 4: second, 5: second, 6: second, 7: None}
+    stored = [t async for t in db[TURNS].find({})]
+    assert len(stored) == 7
+    assert not any("snapshot_id" in t for t in stored), "lineage costs no write to the turns"
 
 
-async def test_an_idle_session_closes_within_idle_timeout_plus_tick(
+async def test_an_idle_session_closes_at_the_first_watermark_past_its_idle_timeout(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    idle, tick = 1.5, 0.5
-    settings = with_windows(settings, max_messages=50, idle_timeout_s=idle, tick_interval_s=tick)
+    idle, tick = 1.5, WATERMARK_S
+    settings = with_windows(settings, max_messages=50, idle_timeout_s=idle)
     b = SessionKey(project_id="p", user_id="u", session_id="b")
     closed: list[tuple[Snapshot, float]] = []
     async with (
@@ -181,7 +199,7 @@ async def test_an_idle_session_closes_within_idle_timeout_plus_tick(
     assert (snapshot.first_seq, snapshot.last_seq, snapshot.reason) == (1, 2, "idle")
     delay = seen_at - last.created_at.timestamp()
     assert idle <= delay <= idle + tick + 1.0, f"closed {delay:.2f} s after the last turn"
-    assert snapshot.closed_at >= last.created_at + timedelta(seconds=idle)
+    assert snapshot.closed_at == last.created_at + timedelta(seconds=idle)
 
 
 def spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -212,7 +230,6 @@ async def test_a_worker_killed_mid_session_recovers_its_state(
         **subprocess_env,
         "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
         "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "600",
-        "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
     }
     sessions = [SessionKey(project_id="p", user_id="u", session_id=s) for s in ("c", "d")]
     log = tmp_path / "windowing.log"
@@ -255,7 +272,7 @@ async def test_a_worker_killed_mid_session_recovers_its_state(
 async def test_a_replay_from_offset_zero_in_a_new_group_adds_no_snapshot(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    settings = with_windows(settings, max_messages=3, idle_timeout_s=1.0, tick_interval_s=0.3)
+    settings = with_windows(settings, max_messages=3, idle_timeout_s=1.0)
     sessions = [SessionKey(project_id="p", user_id=f"u{i}", session_id=f"s{i}") for i in range(4)]
     live: list[Snapshot] = []
     async with turn_writer(settings, mongo) as writer, running(settings, on_snapshot=live.append):
@@ -282,7 +299,7 @@ async def test_a_replay_from_offset_zero_in_a_new_group_adds_no_snapshot(
 async def test_a_gap_closes_with_what_is_there_and_poison_goes_to_the_dead_letter_topic(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    settings = with_windows(settings, max_messages=10, idle_timeout_s=1.0, tick_interval_s=0.3)
+    settings = with_windows(settings, max_messages=10, idle_timeout_s=1.0)
     e = SessionKey(project_id="p", user_id="u", session_id="e")
     turns_topic = settings.kafka.topic("turns")
     async with turn_writer(settings, mongo) as writer, running(settings) as worker:
@@ -314,7 +331,6 @@ async def test_windows_survive_rebalances_between_two_workers(
         **subprocess_env,
         "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
         "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "600",
-        "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
     }
     names = [f"r{i}" for i in range(6)]  # spread over the 3 partitions
     sessions = [SessionKey(project_id="p", user_id="u", session_id=s) for s in names]
@@ -358,7 +374,7 @@ async def test_windows_survive_rebalances_between_two_workers(
 async def test_a_record_that_keeps_failing_stops_the_stage_unacknowledged(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
-    settings = with_windows(settings, max_messages=1, idle_timeout_s=600, tick_interval_s=0.5)
+    settings = with_windows(settings, max_messages=1, idle_timeout_s=600)
     nowhere = settings.model_copy(
         update={
             "mongodb": MongoSettings(
@@ -391,9 +407,7 @@ async def test_a_quiet_session_leaves_the_table_and_resumes_after_its_last_snaps
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     """State TTL: the session's changelog entry is tombstoned; MongoDB says where it resumes."""
-    settings = with_windows(
-        settings, max_messages=10, idle_timeout_s=0.5, tick_interval_s=0.2, state_ttl_s=2.0
-    )
+    settings = with_windows(settings, max_messages=10, idle_timeout_s=0.5, state_ttl_s=2.0)
     a = SessionKey(project_id="p", user_id="u", session_id="quiet")
     async with turn_writer(settings, mongo) as writer, running(settings) as worker:
         changelog = f"{worker.group}-windows-changelog"

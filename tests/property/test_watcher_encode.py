@@ -77,7 +77,10 @@ def full_record(doc: dict[str, Any]) -> TurnRecord:
     key = SessionKey(
         project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
     ).kafka_key()
-    return TurnRecord((turn.project_id, turn.user_id, turn.session_id), turn.seq, key, encode(turn))
+    return TurnRecord(
+        (turn.project_id, turn.user_id, turn.session_id), turn.seq, key, encode(turn),
+        turn.created_at,
+    )  # fmt: skip
 
 
 def as_stored(turn: Turn, tz: Any) -> dict[str, Any]:

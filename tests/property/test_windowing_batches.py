@@ -25,10 +25,9 @@ from hypothesis import strategies as st
 from mongomem.codec import encode
 from mongomem.errors import StorageError
 from mongomem.kafka import DeadLetter
-from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.batches import BatchPipeline
-from mongomem.stages.windowing.logic import WindowTick
 from mongomem.stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -65,7 +64,9 @@ def partition_logs(draw: st.DrawFn) -> list[Record]:
             value = encode(make_turn(session, seq, second))
             out.append((offset, session.kafka_key() if keyed else None, value))
         elif choice < 9:
-            out.append((offset, None, encode(WindowTick(at=T0 + timedelta(seconds=second)))))
+            out.append(
+                (offset, None, encode(Watermark(caught_up=True, at=T0 + timedelta(seconds=second))))
+            )
         else:
             out.append((offset, b"k", draw(st.sampled_from(POISON))))
     return out
@@ -98,7 +99,9 @@ def conversations(draw: st.DrawFn) -> list[Record]:
         horizon = max(horizon, second)
     step = draw(st.integers(1, IDLE // 2))
     for at in range(0, horizon + 2 * TTL, step):
-        arrivals.append((at + 0.5, 1, None, encode(WindowTick(at=T0 + timedelta(seconds=at)))))
+        arrivals.append(
+            (at + 0.5, 1, None, encode(Watermark(caught_up=True, at=T0 + timedelta(seconds=at))))
+        )
     arrivals.sort(key=lambda a: (a[0], a[1]))
     return [(offset, key, value) for offset, (_, _, key, value) in enumerate(arrivals)]
 

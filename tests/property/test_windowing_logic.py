@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from mongomem.codec import encode
 from mongomem.kafka import DeadLetter
-from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
-from mongomem.stages.windowing.logic import WindowPolicy, WindowTick, advance, initial_state
+from mongomem.stages.windowing.logic import WindowPolicy, advance, initial_state
 from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -47,14 +47,14 @@ def make_turn(session: SessionKey, seq: int, second: int) -> Turn:
 class Log:
     """Arrival-ordered events; ``delayed`` says whether arrival order differs from seq order."""
 
-    events: tuple[Turn | WindowTick, ...]
+    events: tuple[Turn | Watermark, ...]
     written: dict[SessionKey, frozenset[int]]
     delayed: bool
 
 
 @st.composite
 def logs(draw: st.DrawFn) -> Log:
-    arrivals: list[tuple[int, int, Turn | WindowTick]] = []
+    arrivals: list[tuple[int, int, Turn | Watermark]] = []
     written: dict[SessionKey, frozenset[int]] = {}
     delayed = False
     for session in SESSIONS[: draw(st.integers(1, 3))]:
@@ -78,10 +78,14 @@ def logs(draw: st.DrawFn) -> Log:
     horizon = max(a[0] for a in arrivals)
     for second in draw(st.lists(st.integers(0, horizon + IDLE), max_size=12)):
         arrivals.append(
-            (second, draw(st.integers(0, 9)), WindowTick(at=T0 + timedelta(seconds=second)))
+            (
+                second,
+                draw(st.integers(0, 9)),
+                Watermark(caught_up=True, at=T0 + timedelta(seconds=second)),
+            )
         )
     arrivals.sort(key=lambda a: (a[0], a[1]))
-    final = WindowTick(at=T0 + timedelta(seconds=horizon + 10 * IDLE))
+    final = Watermark(caught_up=True, at=T0 + timedelta(seconds=horizon + 10 * IDLE))
     return Log((*(a[2] for a in arrivals), final), written, delayed)
 
 

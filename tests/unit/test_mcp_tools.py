@@ -18,12 +18,12 @@ from mongomem.mcp_server import (
     describe_error,
     parse_args,
 )
-from mongomem.models import Action, Role, Turn, utcnow
+from mongomem.models import Action, Role, SessionEnd, Turn, utcnow
 from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
 from mongomem.stm import validate_role
 
 TOOLS = {
-    "record_turn", "recent_turns", "list_sessions",
+    "record_turn", "recent_turns", "end_session", "list_sessions",
     "save_semantic", "get_semantic", "search_semantic",
     "save_episode", "search_episodes", "list_episodes",
     "save_procedure", "discover_procedures", "get_procedure",
@@ -38,6 +38,7 @@ class RecordingTransport:
     def __init__(self) -> None:
         self.saved: list[tuple[Identity, str, dict[str, str]]] = []
         self.turns: list[tuple[Identity, Turn]] = []
+        self.ended: list[Identity] = []
 
     async def save(self, who: Identity, memory_type: str, fields: dict[str, str]) -> SaveResult:
         checked = kind_of(memory_type).check(fields)
@@ -66,6 +67,16 @@ class RecordingTransport:
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         return [t for w, t in self.turns if w.session() == who.session()][-limit:]
+
+    async def end_session(self, who: Identity) -> SessionEnd:
+        key = who.session()
+        seq = 1 + sum(1 for w, _ in self.turns if w.session() == key)
+        self.ended.append(who)
+        return SessionEnd(
+            seq_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
+            project_id=key.project_id, user_id=key.user_id, session_id=key.session_id, seq=seq,
+            created_at=utcnow(),
+        )  # fmt: skip
 
     async def close(self) -> None:
         pass
@@ -121,6 +132,25 @@ async def test_record_turn_uses_the_default_or_named_session_of_the_same_user(
     assert [(w.project_id, w.user_id, w.session_id) for w, _ in transport.turns] == [
         ("proj", "alice", "s-default"),
         ("proj", "alice", "s-other"),
+    ]
+
+
+async def test_end_session_ends_the_default_or_named_session_of_the_same_user(
+    client: Client, transport: RecordingTransport
+) -> None:
+    async with client:
+        await client.call_tool("record_turn", {"role": "user", "content": "hi"})
+        ended = await client.call_tool("end_session", {})
+        other = await client.call_tool("end_session", {"session_id": "s-other"})
+    assert not ended.is_error
+    assert (ended.structured_content["session_id"], ended.structured_content["seq"]) == (
+        "s-default",
+        2,
+    )
+    assert other.structured_content["session_id"] == "s-other"
+    assert [(w.user_id, w.session_id) for w in transport.ended] == [
+        ("alice", "s-default"),
+        ("alice", "s-other"),
     ]
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from mongomem.errors import InputError
-from mongomem.models import Role, Turn
+from mongomem.models import Role, SessionEnd, Turn
 from mongomem.stm import (
+    end_document,
+    end_from_document,
     session_key,
     turn_document,
     turn_from_document,
@@ -95,3 +98,39 @@ def test_document_round_trip_reads_naive_dates_as_utc() -> None:
     assert doc["_id"] == turn.turn_id
     naive = {**doc, "created_at": turn.created_at.replace(tzinfo=None)}
     assert turn_from_document(naive) == turn
+
+
+def test_a_turn_marked_with_its_snapshot_reads_as_the_turn() -> None:
+    """Windowing marks snapshotted turns with ``snapshot_id``: recent turns must still read them."""
+    turn = Turn(
+        turn_id=Turn.make_id("p", "u", "s", 1),
+        project_id="p",
+        user_id="u",
+        session_id="s",
+        seq=1,
+        role=Role.USER,
+        content="hi",
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    marked = {**turn_document(turn), "snapshot_id": "snap_0123456789abcdef01234567"}
+    assert turn_from_document(marked) == turn
+
+
+def test_a_session_end_document_round_trips_and_is_no_turn() -> None:
+    end = SessionEnd(
+        seq_id=Turn.make_id("p", "u", "s", 4),
+        project_id="p",
+        user_id="u",
+        session_id="s",
+        seq=4,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    doc = end_document(end)
+    assert doc["event"] == "end"
+    assert end_from_document({**doc, "created_at": end.created_at.replace(tzinfo=None)}) == end
+    with pytest.raises(ValidationError):
+        turn_from_document(doc)
+    with pytest.raises(ValidationError):
+        end_from_document({**doc, "event": "pause"})
+    with pytest.raises(ValidationError):
+        end_from_document({k: v for k, v in doc.items() if k != "event"})

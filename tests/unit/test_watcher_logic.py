@@ -145,8 +145,16 @@ async def test_the_reader_marks_an_empty_read_with_the_token_and_raises_failures
     stream = FakeStream([[change(1)], [], [change(2)], lost])
     reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=0.01)
     try:
+        before = datetime.now(UTC)
         await settle()
-        assert reader.take(10) == [change(1), Idle({"_data": "01"}), change(2)]
+        taken = reader.take(10)
+        assert taken[0] == change(1)
+        assert taken[2] == change(2)
+        idle = taken[1]
+        assert isinstance(idle, Idle)
+        assert idle.token == {"_data": "01"}
+        # When the empty read began: after the change before it was read.
+        assert before <= idle.read_at <= datetime.now(UTC)
         with pytest.raises(ResumeTokenLost):
             reader.take(10)
     finally:
@@ -194,6 +202,20 @@ async def test_a_full_batch_waits_for_the_caller_and_is_sent_before_the_open_one
     batcher.add(b"k", b"7")
     await batcher.send_all()
     assert producer.sent[2:] == [(0, [b"5", b"6"]), (0, [b"7"])]
+
+
+async def test_a_watermark_goes_into_every_partition_after_the_records_it_follows() -> None:
+    producer = BatchProducer()
+    batcher = PartitionBatcher(cast(AIOKafkaProducer, producer), "t", [2, 0, 1])
+    batcher.add(b"k", b"1")
+    batcher.add(b"k", b"2")  # fills this key's batch; the watermark starts the next one
+    home = batcher.partition_of(b"k")
+    batcher.add_everywhere(b"w")
+    assert batcher.partitions == (0, 1, 2)
+    await batcher.send_all()
+    sent = {p: [v for q, batch in producer.sent if q == p for v in batch] for p in (0, 1, 2)}
+    assert sent[home] == [b"1", b"2", b"w"]
+    assert all(sent[p] == [b"w"] for p in (0, 1, 2) if p != home)
 
 
 def test_checkpoint_writes_marks_before_the_token_and_never_lowers_a_mark() -> None:

@@ -10,10 +10,10 @@ import pytest
 from mongomem.codec import decode, encode, peek_kind
 from mongomem.errors import StorageError
 from mongomem.kafka import DeadLetter
-from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.project_config import WindowingConfig, WindowOverride
 from mongomem.settings import WindowingSettings
-from mongomem.stages.windowing import WindowPolicy, WindowTick, advance
+from mongomem.stages.windowing import WindowPolicy, advance
 from mongomem.stages.windowing.logic import initial_state
 from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
 
@@ -34,8 +34,8 @@ def turn(seq: int, second: float, session: SessionKey = SESSION) -> Turn:
     )
 
 
-def tick(second: float) -> WindowTick:
-    return WindowTick(at=T0 + timedelta(seconds=second))
+def watermark(second: float) -> Watermark:
+    return Watermark(caught_up=True, at=T0 + timedelta(seconds=second))
 
 
 class Sink:
@@ -100,16 +100,17 @@ def test_a_hole_does_not_block_an_idle_close() -> None:
     state = initial_state(SESSION)
     for event in [turn(1, 0), turn(3, 1)]:
         state = advance(state, event, policy).state
-    result = advance(state, tick(11), policy)
+    result = advance(state, watermark(11), policy)
     assert spans(list(result.snapshots)) == [(1, 1, "gap"), (3, 3, "idle")]
     assert result.lost == (2,)
     assert not result.state.pending
     assert result.state.next_seq == 4
 
 
-async def test_a_replayed_tick_is_not_applied_to_a_state_that_is_ahead_of_it() -> None:
-    # The watcher lagged: the tick at t=20 sits in the log before turn 2 (created t=5).
-    log = [turn(1, 0), tick(20), turn(2, 5), turn(3, 6), turn(4, 7), tick(100)]
+async def test_a_replayed_watermark_is_not_applied_to_a_state_that_is_ahead_of_it() -> None:
+    # A turn later than the watcher's lateness: the watermark at t=20 sits in the log
+    # before turn 2 (created t=5), which then starts a window of its own.
+    log = [turn(1, 0), watermark(20), turn(2, 5), turn(3, 6), turn(4, 7), watermark(100)]
     records = [(0, offset, encode(event)) for offset, event in enumerate(log)]
     live = Sink()
     w = make(live, max_messages=10)
@@ -132,7 +133,9 @@ async def test_poison_messages_go_to_the_dead_letter_topic_and_the_stream_goes_o
     sink, letters = Sink(), Letters()
     w = make(sink, letters)
     await w.process(1, 7, b"k", b"not json")
-    await w.process(1, 8, b"k", encode(WindowTick(at=T0)).replace(b"window-tick", b"mystery"))
+    await w.process(
+        1, 8, b"k", encode(Watermark(caught_up=True, at=T0)).replace(b"watermark", b"mystery")
+    )
     await w.process(1, 9, None, None)
     await w.process(1, 10, b"another session", encode(turn(1, 0)))
     await w.process(1, 11, SESSION.kafka_key(), encode(turn(1, 0)))
@@ -165,16 +168,16 @@ async def test_unexpected_errors_are_retried_then_dead_lettered() -> None:
     assert [(d.error_class, d.attempts) for d in letters.sent] == [("RuntimeError", 4)]
 
 
-async def test_ticks_reach_only_the_open_sessions_of_their_partition() -> None:
+async def test_watermarks_reach_only_the_open_sessions_of_their_partition() -> None:
     other = SessionKey(project_id="p", user_id="u", session_id="other")
     sink = Sink()
     w = make(sink)
     await w.process(0, 0, None, encode(turn(1, 0)))
     await w.process(1, 0, None, encode(turn(1, 0, other)))
-    await w.process(1, 1, None, encode(tick(30)))
+    await w.process(1, 1, None, encode(watermark(30)))
     assert [s.session_id for s in sink.delivered] == ["other"]
     w.invalidate_index()  # as after a rebalance: rebuilt from the store
-    await w.process(0, 1, None, encode(tick(30)))
+    await w.process(0, 1, None, encode(watermark(30)))
     assert [s.session_id for s in sink.delivered] == ["other", "s"]
 
 
@@ -216,7 +219,22 @@ def test_exports_are_sorted_and_resolve(name: str) -> None:
         assert hasattr(module, attr), f"{name}.{attr}"
 
 
-def test_ticks_have_their_own_message_kind() -> None:
-    raw = encode(tick(1))
-    assert peek_kind(raw) == "window-tick"
-    assert decode(raw, WindowTick) == tick(1)
+def test_watermarks_have_their_own_message_kind() -> None:
+    raw = encode(watermark(1))
+    assert peek_kind(raw) == "watermark"
+    assert decode(raw, Watermark) == watermark(1)
+
+
+async def test_a_window_tick_of_an_older_version_closes_nothing_and_is_no_poison() -> None:
+    # Windowing workers once produced these with their own clock, which proves nothing.
+    sink, letters = Sink(), Letters()
+    w = make(sink, letters)
+    legacy = b'{"kind":"window-tick","v":1,"data":{"at":"2026-06-01T00:00:00Z"}}'
+    await w.process(0, 0, None, encode(turn(1, 0)))
+    await w.process(0, 1, None, legacy)
+    await w.process_batch(0, [(2, None, legacy)])
+    assert sink.delivered == []
+    assert letters.sent == []
+    assert w.stats.ignored_ticks == 2
+    await w.process(0, 3, None, encode(watermark(10)))
+    assert spans(sink.delivered) == [(1, 1, "idle")]

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 from mongomem.codec import encode
 from mongomem.kafka import DeadLetter
-from mongomem.models import SessionKey, Snapshot, Turn
+from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
-from mongomem.stages.windowing.logic import Window, WindowPolicy, WindowTick
+from mongomem.stages.windowing.logic import Window, WindowPolicy
 from mongomem.stages.windowing.ports import MemoryStore, Policies
 from mongomem.stages.windowing.windower import Record, SnapshotWindower
 
@@ -40,7 +40,7 @@ def turn(session: SessionKey, seq: int, second: float) -> Record:
 
 
 def tick(second: float) -> Record:
-    return (0, None, encode(WindowTick(at=T0 + timedelta(seconds=second))))
+    return (0, None, encode(Watermark(caught_up=True, at=T0 + timedelta(seconds=second))))
 
 
 class Sink:
