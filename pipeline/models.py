@@ -251,14 +251,21 @@ class MemoryCandidate(_Frozen):
 
 
 class Action(StrEnum):
+    """What wrote a version: the reconciler's three actions, or a deletion (SPEC J1)."""
+
     ADD = "ADD"
     UPDATE = "UPDATE"
     REINFORCE = "REINFORCE"
+    DELETE = "DELETE"
 
 
 class MemoryStatus(StrEnum):
+    """``current`` (what reads return), ``superseded`` (an older version) or
+    ``deleted`` (the DELETE version that closes a deleted memory's history)."""
+
     CURRENT = "current"
     SUPERSEDED = "superseded"
+    DELETED = "deleted"
 
 
 class MemoryVersion(_Frozen):
@@ -266,7 +273,9 @@ class MemoryVersion(_Frozen):
 
     ``memory_id`` is stable across versions; ``version_id`` is
     ``stable_id(memory_id, version)``. Exactly one version of a memory is
-    ``current``.
+    ``current`` — none once the memory is deleted: its last version is then
+    the ``DELETE`` version (status ``deleted``), which records the time
+    (``created_at``), ``actor`` and ``reason`` of the deletion.
     """
 
     version_id: str
@@ -287,6 +296,7 @@ class MemoryVersion(_Frozen):
     superseded_at: AwareDatetime | None = None
     superseded_by: str | None = None
     reason: str | None = None
+    actor: str | None = None
 
     @staticmethod
     def make_version_id(memory_id: str, version: int) -> str:

@@ -72,10 +72,18 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, MongomemError, StorageError, WriteConflict
+from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge
-from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, plan_reconcile
+from mongomem.ltm.plan import (
+    Decision,
+    Neighbour,
+    Thresholds,
+    build_version,
+    memory_id_for,
+    plan_reconcile,
+)
 from mongomem.ltm.reads import MemoryReads
 from mongomem.ltm.search import (
     AtlasVectorSearch,
@@ -95,7 +103,14 @@ from mongomem.ltm.writes import (
     reinforce_update,
     supersede_update,
 )
-from mongomem.models import Action, MemoryCandidate, MemoryVersion, utcnow
+from mongomem.models import (
+    Action,
+    MemoryCandidate,
+    MemoryScope,
+    MemoryStatus,
+    MemoryVersion,
+    utcnow,
+)
 from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
 __all__ = ["MemoryStore", "Outcome"]
@@ -294,7 +309,49 @@ class MemoryStore(MemoryReads):
         return await self.decide(candidate, neighbours)
 
     async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
-        """Plan against ``neighbours``, asking the judge when the plan says so."""
+        """Plan against ``neighbours``, asking the judge when the plan says so.
+
+        An ADD whose memory id is that of a deleted memory takes the key's next
+        incarnation instead (:func:`~mongomem.ltm.plan.memory_id_for`), so a
+        deleted memory never comes back. This costs a read only in scopes where
+        a memory was ever deleted (the scope log counts them).
+        """
+        decision = await self._judged(candidate, neighbours)
+        if decision.action is Action.ADD and (
+            not isinstance(self.search_backend, ExactCosineSearch)
+            or self.cache.peek(candidate.scope, candidate.memory_type).deletes
+        ):
+            decision = await self._unused_id(candidate, decision)
+        return decision
+
+    async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
+        """``decision`` with the first incarnation of its key not taken by a deleted memory."""
+        for incarnation in range(1_000):
+            memory_id = memory_id_for(candidate.scope, candidate.memory_type, candidate.key,
+                                      incarnation)  # fmt: skip
+            latest = await self._read(self.memories.find_one(
+                {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
+            ))  # fmt: skip
+            if latest is None or latest.get("status") != MemoryStatus.DELETED:
+                if memory_id == decision.memory_id:
+                    return decision
+                return decision.model_copy(update={"memory_id": memory_id})
+        raise WriteConflict(f"key {candidate.key!r} was deleted too many times")
+
+    async def delete(
+        self,
+        memory_id: str,
+        scopes: Sequence[MemoryScope],
+        *,
+        actor: str,
+        reason: str | None = None,
+    ) -> Deleted | None:
+        """Delete one memory of ``scopes`` (``None`` if it is not there); see
+        :mod:`mongomem.ltm.deletes` for what is guaranteed."""
+        return await delete_memory(self, memory_id, scopes, actor=actor, reason=reason,
+                                   now=self.clock())  # fmt: skip
+
+    async def _judged(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
         decision = plan_reconcile(candidate, neighbours, self.thresholds)
         if decision.needs_judge and self.judge is not None:
             target = next(

@@ -12,12 +12,13 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mongomem.mcp_server.server import Caller, Lookup, tool_errors
 from mongomem.models import Role, Turn
 from mongomem.sdk import (
     DEFAULT_CONTEXT_TYPES,
+    DeleteResult,
     Episode,
     MemoryContext,
     Procedure,
@@ -35,6 +36,21 @@ READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 SAVE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+#: Forgetting is destructive but repeatable: deleting twice changes nothing more.
+DELETE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+Reason = Annotated[str | None, Field(description="optional; why, kept in the history")]
+
+
+class Deletion(BaseModel):
+    """The result of a delete tool: what was deleted, or ``found: false``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    found: bool
+    deletion: DeleteResult | None = None
+
 
 Session = Annotated[
     str | None,
@@ -241,6 +257,31 @@ def _across_types(server: MCPServer[Any], caller: Caller) -> None:
         """Every version of one of this user's memories, oldest first (empty if not theirs)."""
         with tool_errors():
             return await caller.default.history(memory_id)
+
+    @server.tool(annotations=DELETE)
+    async def delete_memory(
+        memory_id: Annotated[str, Field(description="the memory's id (from a save or a read)")],
+        reason: Reason = None,
+    ) -> Deletion:
+        """Forget one of this user's memories: no read returns it again; its history keeps
+        the deletion (when, by whom, why). Deleting it again changes nothing."""
+        with tool_errors():
+            done = await caller.default.delete_memory(memory_id, reason=reason)
+        return Deletion(found=done is not None, deletion=done)
+
+    @server.tool(annotations=DELETE)
+    async def delete_memory_by_key(
+        memory_type: Annotated[str, Field(description="semantic, episodic, procedural, ...")],
+        key: Annotated[
+            str,
+            Field(description="label, title, procedure name, or domain/term for taxonomic"),
+        ],
+        reason: Reason = None,
+    ) -> Deletion:
+        """Forget this user's current memory of a type with this key (as delete_memory)."""
+        with tool_errors():
+            done = await caller.default.delete_by_key(memory_type, key, reason=reason)
+        return Deletion(found=done is not None, deletion=done)
 
     @server.tool(annotations=READ)
     async def whoami() -> dict[str, Any]:

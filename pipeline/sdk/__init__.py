@@ -24,6 +24,7 @@ from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from mongomem.sdk.models import (
     ContextItem,
+    DeleteResult,
     Episode,
     MemoryContext,
     MemoryRecord,
@@ -46,6 +47,7 @@ __all__ = [
     "AsyncMemory",
     "BoundMemory",
     "ContextItem",
+    "DeleteResult",
     "DirectTransport",
     "Episode",
     "HttpTransport",

@@ -26,6 +26,7 @@ from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
 from mongomem.sdk.models import (
     ContextItem,
+    DeleteResult,
     Episode,
     MemoryContext,
     MemoryRecord,
@@ -261,6 +262,50 @@ class AsyncBoundMemory:
     async def history(self, memory_id: str) -> list[VersionRecord]:
         """Every version of one of this caller's memories, oldest first (empty if not theirs)."""
         return await self._t.history(self.identity, memory_id)
+
+    # -- deleting (SPEC J1) ------------------------------------------------------------
+
+    async def delete_memory(
+        self, memory_id: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        """Delete one of this caller's memories; ``None`` if it has none with this id.
+
+        From the moment this returns, no read in any process returns the memory
+        (get, search, list, ``build_context``); its history ends with a
+        ``DELETE`` version that records the time, the actor (this caller's user
+        id) and ``reason``. Deleting it again changes nothing and answers
+        ``already_deleted=True``. Saving or extracting the same fact later is a
+        fresh ADD: a new memory id, the old versions stay in the old history.
+        See :mod:`mongomem.ltm.deletes`.
+        """
+        return await self._t.delete(self.identity, memory_id, reason)
+
+    async def delete_by_key(
+        self, memory_type: str, key: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        """Delete the current memory of ``memory_type`` with ``key`` (as
+        :meth:`delete_memory`); ``None`` if there is none. Taxonomic keys are
+        ``domain/term``."""
+        return await self._t.delete_by_key(self.identity, memory_type, key, reason)
+
+    async def delete_semantic(
+        self, label: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.SEMANTIC, label, reason=reason)
+
+    async def delete_episode(self, title: str, *, reason: str | None = None) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.EPISODIC, title, reason=reason)
+
+    async def delete_procedure(
+        self, name: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.PROCEDURAL, name, reason=reason)
+
+    async def delete_taxonomic_term(
+        self, domain: str, term: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        key = f"{domain.strip()}/{term.strip()}"
+        return await self.delete_by_key(MemoryType.TAXONOMIC, key, reason=reason)
 
     # -- short-term memory -------------------------------------------------------------
 

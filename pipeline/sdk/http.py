@@ -37,7 +37,7 @@ from mongomem.models import Role, Turn
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from mongomem.sdk.models import DeleteResult, MemoryRecord, SaveResult, SearchHit, VersionRecord
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.stm import SessionSummary, validate_metadata
 from mongomem.tls import Verify
@@ -53,7 +53,7 @@ _SESSIONS = TypeAdapter(list[SessionSummary])
 
 
 class _NotFound(Exception):
-    """A 404 ``MemoryNotFound`` answer (``get`` turns it into ``None``)."""
+    """A 404 ``MemoryNotFound`` answer (``get`` and the deletes turn it into ``None``)."""
 
 
 class HttpTransport(ServiceClient):
@@ -162,6 +162,26 @@ class HttpTransport(ServiceClient):
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         return self._decode(_VERSIONS, await self._call("history", who, memory_id=memory_id))
+
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        try:
+            result = await self._call("delete", who, memory_id=memory_id, reason=reason)
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(DeleteResult), result)
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        try:
+            result = await self._call(
+                "delete_by_key", who, memory_type=memory_type, key=key, reason=reason
+            )
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(DeleteResult), result)
 
     async def record_turn(
         self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None

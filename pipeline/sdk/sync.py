@@ -20,6 +20,7 @@ from mongomem.ltm import Judge, Thresholds
 from mongomem.models import Role, Turn
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.models import (
+    DeleteResult,
     Episode,
     MemoryContext,
     MemoryRequestContext,
@@ -247,6 +248,28 @@ class BoundMemory:
 
     def history(self, memory_id: str) -> list[VersionRecord]:
         return self._m._call(self._inner.history(memory_id))
+
+    def delete_memory(self, memory_id: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_memory(memory_id, reason=reason))
+
+    def delete_by_key(
+        self, memory_type: str, key: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_by_key(memory_type, key, reason=reason))
+
+    def delete_semantic(self, label: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_semantic(label, reason=reason))
+
+    def delete_episode(self, title: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_episode(title, reason=reason))
+
+    def delete_procedure(self, name: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_procedure(name, reason=reason))
+
+    def delete_taxonomic_term(
+        self, domain: str, term: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_taxonomic_term(domain, term, reason=reason))
 
     def record_turn(
         self, role: Role | str, content: str, metadata: dict[str, Any] | None = None

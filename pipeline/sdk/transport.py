@@ -31,7 +31,17 @@ from mongomem.sdk.idempotency import (
     request_fingerprint,
 )
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
+from mongomem.sdk.models import (
+    DeleteResult,
+    MemoryRecord,
+    SaveResult,
+    SearchHit,
+    VersionRecord,
+    check_memory_id,
+    check_reason,
+    delete_result,
+    record_of,
+)
 from mongomem.settings import Settings
 from mongomem.stm import SessionSummary, ShortTermMemory
 
@@ -69,6 +79,18 @@ class MemoryTransport(Protocol):
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]: ...
 
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        """Delete one of the caller's memories (``None``: no such memory in its scopes)."""
+        ...
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        """Delete the caller's current memory of ``memory_type`` with ``key`` (``None``: none)."""
+        ...
+
     async def record_turn(
         self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
     ) -> Turn: ...
@@ -85,6 +107,8 @@ class DirectTransport:
 
     ``embedder`` defaults to :func:`~mongomem.embeddings.make_embedder` of
     ``settings.embedding``; ``client`` lets an application share its client.
+    ``actor`` is who deletions are recorded as (default: the caller's user id;
+    the CLI records the operator).
     """
 
     def __init__(
@@ -95,8 +119,10 @@ class DirectTransport:
         judge: Judge | None = None,
         thresholds: Thresholds | None = None,
         client: AsyncMongoClient[Document] | None = None,
+        actor: str | None = None,
     ) -> None:
         self._settings = settings
+        self._actor = actor
         self._embedder = embedder
         self._judge = judge
         self._thresholds = thresholds
@@ -201,6 +227,30 @@ class DirectTransport:
             )
             for v in versions
         ]
+
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        store, _ = await self._ready()
+        memory_id = check_memory_id(memory_id)
+        reason = check_reason(reason)
+        actor = self._actor or who.user_id
+        found = await store.delete(memory_id, who.scopes, actor=actor, reason=reason)
+        return None if found is None else delete_result(found)
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        store, _ = await self._ready()
+        kind_of(memory_type)
+        reason = check_reason(reason)
+        scope = who.scope(memory_type)
+        current = await store.get(scope, memory_type, key)
+        if current is None:
+            return None
+        actor = self._actor or who.user_id
+        found = await store.delete(current.memory_id, [scope], actor=actor, reason=reason)
+        return None if found is None else delete_result(found)
 
     async def record_turn(
         self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None

@@ -15,6 +15,10 @@ operation           arguments                                              resul
 ``list_memories``   memory_type, limit, domain                             [MemoryRecord]
 ``list_domains``    (none)                                                 [str]
 ``history``         memory_id                                              [VersionRecord]
+``delete``          memory_id, reason (optional)                           DeleteResult
+                                                                           (404 if none)
+``delete_by_key``   memory_type, key, reason (optional)                    DeleteResult
+                                                                           (404 if none)
 ``record_turn``     role, content, metadata                                Turn
 ``recent_turns``    limit                                                  [Turn]
 ``list_sessions``   limit                                                  [SessionSummary]
@@ -40,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "OPERATIONS",
     "Caller",
+    "DeleteByKeyRequest",
+    "DeleteRequest",
     "ErrorBody",
     "GetRequest",
     "HistoryRequest",
@@ -92,6 +98,17 @@ class HistoryRequest(Caller):
     memory_id: str
 
 
+class DeleteRequest(Caller):
+    memory_id: str
+    reason: str | None = None
+
+
+class DeleteByKeyRequest(Caller):
+    memory_type: str
+    key: str
+    reason: str | None = None
+
+
 class RecordTurnRequest(Caller):
     role: str
     content: str
@@ -122,6 +139,8 @@ OPERATIONS: dict[str, type[Caller]] = {
     "list_memories": ListRequest,
     "list_domains": Caller,
     "history": HistoryRequest,
+    "delete": DeleteRequest,
+    "delete_by_key": DeleteByKeyRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
     "list_sessions": LimitRequest,

@@ -69,6 +69,8 @@ from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.sdk.wire import (
     OPERATIONS,
     Caller,
+    DeleteByKeyRequest,
+    DeleteRequest,
     GetRequest,
     HistoryRequest,
     LimitRequest,
@@ -147,6 +149,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.list_memories(who, a.memory_type, a.limit, a.domain)
         case HistoryRequest():
             return await t.history(who, a.memory_id)
+        case DeleteRequest():
+            return await t.delete(who, a.memory_id, a.reason)
+        case DeleteByKeyRequest():
+            return await t.delete_by_key(who, a.memory_type, a.key, a.reason)
         case RecordTurnRequest():
             return await t.record_turn(who, a.role, a.content, a.metadata)
         case LimitRequest() if op == "recent_turns":

@@ -28,7 +28,7 @@ TOOLS = {
     "save_episode", "search_episodes", "list_episodes",
     "save_procedure", "discover_procedures", "get_procedure",
     "save_taxonomic", "get_taxonomic_term", "search_taxonomic", "list_domains",
-    "build_context", "memory_history", "whoami",
+    "build_context", "memory_history", "delete_memory", "delete_memory_by_key", "whoami",
 }  # fmt: skip
 
 
