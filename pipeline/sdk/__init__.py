@@ -19,6 +19,7 @@ with an API key, with the same results and errors.
 
 from __future__ import annotations
 
+from mongomem.progress import ProcessingStatus, SnapshotProgress, TypeProgress
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
@@ -58,10 +59,13 @@ __all__ = [
     "MemoryRequestContext",
     "MemoryTransport",
     "Procedure",
+    "ProcessingStatus",
     "SaveResult",
     "SearchHit",
     "SemanticMemory",
+    "SnapshotProgress",
     "TaxonomicTerm",
+    "TypeProgress",
     "VersionRecord",
     "render_context",
     "resolve_identity",

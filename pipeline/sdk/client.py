@@ -14,13 +14,16 @@ identity's scopes.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar, cast
 
 from mongomem.embeddings import Embedder
-from mongomem.errors import ConfigError, InputError
+from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
 from mongomem.models import MemoryType, Role, Turn
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
@@ -306,6 +309,63 @@ class AsyncBoundMemory:
     ) -> DeleteResult | None:
         key = f"{domain.strip()}/{term.strip()}"
         return await self.delete_by_key(MemoryType.TAXONOMIC, key, reason=reason)
+
+    # -- processing status (SPEC J6) ----------------------------------------------------
+
+    async def processing_status(self) -> ProcessingStatus:
+        """How far extraction got with each snapshot of this context's session so far.
+
+        Per snapshot and enabled memory type: ``pending``, ``done`` (its
+        candidates are all reconciled; a snapshot with nothing of a type is done
+        for it) or ``dead_lettered`` (with the error). Three indexed MongoDB reads
+        sent together (snapshots, their progress, the last turn's seq); no Kafka
+        call. Turns not yet promoted to a snapshot are not counted, but
+        ``last_turn_seq`` shows them (see :mod:`mongomem.progress`).
+        """
+        return await self._t.processing_status(self.identity)
+
+    # The timeout is a parameter (not asyncio.timeout) so its error can name what is pending.
+    async def wait_until_processed(
+        self,
+        timeout: float = 60.0,  # noqa: ASYNC109
+        *,
+        all_turns: bool = False,
+        poll_s: float = 0.25,
+    ) -> ProcessingStatus:
+        """Wait until every snapshot of the session so far is done; its final status.
+
+        With ``all_turns`` it also waits until every turn recorded so far is in
+        a snapshot — use it after ``end_session``, or when the window closes by
+        message count; without it, turns still in an open window are not waited
+        for. Reads :meth:`processing_status` every ``poll_s`` seconds. Raises
+        :class:`~mongomem.errors.ProcessingTimeout` after ``timeout`` seconds,
+        naming every (snapshot, type) still pending, and
+        :class:`~mongomem.errors.ProcessingFailed` as soon as nothing is pending
+        but something was dead-lettered (it will not be done by waiting).
+        """
+        if not timeout > 0 or not poll_s > 0:
+            raise InputError("timeout and poll_s must be positive", field="timeout")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.processing_status()
+            unsnapshotted = all_turns and status.last_turn_seq > status.last_snapshot_seq
+            if status.state == "done" and not unsnapshotted:
+                return status
+            if status.state == "dead_lettered" and not unsnapshotted:
+                failed = "; ".join(f"{s} ({t}): {e}" for s, t, e in status.where("dead_lettered"))
+                raise ProcessingFailed(f"dead-lettered, so never done: {failed}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pending = ", ".join(f"{s} ({t})" for s, t, _ in status.where("pending"))
+                if unsnapshotted:
+                    first = status.last_snapshot_seq + 1
+                    pending += f"{', ' if pending else ''}turns {first}-{status.last_turn_seq} "
+                    pending += "(not in a snapshot yet)"
+                raise ProcessingTimeout(
+                    f"session {status.session_id!r} not processed after {timeout:g}s; "
+                    f"still pending: {pending}"
+                )
+            await asyncio.sleep(min(poll_s, left))
 
     # -- short-term memory -------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
 from mongomem.models import Role, Turn
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
@@ -182,6 +183,11 @@ class HttpTransport(ServiceClient):
         except _NotFound:
             return None
         return self._decode(TypeAdapter(DeleteResult), result)
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        who.session()  # a session is needed: say so before sending, as the direct path does
+        result = await self._call("processing_status", who)
+        return self._decode(TypeAdapter(ProcessingStatus), result)
 
     async def record_turn(
         self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None

@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 from mongomem.embeddings import Embedder
 from mongomem.ltm import Judge, Thresholds
 from mongomem.models import Role, Turn
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.models import (
     DeleteResult,
@@ -270,6 +271,19 @@ class BoundMemory:
         self, domain: str, term: str, *, reason: str | None = None
     ) -> DeleteResult | None:
         return self._m._call(self._inner.delete_taxonomic_term(domain, term, reason=reason))
+
+    def processing_status(self) -> ProcessingStatus:
+        return self._m._call(self._inner.processing_status())
+
+    def wait_until_processed(
+        self, timeout: float = 60.0, *, all_turns: bool = False, poll_s: float = 0.25
+    ) -> ProcessingStatus:
+        """As :meth:`AsyncBoundMemory.wait_until_processed`; ``timeout`` also bounds the call
+        (the memory's ``timeout_s`` does not cut a longer wait short)."""
+        return self._m._runner.call(
+            self._inner.wait_until_processed(timeout, all_turns=all_turns, poll_s=poll_s),
+            timeout + 30.0,
+        )
 
     def record_turn(
         self, role: Role | str, content: str, metadata: dict[str, Any] | None = None

@@ -25,6 +25,8 @@ from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
 from mongomem.mongo import Document, connect, database
+from mongomem.progress import ProcessingStatus, Progress
+from mongomem.project_config import enabled_types
 from mongomem.sdk.idempotency import (
     check_idempotency_key,
     keyed_candidate_id,
@@ -89,6 +91,10 @@ class MemoryTransport(Protocol):
         self, who: Identity, memory_type: str, key: str, reason: str | None
     ) -> DeleteResult | None:
         """Delete the caller's current memory of ``memory_type`` with ``key`` (``None``: none)."""
+        ...
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        """The extraction progress of the caller's session (:mod:`mongomem.progress`)."""
         ...
 
     async def record_turn(
@@ -251,6 +257,11 @@ class DirectTransport:
         actor = self._actor or who.user_id
         found = await store.delete(current.memory_id, [scope], actor=actor, reason=reason)
         return None if found is None else delete_result(found)
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        store, _ = await self._ready()
+        session = who.session()
+        return await Progress(store.db).session_status(session, enabled_types(self._settings))
 
     async def record_turn(
         self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None

@@ -19,6 +19,7 @@ operation           arguments                                              resul
                                                                            (404 if none)
 ``delete_by_key``   memory_type, key, reason (optional)                    DeleteResult
                                                                            (404 if none)
+``processing_status`` (none; the context's session)                       ProcessingStatus
 ``record_turn``     role, content, metadata                                Turn
 ``recent_turns``    limit                                                  [Turn]
 ``list_sessions``   limit                                                  [SessionSummary]
@@ -54,6 +55,7 @@ __all__ = [
     "RecordTurnRequest",
     "SaveRequest",
     "SearchRequest",
+    "SessionRequest",
 ]
 
 
@@ -109,6 +111,12 @@ class DeleteByKeyRequest(Caller):
     reason: str | None = None
 
 
+class SessionRequest(Caller):
+    """A call about the caller's session: ``session_id`` is required."""
+
+    session_id: str
+
+
 class RecordTurnRequest(Caller):
     role: str
     content: str
@@ -141,6 +149,7 @@ OPERATIONS: dict[str, type[Caller]] = {
     "history": HistoryRequest,
     "delete": DeleteRequest,
     "delete_by_key": DeleteByKeyRequest,
+    "processing_status": SessionRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
     "list_sessions": LimitRequest,

@@ -78,6 +78,7 @@ from mongomem.sdk.wire import (
     RecordTurnRequest,
     SaveRequest,
     SearchRequest,
+    SessionRequest,
 )
 from mongomem.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
 from mongomem.service.limits import RateLimiter
@@ -153,6 +154,8 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.delete(who, a.memory_id, a.reason)
         case DeleteByKeyRequest():
             return await t.delete_by_key(who, a.memory_type, a.key, a.reason)
+        case SessionRequest():
+            return await t.processing_status(who)
         case RecordTurnRequest():
             return await t.record_turn(who, a.role, a.content, a.metadata)
         case LimitRequest() if op == "recent_turns":

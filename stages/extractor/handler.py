@@ -13,6 +13,11 @@ Then the record goes to ``dlq.extractor.<type>`` with the error and the
 attempt count, and the stream goes on. A :class:`~mongomem.errors.ConfigError`
 (the endpoint rejects the key or model) is raised instead: every record would
 fail the same way, so the stage stops without committing.
+
+With a ``progress`` recorder, a handled snapshot is recorded in
+``processing_status`` before :meth:`TypeHandler.handle` returns: its candidate
+ids (none is a valid answer: the snapshot is then done for this type), or the
+dead letter's error (:mod:`mongomem.progress`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from mongomem.errors import (
 from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from mongomem.llm import LLM, LLMResult, LLMUsage
 from mongomem.models import MemoryCandidate, Snapshot, utcnow
+from mongomem.progress import Progress, until_stored
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
     extracted_items,
@@ -97,6 +103,7 @@ class TypeHandler:
         kafka: KafkaSettings,
         extraction: ExtractionSettings,
         usage: UsageRecorder,
+        progress: Progress | None = None,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -109,6 +116,7 @@ class TypeHandler:
         self._kafka = kafka
         self._extraction = extraction
         self._usage = usage
+        self._progress = progress
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -183,13 +191,33 @@ class TypeHandler:
                     exc,
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
+                await self._note(snapshot, None, f"{type(exc).__name__}: {exc}")
                 await self._record(snapshot, answer, spent, attempt, 0, "dead-letter")
                 return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._note(snapshot, [c.candidate_id for c in candidates], None)
             await self._record(snapshot, answer, spent, attempt, len(candidates), "ok")
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
+
+    async def _note(
+        self, snapshot: Snapshot, candidate_ids: list[str] | None, error: str | None
+    ) -> None:
+        """Record the snapshot as handled in ``processing_status`` (:mod:`mongomem.progress`):
+        its candidates (maybe none), or the dead letter's error. Retried until stored."""
+        progress = self._progress
+        if progress is None:
+            return
+        now, name = self._clock(), self.spec.name
+
+        async def write() -> None:
+            if candidate_ids is None:
+                await progress.extraction_failed(snapshot, name, error or "", now)
+            else:
+                await progress.extracted(snapshot, name, candidate_ids, now)
+
+        await until_stored(write, what=f"{self.stage}: progress of {snapshot.snapshot_id}")
 
     async def _respect_rate_limit(self) -> None:
         wait = self._paused_until - self._monotonic()

@@ -32,6 +32,7 @@ from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topi
 from mongomem.llm import LLM, make_llm
 from mongomem.mongo import Document, connect, database
 from mongomem.ops import consumer_group
+from mongomem.progress import Progress, until_stored
 from mongomem.settings import Settings
 from mongomem.stages.extractor.handler import Outcome, SourceRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec
@@ -102,11 +103,13 @@ async def run_extractors(
     llm: LLM | None = None,
     embedder: Embedder | None = None,
     usage: UsageRecorder | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Run one consumer group per spec in this process until cancelled.
 
     ``llm``, ``embedder`` and ``usage`` default to the configured providers and
-    the ``llm_usage`` collection; tests pass their own.
+    the ``llm_usage`` collection; tests pass their own. ``progress`` defaults to
+    the ``processing_status`` collection (:mod:`mongomem.progress`).
     """
     kafka = settings.kafka
     topics = [kafka.topic(SNAPSHOTS), kafka.topic(CANDIDATES)]
@@ -118,13 +121,18 @@ async def run_extractors(
     own_embedder = embedder is None
     embedder = embedder or make_embedder(settings.embedding)
     mongo: AsyncMongoClient[Document] | None = None
-    if usage is None:
+    own_progress = progress is None
+    if usage is None or progress is None:
         mongo = connect(settings.mongodb)
-        usage = MongoUsageRecorder(database(mongo, settings.mongodb)[LLM_USAGE])
+        db = database(mongo, settings.mongodb)
+        usage = usage or MongoUsageRecorder(db[LLM_USAGE])
+        progress = progress or Progress(db)
     producer: AIOKafkaProducer = make_producer(kafka)
     consumers: list[AIOKafkaConsumer] = []
     batch_size = max(1, settings.extraction.concurrency * 2)
     try:
+        if own_progress:
+            await until_stored(progress.ensure_index, what="the processing_status index")
         await producer.start()
         workers: list[TypeConsumer] = []
         for spec in specs:
@@ -136,6 +144,7 @@ async def run_extractors(
                 kafka=kafka,
                 extraction=settings.extraction,
                 usage=usage,
+                progress=progress,
             )
             consumer = AIOKafkaConsumer(
                 kafka.topic(SNAPSHOTS),
