@@ -49,6 +49,7 @@ __all__ = [
     "TypeProgress",
     "progress_id",
     "session_status",
+    "type_progress",
     "until_stored",
 ]
 

@@ -13,12 +13,17 @@ from pymongo import AsyncMongoClient
 from service_http import start
 from test_service import KEY_A, with_keys
 
+from mongomem.codec import encode
+from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import InputError, ProcessingFailed, ProcessingTimeout
+from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.ltm.testing import candidate
 from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
 from mongomem.mongo import SNAPSHOTS, TURNS, Document, database
-from mongomem.progress import PROGRESS
+from mongomem.progress import PROGRESS, type_progress
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, Settings
+from mongomem.stages.reconciler import run_reconciler
 from mongomem.supervisor import StageProcess
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, ServerError
 
@@ -162,3 +167,48 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
             assert (await chat.processing_status()).snapshots[0].types[0].state == "pending"
         finally:
             await runner.cleanup()
+
+
+async def test_the_reconciler_records_applied_and_dead_lettered_candidates(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """The reconciler stage's own records, as `processing_status` reads them."""
+    good = candidate("semantic", label="seat", text="Aisle seats.", snapshot="snap-a")
+    small = HashingEmbedder(8)  # another size than the scope's memories: refused by the store
+    bad = candidate("semantic", label="meal", text="Vegetarian.", snapshot="snap-b",
+                    embedder=small)  # fmt: skip
+    direct = candidate("semantic", label="pet", text="A cat.", snapshot=None)
+    topics = [settings.kafka.topic(CANDIDATES), dead_letter_topic(settings.kafka, "reconciler")]
+    await ensure_topics(settings.kafka, topics)
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        for c in (good, direct, bad):
+            await producer.send(settings.kafka.topic(CANDIDATES), encode(c),
+                                key=c.scope.kafka_key())  # fmt: skip
+        await producer.flush()
+    finally:
+        await producer.stop()
+    entries = database(mongo, settings.mongodb)[PROGRESS]
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_reconciler(settings, stop))
+    try:
+        for _ in range(600):
+            if await entries.count_documents({}) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    applied = await entries.find_one({"_id": stable_id("prog", "snap-a", "semantic")})
+    assert applied is not None
+    assert applied["reconciled"] == [good.candidate_id]
+    failed = await entries.find_one({"_id": stable_id("prog", "snap-b", "semantic")})
+    assert failed is not None
+    [failure] = failed["failed"]
+    assert failure["candidate_id"] == bad.candidate_id
+    assert "InputError" in failure["error"]
+    assert await entries.count_documents({}) == 2  # a direct save has no snapshot to mark
+    assert type_progress("semantic", {**failed, "candidates": [bad.candidate_id]}).state == (
+        "dead_lettered"
+    )
