@@ -133,10 +133,19 @@ class Turn(_Frozen):
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: AwareDatetime
+    #: When a turn recorded with its own past time (``record_turn(..., at=)``,
+    #: SPEC J7) was written; ``None`` for a turn recorded live, whose
+    #: ``created_at`` is that time. Left out of the encoding when ``None``.
+    recorded_at: AwareDatetime | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @staticmethod
     def make_id(project_id: str, user_id: str, session_id: str, seq: int) -> str:
         return stable_id("turn", project_id, user_id, session_id, seq)
+
+    @property
+    def arrived_at(self) -> datetime:
+        """When the turn reached mongomem (wall clock): ``recorded_at``, else ``created_at``."""
+        return self.recorded_at or self.created_at
 
     @model_validator(mode="after")
     def _id_matches(self) -> Turn:

@@ -53,7 +53,7 @@ import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
@@ -67,12 +67,14 @@ from mongomem.mongo import TURNS, Document
 from mongomem.settings import StmSettings
 
 __all__ = [
+    "FUTURE_SKEW_S",
     "SESSION_SEQ_INDEX",
     "SessionSummary",
     "ShortTermMemory",
     "session_key",
     "turn_document",
     "turn_from_document",
+    "validate_at",
     "validate_content",
     "validate_limit",
     "validate_metadata",
@@ -224,6 +226,30 @@ def validate_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
     return plain
 
 
+#: How far in the future ``record_turn(..., at=)`` may be: the clock skew allowed
+#: between the caller's clock and this process's.
+FUTURE_SKEW_S = 5.0
+
+
+def validate_at(at: object, now: datetime) -> datetime:
+    """A historical turn's own time (UTC, to the millisecond), or :class:`InputError`
+    naming ``at``: it must be an aware datetime no later than ``now`` + :data:`FUTURE_SKEW_S`."""
+    if not isinstance(at, datetime):
+        raise InputError(f"at must be a datetime, got {type(at).__name__}", field="at")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InputError("at must be timezone-aware (e.g. datetime(..., tzinfo=UTC))", field="at")
+    if at - now > timedelta(seconds=FUTURE_SKEW_S):
+        raise InputError(
+            f"at ({at.isoformat()}) is in the future (more than {FUTURE_SKEW_S:g}s ahead of "
+            f"{now.isoformat()})",
+            field="at",
+        )
+    try:
+        return _millis(at.astimezone(UTC))
+    except OverflowError:
+        raise InputError("at is out of range", field="at") from None
+
+
 def validate_limit(limit: object, maximum: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise InputError(f"limit must be an integer from 1 to {maximum}", field="limit")
@@ -245,7 +271,7 @@ def turn_document(turn: Turn) -> Document:
         "content": turn.content,
         "metadata": turn.metadata,
         "created_at": turn.created_at,
-    }
+    } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
 
 
 def turn_from_document(doc: Mapping[str, Any]) -> Turn:
@@ -254,9 +280,10 @@ def turn_from_document(doc: Mapping[str, Any]) -> Turn:
     Raises :class:`pydantic.ValidationError` when the document is not a turn.
     """
     fields = {k: v for k, v in doc.items() if k != "_id"}
-    created = fields.get("created_at")
-    if isinstance(created, datetime) and created.tzinfo is None:
-        fields["created_at"] = created.replace(tzinfo=UTC)
+    for name in ("created_at", "recorded_at"):
+        at = fields.get(name)
+        if isinstance(at, datetime) and at.tzinfo is None:
+            fields[name] = at.replace(tzinfo=UTC)
     return Turn.model_validate({"turn_id": doc.get("_id"), **fields})
 
 
@@ -288,7 +315,8 @@ class ShortTermMemory:
         self._turns = db[TURNS]
         self._limits = limits or StmSettings()
         self._clock = clock
-        self._last: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        # per session: the last seq and its turn's created_at (a hint, see the module doc)
+        self._last: OrderedDict[tuple[str, str, str], tuple[int, datetime | None]] = OrderedDict()
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
 
     @property
@@ -317,19 +345,35 @@ class ShortTermMemory:
         role: Role | str,
         content: str,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        """Store one turn with the session's next seq and return it."""
+        """Store one turn with the session's next seq and return it.
+
+        ``at`` records a turn of the past with its own time (historical import,
+        SPEC J7): an aware datetime, not later than now plus
+        :data:`FUTURE_SKEW_S` (clock skew between writer and server), and not
+        earlier than the session's previous turn; else :class:`InputError`
+        (``field="at"``) and nothing is stored. Its ``created_at`` is ``at``
+        (to the millisecond) and ``recorded_at`` the time of the write.
+        """
         key = _check_key(key)
         role_ = validate_role(role)
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
+        own_time = None if at is None else validate_at(at, self._clock())
         slot = (key.project_id, key.user_id, key.session_id)
         async with self._session_lock(slot):
-            last = self._last.get(slot)
-            if last is None:
-                last = await self._read_last_seq(key)
+            last, last_at = self._last.get(slot) or await self._read_last(key)
             for attempt in range(_MAX_ATTEMPTS):
                 seq = last + 1
+                now = _millis(self._clock())
+                if own_time is not None and last_at is not None and own_time < last_at:
+                    raise InputError(
+                        f"at ({own_time.isoformat()}) is earlier than the session's previous "
+                        f"turn (seq {last}, {last_at.isoformat()}); turns are recorded in order",
+                        field="at",
+                    )
                 turn = Turn(
                     turn_id=Turn.make_id(*slot, seq),
                     project_id=key.project_id,
@@ -339,15 +383,17 @@ class ShortTermMemory:
                     role=role_,
                     content=text,
                     metadata=meta,
-                    created_at=_millis(self._clock()),
+                    created_at=now if own_time is None else own_time,
+                    recorded_at=None if own_time is None else now,
                 )
                 if await self._insert(turn):
-                    self._remember(slot, seq)
+                    self._remember(slot, seq, turn.created_at)
                     return turn
                 # Another writer holds ``seq``: catch up and try the next number.
                 if attempt >= 2:
                     await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-                last = max(seq, await self._read_last_seq(key))
+                read, read_at = await self._read_last(key)
+                last, last_at = (read, read_at) if read >= seq else (seq, last_at)
         raise StorageError(
             f"could not allocate a seq for session {key.session_id!r} after {_MAX_ATTEMPTS} "
             "conflicts with concurrent writers; try again"
@@ -430,17 +476,25 @@ class ShortTermMemory:
             raise StorageError(f"could not store the turn: {exc}") from exc
         return True
 
-    async def _read_last_seq(self, key: SessionKey) -> int:
+    async def _read_last(self, key: SessionKey) -> tuple[int, datetime | None]:
+        """The session's last seq (0: none) and that turn's ``created_at``."""
         try:
             doc = await self._turns.find_one(
-                _filter(key), projection={"seq": 1, "_id": 0}, sort=[("seq", DESCENDING)]
+                _filter(key),
+                projection={"seq": 1, "created_at": 1, "_id": 0},
+                sort=[("seq", DESCENDING)],
             )
         except PyMongoError as exc:
             raise StorageError(f"could not read the session's last seq: {exc}") from exc
-        return int(doc["seq"]) if doc is not None else 0
+        if doc is None:
+            return 0, None
+        created = doc.get("created_at")
+        if isinstance(created, datetime) and created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return int(doc["seq"]), created if isinstance(created, datetime) else None
 
-    def _remember(self, slot: tuple[str, str, str], seq: int) -> None:
-        self._last[slot] = seq
+    def _remember(self, slot: tuple[str, str, str], seq: int, created_at: datetime) -> None:
+        self._last[slot] = (seq, created_at)
         self._last.move_to_end(slot)
         while len(self._last) > _CACHE_SIZE:
             self._last.popitem(last=False)

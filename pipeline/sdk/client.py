@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from mongomem.embeddings import Embedder
@@ -370,10 +371,25 @@ class AsyncBoundMemory:
     # -- short-term memory -------------------------------------------------------------
 
     async def record_turn(
-        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+        self,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        """Record one turn of this context's session (fast; no extraction happens here)."""
-        return await self._t.record_turn(self.identity, role, content, metadata)
+        """Record one turn of this context's session (fast; no extraction happens here).
+
+        ``at`` loads a turn of the past with its own time (backfills,
+        evaluations; SPEC J7): a timezone-aware datetime, at most
+        :data:`~mongomem.stm.FUTURE_SKEW_S` seconds ahead of now, and not earlier
+        than the session's previous turn — else
+        :class:`~mongomem.errors.InputError` with ``field="at"`` and nothing is
+        stored. The windowing stage windows such turns by their own times.
+        """
+        if at is None:
+            return await self._t.record_turn(self.identity, role, content, metadata)
+        return await self._t.record_turn(self.identity, role, content, metadata, at=at)
 
     async def recent_turns(self, limit: int = 50) -> list[Turn]:
         return await self._t.recent_turns(self.identity, limit)

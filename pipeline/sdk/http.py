@@ -27,20 +27,21 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from datetime import datetime
 from typing import Any
 
 import httpx
 from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
-from mongomem.models import Role, Turn
+from mongomem.models import Role, Turn, utcnow
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import DeleteResult, MemoryRecord, SaveResult, SearchHit, VersionRecord
 from mongomem.sdk.service_client import ServiceClient
-from mongomem.stm import SessionSummary, validate_metadata
+from mongomem.stm import SessionSummary, validate_at, validate_metadata
 from mongomem.tls import Verify
 
 __all__ = ["HttpTransport"]
@@ -190,11 +191,21 @@ class HttpTransport(ServiceClient):
         return self._decode(TypeAdapter(ProcessingStatus), result)
 
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
     ) -> Turn:
         # JSON would turn non-string keys into strings: check as the direct path does
         plain = None if metadata is None else validate_metadata(metadata, sys.maxsize)
-        result = await self._call("record_turn", who, role=role, content=content, metadata=plain)
+        extra: dict[str, Any] = {}
+        if at is not None:  # naive or far ahead: say so here; the service checks again
+            extra["at"] = validate_at(at, utcnow()).isoformat()
+        result = await self._call(
+            "record_turn", who, role=role, content=content, metadata=plain, **extra
+        )
         return self._decode(TypeAdapter(Turn), result)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:

@@ -13,6 +13,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from mongomem.embeddings import Embedder
@@ -286,9 +287,14 @@ class BoundMemory:
         )
 
     def record_turn(
-        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+        self,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        return self._m._call(self._inner.record_turn(role, content, metadata))
+        return self._m._call(self._inner.record_turn(role, content, metadata, at=at))
 
     def recent_turns(self, limit: int = 50) -> list[Turn]:
         return self._m._call(self._inner.recent_turns(limit))

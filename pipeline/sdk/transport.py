@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime
 from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
@@ -98,8 +99,15 @@ class MemoryTransport(Protocol):
         ...
 
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
-    ) -> Turn: ...
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
+    ) -> Turn:
+        """Record a turn; ``at`` (passed only when given) is a historical turn's own time."""
+        ...
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
 
@@ -264,10 +272,15 @@ class DirectTransport:
         return await Progress(store.db).session_status(session, enabled_types(self._settings))
 
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
     ) -> Turn:
         stm = await self._short_term()
-        return await stm.record_turn(who.session(), role, content, metadata)
+        return await stm.record_turn(who.session(), role, content, metadata, at=at)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()

@@ -20,7 +20,7 @@ operation           arguments                                              resul
 ``delete_by_key``   memory_type, key, reason (optional)                    DeleteResult
                                                                            (404 if none)
 ``processing_status`` (none; the context's session)                       ProcessingStatus
-``record_turn``     role, content, metadata                                Turn
+``record_turn``     role, content, metadata, at (optional, ISO time)       Turn
 ``recent_turns``    limit                                                  [Turn]
 ``list_sessions``   limit                                                  [SessionSummary]
 ==================  =====================================================  ==============
@@ -38,6 +38,7 @@ with a different request answers 422 with ``field: "idempotency_key"``
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -121,6 +122,8 @@ class RecordTurnRequest(Caller):
     role: str
     content: str
     metadata: dict[str, Any] | None = None
+    # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
+    at: datetime | None = None
 
 
 class LimitRequest(Caller):

@@ -156,8 +156,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.delete_by_key(who, a.memory_type, a.key, a.reason)
         case SessionRequest():
             return await t.processing_status(who)
-        case RecordTurnRequest():
+        case RecordTurnRequest() if a.at is None:
             return await t.record_turn(who, a.role, a.content, a.metadata)
+        case RecordTurnRequest():
+            return await t.record_turn(who, a.role, a.content, a.metadata, at=a.at)
         case LimitRequest() if op == "recent_turns":
             return await t.recent_turns(who, a.limit)
         case LimitRequest():

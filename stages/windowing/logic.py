@@ -19,6 +19,12 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
    everything pending is promoted: holes are given up as in rule 1, and the
    last run closes with reason ``idle``. A turn that arrives after such a
    pause therefore closes the earlier window before it is added.
+
+   A turn recorded with its own past time (historical import, SPEC J7) is
+   windowed by that time against the session's other turns; but a *tick*
+   measures rules 1 and 2 from when such turns arrived (their
+   ``recorded_at``, kept as ``arrived_at``), so an import still under way is
+   not cut into windows by the clock, only by its own pauses.
 3. **Count.** A turn with the expected ``seq`` joins the open window (and
    pulls in any waiting turns it makes contiguous). Every full
    ``max_messages`` turns close as one snapshot (reason ``count``).
@@ -109,6 +115,8 @@ class WindowState(_Frozen):
     last_at: AwareDatetime | None = None
     gap_since: AwareDatetime | None = None
     seen_at: AwareDatetime | None = None
+    #: When the latest pending historical turn arrived (``None``: no such turn).
+    arrived_at: AwareDatetime | None = Field(default=None, exclude_if=lambda v: v is None)
     partition: int | None = None
     offset: int | None = None
 
@@ -163,8 +171,8 @@ class Window:
     """
 
     __slots__ = (
-        "ahead", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at", "session",
-        "snapshots",
+        "ahead", "arrived_at", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at",
+        "session", "snapshots",
     )  # fmt: skip
 
     def __init__(
@@ -176,6 +184,7 @@ class Window:
         last_at: AwareDatetime | None = None,
         gap_since: AwareDatetime | None = None,
         seen_at: AwareDatetime | None = None,
+        arrived_at: AwareDatetime | None = None,
     ) -> None:
         self.session = session
         self.next_seq = next_seq
@@ -184,6 +193,7 @@ class Window:
         self.last_at = last_at
         self.gap_since = gap_since
         self.seen_at = seen_at
+        self.arrived_at = arrived_at
         self.snapshots: list[Snapshot] = []
         self.lost: list[int] = []
 
@@ -197,6 +207,7 @@ class Window:
             state.last_at,
             state.gap_since,
             state.seen_at,
+            state.arrived_at,
         )
 
     def copy(self) -> Window:
@@ -209,6 +220,7 @@ class Window:
             self.last_at,
             self.gap_since,
             self.seen_at,
+            self.arrived_at,
         )
 
     @property
@@ -248,6 +260,7 @@ class Window:
             self.last_at,
             self.gap_since,
             self.seen_at,
+            self.arrived_at,
         )
 
     def state(self, **stamp: int | None) -> WindowState:
@@ -262,18 +275,24 @@ class Window:
             last_at=self.last_at,
             gap_since=self.gap_since,
             seen_at=self.seen_at,
+            arrived_at=self.arrived_at,
             **stamp,
         )
 
     # -- events ------------------------------------------------------------------------------
     def on_tick(self, at: AwareDatetime, policy: WindowPolicy) -> None:
-        """Event time has reached ``at`` (rules 1 and 2)."""
-        self._time_closes(policy, at)
+        """Event time has reached ``at`` (rules 1 and 2, from when historical turns arrived)."""
+        self._time_closes(policy, at, self.arrived_at)
 
-    def on_turn(self, turn: SnapshotTurn, policy: WindowPolicy) -> Outcome:
-        """A turn of this session (all three rules); says if it was late or a duplicate."""
+    def on_turn(
+        self, turn: SnapshotTurn, policy: WindowPolicy, arrived_at: AwareDatetime | None = None
+    ) -> Outcome:
+        """A turn of this session (all three rules); says if it was late or a duplicate.
+
+        ``arrived_at`` is the ``recorded_at`` of a turn recorded with its own past time.
+        """
         now = turn.created_at
-        self._time_closes(policy, now)
+        self._time_closes(policy, now, None)
         seq = turn.seq
         expected = self.next_seq + len(self.open)
         if seq < self.next_seq:
@@ -293,10 +312,14 @@ class Window:
             self.gap_since = None
         self.last_at = now if self.last_at is None else max(self.last_at, now)
         self.seen_at = now if self.seen_at is None else max(self.seen_at, now)
+        if arrived_at is not None or self.arrived_at is not None:
+            came = arrived_at or now
+            self.arrived_at = came if self.arrived_at is None else max(self.arrived_at, came)
         if len(self.open) >= policy.max_messages:
             self._count_closes(policy, now)
         if not (self.open or self.ahead):
             self.last_at = None
+            self.arrived_at = None
         return None
 
     # -- rules -------------------------------------------------------------------------------
@@ -340,13 +363,23 @@ class Window:
             self._close(policy.max_messages, "count", now)
             self._pull()
 
-    def _time_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+    def _time_closes(
+        self, policy: WindowPolicy, now: AwareDatetime, arrived: AwareDatetime | None
+    ) -> None:
+        """Rules 1 and 2 at ``now``; ``arrived`` (a tick's view of historical turns) moves
+        the times they are measured from to no earlier than it."""
+
+        def since(at: AwareDatetime) -> AwareDatetime:
+            return at if arrived is None else max(at, arrived)
+
         while (
-            self.ahead and self.gap_since is not None and now - self.gap_since >= policy.gap_timeout
+            self.ahead
+            and self.gap_since is not None
+            and now - since(self.gap_since) >= policy.gap_timeout
         ):
             self._give_up_hole(now)
             self._count_closes(policy, now)
-        if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
+        if self.last_at is not None and now - since(self.last_at) >= policy.idle_timeout:
             while self.ahead:
                 self._give_up_hole(now)
                 self._count_closes(policy, now)
@@ -354,6 +387,7 @@ class Window:
                 self._close(len(self.open), "idle", now)
             self.last_at = None
             self.gap_since = None
+            self.arrived_at = None
 
 
 def _by_seq(turn: SnapshotTurn) -> int:
@@ -389,7 +423,7 @@ def advance(state: WindowState, event: Turn | WindowTick, policy: WindowPolicy) 
             state.session_id,
         ):
             raise ValueError("a turn of another session was applied to this window")
-        outcome = window.on_turn(snapshot_turn(event), policy)
+        outcome = window.on_turn(snapshot_turn(event), policy, event.recorded_at)
         if outcome == "late":
             late = (event.seq,)
         elif outcome == "duplicate":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -40,7 +41,8 @@ __all__ = ["TurnReader", "TurnRecord", "read_generic"]
 TURN_KIND = kind_of(Turn)
 TICK_KIND = kind_of(WindowTick)
 
-_FIELDS = frozenset(Turn.model_fields)
+#: A live turn's fields; one with ``recorded_at`` (historical import) takes the general path.
+_FIELDS = frozenset(Turn.model_fields) - {"recorded_at"}
 _FIELDS_WITHOUT_METADATA = _FIELDS - {"metadata"}
 
 #: Sessions whose identifiers are remembered (the memo is emptied when it is full).
@@ -54,6 +56,8 @@ class TurnRecord:
     session: SessionKey
     key: bytes
     turn: SnapshotTurn
+    #: A historical turn's ``recorded_at`` (``None`` for a turn recorded live).
+    arrived_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,4 +151,4 @@ def read_generic(raw: bytes | None) -> TurnRecord | WindowTick:
             f"expected a {TURN_KIND!r} or {TICK_KIND!r} message, got kind {kind!r}"
         ) from None
     session = turn.session
-    return TurnRecord(session, session.kafka_key(), snapshot_turn(turn))
+    return TurnRecord(session, session.kafka_key(), snapshot_turn(turn), turn.recorded_at)
