@@ -269,7 +269,7 @@ def test_a_historical_import_windows_by_its_own_times_whatever_the_ticks(
             update={
                 "created_at": old + timedelta(seconds=second),
                 "recorded_at": now + timedelta(seconds=seq),
-            }  # fmt: skip
+            }
         )
         own.append(turn)
     with_ticks: list[Turn | WindowTick] = []
