@@ -47,6 +47,8 @@ raises :class:`~mongomem.errors.InputError` whose ``field`` names it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import math
 import random
@@ -69,8 +71,10 @@ from mongomem.settings import StmSettings
 __all__ = [
     "FUTURE_SKEW_S",
     "SESSION_SEQ_INDEX",
+    "SessionPage",
     "SessionSummary",
     "ShortTermMemory",
+    "TurnPage",
     "session_key",
     "turn_document",
     "turn_from_document",
@@ -100,6 +104,43 @@ class SessionSummary(BaseModel):
     turn_count: int
     last_seq: int
     last_activity: AwareDatetime
+
+
+class SessionPage(BaseModel):
+    """A page of sessions (by ``session_id``); ``next_cursor`` continues (``None``: last)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: tuple[SessionSummary, ...]
+    next_cursor: str | None = None
+
+
+class TurnPage(BaseModel):
+    """A page of one session's turns (by ``seq``); ``next_cursor`` continues (``None``: last)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: tuple[Turn, ...]
+    next_cursor: str | None = None
+
+
+def _cursor(kind: str, after: object) -> str:
+    raw = json.dumps([kind, after]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after(kind: str, cursor: object, value_type: type) -> Any:
+    """What a ``kind`` cursor says to start after, or :class:`InputError` naming ``cursor``."""
+    try:
+        if not isinstance(cursor, str):
+            raise TypeError(cursor)
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        found, after = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise InputError("cursor is not one this call returned", field="cursor") from None
+    if found != kind or type(after) is not value_type:
+        raise InputError(f"cursor is not a cursor of {kind}", field="cursor")
+    return after
 
 
 # --------------------------------------------------------------------------- validation
@@ -435,22 +476,66 @@ class ShortTermMemory:
             rows = await cursor.to_list(length=limit)
         except PyMongoError as exc:
             raise StorageError(f"could not list sessions: {exc}") from exc
-        out = []
-        for row in rows:
-            at = row["last_activity"]
-            if isinstance(at, datetime) and at.tzinfo is None:
-                at = at.replace(tzinfo=UTC)
-            out.append(
-                SessionSummary(
-                    project_id=project,
-                    user_id=user,
-                    session_id=row["_id"],
-                    turn_count=row["turn_count"],
-                    last_seq=row["last_seq"],
-                    last_activity=at,
-                )
-            )
-        return out
+        return [_summary(project, user, row) for row in rows]
+
+    async def browse_sessions(
+        self,
+        project_id: str,
+        user_id: str,
+        limit: int = 100,
+        cursor: str | None = None,
+        active_since: datetime | None = None,
+    ) -> SessionPage:
+        """The user's sessions by ``session_id``, a page at a time (SPEC J3).
+
+        The order is fixed, so paging neither skips nor repeats a session; a
+        session started meanwhile appears on a later page if its id sorts after
+        the cursor. ``active_since`` keeps sessions with a turn at or after it.
+        """
+        project = _identifier(project_id, "project_id")
+        user = _identifier(user_id, "user_id")
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        if active_since is not None and not (
+            isinstance(active_since, datetime) and active_since.tzinfo is not None
+        ):
+            raise InputError("active_since must be a timezone-aware datetime", field="active_since")
+        pipeline: list[Document] = [{"$match": {"project_id": project, "user_id": user}}]
+        if cursor is not None:
+            after = _after("sessions", cursor, str)
+            pipeline[0]["$match"]["session_id"] = {"$gt": after}
+        pipeline += [
+            {"$group": {"_id": "$session_id", "turn_count": {"$sum": 1},
+                        "last_seq": {"$max": "$seq"}, "last_activity": {"$max": "$created_at"}}},
+        ]  # fmt: skip
+        if active_since is not None:
+            pipeline.append({"$match": {"last_activity": {"$gte": active_since}}})
+        pipeline += [{"$sort": {"_id": 1}}, {"$limit": limit + 1}]
+        try:
+            rows = await (await self._turns.aggregate(pipeline)).to_list(length=limit + 1)
+        except PyMongoError as exc:
+            raise StorageError(f"could not list sessions: {exc}") from exc
+        items = tuple(_summary(project, user, row) for row in rows[:limit])
+        more = len(rows) > limit
+        return SessionPage(
+            items=items, next_cursor=_cursor("sessions", items[-1].session_id) if more else None
+        )
+
+    async def browse_turns(
+        self, key: SessionKey, limit: int = 100, cursor: str | None = None
+    ) -> TurnPage:
+        """The session's turns oldest first (by ``seq``), a page at a time (SPEC J3)."""
+        key = _check_key(key)
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        query = _filter(key)
+        if cursor is not None:
+            query["seq"] = {"$gt": _after("turns", cursor, int)}
+        try:
+            docs = await self._turns.find(query).sort("seq", ASCENDING).limit(limit + 1).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"could not read turns: {exc}") from exc
+        items = tuple(_parse(doc) for doc in docs[:limit])
+        more = len(docs) > limit
+        return TurnPage(items=items, next_cursor=_cursor("turns", items[-1].seq) if more else None)
 
     # ------------------------------------------------------------------ internals
 
@@ -512,6 +597,16 @@ class ShortTermMemory:
                 del self._locks[slot]
             else:
                 self._locks[slot] = (lock, users - 1)
+
+
+def _summary(project: str, user: str, row: Mapping[str, Any]) -> SessionSummary:
+    at = row["last_activity"]
+    if isinstance(at, datetime) and at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return SessionSummary(
+        project_id=project, user_id=user, session_id=row["_id"], turn_count=row["turn_count"],
+        last_seq=row["last_seq"], last_activity=at,
+    )  # fmt: skip
 
 
 def _parse(doc: Mapping[str, Any]) -> Turn:

@@ -66,12 +66,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING
+from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, MongomemError, StorageError, WriteConflict
+from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
@@ -175,6 +176,11 @@ class MemoryStore(MemoryReads):
                 name="scope_type_status_key",
             )  # fmt: skip
             await self.memories.create_index("memory_id", name="memory_id")
+            await self.memories.create_index(
+                [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
+                 ("status", ASCENDING), ("created_at", DESCENDING)],
+                name=BROWSE_INDEX,
+            )  # fmt: skip
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
             if self.ledger_ttl_s is not None:  # settled entries go at their own expires_at

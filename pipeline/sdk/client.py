@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 from mongomem.embeddings import Embedder
 from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
+from mongomem.ltm.browse import make_filter
 from mongomem.models import MemoryType, Role, Turn
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.http import HttpTransport
@@ -33,6 +34,8 @@ from mongomem.sdk.models import (
     DeleteResult,
     Episode,
     MemoryContext,
+    MemoryItem,
+    MemoryPage,
     MemoryRecord,
     MemoryRequestContext,
     Procedure,
@@ -46,7 +49,7 @@ from mongomem.sdk.models import (
 from mongomem.sdk.render import render_context
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, load_settings
-from mongomem.stm import SessionSummary
+from mongomem.stm import SessionPage, SessionSummary, TurnPage
 from mongomem.tls import Verify
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
@@ -310,6 +313,56 @@ class AsyncBoundMemory:
     ) -> DeleteResult | None:
         key = f"{domain.strip()}/{term.strip()}"
         return await self.delete_by_key(MemoryType.TAXONOMIC, key, reason=reason)
+
+    # -- browsing (SPEC J3) -------------------------------------------------------------
+
+    async def browse_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """A page of this caller's memory versions, newest first; one type, or all of them.
+
+        ``status`` is ``current``, ``superseded`` or ``deleted`` (a deleted memory's
+        ``DELETE`` version); ``updated_since`` keeps versions updated at or after
+        it; ``key_prefix`` keys that start with it. Pass the page's
+        ``next_cursor`` (with the same filters) for the next page: paging never
+        skips nor repeats a version (see :mod:`mongomem.ltm.browse`).
+        """
+        f = make_filter(memory_type, status, updated_since, key_prefix)
+        return await self._t.browse_memories(self.identity, f, _limit(limit), cursor)
+
+    async def count_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+    ) -> int:
+        """How many versions :meth:`browse_memories` would list with these filters."""
+        f = make_filter(memory_type, status, updated_since, key_prefix)
+        return await self._t.count_memories(self.identity, f)
+
+    async def get_memory(self, memory_id: str) -> MemoryItem | None:
+        """The memory with this id as it stands (its ``DELETE`` version once deleted);
+        ``None`` if it is not one of this caller's."""
+        return await self._t.get_memory(self.identity, memory_id)
+
+    async def browse_sessions(
+        self, *, limit: int = 100, cursor: str | None = None, active_since: datetime | None = None
+    ) -> SessionPage:
+        """This user's sessions by id, a page at a time (``active_since``: a turn at or after)."""
+        return await self._t.browse_sessions(self.identity, limit, cursor, active_since)
+
+    async def browse_turns(self, *, limit: int = 100, cursor: str | None = None) -> TurnPage:
+        """This context's session's turns, oldest first, a page at a time."""
+        return await self._t.browse_turns(self.identity, limit, cursor)
 
     # -- processing status (SPEC J6) ----------------------------------------------------
 

@@ -34,14 +34,23 @@ import httpx
 from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
+from mongomem.ltm.browse import MemoryFilter
 from mongomem.models import Role, Turn, utcnow
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import DeleteResult, MemoryRecord, SaveResult, SearchHit, VersionRecord
+from mongomem.sdk.models import (
+    DeleteResult,
+    MemoryItem,
+    MemoryPage,
+    MemoryRecord,
+    SaveResult,
+    SearchHit,
+    VersionRecord,
+)
 from mongomem.sdk.service_client import ServiceClient
-from mongomem.stm import SessionSummary, validate_at, validate_metadata
+from mongomem.stm import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
 from mongomem.tls import Verify
 
 __all__ = ["HttpTransport"]
@@ -185,6 +194,39 @@ class HttpTransport(ServiceClient):
             return None
         return self._decode(TypeAdapter(DeleteResult), result)
 
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        result = await self._call(
+            "browse_memories", who, **f.model_dump(mode="json"), limit=limit, cursor=cursor
+        )
+        return self._decode(TypeAdapter(MemoryPage), result)
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int:
+        result = await self._call("count_memories", who, **f.model_dump(mode="json"))
+        return self._decode(TypeAdapter(int), result)
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        try:
+            result = await self._call("get_memory", who, memory_id=memory_id)
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(MemoryItem), result)
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage:
+        since = None if active_since is None else _aware(active_since, "active_since")
+        result = await self._call(
+            "browse_sessions", who, limit=limit, cursor=cursor, active_since=since
+        )
+        return self._decode(TypeAdapter(SessionPage), result)
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage:
+        who.session()  # a session is needed: say so before sending, as the direct path does
+        result = await self._call("browse_turns", who, limit=limit, cursor=cursor)
+        return self._decode(TypeAdapter(TurnPage), result)
+
     async def processing_status(self, who: Identity) -> ProcessingStatus:
         who.session()  # a session is needed: say so before sending, as the direct path does
         result = await self._call("processing_status", who)
@@ -213,6 +255,12 @@ class HttpTransport(ServiceClient):
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))
+
+
+def _aware(at: object, field: str) -> str:
+    if not isinstance(at, datetime) or at.tzinfo is None:
+        raise InputError(f"{field} must be a timezone-aware datetime", field=field)
+    return at.isoformat()
 
 
 def _error_type(payload: Any) -> str | None:

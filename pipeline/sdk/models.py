@@ -15,6 +15,8 @@ __all__ = [
     "DeleteResult",
     "Episode",
     "MemoryContext",
+    "MemoryItem",
+    "MemoryPage",
     "MemoryRecord",
     "MemoryRequestContext",
     "Procedure",
@@ -23,6 +25,7 @@ __all__ = [
     "SemanticMemory",
     "TaxonomicTerm",
     "VersionRecord",
+    "item_of",
     "record_of",
     "typed",
 ]
@@ -128,6 +131,24 @@ class VersionRecord(_Frozen):
     superseded_by: str | None = None
     reason: str | None = None
     actor: str | None = None
+
+
+class MemoryItem(VersionRecord):
+    """One version of one memory, as browsing lists it (SPEC J3)."""
+
+    memory_id: str
+    memory_type: str
+
+
+class MemoryPage(_Frozen):
+    """A page of :class:`MemoryItem`; pass ``next_cursor`` for the next (``None``: last page)."""
+
+    items: tuple[MemoryItem, ...]
+    next_cursor: str | None = None
+
+
+def item_of(version: MemoryVersion) -> MemoryItem:
+    return MemoryItem.model_validate(version.model_dump(exclude={"scope", "embedding"}))
 
 
 class DeleteResult(_Frozen):

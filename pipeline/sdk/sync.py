@@ -25,6 +25,8 @@ from mongomem.sdk.models import (
     DeleteResult,
     Episode,
     MemoryContext,
+    MemoryItem,
+    MemoryPage,
     MemoryRequestContext,
     Procedure,
     SaveResult,
@@ -35,7 +37,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
-from mongomem.stm import SessionSummary
+from mongomem.stm import SessionPage, SessionSummary, TurnPage
 from mongomem.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
@@ -272,6 +274,46 @@ class BoundMemory:
         self, domain: str, term: str, *, reason: str | None = None
     ) -> DeleteResult | None:
         return self._m._call(self._inner.delete_taxonomic_term(domain, term, reason=reason))
+
+    def browse_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        return self._m._call(self._inner.browse_memories(
+            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix,
+            limit=limit, cursor=cursor,
+        ))  # fmt: skip
+
+    def count_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+    ) -> int:
+        return self._m._call(self._inner.count_memories(
+            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix
+        ))  # fmt: skip
+
+    def get_memory(self, memory_id: str) -> MemoryItem | None:
+        return self._m._call(self._inner.get_memory(memory_id))
+
+    def browse_sessions(
+        self, *, limit: int = 100, cursor: str | None = None, active_since: datetime | None = None
+    ) -> SessionPage:
+        return self._m._call(
+            self._inner.browse_sessions(limit=limit, cursor=cursor, active_since=active_since)
+        )
+
+    def browse_turns(self, *, limit: int = 100, cursor: str | None = None) -> TurnPage:
+        return self._m._call(self._inner.browse_turns(limit=limit, cursor=cursor))
 
     def processing_status(self) -> ProcessingStatus:
         return self._m._call(self._inner.processing_status())

@@ -24,7 +24,8 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import Embedder, embed_queries, make_embedder
 from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
-from mongomem.models import Evidence, MemoryType, Role, Turn, stable_id, utcnow
+from mongomem.ltm.browse import MemoryFilter, browse, count
+from mongomem.models import Evidence, MemoryScope, MemoryType, Role, Turn, stable_id, utcnow
 from mongomem.mongo import Document, connect, database
 from mongomem.progress import ProcessingStatus, Progress
 from mongomem.project_config import enabled_types
@@ -36,6 +37,8 @@ from mongomem.sdk.idempotency import (
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import (
     DeleteResult,
+    MemoryItem,
+    MemoryPage,
     MemoryRecord,
     SaveResult,
     SearchHit,
@@ -43,10 +46,11 @@ from mongomem.sdk.models import (
     check_memory_id,
     check_reason,
     delete_result,
+    item_of,
     record_of,
 )
 from mongomem.settings import Settings
-from mongomem.stm import SessionSummary, ShortTermMemory
+from mongomem.stm import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
 __all__ = ["DirectTransport", "MemoryTransport"]
 
@@ -97,6 +101,24 @@ class MemoryTransport(Protocol):
     async def processing_status(self, who: Identity) -> ProcessingStatus:
         """The extraction progress of the caller's session (:mod:`mongomem.progress`)."""
         ...
+
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        """A page of the caller's memory versions (:mod:`mongomem.ltm.browse`)."""
+        ...
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int: ...
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        """The memory's latest version (``None``: not one of the caller's)."""
+        ...
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage: ...
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage: ...
 
     async def record_turn(
         self,
@@ -265,6 +287,40 @@ class DirectTransport:
         actor = self._actor or who.user_id
         found = await store.delete(current.memory_id, [scope], actor=actor, reason=reason)
         return None if found is None else delete_result(found)
+
+    def _browse_scopes(self, who: Identity, f: MemoryFilter) -> list[MemoryScope]:
+        if f.memory_type is None:
+            return list(who.scopes)
+        kind_of(f.memory_type)
+        return [who.scope(f.memory_type)]
+
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        store, _ = await self._ready()
+        found, following = await browse(
+            store.memories, self._browse_scopes(who, f), f, limit, cursor
+        )
+        return MemoryPage(items=tuple(item_of(v) for v in found), next_cursor=following)
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int:
+        store, _ = await self._ready()
+        return await count(store.memories, self._browse_scopes(who, f), f)
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        store, _ = await self._ready()
+        found = await store.latest(check_memory_id(memory_id), who.scopes)
+        return None if found is None else item_of(found)
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage:
+        stm = await self._short_term()
+        return await stm.browse_sessions(who.project_id, who.user_id, limit, cursor, active_since)
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage:
+        stm = await self._short_term()
+        return await stm.browse_turns(who.session(), limit, cursor)
 
     async def processing_status(self, who: Identity) -> ProcessingStatus:
         store, _ = await self._ready()

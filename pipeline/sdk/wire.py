@@ -20,6 +20,13 @@ operation           arguments                                              resul
 ``delete_by_key``   memory_type, key, reason (optional)                    DeleteResult
                                                                            (404 if none)
 ``processing_status`` (none; the context's session)                       ProcessingStatus
+``browse_memories`` memory_type, status, updated_since, key_prefix,        MemoryPage
+                    limit, cursor (all optional)
+``count_memories``  memory_type, status, updated_since, key_prefix         int
+``get_memory``      memory_id                                              MemoryItem
+                                                                           (404 if none)
+``browse_sessions`` limit, cursor, active_since (optional)                 SessionPage
+``browse_turns``    limit, cursor (the context's session)                  TurnPage
 ``record_turn``     role, content, metadata, at (optional, ISO time)       Turn
 ``recent_turns``    limit                                                  [Turn]
 ``list_sessions``   limit                                                  [SessionSummary]
@@ -45,10 +52,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "OPERATIONS",
+    "BrowseMemoriesRequest",
+    "BrowseSessionsRequest",
+    "BrowseTurnsRequest",
     "Caller",
+    "CountMemoriesRequest",
     "DeleteByKeyRequest",
     "DeleteRequest",
     "ErrorBody",
+    "GetMemoryRequest",
     "GetRequest",
     "HistoryRequest",
     "LimitRequest",
@@ -118,6 +130,34 @@ class SessionRequest(Caller):
     session_id: str
 
 
+class CountMemoriesRequest(Caller):
+    # Checked by mongomem.ltm.browse.make_filter, which names the field.
+    memory_type: str | None = None
+    status: str = "current"
+    updated_since: datetime | None = None
+    key_prefix: str | None = None
+
+
+class BrowseMemoriesRequest(CountMemoriesRequest):
+    limit: int = Field(default=50, ge=1, le=1000)
+    cursor: str | None = None
+
+
+class GetMemoryRequest(Caller):
+    memory_id: str
+
+
+class BrowseSessionsRequest(Caller):
+    limit: int = Field(default=100, ge=1, le=1000)
+    cursor: str | None = None
+    active_since: datetime | None = None
+
+
+class BrowseTurnsRequest(SessionRequest):
+    limit: int = Field(default=100, ge=1, le=1000)
+    cursor: str | None = None
+
+
 class RecordTurnRequest(Caller):
     role: str
     content: str
@@ -153,6 +193,11 @@ OPERATIONS: dict[str, type[Caller]] = {
     "delete": DeleteRequest,
     "delete_by_key": DeleteByKeyRequest,
     "processing_status": SessionRequest,
+    "browse_memories": BrowseMemoriesRequest,
+    "count_memories": CountMemoriesRequest,
+    "get_memory": GetMemoryRequest,
+    "browse_sessions": BrowseSessionsRequest,
+    "browse_turns": BrowseTurnsRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
     "list_sessions": LimitRequest,

@@ -60,6 +60,7 @@ from pymongo.errors import PyMongoError
 from mongomem.embeddings import Embedder
 from mongomem.errors import InputError, MongomemError, RateLimitExceeded, ScopeError, StorageError
 from mongomem.ltm import Judge, Thresholds
+from mongomem.ltm.browse import MemoryFilter, make_filter
 from mongomem.mongo import Document, connect, database
 from mongomem.readiness import check_ready, ensure_ready
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND, error_body, status_for
@@ -68,9 +69,14 @@ from mongomem.sdk.models import MemoryRequestContext
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.sdk.wire import (
     OPERATIONS,
+    BrowseMemoriesRequest,
+    BrowseSessionsRequest,
+    BrowseTurnsRequest,
     Caller,
+    CountMemoriesRequest,
     DeleteByKeyRequest,
     DeleteRequest,
+    GetMemoryRequest,
     GetRequest,
     HistoryRequest,
     LimitRequest,
@@ -154,6 +160,16 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.delete(who, a.memory_id, a.reason)
         case DeleteByKeyRequest():
             return await t.delete_by_key(who, a.memory_type, a.key, a.reason)
+        case BrowseMemoriesRequest():
+            return await t.browse_memories(who, _filter(a), a.limit, a.cursor)
+        case CountMemoriesRequest():
+            return await t.count_memories(who, _filter(a))
+        case GetMemoryRequest():
+            return await t.get_memory(who, a.memory_id)
+        case BrowseSessionsRequest():
+            return await t.browse_sessions(who, a.limit, a.cursor, a.active_since)
+        case BrowseTurnsRequest():
+            return await t.browse_turns(who, a.limit, a.cursor)
         case SessionRequest():
             return await t.processing_status(who)
         case RecordTurnRequest() if a.at is None:
@@ -165,6 +181,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
         case LimitRequest():
             return await t.list_sessions(who, a.limit)
     return await t.list_domains(who)
+
+
+def _filter(a: CountMemoriesRequest) -> MemoryFilter:
+    return make_filter(a.memory_type, a.status, a.updated_since, a.key_prefix)
 
 
 def _bearer(request: web.Request) -> str | None:
