@@ -3,6 +3,7 @@ reconciler core, the caches of other processes, isolation and bad input."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -264,3 +265,64 @@ def test_cli_deletes_by_id_and_by_key_only_with_yes(
         assert main(["memory", "delete", *who, *by_key]) == 1  # nothing current any more
         other = ["--project-id", "other", "--user-id", "user_1"]
         assert main(["memory", "delete", saved.memory_id, *other, "--yes"]) == 1  # not theirs
+
+
+async def test_an_interrupted_delete_is_completed_by_the_next_one(
+    memory: AsyncMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mongomem.ltm import deletes
+
+    chat = memory.bind(ctx())
+    saved = await chat.save_semantic("seat", "The user prefers aisle seats.")
+    await chat.save_semantic("seat", "The user prefers window seats.")  # v2
+    assert await chat.search_semantic("window seats")  # this process's index holds it
+
+    async def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed between the DELETE version and the supersede")
+
+    monkeypatch.setattr(deletes, "_complete", crash)
+    with pytest.raises(RuntimeError):
+        await chat.delete_memory(saved.memory_id, reason="first try")
+    monkeypatch.undo()
+    assert await chat.get_semantic("seat") is not None  # v2 still reads as current
+
+    again = await chat.delete_memory(saved.memory_id, reason="second try")
+    assert again is not None
+    assert again.already_deleted
+    assert again.reason == "first try"  # the deletion that was written
+    assert await chat.get_semantic("seat") is None
+    assert await chat.search_semantic("window seats") == []
+    history = await chat.history(saved.memory_id)
+    assert [v.status for v in history] == [MemoryStatus.SUPERSEDED] * 2 + [MemoryStatus.DELETED]
+
+
+async def test_deletes_racing_saves_of_the_same_key_leave_one_current_memory_at_most(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """Two processes: one deletes the key's memory while the other saves new texts."""
+    async with (
+        AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as a,
+        AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as b,
+    ):
+        saver, deleter = a.bind(ctx()), b.bind(ctx())
+        for round_ in range(12):
+            await asyncio.gather(
+                saver.save_semantic("city", f"The user lives in city number {round_}."),
+                deleter.delete_semantic("city", reason=f"round {round_}"),
+                saver.save_semantic("city", f"The user moved to town number {round_}."),
+            )
+        db = database(mongo, settings.mongodb)
+        docs = await db[MEMORIES].find({"key_norm": "city"}).to_list()
+        current = [d for d in docs if d["status"] == "current"]
+        assert len({d["memory_id"] for d in current}) <= 1
+        assert len(current) <= 1
+        by_memory: dict[str, list[Document]] = {}
+        for d in docs:
+            by_memory.setdefault(d["memory_id"], []).append(d)
+        for versions in by_memory.values():
+            versions.sort(key=lambda d: d["version"])
+            assert [d["version"] for d in versions] == list(range(1, len(versions) + 1))
+            assert all(d["status"] != "current" for d in versions[:-1])
+            deleted = [d for d in versions if d["status"] == "deleted"]
+            assert deleted in ([], [versions[-1]])  # a DELETE version ends a history
+        assert (await saver.get_semantic("city") is None) == (not current)
