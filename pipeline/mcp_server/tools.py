@@ -22,6 +22,7 @@ from mongomem.sdk import (
     Episode,
     MemoryContext,
     Procedure,
+    ProcessingStatus,
     SaveResult,
     SearchHit,
     SemanticMemory,
@@ -102,6 +103,14 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
         """The last turns of a session, oldest first."""
         with tool_errors():
             return await caller.bind(session_id).recent_turns(limit)
+
+    @server.tool(annotations=READ)
+    async def processing_status(session_id: Session = None) -> ProcessingStatus:
+        """Has extraction caught up? Per snapshot of the session and memory type: pending,
+        done, or dead_lettered (with the error); last_turn_seq beyond last_snapshot_seq
+        counts turns not yet in a snapshot."""
+        with tool_errors():
+            return await caller.bind(session_id).processing_status()
 
     @server.tool(annotations=READ)
     async def list_sessions(limit: Annotated[int, Limit("sessions")] = 100) -> list[SessionSummary]:

@@ -173,6 +173,11 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         blank = await client.call_tool("delete_memory", {"memory_id": ""})
         assert "invalid input (memory_id)" in error(blank)
 
+        status = ok(await client.call_tool("processing_status", {}))
+        assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice",
+                                                                              "done")  # fmt: skip
+        assert status["snapshots"] == []  # bob's session of the same id is not alice's
+
     still = await bob.get_semantic("home-airport")
     assert still is not None
     assert (still.text, still.version) == ("Bob's home airport is Oslo.", 1)

@@ -23,7 +23,7 @@ from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
 from mongomem.stm import validate_role
 
 TOOLS = {
-    "record_turn", "recent_turns", "list_sessions",
+    "record_turn", "recent_turns", "list_sessions", "processing_status",
     "save_semantic", "get_semantic", "search_semantic",
     "save_episode", "search_episodes", "list_episodes",
     "save_procedure", "discover_procedures", "get_procedure",
