@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e"]
+ORDER = ["stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "lifecycle"]
 
 
 def collect() -> Path:

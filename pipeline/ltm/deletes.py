@@ -29,6 +29,7 @@ A decision-log entry (action ``DELETE``) records the deletion as well.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -55,12 +56,12 @@ def deletion_id(memory_id: str, version: int) -> str:
     return stable_id("del", memory_id, version)
 
 
+@dataclass(frozen=True)
 class Deleted:
     """The ``DELETE`` version a deletion wrote (or found), and whether it was there before."""
 
-    def __init__(self, version: MemoryVersion, already: bool) -> None:
-        self.version = version
-        self.already = already
+    version: MemoryVersion
+    already: bool
 
 
 async def _run(op: Any) -> Any:
@@ -126,7 +127,8 @@ _NOT_COPIED = frozenset(
 
 
 async def _complete(store: MemoryStore, tombstone: Doc, now: datetime) -> None:
-    """Supersede the version before the ``DELETE`` one, bump the scope log, log it.
+    """Supersede every version below the ``DELETE`` one still current, bump the scope log,
+    log the deletion.
 
     Every step is idempotent, so a repeat completes an interrupted deletion.
     """
@@ -134,23 +136,34 @@ async def _complete(store: MemoryStore, tombstone: Doc, now: datetime) -> None:
     scope = MemoryScope.model_validate(tombstone["scope"])
     memory_type = tombstone["memory_type"]
     cid = tombstone["candidate_id"]
-    changed = [tombstone["_id"]]
-    base_id = MemoryVersion.make_version_id(memory_id, version - 1)
+    # Every version below still marked current: the one before, and any a crash left
+    # current beside it (readers take the higher of two; none may outlive the deletion).
+    below = await _run(store.memories.find(
+        {"memory_id": memory_id, "status": MemoryStatus.CURRENT.value,
+         "version": {"$lt": version}}, {"_id": 1, "version": 1},
+    ).to_list())  # fmt: skip
     superseded = False
-    if version > 1:
-        changed.append(base_id)
+    for doc in below:
         result = await _run(store.memories.update_one(
-            {"_id": base_id, "status": MemoryStatus.CURRENT.value},
+            {"_id": doc["_id"], "status": MemoryStatus.CURRENT.value},
             supersede_update(tombstone["_id"], now),
         ))  # fmt: skip
-        superseded = bool(result.modified_count)
+        superseded = superseded or bool(result.modified_count)
+    # the version before is named even when it was superseded already (by an
+    # interrupted attempt): the scope log must still tell other caches to drop it
+    before = [{"_id": MemoryVersion.make_version_id(memory_id, version - 1),
+               "version": version - 1}] if version > 1 else []  # fmt: skip
+    dropped = list({d["_id"]: d for d in [*below, *before]}.values())
+    changed = [tombstone["_id"], *(d["_id"] for d in dropped)]
     logged = await _run(store.decisions.find_one({"_id": cid}, {"_id": 1}))
     if logged is not None and not superseded:
         return  # completed before
     rev = await _run(bump_scope(store.scope_log, scope, memory_type, changed, deleted=1))
-    base = {"_id": base_id, "memory_id": memory_id, "version": version - 1, "key": "",
-            "text": "", "status": MemoryStatus.SUPERSEDED.value}  # fmt: skip
-    gone = [tombstone, base]
+    gone = [tombstone] + [
+        {"_id": d["_id"], "memory_id": memory_id, "version": int(d["version"]), "key": "",
+         "text": "", "status": MemoryStatus.SUPERSEDED.value}
+        for d in dropped
+    ]  # fmt: skip
     store.cache.note_write(scope, memory_type, rev, gone)
     if logged is None:
         try:

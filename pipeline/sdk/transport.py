@@ -159,6 +159,7 @@ class DirectTransport:
     ) -> None:
         self._settings = settings
         self._actor = actor
+        self._types: tuple[str, ...] | None = None
         self._embedder = embedder
         self._judge = judge
         self._thresholds = thresholds
@@ -325,7 +326,9 @@ class DirectTransport:
     async def processing_status(self, who: Identity) -> ProcessingStatus:
         store, _ = await self._ready()
         session = who.session()
-        return await Progress(store.db).session_status(session, enabled_types(self._settings))
+        if self._types is None:  # the project config is read once
+            self._types = enabled_types(self._settings)
+        return await Progress(store.db).session_status(session, self._types)
 
     async def record_turn(
         self,

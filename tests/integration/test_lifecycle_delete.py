@@ -326,3 +326,18 @@ async def test_deletes_racing_saves_of_the_same_key_leave_one_current_memory_at_
             deleted = [d for d in versions if d["status"] == "deleted"]
             assert deleted in ([], [versions[-1]])  # a DELETE version ends a history
         assert (await saver.get_semantic("city") is None) == (not current)
+
+
+async def test_a_delete_leaves_no_current_version_behind_even_two_left_by_a_crash(
+    memory: AsyncMemory, settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    chat = memory.bind(ctx())
+    first = await chat.save_semantic("seat", "The user prefers aisle seats.")
+    await chat.save_semantic("seat", "The user prefers window seats.")
+    memories = database(mongo, settings.mongodb)[MEMORIES]
+    # an UPDATE interrupted before it superseded version 1: two current versions
+    await memories.update_one({"_id": first.version_id}, {"$set": {"status": "current"}})
+    assert await chat.delete_memory(first.memory_id) is not None
+    assert await memories.count_documents({"memory_id": first.memory_id, "status": "current"}) == 0
+    assert await chat.get_semantic("seat") is None
+    assert await chat.search_semantic("aisle seats") == []
