@@ -209,8 +209,9 @@ async def run(args: argparse.Namespace) -> str:
         *[f"| {p} | {s} |" for p, s in waits],
         "",
         f"{args.rounds} rounds each, a session of 20 snapshots; the record lands at a "
-        "different point of the poll cycle each round, so the mean is about half a poll "
-        "interval plus one processing_status call.",
+        "different point of the poll cycle each round: the wait returns at the next poll, "
+        "so between zero and one poll interval after the record, plus one "
+        "processing_status call.",
         "",
         f"## delete_memory in a scope of {args.memories} memories",
         "",
