@@ -11,6 +11,7 @@
     mongomem memory history MEMORY_ID --project-id P --user-id U   every version
     mongomem memory sessions --project-id P --user-id U [--since ISO] [--limit N] [--cursor C]
     mongomem memory turns    --project-id P --user-id U --session-id S [--limit N] [--cursor C]
+    mongomem memory status   --project-id P --user-id U --session-id S [--wait SECONDS]
 
 Lists print one JSON object per line on stdout; when there is a next page,
 ``next page: --cursor C`` goes to stderr.
@@ -92,6 +93,12 @@ def add_cli(subparsers: Any) -> None:
     turns = action("turns", "one session's turns, oldest first, a page at a time")
     turns.add_argument("--session-id", required=True)
     paged(turns, 100)
+    status = action("status", "extraction progress of one session (pending, done, dead letters)")
+    status.add_argument("--session-id", required=True)
+    status.add_argument(
+        "--wait", type=float, default=None, metavar="SECONDS",
+        help="wait until every turn so far is processed (exit 1 on timeout)",
+    )  # fmt: skip
     parser.set_defaults(handler=memory_command)
 
 
@@ -146,6 +153,12 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                     limit=args.limit, cursor=args.cursor, active_since=args.since
                 )
                 _lines(sessions.items, sessions.next_cursor)
+            case "status":
+                if args.wait is None:
+                    progress = await chat.processing_status()
+                else:
+                    progress = await chat.wait_until_processed(args.wait, all_turns=True)
+                print(progress.model_dump_json(indent=2))
             case "turns":
                 turns = await chat.browse_turns(limit=args.limit, cursor=args.cursor)
                 _lines(turns.items, turns.next_cursor)

@@ -8,6 +8,7 @@ sent as structured content (and as JSON text for clients that read only text).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
@@ -91,10 +92,17 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
             dict[str, Any] | None, Field(description="optional JSON object kept with the turn")
         ] = None,
         session_id: Session = None,
+        at: Annotated[
+            datetime | None,
+            Field(
+                description="optional; a past turn's own time (ISO 8601 with an offset), for "
+                "importing old conversations; not before the session's previous turn"
+            ),
+        ] = None,
     ) -> Turn:
         """Record one conversation turn (short-term memory); it gets the session's next seq."""
         with tool_errors():
-            return await caller.bind(session_id).record_turn(role, content, metadata)
+            return await caller.bind(session_id).record_turn(role, content, metadata, at=at)
 
     @server.tool(annotations=READ)
     async def recent_turns(

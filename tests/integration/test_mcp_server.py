@@ -173,6 +173,15 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         blank = await client.call_tool("delete_memory", {"memory_id": ""})
         assert "invalid input (memory_id)" in error(blank)
 
+        old = ok(await client.call_tool("record_turn", {
+            "role": "user", "content": "from 2024", "session_id": "import",
+            "at": "2024-03-01T10:00:00+01:00"}))  # fmt: skip
+        assert old["created_at"] == "2024-03-01T09:00:00Z"
+        naive = await client.call_tool("record_turn", {
+            "role": "user", "content": "naive", "session_id": "import",
+            "at": "2024-03-01T11:00:00"})  # fmt: skip
+        assert "invalid input (at)" in error(naive)
+
         status = ok(await client.call_tool("processing_status", {}))
         assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice",
                                                                               "done")  # fmt: skip

@@ -41,6 +41,19 @@ def scripted(request: ChatRequest) -> Reply:
     return Answer({"items": []})
 
 
+def snapshot_doc(project: str, session: str) -> dict[str, object]:
+    """A snapshot document as the windowing stage stores it (one turn, seq 1)."""
+    now = utcnow().replace(microsecond=0)
+    turn = SnapshotTurn(turn_id=stable_id("turn", session, 1), seq=1, role="user",
+                        content="hi", created_at=now)  # fmt: skip
+    snap = Snapshot(
+        snapshot_id=stable_id("snap", project, "u", session, 1, 1), project_id=project,
+        user_id="u", session_id=session, first_seq=1, last_seq=1, turns=(turn,),
+        reason="idle", closed_at=now,
+    )  # fmt: skip
+    return {"_id": snap.snapshot_id, **snap.model_dump(mode="python")}
+
+
 @pytest.fixture
 def llm() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer(scripted) as server:
@@ -123,17 +136,11 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     """No pipeline runs here: a stored snapshot stays pending for good."""
-    now = utcnow().replace(microsecond=0)
-    turn = SnapshotTurn(turn_id=stable_id("turn", 1), seq=1, role="user", content="hi",
-                        created_at=now)  # fmt: skip
     session = MemoryRequestContext(user_id="u", session_id="stuck")
-    snap_id = stable_id("snap", "travel", "u", "stuck", 1, 1)
-    snapshot = Snapshot(
-        snapshot_id=snap_id, project_id="travel", user_id="u", session_id="stuck",
-        first_seq=1, last_seq=1, turns=(turn,), reason="idle", closed_at=now,
-    )  # fmt: skip
+    stored = snapshot_doc("travel", "stuck")
+    snap_id = str(stored["_id"])
     db = database(mongo, settings.mongodb)
-    await db[SNAPSHOTS].insert_one({"_id": snap_id, **snapshot.model_dump(mode="python")})
+    await db[SNAPSHOTS].insert_one(stored)
     async with AsyncMemory(project_id="travel", settings=configured(settings)) as memory:
         chat = memory.bind(session)
         with pytest.raises(ProcessingTimeout, match=f"{snap_id} \\(semantic\\)") as late:
@@ -212,3 +219,29 @@ async def test_the_reconciler_records_applied_and_dead_lettered_candidates(
     assert type_progress("semantic", {**failed, "candidates": [bad.candidate_id]}).state == (
         "dead_lettered"
     )
+
+
+def test_cli_status_prints_the_progress_and_waits(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from pymongo import MongoClient
+
+    from mongomem.cli import main
+
+    monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
+    monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
+    monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic")
+    who = ["--project-id", "p", "--user-id", "u", "--session-id", "cli"]
+    assert main(["memory", "status", *who]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "done"  # nothing yet
+    snap = snapshot_doc("p", "cli")
+    with MongoClient(settings.mongodb.uri, tz_aware=True) as sync:
+        sync[settings.mongodb.database][SNAPSHOTS].insert_one(snap)
+    assert main(["memory", "status", *who]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["state"] == "pending"
+    assert printed["snapshots"][0]["types"][0]["memory_type"] == "semantic"
+    assert main(["memory", "status", *who, "--wait", "0.3"]) == 1
+    assert f"{snap['_id']} (semantic)" in capsys.readouterr().err
