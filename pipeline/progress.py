@@ -18,7 +18,8 @@ for as long as it takes), so a handled record is always recorded.
 
 A (snapshot, type) is **done** when its extractor's entry lists candidates all
 of which are reconciled, **dead-lettered** when either stage dead-lettered it
-(with the error), **pending** otherwise. :func:`session_status` reads the
+(with the error; a candidate dead-lettered and applied since does not count),
+**pending** otherwise. :func:`session_status` reads the
 session's snapshots, their entries and its last turn's seq: three indexed
 reads, sent together (one round trip of latency), and no Kafka call.
 """
@@ -128,7 +129,8 @@ def type_progress(memory_type: str, row: Document | None) -> TypeProgress:
     reconciled = set(row.get("reconciled", ()))
     count = None if expected is None else len(expected)
     done = 0 if expected is None else len(reconciled & set(expected))
-    failures: list[Document] = list(row.get("failed", ()))
+    # a candidate dead-lettered once and applied since (a replay of the letter) is fine
+    failures = [f for f in row.get("failed", ()) if f.get("candidate_id") not in reconciled]
     dead = row.get("dead_letter")
     error = dead.get("error") if isinstance(dead, dict) else None
     if error is None and failures:
