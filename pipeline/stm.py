@@ -42,6 +42,14 @@ listing, not for hot paths.
 
 Validation (A3) happens before anything is sent to MongoDB; a bad argument
 raises :class:`~mongomem.errors.InputError` whose ``field`` names it.
+
+Historical import (J7): ``record_turn(..., at=)`` stores a past turn with its
+own time as ``created_at`` and the time of the write as ``recorded_at``. The
+order check (never before the session's previous turn) is made against the
+last turn this process knows of, and again after every seq conflict with the
+turn that won, so a turn out of order is refused before anything is stored.
+Sessions and turns are also listed a page at a time (J3), by session id and by
+seq: orders that never change, so a cursor neither skips nor repeats.
 """
 
 from __future__ import annotations
