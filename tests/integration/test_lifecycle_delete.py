@@ -4,11 +4,15 @@ reconciler core, the caches of other processes, isolation and bad input."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, start
 from test_service import KEY_A, KEY_B, with_keys
@@ -341,3 +345,45 @@ async def test_a_delete_leaves_no_current_version_behind_even_two_left_by_a_cras
     assert await memories.count_documents({"memory_id": first.memory_id, "status": "current"}) == 0
     assert await chat.get_semantic("seat") is None
     assert await chat.search_semantic("aisle seats") == []
+
+
+EXAMPLES = itertools.count()
+OPS = st.lists(
+    st.tuples(st.sampled_from(["save", "save", "delete"]), st.sampled_from(["a", "b"]),
+              st.integers(0, 2)),
+    min_size=1, max_size=10,
+)  # fmt: skip
+
+
+@settings_(max_examples=20, deadline=None,
+           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(ops=OPS)
+async def test_random_saves_and_deletes_never_bring_a_deleted_memory_back(
+    memory: AsyncMemory, ops: list[tuple[str, str, int]]
+) -> None:
+    """Against a model: a key is live or not; a save of a key that is not live is an ADD
+    of a memory id never used before; a delete ends the live memory's history."""
+    chat = memory.bind(ctx(f"u-{next(EXAMPLES)}"))  # a fresh scope for every example
+    live: dict[str, str] = {}
+    used: set[str] = set()
+    for op, key, text in ops:
+        if op == "save":
+            saved = await chat.save_semantic(key, f"Fact {key} has value {text}.")
+            if key in live:
+                assert saved.memory_id == live[key]
+                assert saved.action is not Action.ADD
+            else:
+                assert saved.action is Action.ADD
+                assert saved.memory_id not in used
+                live[key] = saved.memory_id
+                used.add(saved.memory_id)
+        else:
+            done = await chat.delete_semantic(key)
+            assert (done is None) == (key not in live)
+            if done is not None:
+                assert done.memory_id == live.pop(key)
+        for k in ("a", "b"):
+            found = await chat.get_semantic(k)
+            assert (None if found is None else found.memory_id) == live.get(k)
+        assert await chat.count_memories("semantic") == len(live)
+        assert await chat.count_memories("semantic", status="deleted") == len(used) - len(live)
