@@ -53,6 +53,9 @@ writes of one decision run inside a transaction as well. A REINFORCE that
 races an UPDATE of the same memory is counted on the version it confirmed
 (history keeps it). Every applied decision is logged in ``decision_log`` with
 its scores and reason.
+
+:meth:`MemoryStore.delete` deletes a memory (:mod:`mongomem.ltm.deletes`); an
+ADD after a deletion of its key takes a new memory id (:meth:`MemoryStore.decide`).
 """
 
 from __future__ import annotations
