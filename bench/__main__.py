@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "decisions"]
+ORDER = [
+    "stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "decisions",
+    "lifecycle",
+]  # fmt: skip
 
 
 def collect() -> Path:

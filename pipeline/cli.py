@@ -14,6 +14,7 @@
     mongomem serve [--host H] [--port P]          the HTTP memory service, with API keys
     mongomem keys create|list|revoke ...          the service's API keys
     mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
+    mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -323,6 +324,10 @@ def _parser() -> argparse.ArgumentParser:
     from mongomem.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
 
     add_spaces_cli(sub)  # `spaces list|create|show|delete|export|import|rekey`
+
+    from mongomem.memory_cli import add_cli as add_memory_cli  # cheap: MongoDB loads on run
+
+    add_memory_cli(sub)  # `memory delete|list|get|history|sessions|turns|status`
     return parser
 
 

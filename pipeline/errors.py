@@ -27,6 +27,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── NotReady                     a dependency is missing at start      (final)
     │   └── MissingExtra             an optional extra is not installed    (final)
     ├── RateLimitExceeded            a key over its rate; ``retry_after``  (retriable)
+    ├── ProcessingTimeout            extraction not caught up in time      (retriable)
+    ├── ProcessingFailed             a snapshot was dead-lettered          (final)
     └── ScopeError                   identity or scope violation           (final)
         └── AuthError                missing or wrong API key              (final)
 """
@@ -51,6 +53,8 @@ __all__ = [
     "MissingExtra",
     "MongomemError",
     "NotReady",
+    "ProcessingFailed",
+    "ProcessingTimeout",
     "RateLimitExceeded",
     "ReconciliationError",
     "ResumeTokenLost",
@@ -182,6 +186,20 @@ class RateLimitExceeded(MongomemError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class ProcessingTimeout(MongomemError):
+    """``wait_until_processed`` ran out of time; the message names what is still pending.
+
+    Waiting again can succeed: the pipeline goes on in the background.
+    """
+
+    retriable = True
+
+
+class ProcessingFailed(MongomemError):
+    """A snapshot's extraction (or one of its candidates) was dead-lettered: it will not
+    be done without an operator (replay from the dead-letter topic); the message names it."""
 
 
 class ScopeError(MongomemError):

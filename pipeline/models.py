@@ -153,10 +153,19 @@ class Turn(_Frozen):
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: AwareDatetime
+    #: When a turn recorded with its own past time (``record_turn(..., at=)``,
+    #: SPEC J7) was written; ``None`` for a turn recorded live, whose
+    #: ``created_at`` is that time. Left out of the encoding when ``None``.
+    recorded_at: AwareDatetime | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @staticmethod
     def make_id(project_id: str, user_id: str, session_id: str, seq: int) -> str:
         return stable_id("turn", project_id, user_id, session_id, seq)
+
+    @property
+    def arrived_at(self) -> datetime:
+        """When the turn reached mongomem (wall clock): ``recorded_at``, else ``created_at``."""
+        return self.recorded_at or self.created_at
 
     @model_validator(mode="after")
     def _id_matches(self) -> Turn:
@@ -213,6 +222,9 @@ class Watermark(_Frozen):
     at that read, less the lateness), or it was behind (the latest turn time
     it had read, less the lateness). Windowing closes idle windows only on
     these; they are part of the log, so a replay closes the same windows.
+    A turn recorded with its own past time (historical import) is the one
+    exception to the promise: windowing measures idleness for it from when it
+    was written (``recorded_at``), not from ``created_at``.
     """
 
     at: AwareDatetime
@@ -322,14 +334,21 @@ class MemoryCandidate(_Frozen):
 
 
 class Action(StrEnum):
+    """What wrote a version: the reconciler's three actions, or a deletion (SPEC J1)."""
+
     ADD = "ADD"
     UPDATE = "UPDATE"
     REINFORCE = "REINFORCE"
+    DELETE = "DELETE"
 
 
 class MemoryStatus(StrEnum):
+    """``current`` (what reads return), ``superseded`` (an older version) or
+    ``deleted`` (the DELETE version that closes a deleted memory's history)."""
+
     CURRENT = "current"
     SUPERSEDED = "superseded"
+    DELETED = "deleted"
 
 
 class MemoryVersion(_Frozen):
@@ -337,7 +356,9 @@ class MemoryVersion(_Frozen):
 
     ``memory_id`` is stable across versions; ``version_id`` is
     ``stable_id(memory_id, version)``. Exactly one version of a memory is
-    ``current``.
+    ``current`` — none once the memory is deleted: its last version is then
+    the ``DELETE`` version (status ``deleted``), which records the time
+    (``created_at``), ``actor`` and ``reason`` of the deletion.
     """
 
     version_id: str
@@ -358,6 +379,7 @@ class MemoryVersion(_Frozen):
     superseded_at: AwareDatetime | None = None
     superseded_by: str | None = None
     reason: str | None = None
+    actor: str | None = None
 
     @staticmethod
     def make_version_id(memory_id: str, version: int) -> str:

@@ -52,18 +52,28 @@ an event of the turns stream (the watcher carries it, windowing closes the
 open window on it, a replay meets it at the same place), not a turn: the
 readers here leave it out (``recent_turns``, ``list_sessions``), and it is in
 no snapshot. A later turn takes the next seq and starts a new window.
+
+Historical import (J7): ``record_turn(..., at=)`` stores a past turn with its
+own time as ``created_at`` and the time of the write as ``recorded_at``. The
+order check (never before the session's previous turn) is made against the
+last turn this process knows of, and again after every seq conflict with the
+turn that won, so a turn out of order is refused before anything is stored.
+Sessions and turns are also listed a page at a time (J3), by session id and by
+seq: orders that never change, so a cursor neither skips nor repeats.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import math
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
@@ -86,15 +96,19 @@ from mongomem.settings import StmSettings
 
 __all__ = [
     "END_EVENT",
+    "FUTURE_SKEW_S",
     "NOT_AN_EVENT",
     "SESSION_SEQ_INDEX",
+    "SessionPage",
     "SessionSummary",
     "ShortTermMemory",
+    "TurnPage",
     "end_document",
     "end_from_document",
     "session_key",
     "turn_document",
     "turn_from_document",
+    "validate_at",
     "validate_content",
     "validate_limit",
     "validate_metadata",
@@ -120,6 +134,43 @@ class SessionSummary(BaseModel):
     turn_count: int
     last_seq: int
     last_activity: AwareDatetime
+
+
+class SessionPage(BaseModel):
+    """A page of sessions (by ``session_id``); ``next_cursor`` continues (``None``: last)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: tuple[SessionSummary, ...]
+    next_cursor: str | None = None
+
+
+class TurnPage(BaseModel):
+    """A page of one session's turns (by ``seq``); ``next_cursor`` continues (``None``: last)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: tuple[Turn, ...]
+    next_cursor: str | None = None
+
+
+def _cursor(kind: str, after: object) -> str:
+    raw = json.dumps([kind, after]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after(kind: str, cursor: object, value_type: type) -> Any:
+    """What a ``kind`` cursor says to start after, or :class:`InputError` naming ``cursor``."""
+    try:
+        if not isinstance(cursor, str):
+            raise TypeError(cursor)
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        found, after = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise InputError("cursor is not one this call returned", field="cursor") from None
+    if found != kind or type(after) is not value_type:
+        raise InputError(f"cursor is not a cursor of {kind}", field="cursor")
+    return after
 
 
 # --------------------------------------------------------------------------- validation
@@ -246,6 +297,30 @@ def validate_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
     return plain
 
 
+#: How far in the future ``record_turn(..., at=)`` may be: the clock skew allowed
+#: between the caller's clock and this process's.
+FUTURE_SKEW_S = 5.0
+
+
+def validate_at(at: object, now: datetime) -> datetime:
+    """A historical turn's own time (UTC, to the millisecond), or :class:`InputError`
+    naming ``at``: it must be an aware datetime no later than ``now`` + :data:`FUTURE_SKEW_S`."""
+    if not isinstance(at, datetime):
+        raise InputError(f"at must be a datetime, got {type(at).__name__}", field="at")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise InputError("at must be timezone-aware (e.g. datetime(..., tzinfo=UTC))", field="at")
+    if at - now > timedelta(seconds=FUTURE_SKEW_S):
+        raise InputError(
+            f"at ({at.isoformat()}) is in the future (more than {FUTURE_SKEW_S:g}s ahead of "
+            f"{now.isoformat()})",
+            field="at",
+        )
+    try:
+        return _millis(at.astimezone(UTC))
+    except OverflowError:
+        raise InputError("at is out of range", field="at") from None
+
+
 def validate_limit(limit: object, maximum: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise InputError(f"limit must be an integer from 1 to {maximum}", field="limit")
@@ -267,7 +342,7 @@ def turn_document(turn: Turn) -> Document:
         "content": turn.content,
         "metadata": turn.metadata,
         "created_at": turn.created_at,
-    }
+    } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
 
 
 _T = TypeVar("_T")
@@ -317,9 +392,10 @@ def turn_from_document(doc: Mapping[str, Any]) -> Turn:
     Raises :class:`pydantic.ValidationError` when the document is not a turn.
     """
     fields = {k: v for k, v in doc.items() if k not in _NOT_TURN_FIELDS}
-    created = fields.get("created_at")
-    if isinstance(created, datetime) and created.tzinfo is None:
-        fields["created_at"] = created.replace(tzinfo=UTC)
+    for name in ("created_at", "recorded_at"):
+        at = fields.get(name)
+        if isinstance(at, datetime) and at.tzinfo is None:
+            fields[name] = at.replace(tzinfo=UTC)
     return Turn.model_validate({"turn_id": doc.get("_id"), **fields})
 
 
@@ -351,7 +427,8 @@ class ShortTermMemory:
         self._turns = db[TURNS]
         self._limits = limits or StmSettings()
         self._clock = clock
-        self._last: OrderedDict[tuple[str, str, str], int] = OrderedDict()
+        # per session: the last seq and its turn's created_at (a hint, see the module doc)
+        self._last: OrderedDict[tuple[str, str, str], tuple[int, datetime | None]] = OrderedDict()
         self._locks: dict[tuple[str, str, str], tuple[asyncio.Lock, int]] = {}
 
     @property
@@ -380,14 +457,25 @@ class ShortTermMemory:
         role: Role | str,
         content: str,
         metadata: Mapping[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        """Store one turn with the session's next seq and return it."""
+        """Store one turn with the session's next seq and return it.
+
+        ``at`` records a turn of the past with its own time (historical import,
+        SPEC J7): an aware datetime, not later than now plus
+        :data:`FUTURE_SKEW_S` (clock skew between writer and server), and not
+        earlier than the session's previous turn; else :class:`InputError`
+        (``field="at"``) and nothing is stored. Its ``created_at`` is ``at``
+        (to the millisecond) and ``recorded_at`` the time of the write.
+        """
         key = _check_key(key)
         role_ = validate_role(role)
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
+        own_time = None if at is None else validate_at(at, self._clock())
 
-        def make(seq: int, at: datetime) -> tuple[Turn, Document, _Same]:
+        def make(seq: int, now: datetime) -> tuple[Turn, Document, _Same]:
             turn = Turn(
                 turn_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
                 project_id=key.project_id,
@@ -397,11 +485,12 @@ class ShortTermMemory:
                 role=role_,
                 content=text,
                 metadata=meta,
-                created_at=at,
+                created_at=now if own_time is None else own_time,
+                recorded_at=None if own_time is None else now,
             )
             return turn, turn_document(turn), _same_turn(turn)
 
-        return await self._append(key, make)
+        return await self._append(key, make, own_time)
 
     async def end_session(self, key: SessionKey) -> SessionEnd:
         """End the session's open window now: store a :class:`SessionEnd` at its next seq.
@@ -413,38 +502,51 @@ class ShortTermMemory:
         """
         key = _check_key(key)
 
-        def make(seq: int, at: datetime) -> tuple[SessionEnd, Document, _Same]:
+        def make(seq: int, now: datetime) -> tuple[SessionEnd, Document, _Same]:
             end = SessionEnd(
                 seq_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
                 project_id=key.project_id,
                 user_id=key.user_id,
                 session_id=key.session_id,
                 seq=seq,
-                created_at=at,
+                created_at=now,
             )
             return end, end_document(end), _same_end(end)
 
         return await self._append(key, make)
 
     async def _append(
-        self, key: SessionKey, make: Callable[[int, datetime], tuple[_T, Document, _Same]]
+        self,
+        key: SessionKey,
+        make: Callable[[int, datetime], tuple[_T, Document, _Same]],
+        own_time: datetime | None = None,
     ) -> _T:
-        """Store what ``make`` builds for the session's next seq (see "Sequence numbers")."""
+        """Store what ``make`` builds for the session's next seq (see "Sequence numbers").
+
+        ``own_time`` (a historical turn's) must not be earlier than the
+        session's previous turn: checked before each attempt, against the last
+        turn known, so a turn out of order is refused before anything is stored.
+        """
         slot = (key.project_id, key.user_id, key.session_id)
         async with self._session_lock(slot):
-            last = self._last.get(slot)
-            if last is None:
-                last = await self._read_last_seq(key)
+            last, last_at = self._last.get(slot) or await self._read_last(key)
             for attempt in range(_MAX_ATTEMPTS):
                 seq = last + 1
+                if own_time is not None and last_at is not None and own_time < last_at:
+                    raise InputError(
+                        f"at ({own_time.isoformat()}) is earlier than the session's previous "
+                        f"turn (seq {last}, {last_at.isoformat()}); turns are recorded in order",
+                        field="at",
+                    )
                 item, doc, same = make(seq, _millis(self._clock()))
                 if await self._insert_document(doc, same):
-                    self._remember(slot, seq)
+                    self._remember(slot, seq, doc["created_at"])
                     return item
                 # Another writer holds ``seq``: catch up and try the next number.
                 if attempt >= 2:
                     await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
-                last = max(seq, await self._read_last_seq(key))
+                read, read_at = await self._read_last(key)
+                last, last_at = (read, read_at) if read >= seq else (seq, last_at)
         raise StorageError(
             f"could not allocate a seq for session {key.session_id!r} after {_MAX_ATTEMPTS} "
             "conflicts with concurrent writers; try again"
@@ -490,22 +592,67 @@ class ShortTermMemory:
             rows = await cursor.to_list(length=limit)
         except PyMongoError as exc:
             raise StorageError(f"could not list sessions: {exc}") from exc
-        out = []
-        for row in rows:
-            at = row["last_activity"]
-            if isinstance(at, datetime) and at.tzinfo is None:
-                at = at.replace(tzinfo=UTC)
-            out.append(
-                SessionSummary(
-                    project_id=project,
-                    user_id=user,
-                    session_id=row["_id"],
-                    turn_count=row["turn_count"],
-                    last_seq=row["last_seq"],
-                    last_activity=at,
-                )
-            )
-        return out
+        return [_summary(project, user, row) for row in rows]
+
+    async def browse_sessions(
+        self,
+        project_id: str,
+        user_id: str,
+        limit: int = 100,
+        cursor: str | None = None,
+        active_since: datetime | None = None,
+    ) -> SessionPage:
+        """The user's sessions by ``session_id``, a page at a time (SPEC J3).
+
+        The order is fixed, so paging neither skips nor repeats a session; a
+        session started meanwhile appears on a later page if its id sorts after
+        the cursor. ``active_since`` keeps sessions with a turn at or after it.
+        """
+        project = _identifier(project_id, "project_id")
+        user = _identifier(user_id, "user_id")
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        if active_since is not None and not (
+            isinstance(active_since, datetime) and active_since.tzinfo is not None
+        ):
+            raise InputError("active_since must be a timezone-aware datetime", field="active_since")
+        match: Document = {"project_id": project, "user_id": user, **NOT_AN_EVENT}
+        pipeline: list[Document] = [{"$match": match}]
+        if cursor is not None:
+            after = _after("sessions", cursor, str)
+            pipeline[0]["$match"]["session_id"] = {"$gt": after}
+        pipeline += [
+            {"$group": {"_id": "$session_id", "turn_count": {"$sum": 1},
+                        "last_seq": {"$max": "$seq"}, "last_activity": {"$max": "$created_at"}}},
+        ]  # fmt: skip
+        if active_since is not None:
+            pipeline.append({"$match": {"last_activity": {"$gte": active_since}}})
+        pipeline += [{"$sort": {"_id": 1}}, {"$limit": limit + 1}]
+        try:
+            rows = await (await self._turns.aggregate(pipeline)).to_list(length=limit + 1)
+        except PyMongoError as exc:
+            raise StorageError(f"could not list sessions: {exc}") from exc
+        items = tuple(_summary(project, user, row) for row in rows[:limit])
+        more = len(rows) > limit
+        return SessionPage(
+            items=items, next_cursor=_cursor("sessions", items[-1].session_id) if more else None
+        )
+
+    async def browse_turns(
+        self, key: SessionKey, limit: int = 100, cursor: str | None = None
+    ) -> TurnPage:
+        """The session's turns oldest first (by ``seq``), a page at a time (SPEC J3)."""
+        key = _check_key(key)
+        limit = validate_limit(limit, self._limits.max_recent_turns)
+        query = {**_filter(key), **NOT_AN_EVENT}  # an end of the session is not a turn
+        if cursor is not None:
+            query["seq"] = {"$gt": _after("turns", cursor, int)}
+        try:
+            docs = await self._turns.find(query).sort("seq", ASCENDING).limit(limit + 1).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"could not read turns: {exc}") from exc
+        items = tuple(_parse(doc) for doc in docs[:limit])
+        more = len(docs) > limit
+        return TurnPage(items=items, next_cursor=_cursor("turns", items[-1].seq) if more else None)
 
     # ------------------------------------------------------------------ internals
 
@@ -530,17 +677,25 @@ class ShortTermMemory:
             raise StorageError(f"could not store the turn: {exc}") from exc
         return True
 
-    async def _read_last_seq(self, key: SessionKey) -> int:
+    async def _read_last(self, key: SessionKey) -> tuple[int, datetime | None]:
+        """The session's last seq (0: none) and that turn's ``created_at``."""
         try:
             doc = await self._turns.find_one(
-                _filter(key), projection={"seq": 1, "_id": 0}, sort=[("seq", DESCENDING)]
+                _filter(key),
+                projection={"seq": 1, "created_at": 1, "_id": 0},
+                sort=[("seq", DESCENDING)],
             )
         except PyMongoError as exc:
             raise StorageError(f"could not read the session's last seq: {exc}") from exc
-        return int(doc["seq"]) if doc is not None else 0
+        if doc is None:
+            return 0, None
+        created = doc.get("created_at")
+        if isinstance(created, datetime) and created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return int(doc["seq"]), created if isinstance(created, datetime) else None
 
-    def _remember(self, slot: tuple[str, str, str], seq: int) -> None:
-        self._last[slot] = seq
+    def _remember(self, slot: tuple[str, str, str], seq: int, created_at: datetime) -> None:
+        self._last[slot] = (seq, created_at)
         self._last.move_to_end(slot)
         while len(self._last) > _CACHE_SIZE:
             self._last.popitem(last=False)
@@ -575,6 +730,16 @@ def _same_end(end: SessionEnd) -> _Same:
             return False
 
     return same
+
+
+def _summary(project: str, user: str, row: Mapping[str, Any]) -> SessionSummary:
+    at = row["last_activity"]
+    if isinstance(at, datetime) and at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return SessionSummary(
+        project_id=project, user_id=user, session_id=row["_id"], turn_count=row["turn_count"],
+        last_seq=row["last_seq"], last_activity=at,
+    )  # fmt: skip
 
 
 def _parse(doc: Mapping[str, Any]) -> Turn:

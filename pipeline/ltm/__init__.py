@@ -10,6 +10,8 @@
     search     one interface: $vectorSearch where present, exact scan otherwise
     documents  MemoryVersion <-> stored document
     reads      get / search / list / history, always within one scope
+    browse     filtered pages of versions with a cursor, and counts (SPEC J3)
+    deletes    MemoryStore.delete: a DELETE version ends a memory's history (J1)
     store      MemoryStore.reconcile: idempotent, conflict-safe apply
 
 Used by the reconciler stage (``stages/reconciler``) and by the SDK's direct

@@ -56,12 +56,19 @@ async def bump_scope(
     changed: Iterable[str],
     *,
     session: AsyncClientSession | None = None,
+    deleted: int = 0,
 ) -> int:
-    """Record that ``changed`` versions of the scope were written; the new ``rev``."""
+    """Record that ``changed`` versions of the scope were written; the new ``rev``.
+
+    ``deleted`` counts memories the write deleted: the entry keeps their total
+    (``deletes``), so an ADD need only check for a deleted memory's id where
+    there are some (:meth:`~mongomem.ltm.store.MemoryStore.decide`).
+    """
     entry = {"ids": list(changed)}
+    inc = {"rev": 1, "deletes": deleted} if deleted else {"rev": 1}
     doc = await log.find_one_and_update(
         {"_id": scope_log_id(scope, memory_type)},
-        {"$inc": {"rev": 1}, "$push": {"log": {"$each": [entry], "$slice": -LOG_LENGTH}}},
+        {"$inc": inc, "$push": {"log": {"$each": [entry], "$slice": -LOG_LENGTH}}},
         upsert=True,
         return_document=ReturnDocument.AFTER,
         projection={"rev": 1},
@@ -93,6 +100,7 @@ class ScopeIndex:
     by_memory: dict[str, int] = field(default_factory=dict)
     by_key: dict[str, int] = field(default_factory=dict)
     dead: int = 0
+    deletes: int = 0  # memories ever deleted in this scope (the scope log's ``deletes``)
     generation: int = 0  # changes whenever rows move (compaction, reload)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -301,6 +309,7 @@ class IndexCache:
         async with index.lock:
             entry = await self._log.find_one({"_id": scope_log_id(scope, memory_type)})
             rev = int(entry["rev"]) if entry else 0
+            index.deletes = int(entry.get("deletes", 0)) if entry else 0
             if rev == index.rev:
                 return index
             logged: list[Doc] = list(entry.get("log", [])) if entry else []

@@ -51,6 +51,7 @@ from mongomem.models import stable_id as _stable_id
 from mongomem.settings import ReconcileSettings
 
 __all__ = [
+    "RECONCILE_ACTIONS",
     "Decision",
     "Neighbour",
     "Score",
@@ -112,13 +113,24 @@ class Neighbour(_Frozen):
         return MemoryVersion.make_version_id(self.memory_id, self.version)
 
 
+#: What reconciliation may decide (a deletion is never a reconciliation decision).
+RECONCILE_ACTIONS: tuple[Action, ...] = (Action.ADD, Action.UPDATE, Action.REINFORCE)
+
+
 class Verdict(_Frozen):
-    """The judge's answer about one neighbour; ``input_chars``: the size of what it read."""
+    """The judge's answer about one neighbour (one of :data:`RECONCILE_ACTIONS`);
+    ``input_chars``: the size of what it read."""
 
     memory_id: str
     action: Action
     reason: str
     input_chars: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _reconciles(self) -> Verdict:
+        if self.action not in RECONCILE_ACTIONS:
+            raise ValueError(f"a judge cannot decide {self.action.value}")
+        return self
 
 
 class Score(_Frozen):
@@ -169,9 +181,18 @@ class Decision(_Frozen):
         return MemoryVersion.make_version_id(self.memory_id, self.base_version)
 
 
-def memory_id_for(scope: MemoryScope, memory_type: str, key: str) -> str:
-    """The id of a memory first added under ``key`` in ``scope``."""
-    return _stable_id("mem", scope.project_id, scope.user_id or "", memory_type, normalize_key(key))
+def memory_id_for(scope: MemoryScope, memory_type: str, key: str, incarnation: int = 0) -> str:
+    """The id of a memory first added under ``key`` in ``scope``.
+
+    ``incarnation`` counts the memories of that key deleted before it: after a
+    deletion the same key is ADDed as a new memory (SPEC J1), never as the
+    deleted one again. Incarnation 0 is the id every memory had before deletion
+    existed.
+    """
+    parts: list[object] = [scope.project_id, scope.user_id or "", memory_type, normalize_key(key)]
+    if incarnation:
+        parts.append(incarnation)
+    return _stable_id("mem", *parts)
 
 
 def _eligible(candidate: MemoryCandidate, neighbours: Iterable[Neighbour]) -> list[Neighbour]:

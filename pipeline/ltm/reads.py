@@ -130,6 +130,15 @@ class MemoryReads:
         cursor = self.memories.find(query, NO_EMBEDDING, sort=[("version", ASCENDING)])
         return [from_document(d) for d in await _run(cursor.to_list())]
 
+    async def latest(self, memory_id: str, scopes: Sequence[MemoryScope]) -> MemoryVersion | None:
+        """The memory's highest version (current, or its ``DELETE`` version once deleted) —
+        only if it lives in one of ``scopes``."""
+        ors = [scope_filter(s.project_id, s.user_id) for s in scopes]
+        doc = await _run(self.memories.find_one(
+            {"memory_id": memory_id, "$or": ors}, NO_EMBEDDING, sort=[("version", DESCENDING)]
+        ))  # fmt: skip
+        return None if doc is None else from_document(doc)
+
     async def decisions_for(self, memory_id: str) -> list[Doc]:
         """The decision-log entries that touched ``memory_id``, oldest first."""
         cursor = self.decisions.find({"memory_id": memory_id}, sort=[("at", ASCENDING)])

@@ -53,6 +53,9 @@ writes of one decision run inside a transaction as well. A REINFORCE that
 races an UPDATE of the same memory is counted on the version it confirmed
 (history keeps it). Every applied decision is logged in ``decision_log`` with
 its scores and reason.
+
+:meth:`MemoryStore.delete` deletes a memory (:mod:`mongomem.ltm.deletes`); an
+ADD after a deletion of its key takes a new memory id (:meth:`MemoryStore.decide`).
 """
 
 from __future__ import annotations
@@ -65,16 +68,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pymongo import ASCENDING
+from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, StorageError, WriteConflict
+from mongomem.ltm.browse import BROWSE_INDEX
+from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge, decide
-from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version
+from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, memory_id_for
 from mongomem.ltm.reads import MemoryReads
 from mongomem.ltm.search import (
     AtlasVectorSearch,
@@ -94,7 +99,14 @@ from mongomem.ltm.writes import (
     reinforce_update,
     supersede_update,
 )
-from mongomem.models import Action, MemoryCandidate, MemoryVersion, utcnow
+from mongomem.models import (
+    Action,
+    MemoryCandidate,
+    MemoryScope,
+    MemoryStatus,
+    MemoryVersion,
+    utcnow,
+)
 from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
 __all__ = ["MemoryStore", "Outcome"]
@@ -158,6 +170,11 @@ class MemoryStore(MemoryReads):
                 name="scope_type_status_key",
             )  # fmt: skip
             await self.memories.create_index("memory_id", name="memory_id")
+            await self.memories.create_index(
+                [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
+                 ("status", ASCENDING), ("created_at", DESCENDING)],
+                name=BROWSE_INDEX,
+            )  # fmt: skip
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
             if self.ledger_ttl_s is not None:  # settled entries go at their own expires_at
@@ -293,8 +310,22 @@ class MemoryStore(MemoryReads):
 
     async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
         """Plan against ``neighbours``, asking the judge when the plan says so
-        (:func:`mongomem.ltm.judge.decide`)."""
-        return await decide(candidate, neighbours, self.thresholds, self.judge, self.evidence_dates)
+        (:func:`mongomem.ltm.judge.decide`).
+
+        An ADD whose memory id is that of a deleted memory takes the key's next
+        incarnation instead (:func:`~mongomem.ltm.plan.memory_id_for`), so a
+        deleted memory never comes back. This costs a read only in scopes where
+        a memory was ever deleted (the scope log counts them).
+        """
+        decision = await decide(
+            candidate, neighbours, self.thresholds, self.judge, self.evidence_dates
+        )
+        if decision.action is Action.ADD and (
+            not isinstance(self.search_backend, ExactCosineSearch)
+            or self.cache.peek(candidate.scope, candidate.memory_type).deletes
+        ):
+            decision = await self._unused_id(candidate, decision)
+        return decision
 
     async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]:
         """When the evidence of ``neighbour``'s version was recorded (for the judge)."""
@@ -306,6 +337,33 @@ class MemoryStore(MemoryReads):
             if isinstance(at, datetime):
                 dates.append(at if at.tzinfo else at.replace(tzinfo=UTC))
         return dates
+
+    async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
+        """``decision`` with the first incarnation of its key not taken by a deleted memory."""
+        for incarnation in range(1_000):
+            memory_id = memory_id_for(candidate.scope, candidate.memory_type, candidate.key,
+                                      incarnation)  # fmt: skip
+            latest = await self._read(self.memories.find_one(
+                {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
+            ))  # fmt: skip
+            if latest is None or latest.get("status") != MemoryStatus.DELETED:
+                if memory_id == decision.memory_id:
+                    return decision
+                return decision.model_copy(update={"memory_id": memory_id})
+        raise WriteConflict(f"key {candidate.key!r} was deleted too many times")
+
+    async def delete(
+        self,
+        memory_id: str,
+        scopes: Sequence[MemoryScope],
+        *,
+        actor: str,
+        reason: str | None = None,
+    ) -> Deleted | None:
+        """Delete one memory of ``scopes`` (``None`` if it is not there); see
+        :mod:`mongomem.ltm.deletes` for what is guaranteed."""
+        return await delete_memory(self, memory_id, scopes, actor=actor, reason=reason,
+                                   now=self.clock())  # fmt: skip
 
     async def _catch_up(self, candidate: MemoryCandidate, decision: Decision) -> None:
         """After a conflict, read the contested memory straight into the cache."""

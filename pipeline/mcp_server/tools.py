@@ -8,19 +8,22 @@ sent as structured content (and as JSON text for clients that read only text).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mongomem.extras import require
 from mongomem.mcp_server.server import Caller, Lookup, tool_errors
 from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk import (
     DEFAULT_CONTEXT_TYPES,
+    DeleteResult,
     Episode,
     MemoryContext,
     Procedure,
+    ProcessingStatus,
     SaveResult,
     SearchHit,
     SemanticMemory,
@@ -38,6 +41,21 @@ READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 SAVE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
+#: Forgetting is destructive but repeatable: deleting twice changes nothing more.
+DELETE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+Reason = Annotated[str | None, Field(description="optional; why, kept in the history")]
+
+
+class Deletion(BaseModel):
+    """The result of a delete tool: what was deleted, or ``found: false``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    found: bool
+    deletion: DeleteResult | None = None
+
 
 Session = Annotated[
     str | None,
@@ -77,10 +95,17 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
             dict[str, Any] | None, Field(description="optional JSON object kept with the turn")
         ] = None,
         session_id: Session = None,
+        at: Annotated[
+            datetime | None,
+            Field(
+                description="optional; a past turn's own time (ISO 8601 with an offset), for "
+                "importing old conversations; not before the session's previous turn"
+            ),
+        ] = None,
     ) -> Turn:
         """Record one conversation turn (short-term memory); it gets the session's next seq."""
         with tool_errors():
-            return await caller.bind(session_id).record_turn(role, content, metadata)
+            return await caller.bind(session_id).record_turn(role, content, metadata, at=at)
 
     @server.tool(annotations=READ)
     async def recent_turns(
@@ -95,6 +120,14 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
         """End a session now: its open window is summarised at once, without waiting to go idle."""
         with tool_errors():
             return await caller.bind(session_id).end_session()
+
+    @server.tool(annotations=READ)
+    async def processing_status(session_id: Session = None) -> ProcessingStatus:
+        """Has extraction caught up? Per snapshot of the session and memory type: pending,
+        done, or dead_lettered (with the error); last_turn_seq beyond last_snapshot_seq
+        counts turns not yet in a snapshot."""
+        with tool_errors():
+            return await caller.bind(session_id).processing_status()
 
     @server.tool(annotations=READ)
     async def list_sessions(limit: Annotated[int, Limit("sessions")] = 100) -> list[SessionSummary]:
@@ -250,6 +283,31 @@ def _across_types(server: MCPServer[Any], caller: Caller) -> None:
         """Every version of one of this user's memories, oldest first (empty if not theirs)."""
         with tool_errors():
             return await caller.default.history(memory_id)
+
+    @server.tool(annotations=DELETE)
+    async def delete_memory(
+        memory_id: Annotated[str, Field(description="the memory's id (from a save or a read)")],
+        reason: Reason = None,
+    ) -> Deletion:
+        """Forget one of this user's memories: no read returns it again; its history keeps
+        the deletion (when, by whom, why). Deleting it again changes nothing."""
+        with tool_errors():
+            done = await caller.default.delete_memory(memory_id, reason=reason)
+        return Deletion(found=done is not None, deletion=done)
+
+    @server.tool(annotations=DELETE)
+    async def delete_memory_by_key(
+        memory_type: Annotated[str, Field(description="semantic, episodic, procedural, ...")],
+        key: Annotated[
+            str,
+            Field(description="label, title, procedure name, or domain/term for taxonomic"),
+        ],
+        reason: Reason = None,
+    ) -> Deletion:
+        """Forget this user's current memory of a type with this key (as delete_memory)."""
+        with tool_errors():
+            done = await caller.default.delete_by_key(memory_type, key, reason=reason)
+        return Deletion(found=done is not None, deletion=done)
 
     @server.tool(annotations=READ)
     async def whoami() -> dict[str, Any]:

@@ -19,13 +19,17 @@ with an API key, with the same results and errors.
 
 from __future__ import annotations
 
+from mongomem.progress import ProcessingStatus, SnapshotProgress, TypeProgress
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from mongomem.sdk.models import (
     ContextItem,
+    DeleteResult,
     Episode,
     MemoryContext,
+    MemoryItem,
+    MemoryPage,
     MemoryRecord,
     MemoryRequestContext,
     Procedure,
@@ -46,20 +50,26 @@ __all__ = [
     "AsyncMemory",
     "BoundMemory",
     "ContextItem",
+    "DeleteResult",
     "DirectTransport",
     "Episode",
     "HttpTransport",
     "Identity",
     "Memory",
     "MemoryContext",
+    "MemoryItem",
+    "MemoryPage",
     "MemoryRecord",
     "MemoryRequestContext",
     "MemoryTransport",
     "Procedure",
+    "ProcessingStatus",
     "SaveResult",
     "SearchHit",
     "SemanticMemory",
+    "SnapshotProgress",
     "TaxonomicTerm",
+    "TypeProgress",
     "VersionRecord",
     "render_context",
     "resolve_identity",

@@ -14,20 +14,28 @@ identity's scopes.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from mongomem.embeddings import Embedder
-from mongomem.errors import ConfigError, InputError
+from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
+from mongomem.ltm.browse import make_filter
 from mongomem.models import MemoryType, Role, SessionEnd, Turn
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
 from mongomem.sdk.models import (
     ContextItem,
+    DeleteResult,
     Episode,
     MemoryContext,
+    MemoryItem,
+    MemoryPage,
     MemoryRecord,
     MemoryRequestContext,
     Procedure,
@@ -41,7 +49,7 @@ from mongomem.sdk.models import (
 from mongomem.sdk.render import render_context
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, load_settings, with_local_pipeline
-from mongomem.stm import SessionSummary
+from mongomem.stm import SessionPage, SessionSummary, TurnPage
 from mongomem.tls import Verify
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
@@ -265,13 +273,179 @@ class AsyncBoundMemory:
         """Every version of one of this caller's memories, oldest first (empty if not theirs)."""
         return await self._t.history(self.identity, memory_id)
 
+    # -- deleting (SPEC J1) ------------------------------------------------------------
+
+    async def delete_memory(
+        self, memory_id: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        """Delete one of this caller's memories; ``None`` if it has none with this id.
+
+        From the moment this returns, no read in any process returns the memory
+        (get, search, list, ``build_context``); its history ends with a
+        ``DELETE`` version that records the time, the actor (this caller's user
+        id) and ``reason``. Deleting it again changes nothing and answers
+        ``already_deleted=True``. Saving or extracting the same fact later is a
+        fresh ADD: a new memory id, the old versions stay in the old history.
+        See :mod:`mongomem.ltm.deletes`.
+        """
+        return await self._t.delete(self.identity, memory_id, reason)
+
+    async def delete_by_key(
+        self, memory_type: str, key: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        """Delete the current memory of ``memory_type`` with ``key`` (as
+        :meth:`delete_memory`); ``None`` if there is none. Taxonomic keys are
+        ``domain/term``."""
+        return await self._t.delete_by_key(self.identity, memory_type, key, reason)
+
+    async def delete_semantic(
+        self, label: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.SEMANTIC, label, reason=reason)
+
+    async def delete_episode(self, title: str, *, reason: str | None = None) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.EPISODIC, title, reason=reason)
+
+    async def delete_procedure(
+        self, name: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return await self.delete_by_key(MemoryType.PROCEDURAL, name, reason=reason)
+
+    async def delete_taxonomic_term(
+        self, domain: str, term: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        key = f"{domain.strip()}/{term.strip()}"
+        return await self.delete_by_key(MemoryType.TAXONOMIC, key, reason=reason)
+
+    # -- browsing (SPEC J3) -------------------------------------------------------------
+
+    async def browse_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        """A page of this caller's memory versions, newest first; one type, or all of them.
+
+        ``status`` is ``current``, ``superseded`` or ``deleted`` (a deleted memory's
+        ``DELETE`` version); ``updated_since`` keeps versions updated at or after
+        it; ``key_prefix`` keys that start with it. Pass the page's
+        ``next_cursor`` (with the same filters) for the next page: paging never
+        skips nor repeats a version (see :mod:`mongomem.ltm.browse`).
+        """
+        f = make_filter(memory_type, status, updated_since, key_prefix)
+        return await self._t.browse_memories(self.identity, f, _limit(limit), cursor)
+
+    async def count_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+    ) -> int:
+        """How many versions :meth:`browse_memories` would list with these filters."""
+        f = make_filter(memory_type, status, updated_since, key_prefix)
+        return await self._t.count_memories(self.identity, f)
+
+    async def get_memory(self, memory_id: str) -> MemoryItem | None:
+        """The memory with this id as it stands (its ``DELETE`` version once deleted);
+        ``None`` if it is not one of this caller's."""
+        return await self._t.get_memory(self.identity, memory_id)
+
+    async def browse_sessions(
+        self, *, limit: int = 100, cursor: str | None = None, active_since: datetime | None = None
+    ) -> SessionPage:
+        """This user's sessions by id, a page at a time (``active_since``: a turn at or after)."""
+        return await self._t.browse_sessions(self.identity, limit, cursor, active_since)
+
+    async def browse_turns(self, *, limit: int = 100, cursor: str | None = None) -> TurnPage:
+        """This context's session's turns, oldest first, a page at a time."""
+        return await self._t.browse_turns(self.identity, limit, cursor)
+
+    # -- processing status (SPEC J6) ----------------------------------------------------
+
+    async def processing_status(self) -> ProcessingStatus:
+        """How far extraction got with each snapshot of this context's session so far.
+
+        Per snapshot and enabled memory type: ``pending``, ``done`` (its
+        candidates are all reconciled; a snapshot with nothing of a type is done
+        for it) or ``dead_lettered`` (with the error). Three indexed MongoDB reads
+        sent together (snapshots, their progress, the last turn's seq); no Kafka
+        call. Turns not yet promoted to a snapshot are not counted, but
+        ``last_turn_seq`` shows them (see :mod:`mongomem.progress`).
+        """
+        return await self._t.processing_status(self.identity)
+
+    # The timeout is a parameter (not asyncio.timeout) so its error can name what is pending.
+    async def wait_until_processed(
+        self,
+        timeout: float = 60.0,  # noqa: ASYNC109
+        *,
+        all_turns: bool = False,
+        poll_s: float = 0.25,
+    ) -> ProcessingStatus:
+        """Wait until every snapshot of the session so far is done; its final status.
+
+        With ``all_turns`` it also waits until every turn recorded so far is in
+        a snapshot — use it after ``end_session``, or when the window closes by
+        message count; without it, turns still in an open window are not waited
+        for. Reads :meth:`processing_status` every ``poll_s`` seconds. Raises
+        :class:`~mongomem.errors.ProcessingTimeout` after ``timeout`` seconds,
+        naming every (snapshot, type) still pending, and
+        :class:`~mongomem.errors.ProcessingFailed` as soon as nothing is pending
+        but something was dead-lettered (it will not be done by waiting).
+        """
+        if not timeout > 0 or not poll_s > 0:
+            raise InputError("timeout and poll_s must be positive", field="timeout")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = await self.processing_status()
+            unsnapshotted = all_turns and status.last_turn_seq > status.last_snapshot_seq
+            if status.state == "done" and not unsnapshotted:
+                return status
+            if status.state == "dead_lettered" and not unsnapshotted:
+                failed = "; ".join(f"{s} ({t}): {e}" for s, t, e in status.where("dead_lettered"))
+                raise ProcessingFailed(f"dead-lettered, so never done: {failed}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pending = ", ".join(f"{s} ({t})" for s, t, _ in status.where("pending"))
+                if unsnapshotted:
+                    first = status.last_snapshot_seq + 1
+                    pending += f"{', ' if pending else ''}turns {first}-{status.last_turn_seq} "
+                    pending += "(not in a snapshot yet)"
+                raise ProcessingTimeout(
+                    f"session {status.session_id!r} not processed after {timeout:g}s; "
+                    f"still pending: {pending}"
+                )
+            await asyncio.sleep(min(poll_s, left))
+
     # -- short-term memory -------------------------------------------------------------
 
     async def record_turn(
-        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+        self,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        """Record one turn of this context's session (fast; no extraction happens here)."""
-        return await self._t.record_turn(self.identity, role, content, metadata)
+        """Record one turn of this context's session (fast; no extraction happens here).
+
+        ``at`` loads a turn of the past with its own time (backfills,
+        evaluations; SPEC J7): a timezone-aware datetime, at most
+        :data:`~mongomem.stm.FUTURE_SKEW_S` seconds ahead of now, and not earlier
+        than the session's previous turn — else
+        :class:`~mongomem.errors.InputError` with ``field="at"`` and nothing is
+        stored. The windowing stage windows such turns by their own times.
+        """
+        if at is None:
+            return await self._t.record_turn(self.identity, role, content, metadata)
+        return await self._t.record_turn(self.identity, role, content, metadata, at=at)
 
     async def recent_turns(self, limit: int = 50) -> list[Turn]:
         return await self._t.recent_turns(self.identity, limit)

@@ -7,7 +7,7 @@ body that is not JSON                              400     ``InputError``, field
 :class:`~mongomem.errors.InputError`               422     ``field`` names the argument
 :class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
-a memory that is not there (``get``)               404     type ``MemoryNotFound``
+a memory that is not there (get, deletes)         404     type ``MemoryNotFound``
 :class:`~mongomem.errors.RateLimitExceeded`        429     ``Retry-After`` header
 any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` header
 any other :class:`~mongomem.errors.MongomemError`  500

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -34,14 +35,24 @@ import httpx
 from pydantic import TypeAdapter
 
 from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
-from mongomem.models import Role, SessionEnd, Turn
+from mongomem.ltm.browse import MemoryFilter
+from mongomem.models import Role, SessionEnd, Turn, utcnow
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
+from mongomem.sdk.models import (
+    DeleteResult,
+    MemoryItem,
+    MemoryPage,
+    MemoryRecord,
+    SaveResult,
+    SearchHit,
+    VersionRecord,
+)
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.sdk.wire import ROUTES
-from mongomem.stm import SessionSummary, validate_metadata
+from mongomem.stm import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
 from mongomem.tls import Verify
 
 __all__ = ["HttpTransport"]
@@ -55,7 +66,7 @@ _SESSIONS = TypeAdapter(list[SessionSummary])
 
 
 class _NotFound(Exception):
-    """A 404 ``MemoryNotFound`` answer (``get`` turns it into ``None``)."""
+    """A 404 ``MemoryNotFound`` answer (``get`` and the deletes turn it into ``None``)."""
 
 
 class HttpTransport(ServiceClient):
@@ -112,8 +123,8 @@ class HttpTransport(ServiceClient):
         params = {"project_id": who.project_id}  # the service refuses a key of another project
         if who.session_id is not None and "session_id" not in route.path_fields:
             params["session_id"] = who.session_id
-        if route.method == "GET":
-            response = await self._request("GET", path, params={**params, **rest})
+        if route.method != "POST":  # GET, DELETE: the arguments are the query
+            response = await self._request(route.method, path, params={**params, **rest})
         else:
             body = rest if route.arguments(operation) else None
             response = await self._request("POST", path, params=params, json=body)
@@ -179,12 +190,80 @@ class HttpTransport(ServiceClient):
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         return self._decode(_VERSIONS, await self._call("history", who, memory_id=memory_id))
 
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        try:
+            result = await self._call("delete", who, memory_id=memory_id, reason=reason)
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(DeleteResult), result)
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        try:
+            result = await self._call(
+                "delete_by_key", who, memory_type=memory_type, key=key, reason=reason
+            )
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(DeleteResult), result)
+
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        result = await self._call(
+            "browse_memories", who, **f.model_dump(mode="json"), limit=limit, cursor=cursor
+        )
+        return self._decode(TypeAdapter(MemoryPage), result)
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int:
+        result = await self._call("count_memories", who, **f.model_dump(mode="json"))
+        return self._decode(TypeAdapter(int), result)
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        try:
+            result = await self._call("get_memory", who, memory_id=memory_id)
+        except _NotFound:
+            return None
+        return self._decode(TypeAdapter(MemoryItem), result)
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage:
+        since = None if active_since is None else _aware(active_since, "active_since")
+        result = await self._call(
+            "browse_sessions", who, limit=limit, cursor=cursor, active_since=since
+        )
+        return self._decode(TypeAdapter(SessionPage), result)
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage:
+        who.session()  # a session is needed: say so before sending, as the direct path does
+        result = await self._call("browse_turns", who, limit=limit, cursor=cursor)
+        return self._decode(TypeAdapter(TurnPage), result)
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        who.session()  # a session is needed: say so before sending, as the direct path does
+        result = await self._call("processing_status", who)
+        return self._decode(TypeAdapter(ProcessingStatus), result)
+
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
     ) -> Turn:
         # JSON would turn non-string keys into strings: check as the direct path does
         plain = None if metadata is None else validate_metadata(metadata, sys.maxsize)
-        result = await self._call("record_turn", who, role=role, content=content, metadata=plain)
+        extra: dict[str, Any] = {}
+        if at is not None:  # naive or far ahead: say so here; the service checks again
+            extra["at"] = validate_at(at, utcnow()).isoformat()
+        result = await self._call(
+            "record_turn", who, role=role, content=content, metadata=plain, **extra
+        )
         return self._decode(TypeAdapter(Turn), result)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
@@ -195,6 +274,12 @@ class HttpTransport(ServiceClient):
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))
+
+
+def _aware(at: object, field: str) -> str:
+    if not isinstance(at, datetime) or at.tzinfo is None:
+        raise InputError(f"{field} must be a timezone-aware datetime", field=field)
+    return at.isoformat()
 
 
 def _error_type(payload: Any) -> str | None:

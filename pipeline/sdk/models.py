@@ -6,12 +6,17 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from mongomem.errors import InputError
+from mongomem.ltm.deletes import Deleted
 from mongomem.models import Action, Evidence, MemoryStatus, MemoryType, MemoryVersion
 
 __all__ = [
     "ContextItem",
+    "DeleteResult",
     "Episode",
     "MemoryContext",
+    "MemoryItem",
+    "MemoryPage",
     "MemoryRecord",
     "MemoryRequestContext",
     "Procedure",
@@ -20,6 +25,7 @@ __all__ = [
     "SemanticMemory",
     "TaxonomicTerm",
     "VersionRecord",
+    "item_of",
     "record_of",
     "typed",
 ]
@@ -124,6 +130,43 @@ class VersionRecord(_Frozen):
     superseded_at: AwareDatetime | None = None
     superseded_by: str | None = None
     reason: str | None = None
+    actor: str | None = None
+
+
+class MemoryItem(VersionRecord):
+    """One version of one memory, as browsing lists it (SPEC J3)."""
+
+    memory_id: str
+    memory_type: str
+
+
+class MemoryPage(_Frozen):
+    """A page of :class:`MemoryItem`; pass ``next_cursor`` for the next (``None``: last page)."""
+
+    items: tuple[MemoryItem, ...]
+    next_cursor: str | None = None
+
+
+def item_of(version: MemoryVersion) -> MemoryItem:
+    return MemoryItem.model_validate(version.model_dump(exclude={"scope", "embedding"}))
+
+
+class DeleteResult(_Frozen):
+    """What a delete did (SPEC J1): the memory's ``DELETE`` version.
+
+    ``already_deleted`` is true when the memory had been deleted before; that
+    earlier deletion is answered and nothing changes.
+    """
+
+    memory_id: str
+    memory_type: str
+    key: str
+    version: int
+    version_id: str
+    deleted_at: AwareDatetime
+    actor: str
+    reason: str | None = None
+    already_deleted: bool = False
 
 
 class ContextItem(_Frozen):
@@ -142,6 +185,38 @@ class MemoryContext(_Frozen):
     text: str
     truncated: bool = False
     omitted: int = 0
+
+
+#: The longest ``reason`` a delete keeps.
+MAX_REASON_CHARS = 1000
+
+
+def check_memory_id(memory_id: object) -> str:
+    """``memory_id`` if it can name a memory, else :class:`InputError` naming the field."""
+    if not isinstance(memory_id, str) or not memory_id.strip() or len(memory_id) > 128:
+        raise InputError("memory_id must be a memory's id (1-128 characters)", field="memory_id")
+    return memory_id
+
+
+def check_reason(reason: object) -> str | None:
+    """A delete's ``reason`` (optional text of at most :data:`MAX_REASON_CHARS`), or
+    :class:`InputError` naming the field."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+        raise InputError(
+            f"reason must be text of at most {MAX_REASON_CHARS} characters", field="reason"
+        )
+    return reason
+
+
+def delete_result(found: Deleted) -> DeleteResult:
+    v = found.version
+    return DeleteResult(
+        memory_id=v.memory_id, memory_type=v.memory_type, key=v.key, version=v.version,
+        version_id=v.version_id, deleted_at=v.created_at, actor=v.actor or "",
+        reason=v.reason, already_deleted=found.already,
+    )  # fmt: skip
 
 
 def record_of(version: MemoryVersion) -> MemoryRecord:

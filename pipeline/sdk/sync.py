@@ -15,15 +15,20 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from mongomem.embeddings import Embedder
 from mongomem.ltm import Judge, Thresholds
 from mongomem.models import Role, SessionEnd, Turn
+from mongomem.progress import ProcessingStatus
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.models import (
+    DeleteResult,
     Episode,
     MemoryContext,
+    MemoryItem,
+    MemoryPage,
     MemoryRequestContext,
     Procedure,
     SaveResult,
@@ -34,7 +39,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
-from mongomem.stm import SessionSummary
+from mongomem.stm import SessionPage, SessionSummary, TurnPage
 from mongomem.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
@@ -280,10 +285,90 @@ class BoundMemory:
     def history(self, memory_id: str) -> list[VersionRecord]:
         return self._m._call(self._inner.history(memory_id))
 
+    def delete_memory(self, memory_id: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_memory(memory_id, reason=reason))
+
+    def delete_by_key(
+        self, memory_type: str, key: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_by_key(memory_type, key, reason=reason))
+
+    def delete_semantic(self, label: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_semantic(label, reason=reason))
+
+    def delete_episode(self, title: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_episode(title, reason=reason))
+
+    def delete_procedure(self, name: str, *, reason: str | None = None) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_procedure(name, reason=reason))
+
+    def delete_taxonomic_term(
+        self, domain: str, term: str, *, reason: str | None = None
+    ) -> DeleteResult | None:
+        return self._m._call(self._inner.delete_taxonomic_term(domain, term, reason=reason))
+
+    def browse_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> MemoryPage:
+        return self._m._call(self._inner.browse_memories(
+            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix,
+            limit=limit, cursor=cursor,
+        ))  # fmt: skip
+
+    def count_memories(
+        self,
+        memory_type: str | None = None,
+        *,
+        status: str = "current",
+        updated_since: datetime | None = None,
+        key_prefix: str | None = None,
+    ) -> int:
+        return self._m._call(self._inner.count_memories(
+            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix
+        ))  # fmt: skip
+
+    def get_memory(self, memory_id: str) -> MemoryItem | None:
+        return self._m._call(self._inner.get_memory(memory_id))
+
+    def browse_sessions(
+        self, *, limit: int = 100, cursor: str | None = None, active_since: datetime | None = None
+    ) -> SessionPage:
+        return self._m._call(
+            self._inner.browse_sessions(limit=limit, cursor=cursor, active_since=active_since)
+        )
+
+    def browse_turns(self, *, limit: int = 100, cursor: str | None = None) -> TurnPage:
+        return self._m._call(self._inner.browse_turns(limit=limit, cursor=cursor))
+
+    def processing_status(self) -> ProcessingStatus:
+        return self._m._call(self._inner.processing_status())
+
+    def wait_until_processed(
+        self, timeout: float = 60.0, *, all_turns: bool = False, poll_s: float = 0.25
+    ) -> ProcessingStatus:
+        """As :meth:`AsyncBoundMemory.wait_until_processed`; ``timeout`` also bounds the call
+        (the memory's ``timeout_s`` does not cut a longer wait short)."""
+        return self._m._runner.call(
+            self._inner.wait_until_processed(timeout, all_turns=all_turns, poll_s=poll_s),
+            timeout + 30.0,
+        )
+
     def record_turn(
-        self, role: Role | str, content: str, metadata: dict[str, Any] | None = None
+        self,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        *,
+        at: datetime | None = None,
     ) -> Turn:
-        return self._m._call(self._inner.record_turn(role, content, metadata))
+        return self._m._call(self._inner.record_turn(role, content, metadata, at=at))
 
     def recent_turns(self, limit: int = 50) -> list[Turn]:
         return self._m._call(self._inner.recent_turns(limit))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import datetime
 from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
@@ -23,17 +24,42 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
 from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
-from mongomem.models import Evidence, MemoryType, Role, SessionEnd, Turn, stable_id, utcnow
+from mongomem.ltm.browse import MemoryFilter, browse, count
+from mongomem.models import (
+    Evidence,
+    MemoryScope,
+    MemoryType,
+    Role,
+    SessionEnd,
+    Turn,
+    stable_id,
+    utcnow,
+)
 from mongomem.mongo import Document, connect, database
+from mongomem.progress import ProcessingStatus, Progress
+from mongomem.project_config import enabled_types
 from mongomem.sdk.idempotency import (
     check_idempotency_key,
     keyed_candidate_id,
     request_fingerprint,
 )
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord, record_of
+from mongomem.sdk.models import (
+    DeleteResult,
+    MemoryItem,
+    MemoryPage,
+    MemoryRecord,
+    SaveResult,
+    SearchHit,
+    VersionRecord,
+    check_memory_id,
+    check_reason,
+    delete_result,
+    item_of,
+    record_of,
+)
 from mongomem.settings import Settings
-from mongomem.stm import SessionSummary, ShortTermMemory
+from mongomem.stm import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
 __all__ = ["DirectTransport", "MemoryTransport"]
 
@@ -69,9 +95,50 @@ class MemoryTransport(Protocol):
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]: ...
 
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        """Delete one of the caller's memories (``None``: no such memory in its scopes)."""
+        ...
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        """Delete the caller's current memory of ``memory_type`` with ``key`` (``None``: none)."""
+        ...
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        """The extraction progress of the caller's session (:mod:`mongomem.progress`)."""
+        ...
+
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        """A page of the caller's memory versions (:mod:`mongomem.ltm.browse`)."""
+        ...
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int: ...
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        """The memory's latest version (``None``: not one of the caller's)."""
+        ...
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage: ...
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage: ...
+
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
-    ) -> Turn: ...
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
+    ) -> Turn:
+        """Record a turn; ``at`` (passed only when given) is a historical turn's own time."""
+        ...
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
 
@@ -92,6 +159,8 @@ class DirectTransport:
     ``local-embeddings`` extra is installed), made on the first save or search:
     turns and reads need no embedder. ``client`` lets an application share its
     client.
+    ``actor`` is who deletions are recorded as (default: the caller's user id;
+    the CLI records the operator).
     """
 
     def __init__(
@@ -102,8 +171,11 @@ class DirectTransport:
         judge: Judge | None = None,
         thresholds: Thresholds | None = None,
         client: AsyncMongoClient[Document] | None = None,
+        actor: str | None = None,
     ) -> None:
         self._settings = settings
+        self._actor = actor
+        self._types: tuple[str, ...] | None = None
         self._embedder = embedder
         self._judge = judge
         self._thresholds = thresholds
@@ -218,11 +290,81 @@ class DirectTransport:
             for v in versions
         ]
 
+    async def delete(
+        self, who: Identity, memory_id: str, reason: str | None
+    ) -> DeleteResult | None:
+        store = await self._store_ready()
+        memory_id = check_memory_id(memory_id)
+        reason = check_reason(reason)
+        actor = self._actor or who.user_id
+        found = await store.delete(memory_id, who.scopes, actor=actor, reason=reason)
+        return None if found is None else delete_result(found)
+
+    async def delete_by_key(
+        self, who: Identity, memory_type: str, key: str, reason: str | None
+    ) -> DeleteResult | None:
+        store = await self._store_ready()
+        kind_of(memory_type)
+        reason = check_reason(reason)
+        scope = who.scope(memory_type)
+        current = await store.get(scope, memory_type, key)
+        if current is None:
+            return None
+        actor = self._actor or who.user_id
+        found = await store.delete(current.memory_id, [scope], actor=actor, reason=reason)
+        return None if found is None else delete_result(found)
+
+    def _browse_scopes(self, who: Identity, f: MemoryFilter) -> list[MemoryScope]:
+        if f.memory_type is None:
+            return list(who.scopes)
+        kind_of(f.memory_type)
+        return [who.scope(f.memory_type)]
+
+    async def browse_memories(
+        self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        store = await self._store_ready()
+        found, following = await browse(
+            store.memories, self._browse_scopes(who, f), f, limit, cursor
+        )
+        return MemoryPage(items=tuple(item_of(v) for v in found), next_cursor=following)
+
+    async def count_memories(self, who: Identity, f: MemoryFilter) -> int:
+        store = await self._store_ready()
+        return await count(store.memories, self._browse_scopes(who, f), f)
+
+    async def get_memory(self, who: Identity, memory_id: str) -> MemoryItem | None:
+        store = await self._store_ready()
+        found = await store.latest(check_memory_id(memory_id), who.scopes)
+        return None if found is None else item_of(found)
+
+    async def browse_sessions(
+        self, who: Identity, limit: int, cursor: str | None, active_since: datetime | None
+    ) -> SessionPage:
+        stm = await self._short_term()
+        return await stm.browse_sessions(who.project_id, who.user_id, limit, cursor, active_since)
+
+    async def browse_turns(self, who: Identity, limit: int, cursor: str | None) -> TurnPage:
+        stm = await self._short_term()
+        return await stm.browse_turns(who.session(), limit, cursor)
+
+    async def processing_status(self, who: Identity) -> ProcessingStatus:
+        store = await self._store_ready()
+        session = who.session()
+        if self._types is None:  # the project config is read once
+            self._types = enabled_types(self._settings)
+        return await Progress(store.db).session_status(session, self._types)
+
     async def record_turn(
-        self, who: Identity, role: Role | str, content: str, metadata: dict[str, Any] | None
+        self,
+        who: Identity,
+        role: Role | str,
+        content: str,
+        metadata: dict[str, Any] | None,
+        at: datetime | None = None,
     ) -> Turn:
         stm = await self._short_term()
-        return await stm.record_turn(who.session(), role, content, metadata)
+        return await stm.record_turn(who.session(), role, content, metadata, at=at)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()

@@ -8,12 +8,37 @@ service account) with an optional ``session_id`` query parameter (in the path
 for turns); the project is the API key's, and a ``project_id`` query parameter,
 when given, must name it (403 otherwise: a client set up for another project).
 Path segments are percent-encoded (``/`` as ``%2F``: a taxonomic key is
-``domain/term``). A ``GET`` carries the
-other arguments as query parameters, a ``POST`` as a JSON object. A success
+``domain/term``). A ``GET`` or ``DELETE`` carries the other arguments as query
+parameters, a ``POST`` as a JSON object. A success
 answers ``200 {"result": ...}``, a failure an :class:`ErrorBody` under
 ``"error"`` (:mod:`mongomem.sdk.errormap`):
 
-==================  ======  ==================================================  =======
+======================  ======  ==============================================  ==================
+operation               method  path (under ``/v1/users/{user_id}``)            result
+======================  ======  ==============================================  ==================
+``save``                POST    ``/memories/{memory_type}``                     SaveResult
+``list_memories``       GET     ``/memories/{memory_type}``                     [MemoryRecord]
+``search``              POST    ``/memories/{memory_type}/search``              [SearchHit]
+``get``                 GET     ``/memories/{memory_type}/{key}``               MemoryRecord (404)
+``delete_by_key``       DELETE  ``/memories/{memory_type}/{key}``               DeleteResult (404)
+``get_memory``          GET     ``/memory/{memory_id}``                         MemoryItem (404)
+``delete``              DELETE  ``/memory/{memory_id}``                         DeleteResult (404)
+``history``             GET     ``/memory/{memory_id}/history``                 [VersionRecord]
+``browse_memories``     GET     ``/browse/memories``                            MemoryPage
+``count_memories``      GET     ``/browse/memories/count``                      int
+``browse_sessions``     GET     ``/browse/sessions``                            SessionPage
+``browse_turns``        GET     ``/browse/sessions/{session_id}/turns``         TurnPage
+``list_domains``        GET     ``/domains``                                    [str]
+``record_turn``         POST    ``/sessions/{session_id}/turns``                Turn
+``recent_turns``        GET     ``/sessions/{session_id}/turns``                [Turn]
+``end_session``         POST    ``/sessions/{session_id}/end``                  SessionEnd
+``processing_status``   GET     ``/sessions/{session_id}/status``               ProcessingStatus
+``list_sessions``       GET     ``/sessions``                                   [SessionSummary]
+======================  ======  ==============================================  ==================
+
+The arguments of each are those of its request model in :data:`OPERATIONS`,
+less the caller's fields and the path's.
+
 The service trusts none of the identity: it resolves it again with
 :func:`~mongomem.sdk.resolve_identity` inside the project the API key belongs to.
 
@@ -27,21 +52,38 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mongomem.models import SessionEnd, Turn
-from mongomem.sdk.models import MemoryRecord, SaveResult, SearchHit, VersionRecord
-from mongomem.stm import SessionSummary
+from mongomem.progress import ProcessingStatus
+from mongomem.sdk.models import (
+    DeleteResult,
+    MemoryItem,
+    MemoryPage,
+    MemoryRecord,
+    SaveResult,
+    SearchHit,
+    VersionRecord,
+)
+from mongomem.stm import SessionPage, SessionSummary, TurnPage
 
 __all__ = [
     "CALLER_FIELDS",
     "OPERATIONS",
     "ROUTES",
     "Answer",
+    "BrowseMemoriesRequest",
+    "BrowseSessionsRequest",
+    "BrowseTurnsRequest",
     "Caller",
+    "CountMemoriesRequest",
+    "DeleteByKeyRequest",
+    "DeleteRequest",
     "ErrorBody",
+    "GetMemoryRequest",
     "GetRequest",
     "HistoryRequest",
     "HttpRoute",
@@ -50,6 +92,7 @@ __all__ = [
     "RecordTurnRequest",
     "SaveRequest",
     "SearchRequest",
+    "SessionRequest",
 ]
 
 
@@ -94,10 +137,57 @@ class HistoryRequest(Caller):
     memory_id: str
 
 
+class DeleteRequest(Caller):
+    memory_id: str
+    reason: str | None = None
+
+
+class DeleteByKeyRequest(Caller):
+    memory_type: str
+    key: str
+    reason: str | None = None
+
+
+class SessionRequest(Caller):
+    """A call about the caller's session: ``session_id`` is required."""
+
+    session_id: str
+
+
+class CountMemoriesRequest(Caller):
+    # Checked by mongomem.ltm.browse.make_filter, which names the field.
+    memory_type: str | None = None
+    status: str = "current"
+    updated_since: datetime | None = None
+    key_prefix: str | None = None
+
+
+class BrowseMemoriesRequest(CountMemoriesRequest):
+    limit: int = Field(default=50, ge=1, le=1000)
+    cursor: str | None = None
+
+
+class GetMemoryRequest(Caller):
+    memory_id: str
+
+
+class BrowseSessionsRequest(Caller):
+    limit: int = Field(default=100, ge=1, le=1000)
+    cursor: str | None = None
+    active_since: datetime | None = None
+
+
+class BrowseTurnsRequest(SessionRequest):
+    limit: int = Field(default=100, ge=1, le=1000)
+    cursor: str | None = None
+
+
 class RecordTurnRequest(Caller):
     role: str
     content: str
     metadata: dict[str, Any] | None = None
+    # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
+    at: datetime | None = None
 
 
 class LimitRequest(Caller):
@@ -124,6 +214,14 @@ OPERATIONS: dict[str, type[Caller]] = {
     "list_memories": ListRequest,
     "list_domains": Caller,
     "history": HistoryRequest,
+    "delete": DeleteRequest,
+    "delete_by_key": DeleteByKeyRequest,
+    "processing_status": SessionRequest,
+    "browse_memories": BrowseMemoriesRequest,
+    "count_memories": CountMemoriesRequest,
+    "get_memory": GetMemoryRequest,
+    "browse_sessions": BrowseSessionsRequest,
+    "browse_turns": BrowseTurnsRequest,
     "record_turn": RecordTurnRequest,
     "recent_turns": LimitRequest,
     "end_session": Caller,
@@ -147,7 +245,7 @@ class Answer(BaseModel, Generic[T]):
 class HttpRoute:
     """How one operation travels: its method, its path and the type of its result."""
 
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "DELETE"]
     path: str
     result: Any
     summary: str
@@ -158,7 +256,7 @@ class HttpRoute:
         return tuple(re.findall(r"{(\w+)}", self.path))
 
     def arguments(self, operation: str) -> tuple[str, ...]:
-        """The operation's arguments that travel in the query (GET) or the body (POST)."""
+        """The operation's arguments that travel in the query (GET, DELETE) or the body (POST)."""
         fields = OPERATIONS[operation].model_fields
         return tuple(f for f in fields if f not in CALLER_FIELDS and f not in self.path_fields)
 
@@ -186,9 +284,35 @@ ROUTES: dict[str, HttpRoute] = {
     "list_domains": HttpRoute(
         "GET", f"{_USER}/domains", list[str], "The taxonomic domains of the project"
     ),
+    "delete_by_key": HttpRoute(
+        "DELETE", f"{_USER}/memories/{{memory_type}}/{{key}}", DeleteResult,
+        "Delete the current memory with this key: a DELETE version closes its history",
+    ),
+    "get_memory": HttpRoute(
+        "GET", f"{_USER}/memory/{{memory_id}}", MemoryItem,
+        "A memory by id, in whatever status (404 if it is not the caller's)",
+    ),
+    "delete": HttpRoute(
+        "DELETE", f"{_USER}/memory/{{memory_id}}", DeleteResult,
+        "Delete a memory by id: a DELETE version closes its history (404 if none)",
+    ),
     "history": HttpRoute(
-        "GET", f"{_USER}/history/{{memory_id}}", list[VersionRecord],
+        "GET", f"{_USER}/memory/{{memory_id}}/history", list[VersionRecord],
         "Every version of a memory, oldest first, with its evidence",
+    ),
+    "browse_memories": HttpRoute(
+        "GET", f"{_USER}/browse/memories", MemoryPage,
+        "Memory versions by type, status, update time and key prefix, newest first, paged",
+    ),
+    "count_memories": HttpRoute(
+        "GET", f"{_USER}/browse/memories/count", int, "How many versions the filter matches"
+    ),
+    "browse_sessions": HttpRoute(
+        "GET", f"{_USER}/browse/sessions", SessionPage, "The user's sessions by id, paged"
+    ),
+    "browse_turns": HttpRoute(
+        "GET", f"{_USER}/browse/sessions/{{session_id}}/turns", TurnPage,
+        "A session's turns by sequence number, paged",
     ),
     "record_turn": HttpRoute(
         "POST", f"{_USER}/sessions/{{session_id}}/turns", Turn,
@@ -201,6 +325,10 @@ ROUTES: dict[str, HttpRoute] = {
     "end_session": HttpRoute(
         "POST", f"{_USER}/sessions/{{session_id}}/end", SessionEnd,
         "End the session now: its window closes at once (an event in the turns stream)",
+    ),
+    "processing_status": HttpRoute(
+        "GET", f"{_USER}/sessions/{{session_id}}/status", ProcessingStatus,
+        "For each snapshot of the session and each type: pending, done or dead-lettered",
     ),
     "list_sessions": HttpRoute(
         "GET", f"{_USER}/sessions", list[SessionSummary], "The user's sessions, latest first"

@@ -55,9 +55,10 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
 from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
@@ -66,6 +67,7 @@ from mongomem.embeddings import Embedder
 from mongomem.errors import InputError, RateLimitExceeded, ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
+from mongomem.ltm.browse import MemoryFilter, make_filter
 from mongomem.mongo import Document, connect, database
 from mongomem.readiness import check_ready, ensure_ready
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
@@ -76,8 +78,15 @@ from mongomem.sdk.wire import (
     OPERATIONS,
     ROUTES,
     Answer,
+    BrowseMemoriesRequest,
+    BrowseSessionsRequest,
+    BrowseTurnsRequest,
     Caller,
+    CountMemoriesRequest,
+    DeleteByKeyRequest,
+    DeleteRequest,
     ErrorBody,
+    GetMemoryRequest,
     GetRequest,
     HistoryRequest,
     HttpRoute,
@@ -86,6 +95,7 @@ from mongomem.sdk.wire import (
     RecordTurnRequest,
     SaveRequest,
     SearchRequest,
+    SessionRequest,
 )
 from mongomem.service.http import (
     REQUEST_SECONDS,
@@ -186,6 +196,10 @@ def identity_of(project_id: str, caller: Caller) -> Identity:
     return resolve_identity(project_id, ctx)
 
 
+def _filter(a: CountMemoriesRequest) -> MemoryFilter:
+    return make_filter(a.memory_type, a.status, a.updated_since, a.key_prefix)
+
+
 async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> Any:
     if op == "end_session":
         return await t.end_session(who)
@@ -204,8 +218,26 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.list_memories(who, a.memory_type, a.limit, a.domain)
         case HistoryRequest():
             return await t.history(who, a.memory_id)
-        case RecordTurnRequest():
+        case DeleteRequest():
+            return await t.delete(who, a.memory_id, a.reason)
+        case DeleteByKeyRequest():
+            return await t.delete_by_key(who, a.memory_type, a.key, a.reason)
+        case BrowseMemoriesRequest():
+            return await t.browse_memories(who, _filter(a), a.limit, a.cursor)
+        case CountMemoriesRequest():
+            return await t.count_memories(who, _filter(a))
+        case GetMemoryRequest():
+            return await t.get_memory(who, a.memory_id)
+        case BrowseSessionsRequest():
+            return await t.browse_sessions(who, a.limit, a.cursor, a.active_since)
+        case BrowseTurnsRequest():
+            return await t.browse_turns(who, a.limit, a.cursor)
+        case SessionRequest():
+            return await t.processing_status(who)
+        case RecordTurnRequest() if a.at is None:
             return await t.record_turn(who, a.role, a.content, a.metadata)
+        case RecordTurnRequest():
+            return await t.record_turn(who, a.role, a.content, a.metadata, at=a.at)
         case LimitRequest() if op == "recent_turns":
             return await t.recent_turns(who, a.limit)
         case LimitRequest():
@@ -236,19 +268,40 @@ async def authorise(
 Project = Annotated[str, Depends(authorise)]
 
 
+def _iso_time(value: Any) -> Any:
+    """A time argument is ISO 8601 text (lax parsing would also take a number of seconds)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        return datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError("a time is ISO 8601 text, e.g. 2026-12-01T09:00:00Z") from None
+
+
+def _field(annotation: Any) -> Any:
+    """``annotation``, with times read only from ISO 8601 text."""
+    if annotation in (datetime, datetime | None):
+        return Annotated[annotation, BeforeValidator(_iso_time)]
+    return annotation
+
+
 def _arguments_model(op: str, route: HttpRoute) -> type[BaseModel]:
     """The operation's arguments outside the path: a query (GET) or a JSON body (POST)."""
     request = OPERATIONS[op]
     names = route.arguments(op)
-    fields: dict[str, Any] = {name: (request.model_fields[name].annotation,
+    fields: dict[str, Any] = {name: (_field(request.model_fields[name].annotation),
                                      request.model_fields[name]) for name in names}  # fmt: skip
-    if route.method == "GET":
+    in_query = route.method != "POST"
+    if in_query:
         fields["project_id"] = (str | None, None)
         if "session_id" not in route.path_fields:
             fields["session_id"] = (str | None, None)
-    # a body is JSON (strict types, as the direct call); a query is text to parse
-    config = ConfigDict(extra="forbid", strict=route.method == "POST")
-    suffix = "Query" if route.method == "GET" else "Body"
+    # lax: a query is text to parse, and JSON sends times as ISO strings (a str
+    # is still never taken for a number, nor a number for a str)
+    config = ConfigDict(extra="forbid")
+    suffix = "Query" if in_query else "Body"
     name = "".join(part.title() for part in op.split("_")) + suffix
     return create_model(name, __config__=config, **fields)
 
@@ -291,7 +344,7 @@ def _memory_endpoint(op: str, route: HttpRoute) -> Any:
             name, inspect.Parameter.KEYWORD_ONLY,
             annotation=Annotated[str, Path(min_length=1, max_length=1024)],
         ))  # fmt: skip
-    if route.method == "GET":
+    if route.method != "POST":
         params.append(inspect.Parameter(
             "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Query()]
         ))  # fmt: skip

@@ -19,6 +19,11 @@ scope's current memories of its type nearest to the snapshot (within
 ``ExtractionSettings.known_tokens``) and shows them to the model, so it reuses
 their labels (SPEC K2); the reconciler still decides. A failed lookup only
 means extracting without them.
+
+With a ``progress`` recorder, a handled snapshot is recorded in
+``processing_status`` before :meth:`TypeHandler.handle` returns: its candidate
+ids (none is a valid answer: the snapshot is then done for this type), or the
+dead letter's error (:mod:`mongomem.progress`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from mongomem.errors import (
 from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from mongomem.llm import LLM, LLMResult
 from mongomem.models import MemoryCandidate, MemoryScope, Role, Snapshot, utcnow
+from mongomem.progress import Progress, until_stored
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
     Known,
@@ -123,6 +129,7 @@ class TypeHandler:
         extraction: ExtractionSettings,
         usage: UsageRecorder,
         known: KnownMemories | None = None,
+        progress: Progress | None = None,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -136,6 +143,7 @@ class TypeHandler:
         self._extraction = extraction
         self._usage = usage
         self._known_memories = known
+        self._progress = progress
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -165,6 +173,7 @@ class TypeHandler:
         roles = tuple(Role(r) for r in self._extraction.roles)
         if not extractable_turns(snapshot, roles):  # e.g. only system turns, or pasted recall
             metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._note(snapshot, [], None)  # done for this type: nothing to extract
             await self._record(snapshot, None, meter, 0, 0, "nothing-to-extract")
             return Outcome(snapshot.snapshot_id, (), 0, False)
         known = await self._known(snapshot, roles)
@@ -220,9 +229,11 @@ class TypeHandler:
                     exc,
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
+                await self._note(snapshot, None, f"{type(exc).__name__}: {exc}")
                 await self._record(snapshot, answer, meter, attempt, 0, "dead-letter")
                 return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
+            await self._note(snapshot, [c.candidate_id for c in candidates], None)
             await self._record(snapshot, answer, meter, attempt, len(candidates), "ok")
             return Outcome(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
@@ -244,6 +255,24 @@ class TypeHandler:
                         exc)  # fmt: skip
             return []
         return known_within(found, budget)
+
+    async def _note(
+        self, snapshot: Snapshot, candidate_ids: list[str] | None, error: str | None
+    ) -> None:
+        """Record the snapshot as handled in ``processing_status`` (:mod:`mongomem.progress`):
+        its candidates (maybe none), or the dead letter's error. Retried until stored."""
+        progress = self._progress
+        if progress is None:
+            return
+        now, name = self._clock(), self.spec.name
+
+        async def write() -> None:
+            if candidate_ids is None:
+                await progress.extraction_failed(snapshot, name, error or "", now)
+            else:
+                await progress.extracted(snapshot, name, candidate_ids, now)
+
+        await until_stored(write, what=f"{self.stage}: progress of {snapshot.snapshot_id}")
 
     async def _respect_rate_limit(self) -> None:
         wait = self._paused_until - self._monotonic()

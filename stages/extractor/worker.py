@@ -34,6 +34,7 @@ from mongomem.ltm.store import MemoryStore
 from mongomem.models import MemoryScope
 from mongomem.mongo import Document, connect, database
 from mongomem.ops import consumer_group
+from mongomem.progress import Progress, until_stored
 from mongomem.settings import Settings
 from mongomem.stages.extractor.core import Known
 from mongomem.stages.extractor.handler import KnownMemories, Outcome, SourceRecord, TypeHandler
@@ -119,12 +120,14 @@ async def run_extractors(
     embedder: Embedder | None = None,
     usage: UsageRecorder | None = None,
     known: KnownMemories | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Run one consumer group per spec in this process until cancelled.
 
     ``llm``, ``embedder`` and ``usage`` default to the configured providers and
     the ``llm_usage`` collection, ``known`` to the ``memories`` collection
-    (unless ``known_tokens`` is 0); tests pass their own.
+    (unless ``known_tokens`` is 0); tests pass their own. ``progress`` defaults to
+    the ``processing_status`` collection (:mod:`mongomem.progress`).
     """
     kafka = settings.kafka
     topics = [kafka.topic(SNAPSHOTS), kafka.topic(CANDIDATES)]
@@ -136,16 +139,21 @@ async def run_extractors(
     own_embedder = embedder is None
     embedder = embedder or make_embedder(settings.embedding)
     mongo: AsyncMongoClient[Document] | None = None
-    if usage is None or (known is None and settings.extraction.known_tokens > 0):
+    own_progress = progress is None
+    wants_known = known is None and settings.extraction.known_tokens > 0
+    if usage is None or progress is None or wants_known:
         mongo = connect(settings.mongodb)
         db = database(mongo, settings.mongodb)
         usage = usage or MongoUsageRecorder(db[LLM_USAGE])
-        if known is None and settings.extraction.known_tokens > 0:
+        progress = progress or Progress(db)
+        if wants_known:
             known = StoredMemories(MemoryStore(db))
     producer: AIOKafkaProducer = make_producer(kafka)
     consumers: list[AIOKafkaConsumer] = []
     batch_size = max(1, settings.extraction.concurrency * 2)
     try:
+        if own_progress:
+            await until_stored(progress.ensure_index, what="the processing_status index")
         await producer.start()
         workers: list[TypeConsumer] = []
         for spec in specs:
@@ -158,6 +166,7 @@ async def run_extractors(
                 extraction=settings.extraction,
                 usage=usage,
                 known=known,
+                progress=progress,
             )
             consumer = AIOKafkaConsumer(
                 kafka.topic(SNAPSHOTS),

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer
 from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
 from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
 from mongomem.mongo import connect, database
+from mongomem.progress import Progress
 from mongomem.settings import Settings
 from mongomem.stages.reconciler.stage import STAGE, Reconciler, consumer_options
 
@@ -67,7 +68,9 @@ async def run_reconciler(
             "reconciler consuming %s (search: %s, judge: %s)",
             topic, store.search_backend.name, "on" if judge else "off",
         )  # fmt: skip
-        await Reconciler(kafka, store, consumer, producer).run(stop)
+        progress = Progress(store.db)
+        await progress.ensure_index()
+        await Reconciler(kafka, store, consumer, producer, progress=progress).run(stop)
 
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:

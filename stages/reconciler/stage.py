@@ -23,6 +23,10 @@ rejects as invalid (unknown type, wrong embedding size) goes to
 ``dlq.reconciler`` with its original bytes and the stream goes on. A
 write conflict that persists is retried a few times, then dead-lettered.
 MongoDB being unreachable is retried with back-off for as long as it takes.
+
+**Progress.** With a ``progress`` recorder, applied candidates (and dead-lettered
+ones, with the error) are recorded in ``processing_status`` before the commit
+(:mod:`mongomem.progress`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
 from mongomem.ltm import MemoryStore, Outcome
 from mongomem.metrics import DEAD_LETTERS, MESSAGES, RECONCILE_ACTIONS, STAGE_BATCH_SECONDS
 from mongomem.models import MemoryCandidate
+from mongomem.progress import Progress, until_stored
 from mongomem.settings import KafkaSettings
 
 __all__ = ["STAGE", "Reconciler"]
@@ -79,8 +84,10 @@ class Reconciler:
         conflict_attempts: int = 3,
         backoff_s: float = 0.2,
         backoff_max_s: float = 10.0,
+        progress: Progress | None = None,
     ) -> None:
         self.kafka = kafka
+        self.progress = progress
         self.store = store
         self.consumer = consumer
         self.producer = producer
@@ -138,7 +145,17 @@ class Reconciler:
                 return
             for (_, candidate), outcome in zip(good, outcomes, strict=True):
                 self._count(candidate, outcome)
+            await self._note([c for _, c in good])
             return
+
+    async def _note(self, candidates: Sequence[MemoryCandidate]) -> None:
+        """Record applied candidates in ``processing_status`` (retried until stored)."""
+        progress = self.progress
+        if progress is not None and candidates:
+            await until_stored(
+                lambda: progress.reconciled(candidates), what="reconciled candidates",
+                backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
+            )  # fmt: skip
 
     def _count(self, candidate: MemoryCandidate, outcome: Outcome) -> None:
         action = "NOOP" if outcome.replayed else outcome.action.value
@@ -174,6 +191,7 @@ class Reconciler:
                 await self._dead_letter(record, exc, attempts)
                 return None
             self._count(candidate, outcome)
+            await self._note([candidate])
             return outcome
 
     async def _dead_letter(self, record: Record, error: BaseException, attempts: int) -> None:
@@ -188,6 +206,18 @@ class Reconciler:
         await send_dead_letter(self.producer, self.kafka, letter, record.key)
         DEAD_LETTERS.labels(STAGE).inc()
         MESSAGES.labels(STAGE, "dead_letter").inc()
+        progress = self.progress
+        if progress is None:
+            return
+        try:
+            candidate = decode(record.value, MemoryCandidate)
+        except MessageDecodeError:
+            return  # not a candidate: no snapshot to mark
+        failure = f"{type(error).__name__}: {error}"
+        await until_stored(
+            lambda: progress.reconcile_failed(candidate, failure), what="a dead-lettered candidate",
+            backoff_s=self.backoff_s, backoff_max_s=self.backoff_max_s,
+        )  # fmt: skip
 
 
 def consumer_options(kafka: KafkaSettings, group_suffix: str) -> dict[str, Any]:

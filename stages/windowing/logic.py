@@ -27,6 +27,13 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
    of the session created before ``last_at + idle_timeout`` can still arrive,
    so any later turn would have closed the window anyway — the split is the
    one the turns' own times make, wherever the watermarks fall.
+
+   A turn recorded with its own past time (historical import, SPEC J7) is
+   windowed by that time against the session's other turns; but a watermark
+   measures rules 1 and 2 from when such turns arrived (their ``recorded_at``,
+   kept as ``arrived_at``): the watermark follows the change stream, which
+   carries turns in the order they were written, so an import still under way
+   is not cut into windows by it, only by its own pauses.
 3. **Count.** A turn with the expected ``seq`` joins the open window (and
    pulls in any waiting turns it makes contiguous). Every full
    ``max_messages`` turns close as one snapshot (reason ``count``).
@@ -113,6 +120,8 @@ class WindowState(_Frozen):
     last_at: AwareDatetime | None = None
     gap_since: AwareDatetime | None = None
     seen_at: AwareDatetime | None = None
+    #: When the latest pending historical turn arrived (``None``: no such turn).
+    arrived_at: AwareDatetime | None = Field(default=None, exclude_if=lambda v: v is None)
     partition: int | None = None
     offset: int | None = None
 
@@ -167,8 +176,8 @@ class Window:
     """
 
     __slots__ = (
-        "ahead", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at", "session",
-        "snapshots",
+        "ahead", "arrived_at", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at",
+        "session", "snapshots",
     )  # fmt: skip
 
     def __init__(
@@ -180,6 +189,7 @@ class Window:
         last_at: AwareDatetime | None = None,
         gap_since: AwareDatetime | None = None,
         seen_at: AwareDatetime | None = None,
+        arrived_at: AwareDatetime | None = None,
     ) -> None:
         self.session = session
         self.next_seq = next_seq
@@ -188,6 +198,7 @@ class Window:
         self.last_at = last_at
         self.gap_since = gap_since
         self.seen_at = seen_at
+        self.arrived_at = arrived_at
         self.snapshots: list[Snapshot] = []
         self.lost: list[int] = []
 
@@ -201,6 +212,7 @@ class Window:
             state.last_at,
             state.gap_since,
             state.seen_at,
+            state.arrived_at,
         )
 
     def copy(self) -> Window:
@@ -213,6 +225,7 @@ class Window:
             self.last_at,
             self.gap_since,
             self.seen_at,
+            self.arrived_at,
         )
 
     @property
@@ -252,6 +265,7 @@ class Window:
             self.last_at,
             self.gap_since,
             self.seen_at,
+            self.arrived_at,
         )
 
     def state(self, **stamp: int | None) -> WindowState:
@@ -266,18 +280,25 @@ class Window:
             last_at=self.last_at,
             gap_since=self.gap_since,
             seen_at=self.seen_at,
+            arrived_at=self.arrived_at,
             **stamp,
         )
 
     # -- events ------------------------------------------------------------------------------
     def on_watermark(self, at: AwareDatetime, policy: WindowPolicy) -> None:
-        """No turn created before ``at`` can still arrive (rules 1 and 2)."""
-        self._time_closes(policy, at)
+        """No turn written before ``at`` can still arrive (rules 1 and 2, measured from
+        when historical turns arrived)."""
+        self._time_closes(policy, at, self.arrived_at)
 
-    def on_turn(self, turn: SnapshotTurn, policy: WindowPolicy) -> Outcome:
-        """A turn of this session (all three rules); says if it was late or a duplicate."""
+    def on_turn(
+        self, turn: SnapshotTurn, policy: WindowPolicy, arrived_at: AwareDatetime | None = None
+    ) -> Outcome:
+        """A turn of this session (all three rules); says if it was late or a duplicate.
+
+        ``arrived_at`` is the ``recorded_at`` of a turn recorded with its own past time.
+        """
         now = turn.created_at
-        self._time_closes(policy, now)
+        self._time_closes(policy, now, None)
         seq = turn.seq
         expected = self.next_seq + len(self.open)
         if seq < self.next_seq:
@@ -297,15 +318,19 @@ class Window:
             self.gap_since = None
         self.last_at = now if self.last_at is None else max(self.last_at, now)
         self.seen_at = now if self.seen_at is None else max(self.seen_at, now)
+        if arrived_at is not None or self.arrived_at is not None:
+            came = arrived_at or now
+            self.arrived_at = came if self.arrived_at is None else max(self.arrived_at, came)
         if len(self.open) >= policy.max_messages:
             self._count_closes(policy, now)
         if not (self.open or self.ahead):
             self.last_at = None
+            self.arrived_at = None
         return None
 
     def on_end(self, seq: int, at: AwareDatetime, policy: WindowPolicy) -> Outcome:
         """``end_session`` at ``seq`` (rule 4, after rules 1 and 2 at ``at``)."""
-        self._time_closes(policy, at)
+        self._time_closes(policy, at, self.arrived_at)  # an end just after an import: "end"
         if seq < self.next_seq:
             return "late"
         if seq < self.next_seq + len(self.open) or any(t.seq == seq for t in self.ahead):
@@ -367,13 +392,23 @@ class Window:
             self._close(policy.max_messages, "count", now)
             self._pull()
 
-    def _time_closes(self, policy: WindowPolicy, now: AwareDatetime) -> None:
+    def _time_closes(
+        self, policy: WindowPolicy, now: AwareDatetime, arrived: AwareDatetime | None
+    ) -> None:
+        """Rules 1 and 2 at ``now``; ``arrived`` (a tick's view of historical turns) moves
+        the times they are measured from to no earlier than it."""
+
+        def since(at: AwareDatetime) -> AwareDatetime:
+            return at if arrived is None else max(at, arrived)
+
         while (
-            self.ahead and self.gap_since is not None and now - self.gap_since >= policy.gap_timeout
+            self.ahead
+            and self.gap_since is not None
+            and now - since(self.gap_since) >= policy.gap_timeout
         ):
             self._give_up_hole(now)
             self._count_closes(policy, now)
-        if self.last_at is not None and now - self.last_at >= policy.idle_timeout:
+        if self.last_at is not None and now - since(self.last_at) >= policy.idle_timeout:
             # Closed at the instant the session became idle, not at the event that noticed:
             # the next turn or any later watermark closes the same snapshot.
             at = self.last_at + policy.idle_timeout
@@ -384,6 +419,7 @@ class Window:
                 self._close(len(self.open), "idle", at)
             self.last_at = None
             self.gap_since = None
+            self.arrived_at = None
 
 
 def _by_seq(turn: SnapshotTurn) -> int:
@@ -422,7 +458,7 @@ def advance(
         ):
             raise ValueError("an event of another session was applied to this window")
         if isinstance(event, Turn):
-            outcome = window.on_turn(snapshot_turn(event), policy)
+            outcome = window.on_turn(snapshot_turn(event), policy, event.recorded_at)
         else:
             outcome = window.on_end(event.seq, event.created_at, policy)
         if outcome == "late":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -43,7 +44,8 @@ END_KIND = kind_of(SessionEnd)
 #: What windowing workers once produced with their own clock: read and ignored (it proves nothing).
 LEGACY_TICK_KIND = "window-tick"
 
-_FIELDS = frozenset(Turn.model_fields)
+#: A live turn's fields; one with ``recorded_at`` (historical import) takes the general path.
+_FIELDS = frozenset(Turn.model_fields) - {"recorded_at"}
 _FIELDS_WITHOUT_METADATA = _FIELDS - {"metadata"}
 
 #: Sessions whose identifiers are remembered (the memo is emptied when it is full).
@@ -57,6 +59,8 @@ class TurnRecord:
     session: SessionKey
     key: bytes
     turn: SnapshotTurn
+    #: A historical turn's ``recorded_at`` (``None`` for a turn recorded live).
+    arrived_at: datetime | None = None
 
     @property
     def seq(self) -> int:
@@ -177,4 +181,4 @@ def read_generic(raw: bytes | None) -> TurnRecord | EndRecord | Watermark | None
             f"got kind {kind!r}"
         ) from None
     session = turn.session
-    return TurnRecord(session, session.kafka_key(), snapshot_turn(turn))
+    return TurnRecord(session, session.kafka_key(), snapshot_turn(turn), turn.recorded_at)

@@ -426,7 +426,7 @@ class SnapshotWindower:
                 window = entry.window
                 before, lost = window.signature(), len(window.lost)
                 policy = self.policies.for_project(event.session.project_id)
-                outcome = window.on_turn(event.turn, policy)
+                outcome = window.on_turn(event.turn, policy, event.arrived_at)
                 if outcome is not None:
                     self._report_turn(run.stats, window, event.turn.seq, outcome)
                 self._settle(run.stats, entry, before, lost, offset)

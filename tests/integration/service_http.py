@@ -42,6 +42,6 @@ async def call(base: str, operation: str, body: dict[str, Any], key: str | None)
     query = {k: rest.pop(k) for k in ("project_id", "session_id") if k in rest}
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(base_url=base, headers=headers) as client:
-        if route.method == "GET":
-            return await client.get(path, params=query | rest)
+        if route.method != "POST":
+            return await client.request(route.method, path, params=query | rest)
         return await client.post(path, params=query, json=rest)

@@ -56,7 +56,7 @@ async def test_recalled_memories_pasted_back_add_no_evidence(
             "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
             "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
             "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
         }
         stage = StageProcess(
             name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env

@@ -159,6 +159,34 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         assert mine["memory_id"] != bobs.memory_id
         assert mine["action"] == "ADD"
 
+        # Deleting: bob's memory is not alice's to delete; her own goes (J1).
+        theirs = ok(await client.call_tool("delete_memory", {"memory_id": bobs.memory_id}))
+        assert theirs == {"found": False, "deletion": None}
+        gone = ok(await client.call_tool(
+            "delete_memory_by_key", {"memory_type": "semantic", "key": "home-airport",
+                                     "reason": "moved"}))  # fmt: skip
+        assert gone["found"] is True
+        assert gone["deletion"]["memory_id"] == mine["memory_id"]
+        assert gone["deletion"]["reason"] == "moved"
+        after = ok(await client.call_tool("get_semantic", {"label": "home-airport"}))
+        assert after == {"found": False, "memory": None}
+        blank = await client.call_tool("delete_memory", {"memory_id": ""})
+        assert "invalid input (memory_id)" in error(blank)
+
+        old = ok(await client.call_tool("record_turn", {
+            "role": "user", "content": "from 2024", "session_id": "import",
+            "at": "2024-03-01T10:00:00+01:00"}))  # fmt: skip
+        assert old["created_at"] == "2024-03-01T09:00:00Z"
+        naive = await client.call_tool("record_turn", {
+            "role": "user", "content": "naive", "session_id": "import",
+            "at": "2024-03-01T11:00:00"})  # fmt: skip
+        assert "invalid input (at)" in error(naive)
+
+        status = ok(await client.call_tool("processing_status", {}))
+        assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice",
+                                                                              "done")  # fmt: skip
+        assert status["snapshots"] == []  # bob's session of the same id is not alice's
+
     still = await bob.get_semantic("home-airport")
     assert still is not None
     assert (still.text, still.version) == ("Bob's home airport is Oslo.", 1)

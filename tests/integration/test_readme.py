@@ -65,3 +65,15 @@ async def test_readme_http_example_runs(settings: Settings) -> None:
     finally:
         await asyncio.to_thread(namespace["memory"].close)
         await runner.stop()
+
+
+def test_readme_lifecycle_example_runs(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    (example,) = [b for b in python_blocks() if "chat.delete_memory(" in b]
+    monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
+    monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
+    monkeypatch.setenv("MONGOMEM_EMBEDDING_PROVIDER", "stand-in")
+    namespace: dict[str, Any] = {}
+    exec(compile(example, str(README), "exec"), namespace)
+    assert namespace["done"].reason == "the user asked"
+    assert [i.key for i in namespace["page"].items] == ["seat"]
+    assert namespace["status"].state == "done"  # no snapshot yet: nothing pending

@@ -26,7 +26,7 @@ async def test_run_all_in_one_process(
             "MONGOMEM_LLM_API_KEY": "stand-in",
             "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
             "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
         }
         stage = StageProcess(
             name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env

@@ -101,7 +101,7 @@ async def test_a_changed_value_learned_by_the_pipeline_becomes_current(
             "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
             "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
             "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_WINDOW_TICK_INTERVAL_S": "0.5",
+            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
         }
         stage = StageProcess(
             name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mongomem.ltm.kinds import normalize_key
-from mongomem.ltm.plan import Neighbour, Thresholds, Verdict, memory_id_for, plan_reconcile
+from mongomem.ltm.plan import (
+    RECONCILE_ACTIONS,
+    Neighbour,
+    Thresholds,
+    Verdict,
+    memory_id_for,
+    plan_reconcile,
+)
 from mongomem.models import Action, Evidence, MemoryCandidate, MemoryScope
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -136,7 +144,7 @@ def test_replanning_after_apply_converges_to_reinforce(
     assert apply(c, after, second.action, second.memory_id) == after
 
 
-@given(candidates(), st.floats(0.0, 1.0), st.sampled_from(list(Action)), st.booleans())
+@given(candidates(), st.floats(0.0, 1.0), st.sampled_from(RECONCILE_ACTIONS), st.booleans())
 def test_judge_asked_for_a_key_match_or_a_near_neighbour_and_only_for_its_target(
     c: MemoryCandidate, sim: float, said: Action, same_key: bool
 ) -> None:
@@ -168,3 +176,17 @@ def test_same_key_lower_similarity_updates(c: MemoryCandidate) -> None:
     )  # fmt: skip
     d = plan_reconcile(c, [n])
     assert (d.action, d.memory_id, d.version, d.base_version) == (Action.UPDATE, "mem_k", 4, 3)
+
+
+def test_a_judge_cannot_delete() -> None:
+    with pytest.raises(ValueError, match="cannot decide DELETE"):
+        Verdict(memory_id="mem_x", action=Action.DELETE, reason="r")
+
+
+@given(candidates(), st.integers(1, 50))
+def test_every_incarnation_of_a_key_has_its_own_memory_id(c: MemoryCandidate, n: int) -> None:
+    ids = {memory_id_for(c.scope, c.memory_type, c.key, i) for i in range(n + 1)}
+    assert len(ids) == n + 1
+    assert memory_id_for(c.scope, c.memory_type, c.key, 0) == memory_id_for(
+        c.scope, c.memory_type, c.key
+    )

@@ -241,3 +241,62 @@ def test_crash_restart_and_replay_yield_the_live_snapshots(log: Log, data: st.Da
         assert distinct(sink.delivered) == distinct(live)
 
     asyncio.run(scenario())
+
+
+def _run(events: list[Turn | Watermark]) -> list[tuple[int, int, str]]:
+    state = initial_state(SESSIONS[0])
+    out = []
+    for event in events:
+        result = advance(state, event, POLICY)
+        state = result.state
+        out.extend((s.first_seq, s.last_seq, s.reason) for s in result.snapshots)
+    return out
+
+
+@given(
+    gaps=st.lists(st.integers(0, 3 * IDLE), min_size=1, max_size=12),
+    ticks=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def test_a_historical_import_windows_by_its_own_times_whatever_the_watermarks(
+    gaps: list[int], ticks: list[bool]
+) -> None:
+    """SPEC J7: turns recorded with their own (old) times, arriving a second apart now,
+    split only where their own pauses reach the idle timeout — watermarks of the change
+    stream (far past those times) that come mid-import change nothing — and the last
+    window closes at a watermark once the import has been quiet for the idle timeout."""
+    old = T0 - timedelta(days=365)
+    now = T0
+    own, second = [], 0
+    for seq, gap in enumerate(gaps, start=1):
+        second += gap
+        turn = make_turn(SESSIONS[0], seq, 0).model_copy(
+            update={
+                "created_at": old + timedelta(seconds=second),
+                "recorded_at": now + timedelta(seconds=seq),
+            }
+        )
+        own.append(turn)
+    with_ticks: list[Turn | Watermark] = []
+    for turn, tick in zip(own, ticks, strict=False):
+        with_ticks.append(turn)
+        if tick:  # a watermark of the stream, just after this turn arrived
+            assert turn.recorded_at is not None
+            at = turn.recorded_at + timedelta(milliseconds=500)
+            with_ticks.append(Watermark(at=at, caught_up=True))
+    end = Watermark(at=now + timedelta(seconds=len(own) + IDLE), caught_up=True)
+    expected = []  # by own times: a pause of IDLE or more, or MAX turns, closes a window
+    start = 1
+    for i in range(1, len(own) + 1):
+        if i < len(own) and gaps[i] >= IDLE:
+            while i - start + 1 > MAX:
+                expected.append((start, start + MAX - 1, "count"))
+                start += MAX
+            expected.append((start, i, "idle" if i - start + 1 < MAX else "count"))
+            start = i + 1
+    while len(own) - start + 1 >= MAX:
+        expected.append((start, start + MAX - 1, "count"))
+        start += MAX
+    if start <= len(own):
+        expected.append((start, len(own), "idle"))
+    assert _run([*own, end]) == _run([*with_ticks, end])
+    assert [(a, b) for a, b, _ in _run([*with_ticks, end])] == [(a, b) for a, b, _ in expected]

@@ -23,12 +23,12 @@ from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
 from mongomem.stm import validate_role
 
 TOOLS = {
-    "record_turn", "recent_turns", "end_session", "list_sessions",
+    "record_turn", "recent_turns", "end_session", "list_sessions", "processing_status",
     "save_semantic", "get_semantic", "search_semantic",
     "save_episode", "search_episodes", "list_episodes",
     "save_procedure", "discover_procedures", "get_procedure",
     "save_taxonomic", "get_taxonomic_term", "search_taxonomic", "list_domains",
-    "build_context", "memory_history", "whoami",
+    "build_context", "memory_history", "delete_memory", "delete_memory_by_key", "whoami",
 }  # fmt: skip
 
 

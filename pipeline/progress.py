@@ -1,0 +1,274 @@
+"""Processing status (SPEC J6): how far extraction got with each snapshot, per type.
+
+The ``processing_status`` collection holds one document per (snapshot, memory
+type), ``_id`` = :func:`progress_id`:
+
+* the **extractor** of the type writes it once it has handled the snapshot:
+  the session's ids, the snapshot's seq range and the ids of the candidates it
+  published — an empty list when the LLM found nothing of its type, so such a
+  snapshot is done at once — or, when the snapshot went to the dead-letter
+  topic, the error;
+* the **reconciler** adds every candidate id it has applied (``$addToSet``;
+  a replay adds nothing new) and the error of a candidate it dead-lettered.
+
+Both writes are single-document upserts on ``_id``, idempotent and
+commutative, so the order in which the two stages get there does not matter.
+Each stage writes before it commits its Kafka offsets (MongoDB away is retried
+for as long as it takes), so a handled record is always recorded.
+
+A (snapshot, type) is **done** when its extractor's entry lists candidates all
+of which are reconciled, **dead-lettered** when either stage dead-lettered it
+(with the error; a candidate dead-lettered and applied since does not count),
+**pending** otherwise. :func:`session_status` reads the
+session's snapshots, their entries and its last turn's seq: three indexed
+reads, sent together (one round trip of latency), and no Kafka call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pymongo import ASCENDING, UpdateOne
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+from mongomem.errors import StorageError
+from mongomem.models import MemoryCandidate, SessionKey, Snapshot, stable_id
+from mongomem.mongo import SNAPSHOTS, TURNS, Document
+
+__all__ = [
+    "PROGRESS",
+    "ProcessingState",
+    "ProcessingStatus",
+    "Progress",
+    "SnapshotProgress",
+    "TypeProgress",
+    "progress_id",
+    "session_status",
+    "type_progress",
+    "until_stored",
+]
+
+PROGRESS = "processing_status"
+log = logging.getLogger(__name__)
+
+ProcessingState = Literal["pending", "done", "dead_lettered"]
+
+
+def progress_id(snapshot_id: str, memory_type: str) -> str:
+    return stable_id("prog", snapshot_id, memory_type)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TypeProgress(_Frozen):
+    """One memory type's progress with one snapshot."""
+
+    memory_type: str
+    state: ProcessingState
+    #: Candidates the extractor published (``None``: not extracted yet).
+    candidates: int | None = None
+    reconciled: int = 0
+    error: str | None = None
+
+
+class SnapshotProgress(_Frozen):
+    snapshot_id: str
+    first_seq: int
+    last_seq: int
+    closed_at: AwareDatetime | None = None
+    state: ProcessingState
+    types: tuple[TypeProgress, ...]
+
+
+class ProcessingStatus(_Frozen):
+    """Every snapshot of one session so far, with each enabled type's progress.
+
+    ``state`` is ``done`` when every (snapshot, type) is done (also when there
+    is no snapshot yet), ``dead_lettered`` when none is pending and some are
+    dead-lettered, else ``pending``. Turns not yet promoted to a snapshot are
+    not counted: they wait for their window (message count, idle timeout);
+    ``last_turn_seq`` beyond ``last_snapshot_seq`` says how many there are.
+    """
+
+    project_id: str
+    user_id: str
+    session_id: str
+    memory_types: tuple[str, ...]
+    state: ProcessingState
+    snapshots: tuple[SnapshotProgress, ...]
+    #: The seq of the session's last recorded turn (0: none).
+    last_turn_seq: int = 0
+    #: The last seq covered by a snapshot (0: none yet).
+    last_snapshot_seq: int = 0
+
+    def where(self, state: ProcessingState) -> list[tuple[str, str, str | None]]:
+        """``(snapshot_id, memory_type, error)`` of every pair in ``state``."""
+        return [(s.snapshot_id, t.memory_type, t.error) for s in self.snapshots
+                for t in s.types if t.state == state]  # fmt: skip
+
+
+def _overall(states: Sequence[ProcessingState]) -> ProcessingState:
+    if "pending" in states:
+        return "pending"
+    return "dead_lettered" if "dead_lettered" in states else "done"
+
+
+def type_progress(memory_type: str, row: Document | None) -> TypeProgress:
+    """The state of one (snapshot, type) from its entry (``None``: none yet)."""
+    if row is None:
+        return TypeProgress(memory_type=memory_type, state="pending")
+    expected = row.get("candidates")
+    reconciled = set(row.get("reconciled", ()))
+    count = None if expected is None else len(expected)
+    done = 0 if expected is None else len(reconciled & set(expected))
+    # a candidate dead-lettered once and applied since (a replay of the letter) is fine
+    failures = [f for f in row.get("failed", ()) if f.get("candidate_id") not in reconciled]
+    dead = row.get("dead_letter")
+    error = dead.get("error") if isinstance(dead, dict) else None
+    if error is None and failures:
+        error = str(failures[0].get("error"))
+    if error is not None:
+        return TypeProgress(memory_type=memory_type, state="dead_lettered", candidates=count,
+                            reconciled=done, error=error)  # fmt: skip
+    state: ProcessingState = "done" if count is not None and done == count else "pending"
+    return TypeProgress(memory_type=memory_type, state=state, candidates=count, reconciled=done)
+
+
+async def _run(op: Awaitable[Any]) -> Any:
+    try:
+        return await op
+    except PyMongoError as exc:
+        raise StorageError(f"MongoDB failed (processing status): {exc}") from exc
+
+
+async def until_stored(
+    write: Callable[[], Awaitable[None]],
+    *,
+    what: str,
+    backoff_s: float = 0.2,
+    backoff_max_s: float = 10.0,
+) -> None:
+    """Run ``write`` until MongoDB takes it (a :class:`StorageError` is retried with back-off)."""
+    delay = backoff_s
+    while True:
+        try:
+            await write()
+            return
+        except StorageError as exc:
+            log.warning("%s not stored (%s); retrying in %.1fs", what, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, backoff_max_s)
+
+
+def _session(session: SessionKey) -> Document:
+    return {"project_id": session.project_id, "user_id": session.user_id,
+            "session_id": session.session_id}  # fmt: skip
+
+
+class Progress:
+    """The ``processing_status`` collection: written by the stages, read by the SDK."""
+
+    def __init__(self, db: AsyncDatabase[Document]) -> None:
+        self._db = db
+        self.entries = db[PROGRESS]
+
+    async def ensure_index(self) -> None:
+        await _run(self.entries.create_index(
+            [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING)],
+            name="session",
+        ))  # fmt: skip
+
+    def _snapshot_fields(self, snapshot: Snapshot, memory_type: str, now: datetime) -> Document:
+        return {**_session(snapshot.session), "snapshot_id": snapshot.snapshot_id,
+                "memory_type": memory_type, "first_seq": snapshot.first_seq,
+                "last_seq": snapshot.last_seq, "at": now}  # fmt: skip
+
+    async def extracted(
+        self, snapshot: Snapshot, memory_type: str, candidate_ids: Sequence[str], now: datetime
+    ) -> None:
+        """The extractor of ``memory_type`` published ``candidate_ids`` (maybe none)."""
+        fields = {**self._snapshot_fields(snapshot, memory_type, now),
+                  "candidates": list(candidate_ids), "dead_letter": None}  # fmt: skip
+        await _run(self.entries.update_one(
+            {"_id": progress_id(snapshot.snapshot_id, memory_type)}, {"$set": fields}, upsert=True
+        ))  # fmt: skip
+
+    async def extraction_failed(
+        self, snapshot: Snapshot, memory_type: str, error: str, now: datetime
+    ) -> None:
+        """The extractor of ``memory_type`` dead-lettered ``snapshot``."""
+        fields = {**self._snapshot_fields(snapshot, memory_type, now),
+                  "dead_letter": {"stage": f"extractor.{memory_type}", "error": error}}  # fmt: skip
+        await _run(self.entries.update_one(
+            {"_id": progress_id(snapshot.snapshot_id, memory_type)}, {"$set": fields}, upsert=True
+        ))  # fmt: skip
+
+    async def reconciled(self, candidates: Sequence[MemoryCandidate]) -> None:
+        """The reconciler applied ``candidates`` (those extracted from snapshots count)."""
+        by_entry: dict[str, list[str]] = {}
+        for c in candidates:
+            if c.evidence.source == "snapshot":
+                key = progress_id(c.evidence.ref, c.memory_type)
+                by_entry.setdefault(key, []).append(c.candidate_id)
+        if by_entry:
+            await _run(self.entries.bulk_write(
+                [UpdateOne({"_id": key}, {"$addToSet": {"reconciled": {"$each": ids}}},
+                           upsert=True) for key, ids in by_entry.items()],
+                ordered=False,
+            ))  # fmt: skip
+
+    async def reconcile_failed(self, candidate: MemoryCandidate, error: str) -> None:
+        """The reconciler dead-lettered ``candidate``."""
+        if candidate.evidence.source != "snapshot":
+            return
+        failure = {"candidate_id": candidate.candidate_id, "error": error}
+        await _run(self.entries.update_one(
+            {"_id": progress_id(candidate.evidence.ref, candidate.memory_type)},
+            {"$addToSet": {"failed": failure}}, upsert=True,
+        ))  # fmt: skip
+
+    async def session_status(
+        self, session: SessionKey, memory_types: Sequence[str]
+    ) -> ProcessingStatus:
+        """Every snapshot of ``session`` with the progress of each of ``memory_types``."""
+        query = _session(session)
+        snaps, rows, last = await asyncio.gather(
+            _run(self._db[SNAPSHOTS].find(
+                query, {"first_seq": 1, "last_seq": 1, "closed_at": 1}, sort=[("last_seq", -1)]
+            ).to_list()),
+            _run(self.entries.find(query, {"memory_type": 1, "snapshot_id": 1, "candidates": 1,
+                                           "reconciled": 1, "failed": 1, "dead_letter": 1})
+                 .to_list()),
+            _run(self._db[TURNS].find_one(query, {"seq": 1}, sort=[("seq", -1)])),
+        )  # fmt: skip
+        found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
+        types = tuple(dict.fromkeys(memory_types))
+        out = []
+        for snap in sorted(snaps, key=lambda d: int(d["first_seq"])):
+            progress = tuple(type_progress(t, found.get((snap["_id"], t))) for t in types)
+            out.append(SnapshotProgress(
+                snapshot_id=snap["_id"], first_seq=int(snap["first_seq"]),
+                last_seq=int(snap["last_seq"]), closed_at=snap.get("closed_at"),
+                state=_overall([p.state for p in progress]), types=progress,
+            ))  # fmt: skip
+        return ProcessingStatus(
+            **query, memory_types=types, snapshots=tuple(out),
+            state=_overall([s.state for s in out]),
+            last_turn_seq=int(last["seq"]) if last else 0,
+            last_snapshot_seq=max((s.last_seq for s in out), default=0),
+        )  # fmt: skip
+
+
+async def session_status(
+    db: AsyncDatabase[Document], session: SessionKey, memory_types: Sequence[str]
+) -> ProcessingStatus:
+    """:meth:`Progress.session_status` on ``db``."""
+    return await Progress(db).session_status(session, memory_types)

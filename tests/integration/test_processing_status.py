@@ -1,0 +1,247 @@
+"""Processing status (SPEC J6) through a running pipeline (`mongomem run all`, one
+process running every stage) on the real servers, with the scripted fake
+OpenAI-compatible server as the LLM."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from pymongo import AsyncMongoClient
+from service_http import start
+from test_service import KEY_A, with_keys
+
+from mongomem.codec import encode
+from mongomem.embeddings import HashingEmbedder
+from mongomem.errors import InputError, ProcessingFailed, ProcessingTimeout
+from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.ltm.testing import candidate
+from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
+from mongomem.mongo import SNAPSHOTS, TURNS, Document, database
+from mongomem.progress import PROGRESS, type_progress
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.settings import EmbeddingSettings, ExtractionSettings, Settings
+from mongomem.stages.reconciler import run_reconciler
+from mongomem.supervisor import StageProcess
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, ServerError
+
+pytestmark = pytest.mark.integration
+
+TYPES = ("semantic", "episodic")
+
+
+def scripted(request: ChatRequest) -> Reply:
+    """Semantic finds the airport; episodic finds nothing; "poison" always fails."""
+    if "poison" in request.text("user") and request.schema_name == "extract_semantic":
+        return ServerError(500)
+    if request.schema_name == "extract_semantic" and "airport" in request.text("user"):
+        return Answer({"items": [{"label": "home-airport", "fact": "The home airport is Boston."}]})
+    return Answer({"items": []})
+
+
+def snapshot_doc(project: str, session: str) -> dict[str, object]:
+    """A snapshot document as the windowing stage stores it (one turn, seq 1)."""
+    now = utcnow().replace(microsecond=0)
+    turn = SnapshotTurn(turn_id=stable_id("turn", session, 1), seq=1, role="user",
+                        content="hi", created_at=now)  # fmt: skip
+    snap = Snapshot(
+        snapshot_id=stable_id("snap", project, "u", session, 1, 1), project_id=project,
+        user_id="u", session_id=session, first_seq=1, last_seq=1, turns=(turn,),
+        reason="idle", closed_at=now,
+    )  # fmt: skip
+    return {"_id": snap.snapshot_id, **snap.model_dump(mode="python")}
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(scripted) as server:
+        yield server
+
+
+def configured(settings: Settings) -> Settings:
+    return settings.model_copy(update={
+        "embedding": EmbeddingSettings(provider="stand-in"),
+        "extraction": ExtractionSettings(enabled=TYPES),
+    })  # fmt: skip
+
+
+@pytest.fixture
+async def pipeline(
+    subprocess_env: dict[str, str], tmp_path: Path, llm: FakeOpenAIServer
+) -> AsyncIterator[StageProcess]:
+    env = {
+        **subprocess_env,
+        "MONGOMEM_LLM_BASE_URL": llm.base_url,
+        "MONGOMEM_LLM_API_KEY": "fake",
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_ENABLED_EXTRACTIONS": ",".join(TYPES),
+        "MONGOMEM_EXTRACTION_MAX_ATTEMPTS": "2",
+        "MONGOMEM_EXTRACTION_BACKOFF_BASE_S": "0.05",
+        "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
+        "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+    }
+    stage = StageProcess(name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env)
+    await asyncio.to_thread(stage.start)
+    try:
+        yield stage
+    finally:
+        await asyncio.to_thread(stage.stop)
+
+
+async def test_wait_until_processed_returns_once_every_snapshot_is_reconciled(
+    settings: Settings, mongo: AsyncMongoClient[Document], pipeline: StageProcess
+) -> None:
+    async with AsyncMemory(project_id="p", settings=configured(settings)) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id="u", session_id="good"))
+        assert (await chat.processing_status()).state == "done"  # nothing so far
+        await chat.record_turn("user", "My home airport is Boston.")
+        await chat.record_turn("assistant", "Noted.")
+        await chat.record_turn("user", "Thanks, that is all.")
+        await chat.record_turn("assistant", "Goodbye.")
+
+        status = await chat.wait_until_processed(120, all_turns=True)
+        assert (status.last_turn_seq, status.last_snapshot_seq) == (4, 4)
+        assert status.state == "done"
+        assert status.memory_types == TYPES
+        first, second = status.snapshots
+        assert (first.first_seq, first.last_seq, second.first_seq) == (1, 2, 3)
+        by_type = {t.memory_type: t for t in first.types}
+        assert (by_type["semantic"].candidates, by_type["semantic"].reconciled) == (1, 1)
+        assert by_type["episodic"].candidates == 0  # nothing of its type: done all the same
+        assert all(t.state == "done" for s in status.snapshots for t in s.types)
+        # done means reconciled: the fact is readable now, without waiting any more
+        fact = await chat.get_semantic("home-airport")
+        assert fact is not None
+        assert "Boston" in fact.text
+
+        # A snapshot whose extraction is dead-lettered: waiting says so, it does not hang.
+        bad = memory.bind(MemoryRequestContext(user_id="u", session_id="bad"))
+        await bad.record_turn("user", "poison pill")
+        await bad.record_turn("assistant", "Hm.")
+        with pytest.raises(ProcessingFailed, match="semantic") as failed:
+            await bad.wait_until_processed(120, all_turns=True)
+        assert "LLMUnavailable" in str(failed.value)
+        state = await bad.processing_status()
+        assert state.state == "dead_lettered"
+        [(snapshot_id, memory_type, error)] = state.where("dead_lettered")
+        assert memory_type == "semantic"
+        assert error is not None
+        assert snapshot_id == state.snapshots[0].snapshot_id
+        assert [t.state for t in state.snapshots[0].types] == ["dead_lettered", "done"]
+
+
+async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """No pipeline runs here: a stored snapshot stays pending for good."""
+    session = MemoryRequestContext(user_id="u", session_id="stuck")
+    stored = snapshot_doc("travel", "stuck")
+    snap_id = str(stored["_id"])
+    db = database(mongo, settings.mongodb)
+    await db[SNAPSHOTS].insert_one(stored)
+    async with AsyncMemory(project_id="travel", settings=configured(settings)) as memory:
+        chat = memory.bind(session)
+        with pytest.raises(ProcessingTimeout, match=f"{snap_id} \\(semantic\\)") as late:
+            await chat.wait_until_processed(0.5, poll_s=0.1)
+        assert f"{snap_id} (episodic)" in str(late.value)
+        await db[TURNS].insert_one({"_id": "t2", "project_id": "travel", "user_id": "u",
+                                    "session_id": "stuck", "seq": 2})  # fmt: skip
+        with pytest.raises(ProcessingTimeout, match="turns 2-2 \\(not in a snapshot yet\\)"):
+            await chat.wait_until_processed(0.3, all_turns=True, poll_s=0.1)
+        assert late.value.retriable
+        with pytest.raises(InputError):
+            await chat.wait_until_processed(0)
+        with pytest.raises(InputError) as no_session:
+            await memory.bind(MemoryRequestContext(user_id="u")).processing_status()
+        assert no_session.value.field == "session_id"
+        direct = await chat.processing_status()
+        assert direct.state == "pending"
+        assert [t.candidates for t in direct.snapshots[0].types] == [None, None]
+
+        runner, url = await start(with_keys(configured(settings)).model_copy(
+            update={"extraction": ExtractionSettings(enabled=TYPES)}))  # fmt: skip
+        try:
+            async with AsyncMemory(project_id="travel", api_key=KEY_A, base_url=url) as remote:
+                chat_remote = remote.bind(session)
+                assert await chat_remote.processing_status() == direct
+            # the reconciler's record may come before the extractor's: still pending
+            await db[PROGRESS].update_one(
+                {"_id": stable_id("prog", snap_id, "semantic")},
+                {"$addToSet": {"reconciled": {"$each": ["c1"]}}}, upsert=True,
+            )  # fmt: skip
+            assert (await chat.processing_status()).snapshots[0].types[0].state == "pending"
+        finally:
+            await runner.stop()
+
+
+async def test_the_reconciler_records_applied_and_dead_lettered_candidates(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """The reconciler stage's own records, as `processing_status` reads them."""
+    good = candidate("semantic", label="seat", text="Aisle seats.", snapshot="snap-a")
+    small = HashingEmbedder(8)  # another size than the scope's memories: refused by the store
+    bad = candidate("semantic", label="meal", text="Vegetarian.", snapshot="snap-b",
+                    embedder=small)  # fmt: skip
+    direct = candidate("semantic", label="pet", text="A cat.", snapshot=None)
+    topics = [settings.kafka.topic(CANDIDATES), dead_letter_topic(settings.kafka, "reconciler")]
+    await ensure_topics(settings.kafka, topics)
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        for c in (good, direct, bad):
+            await producer.send(settings.kafka.topic(CANDIDATES), encode(c),
+                                key=c.scope.kafka_key())  # fmt: skip
+        await producer.flush()
+    finally:
+        await producer.stop()
+    entries = database(mongo, settings.mongodb)[PROGRESS]
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_reconciler(settings, stop))
+    try:
+        for _ in range(600):
+            if await entries.count_documents({}) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    applied = await entries.find_one({"_id": stable_id("prog", "snap-a", "semantic")})
+    assert applied is not None
+    assert applied["reconciled"] == [good.candidate_id]
+    failed = await entries.find_one({"_id": stable_id("prog", "snap-b", "semantic")})
+    assert failed is not None
+    [failure] = failed["failed"]
+    assert failure["candidate_id"] == bad.candidate_id
+    assert "InputError" in failure["error"]
+    assert await entries.count_documents({}) == 2  # a direct save has no snapshot to mark
+    assert type_progress("semantic", {**failed, "candidates": [bad.candidate_id]}).state == (
+        "dead_lettered"
+    )
+
+
+def test_cli_status_prints_the_progress_and_waits(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from pymongo import MongoClient
+
+    from mongomem.cli import main
+
+    monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
+    monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
+    monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic")
+    who = ["--project-id", "p", "--user-id", "u", "--session-id", "cli"]
+    assert main(["memory", "status", *who]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "done"  # nothing yet
+    snap = snapshot_doc("p", "cli")
+    with MongoClient(settings.mongodb.uri, tz_aware=True) as sync:
+        sync[settings.mongodb.database][SNAPSHOTS].insert_one(snap)
+    assert main(["memory", "status", *who]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["state"] == "pending"
+    assert printed["snapshots"][0]["types"][0]["memory_type"] == "semantic"
+    assert main(["memory", "status", *who, "--wait", "0.3"]) == 1
+    assert f"{snap['_id']} (semantic)" in capsys.readouterr().err
