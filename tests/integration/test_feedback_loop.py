@@ -17,12 +17,12 @@ import signal
 from pathlib import Path
 
 import pytest
+from run_all import all_stages, with_stand_in_embedder
 
 from mongomem.models import Role
 from mongomem.recall import RECALL_OPEN
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.supervisor import StageProcess
+from mongomem.settings import Settings
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, StandInResponder
 from mongomem.testing.harness import wait_until
 from mongomem.testing.stand_in import read_turns
@@ -49,25 +49,13 @@ async def test_recalled_memories_pasted_back_add_no_evidence(
     settings: Settings, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     with FakeOpenAIServer(eager) as llm:
-        env = {
-            **subprocess_env,
-            "MONGOMEM_LLM_BASE_URL": llm.base_url,
-            "MONGOMEM_LLM_API_KEY": "scripted",
-            "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
-            "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
-            "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
-        }
-        stage = StageProcess(
-            name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env
+        stage = all_stages(
+            subprocess_env, tmp_path, llm.base_url, MONGOMEM_ENABLED_EXTRACTIONS="semantic"
         )
         await asyncio.to_thread(stage.start)
         process = stage.process
         assert process is not None
-        with_embedder = settings.model_copy(
-            update={"embedding": EmbeddingSettings(provider="stand-in")}
-        )
-        memory = AsyncMemory(project_id="p", settings=with_embedder)
+        memory = AsyncMemory(project_id="p", settings=with_stand_in_embedder(settings))
         try:
             first = memory.bind(MemoryRequestContext(user_id="u", session_id="s1"))
 

@@ -7,10 +7,10 @@ import signal
 from pathlib import Path
 
 import pytest
+from run_all import all_stages, with_stand_in_embedder
 
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.supervisor import StageProcess
+from mongomem.settings import Settings
 from mongomem.testing.harness import stand_in_llm, wait_until
 
 pytestmark = pytest.mark.integration
@@ -20,24 +20,11 @@ async def test_run_all_in_one_process(
     settings: Settings, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     with stand_in_llm() as llm:
-        env = {
-            **subprocess_env,
-            "MONGOMEM_LLM_BASE_URL": llm.base_url,
-            "MONGOMEM_LLM_API_KEY": "stand-in",
-            "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
-            "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
-        }
-        stage = StageProcess(
-            name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env
-        )
+        stage = all_stages(subprocess_env, tmp_path, llm.base_url)
         await asyncio.to_thread(stage.start)
         process = stage.process
         assert process is not None
-        with_embedder = settings.model_copy(
-            update={"embedding": EmbeddingSettings(provider="stand-in")}
-        )
-        memory = AsyncMemory(project_id="p", settings=with_embedder)
+        memory = AsyncMemory(project_id="p", settings=with_stand_in_embedder(settings))
         try:
             chat = memory.bind(MemoryRequestContext(user_id="u", session_id="s"))
             await chat.record_turn("user", "My home airport is Boston.")

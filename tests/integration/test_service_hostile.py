@@ -74,6 +74,28 @@ async def test_a_non_ascii_or_binary_bearer_token_is_401(url: str, token: bytes)
 
 
 @pytest.mark.parametrize(
+    "header",
+    [
+        b"Authorization: Bearer " + KEY.encode() + b"\x00",  # a NUL after the key
+        b"Authorization: Bearer " + KEY.encode() + b"\x01\x7f",
+        b"Authorization: Bearer " + KEY.encode() + b"x" * 70_000,  # an over-long header
+    ],
+)
+async def test_a_malformed_credential_header_is_refused_without_echoing_it(
+    url: str, header: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A header ending in NUL got a 400 whose body echoed the whole key, logged at ERROR."""
+    caplog.set_level(logging.DEBUG)
+    answer = await raw_request(
+        url, b"GET /v1/users/u/domains HTTP/1.0\r\nHost: x\r\n" + header + b"\r\n\r\n"
+    )
+    status = answer.split(b" ", 2)[1] if answer else b""
+    assert status in (b"400", b"401", b"431", b""), answer[:200]  # refused (or cut off)
+    assert KEY.encode() not in answer
+    assert KEY not in caplog.text
+
+
+@pytest.mark.parametrize(
     ("fields", "field"),
     [
         ({"lable": "typo", "text": "The user likes tea."}, "fields.lable"),

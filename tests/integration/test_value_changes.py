@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
+from run_all import all_stages, with_stand_in_embedder
 
 from mongomem.embeddings import Embedder, LocalE5Embedder
 from mongomem.errors import NotReady
 from mongomem.models import Action, MemoryStatus
 from mongomem.mongo import DECISIONS, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.supervisor import StageProcess
+from mongomem.settings import Settings
 from mongomem.testing.harness import stand_in_llm, wait_until
 
 pytestmark = pytest.mark.integration
@@ -94,25 +94,13 @@ async def test_a_changed_value_learned_by_the_pipeline_becomes_current(
 ) -> None:
     """``mongomem run all`` with the scripted stand-in LLM (NOT a model) as extractor and judge."""
     with stand_in_llm() as llm:
-        env = {
-            **subprocess_env,
-            "MONGOMEM_LLM_BASE_URL": llm.base_url,
-            "MONGOMEM_LLM_API_KEY": "stand-in",
-            "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
-            "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
-            "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
-            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
-        }
-        stage = StageProcess(
-            name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env
+        stage = all_stages(
+            subprocess_env, tmp_path, llm.base_url, MONGOMEM_ENABLED_EXTRACTIONS="semantic"
         )
         await asyncio.to_thread(stage.start)
         process = stage.process
         assert process is not None
-        with_embedder = settings.model_copy(
-            update={"embedding": EmbeddingSettings(provider="stand-in")}
-        )
-        memory = AsyncMemory(project_id="p", settings=with_embedder)
+        memory = AsyncMemory(project_id="p", settings=with_stand_in_embedder(settings))
         facts = {"home-airport": ("Boston", "Denver"), "diet": ("vegetarian", "vegan"),
                  "children": ("two", "three")}  # fmt: skip
         try:
