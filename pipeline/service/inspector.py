@@ -19,7 +19,8 @@ key's project:
                                                 reconciler's thresholds
 ``GET /v1/inspector/snapshots/{snapshot_id}``   one snapshot and its turns (a version's evidence)
 ``GET /v1/inspector/pipeline``                  consumer lag per group, the project's dead
-                                                letters with their errors, local stage processes
+                                                letters with their errors, stage restarts
+                                                (:mod:`mongomem.restarts`), local processes
 ==============================================  ===========================================
 
 Consumer lag is the pipeline's, shared by every project (Kafka topics are not
@@ -47,6 +48,7 @@ from mongomem.ltm.plan import Score, Thresholds
 from mongomem.models import SnapshotTurn
 from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, database
 from mongomem.project_config import enabled_types
+from mongomem.restarts import StageRestarts, read_restarts
 from mongomem.sdk.wire import Answer
 from mongomem.service.app import ERRORS, Project, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
@@ -173,6 +175,7 @@ class PipelineStatus(_View):
     dead_letters: list[DeadLetterView] = Field(description="the project's recent ones")
     hidden_dead_letters: int = Field(description="recent ones of other projects or unreadable")
     processes: list[StageProcessView] = Field(description="local stage processes (mongomem up)")
+    restarts: list[StageRestarts] = Field(description="restarts of each stage, as recorded")
     problems: list[str]
 
 
@@ -273,9 +276,10 @@ def _project_of_letter(letter: DeadLetter) -> str | None:
     return project if isinstance(project, str) else None
 
 
-async def pipeline_status(settings: Settings, project: str) -> PipelineStatus:
-    """Lag per consumer group, dead letters, local processes (see the module doc)."""
+async def pipeline_status(settings: Settings, client: Any, project: str) -> PipelineStatus:
+    """Lag per consumer group, dead letters, restarts, local processes (see the module doc)."""
     problems: list[str] = []
+    restarts = await read_restarts(database(client, settings.mongodb))
     groups: list[GroupLagView] = []
     counts: dict[str, int] = {}
     mine: list[DeadLetterView] = []
@@ -285,7 +289,8 @@ async def pipeline_status(settings: Settings, project: str) -> PipelineStatus:
         from mongomem.ops import dead_letter_counts, group_lag, recent_dead_letters
     except MongomemError as exc:  # the [stages] extra is not installed
         return PipelineStatus(groups=[], dead_letter_counts={}, dead_letters=[],
-                              hidden_dead_letters=0, processes=[], problems=[str(exc)])  # fmt: skip
+                              hidden_dead_letters=0, processes=[], restarts=restarts,
+                              problems=[str(exc)])  # fmt: skip
     types = enabled_types(settings)
     kafka = settings.kafka
     stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
@@ -316,7 +321,7 @@ async def pipeline_status(settings: Settings, project: str) -> PipelineStatus:
     processes = [StageProcessView(name=n, state=s) for n, s in local_stage_processes(settings)]
     return PipelineStatus(groups=groups, dead_letter_counts=counts, dead_letters=mine,
                           hidden_dead_letters=hidden, processes=processes,
-                          problems=problems)  # fmt: skip
+                          restarts=restarts, problems=problems)  # fmt: skip
 
 
 def inspector_router() -> APIRouter:
@@ -380,7 +385,8 @@ def inspector_router() -> APIRouter:
         summary="Consumer lag per group, the project's dead letters, local stage processes",
     )  # fmt: skip
     async def pipeline(request: Request, project: Project) -> Response:
-        return result(await pipeline_status(backend_of(request).settings, project))
+        backend = backend_of(request)
+        return result(await pipeline_status(backend.settings, backend.client, project))
 
     return router
 

@@ -150,6 +150,9 @@ async function pipelineView() {
     table(["failed at", "stage", "source", "error", "attempts", "retriable"], s.dead_letters.map((d) => [
       when(d.failed_at), d.stage, `${d.source_topic}[${d.source_partition}]@${d.source_offset}`,
       `${d.error_class}: ${d.error}`, d.attempts, d.retriable ? "yes" : "no"])),
+    h("h3", {}, "Stage restarts"),
+    s.restarts.length ? table(["stage", "restarts", "last error", "last at"], s.restarts.map((r) => [
+      r.stage, r.restarts, r.last_error, when(r.last_at)])) : h("p", { class: "muted" }, "no restart recorded"),
     h("h3", {}, "Local stage processes"),
     s.processes.length ? table(["process", "state"], s.processes.map((p) => [p.name, p.state]))
       : h("p", { class: "muted" }, "none started here (mongomem up)")];

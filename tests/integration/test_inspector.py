@@ -28,7 +28,7 @@ from pymongo import AsyncMongoClient
 from mongomem import AsyncMemory, MemoryRequestContext
 from mongomem.codec import encode
 from mongomem.embeddings import HashingEmbedder
-from mongomem.errors import MessageDecodeError
+from mongomem.errors import BrokerError, MessageDecodeError
 from mongomem.kafka import (
     DeadLetter,
     ensure_topics,
@@ -40,6 +40,7 @@ from mongomem.ltm import MemoryStore
 from mongomem.ltm.testing import candidate
 from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn, Turn, utcnow
 from mongomem.mongo import Document
+from mongomem.restarts import record_restart
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 from mongomem.spaces import AsyncSpaces, RecallSettings, SearchKey
@@ -146,6 +147,8 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
             resolution="send a new blender",
             outcome="replaced",
         )
+    await record_restart(settings, "reconciler", BrokerError("broker went away"))
+    await record_restart(settings, "reconciler", BrokerError("broker went away again"))
     kafka = settings.kafka
     await ensure_topics(kafka, pipeline_topics(kafka, ["reconciler"]))
     producer = make_producer(kafka)
@@ -210,6 +213,9 @@ async def test_the_routes_answer_for_the_keys_project_only(url: str) -> None:
     status = (await get(url, "/v1/inspector/pipeline")).json()["result"]
     assert [d["error"] for d in status["dead_letters"]] == ["the travel letter"]
     assert status["hidden_dead_letters"] == 1
+    [restarts] = status["restarts"]
+    assert (restarts["stage"], restarts["restarts"]) == ("reconciler", 2)
+    assert restarts["last_error"] == "BrokerError: broker went away again"
     assert status["dead_letter_counts"]["reconciler"] == 2
     assert {g["group"].rsplit(".", 1)[-1] for g in status["groups"]} >= {"windowing", "reconciler"}
 
@@ -306,6 +312,7 @@ async def test_every_view_in_chromium(url: str, browser: Any) -> None:
     assert "the travel letter" in status
     assert "eve's letter" not in status
     assert "reconciler" in status
+    assert "BrokerError: broker went away again" in status  # the stage restarts
     await shot("pipeline")
 
     await page.click("text=Playground")
