@@ -194,7 +194,11 @@ async def _run(op: Any) -> Any:
 async def list_users(
     settings: Settings, client: Any, project: str, limit: int
 ) -> list[UserSummary]:
-    """The project's users (from turns and from memories), by id."""
+    """The project's users (from turns and from memories), by id, the first ``limit``.
+
+    Two aggregations over the project's turns and current memories: the cost
+    grows with the project's size (fine for inspection, not for a hot path).
+    """
     db = database(client, settings.mongodb)
     turns = await _run(db[TURNS].aggregate([
         {"$match": {"project_id": project, **NOT_AN_EVENT}},
