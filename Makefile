@@ -18,7 +18,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install mongomem with its dev tools
+setup: $(STAMP) chromium ## Create .venv and install mongomem with its dev tools (and Chromium)
+
+# The inspector's browser tests drive the system's Chromium (Playwright downloads no
+# browser). As root, install Debian's package when it is missing; otherwise say how.
+chromium:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+		|| [ -n "$$MONGOMEM_CHROMIUM" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium (for the inspector's browser tests) ..."; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "warning: could not install chromium: the inspector's browser tests will be skipped"; \
+	else \
+		echo "note: no chromium and not root: run 'sudo apt-get install chromium' (or set" \
+			"MONGOMEM_CHROMIUM to a Chromium binary), else the inspector's browser tests are skipped"; \
+	fi
 
 test: setup ## Run every test tier (starts its own Kafka and MongoDB-compatible servers)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
@@ -69,5 +83,5 @@ bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
 clean: ## Remove the virtualenv, caches and local server state
 	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck
 
-.PHONY: help setup test test-unit test-property test-integration test-e2e lint format \
+.PHONY: help setup chromium test test-unit test-property test-integration test-e2e lint format \
 	infra-up infra-down infra-status run stop bench clean

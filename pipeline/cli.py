@@ -37,6 +37,7 @@ from typing import Any
 
 from mongomem.errors import MongomemError
 from mongomem.logs import configure_logging
+from mongomem.restarts import record_restart
 from mongomem.settings import Settings, load_settings
 
 __all__ = ["STAGES", "main", "supervise"]
@@ -96,8 +97,12 @@ async def supervise(
     *,
     first_delay_s: float = 1.0,
     max_delay_s: float = 30.0,
+    on_restart: Callable[[str, MongomemError], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Run a stage; restart it after a *retriable* failure, with capped back-off.
+
+    ``on_restart(name, error)`` is awaited before each restart (the stage
+    processes count them: :func:`mongomem.restarts.record_restart`).
 
     A broker or database that is down at start, or goes away for longer than
     a stage's own retries, costs a restart inside the process instead of a
@@ -118,6 +123,8 @@ async def supervise(
             log.warning(
                 "%s stopped on a retriable error (%s); restarting in %.0fs", name, exc, delay
             )
+            if on_restart is not None:
+                await on_restart(name, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_delay_s)
 
@@ -129,8 +136,12 @@ async def run_all(settings: Settings, args: argparse.Namespace) -> None:
     stage does on its own, but their checkpoints make it as safe as a crash:
     at-least-once in, idempotent out.
     """
+    counted = partial(record_restart, settings)
     tasks = [
-        asyncio.create_task(supervise(name, partial(_load_stage(name), settings, args)), name=name)
+        asyncio.create_task(
+            supervise(name, partial(_load_stage(name), settings, args), on_restart=counted),
+            name=name,
+        )
         for name in STAGES
     ]
     await asyncio.sleep(1.0)  # each stage installs its own signal handler as it starts
@@ -158,7 +169,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         coro = run_all(settings, args)
     else:
         entry = _load_stage(args.stage)
-        coro = supervise(args.stage, lambda: entry(settings, args))
+        counted = partial(record_restart, settings)
+        coro = supervise(args.stage, lambda: entry(settings, args), on_restart=counted)
     try:
         asyncio.run(coro)
     except KeyboardInterrupt:

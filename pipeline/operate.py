@@ -45,7 +45,15 @@ from mongomem.settings import (
 )
 from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
-__all__ = ["apply", "configure", "llm_usage_lines", "print_status", "replay", "stage_groups"]
+__all__ = [
+    "apply",
+    "configure",
+    "llm_usage_lines",
+    "local_stage_processes",
+    "print_status",
+    "replay",
+    "stage_groups",
+]
 
 
 def stage_groups(
@@ -114,13 +122,19 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     for group, text in rows:
         say(f"  {group:<48} {text}")
     say("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    processes = local_stage_processes(settings)
+    if processes:
+        say("local stage processes:")
+        for name, state in processes:
+            say(f"  {name:<24} {state}")
+    return 1 if problems else 0
+
+
+def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
+    """(name, state) of each stage process ``mongomem up`` started here, by name."""
     stage_dir = settings.infra.state_dir.resolve() / "stages"
     pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
-    if pids:
-        say("local stage processes:")
-        for pid_file in pids:
-            say(f"  {pid_file.stem:<24} {_pid_state(pid_file)}")
-    return 1 if problems else 0
+    return [(pid_file.stem, _pid_state(pid_file)) for pid_file in pids]
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:

@@ -9,13 +9,15 @@ is never disturbed and the replay's writes meet the stages' idempotent sinks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from mongomem.errors import BrokerError
+from mongomem.codec import decode
+from mongomem.errors import BrokerError, MessageDecodeError
 from mongomem.extras import require
-from mongomem.kafka import dead_letter_topic
+from mongomem.kafka import DeadLetter, dead_letter_topic
 from mongomem.settings import KafkaSettings
 
 with require("stages"):
@@ -28,6 +30,7 @@ __all__ = [
     "consumer_group",
     "dead_letter_counts",
     "group_lag",
+    "recent_dead_letters",
     "set_group_position",
 ]
 
@@ -113,6 +116,47 @@ async def dead_letter_counts(settings: KafkaSettings, stages: Iterable[str]) -> 
         topic = dead_letter_topic(settings, stage)
         counts[stage] = sum(v for tp, v in ends.items() if tp.topic == topic)
     return counts
+
+
+async def recent_dead_letters(
+    settings: KafkaSettings, stages: Iterable[str], per_partition: int = 50
+) -> list[DeadLetter]:
+    """The last ``per_partition`` records of each stage's dead-letter topic, decoded.
+
+    Reads each partition from ``end - per_partition`` to the end it had when
+    called (so it returns even while letters keep arriving); a record that is
+    not a dead letter is skipped. Newest first.
+    """
+    topics = [dead_letter_topic(settings, s) for s in stages]
+    letters: list[DeadLetter] = []
+    try:
+        ends = await _end_offsets(settings, topics)
+        wanted = {tp: end for tp, end in ends.items() if end > 0}
+        if not wanted:
+            return []
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign(list(wanted))
+            for tp, end in wanted.items():
+                consumer.seek(tp, max(0, end - per_partition))
+            open_parts = dict(wanted)
+            while open_parts:
+                batches = await consumer.getmany(*open_parts, timeout_ms=1000, max_records=500)
+                if not batches:
+                    break  # nothing more arrives: what is there has been read
+                for tp, records in batches.items():
+                    for record in records:
+                        with contextlib.suppress(MessageDecodeError):
+                            letters.append(decode(record.value, DeadLetter))
+                    if records and records[-1].offset + 1 >= open_parts.get(tp, 0):
+                        open_parts.pop(tp, None)
+        finally:
+            await consumer.stop()
+    except KafkaError as exc:
+        raise BrokerError(f"could not read dead-letter topics: {exc}") from exc
+    letters.sort(key=lambda letter: letter.failed_at, reverse=True)
+    return letters
 
 
 async def set_group_position(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,15 @@ from mongomem.project_config import enabled_types
 from mongomem.settings import KafkaSettings, MongoSettings, Settings, overlay
 from mongomem.supervisor import StageProcess, stage_env
 
-__all__ = ["LLMStandIn", "down", "restart_extractors", "stage_specs", "up"]
+__all__ = [
+    "LLMStandIn",
+    "LocalService",
+    "down",
+    "inspector_key",
+    "restart_extractors",
+    "stage_specs",
+    "up",
+]
 
 #: The environment ``up`` gave the stage processes (``apply`` reuses it).
 ENV_FILE = "env.json"
@@ -36,6 +45,22 @@ DEMO_WINDOWING = {
     "MONGOMEM_WINDOW_MAX_MESSAGES": "6",
     "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "4",
 }
+
+
+#: Where ``up`` keeps the API key of the local service and inspector (mode 0600).
+INSPECTOR_KEY_FILE = "inspector-key"
+
+
+def inspector_key(stage_dir: Path) -> str:
+    """The local service's API key: made once (random, 0600 file), then reused."""
+    path = stage_dir / INSPECTOR_KEY_FILE
+    if path.exists():
+        return path.read_text().strip()
+    key = secrets.token_urlsafe(24)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(key + "\n")
+    return key
 
 
 def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -139,6 +164,7 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
         process.start(timeout_s=30)
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"
         say(f"  {name:<24} pid {process.running_pid()!s:<7} metrics {metrics}")
+    _start_service(settings, stage_dir, root, env, say)
     say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
     if demo:
@@ -153,6 +179,19 @@ def _all_topics(settings: KafkaSettings, types: tuple[str, ...]) -> list[str]:
     return pipeline_topics(settings, stages)
 
 
+@dataclass(kw_only=True)
+class LocalService(LocalServer):
+    """``mongomem serve`` (memory service and the inspector at ``/ui``) for ``up``."""
+
+    name: str = "service"
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "mongomem.cli", "serve", "--port", str(self.port)]
+
+    def _ready(self) -> bool:
+        return port_in_use(self.port)
+
+
 def _stand_in_port(stage_dir: Path) -> int:
     port_file = stage_dir / "llm-stand-in.port"
     if port_file.exists():
@@ -164,6 +203,30 @@ def _stand_in_port(stage_dir: Path) -> int:
 
 def _default_embedding_provider() -> str:
     return "local" if local_model_installed() else "stand-in"
+
+
+def _start_service(
+    settings: Settings, stage_dir: Path, root: Path, env: dict[str, str], say: Callable[[str], None]
+) -> None:
+    """The memory service with the inspector, opened by a local key of the demo project."""
+    from mongomem.demo import DEMO_PROJECT
+
+    key = inspector_key(stage_dir)
+    entries = [e.get_secret_value() for e in settings.service.api_keys]
+    keys = ",".join([*entries, f"{DEMO_PROJECT}:{key}"])
+    port = settings.service.port if not port_in_use(settings.service.port) else free_port()
+    service = LocalService(
+        port=port, state_dir=stage_dir, cache_dir=root,
+        env={**env, "MONGOMEM_SERVICE_API_KEYS": keys},
+    )  # fmt: skip
+    pid = service.running_pid()
+    if pid is None:
+        service.start(timeout_s=60)
+    say(f"  {'service':<24} pid {service.running_pid()!s:<7} http://127.0.0.1:{service.port}")
+    say(
+        f"inspector: http://127.0.0.1:{service.port}/ui  (project {DEMO_PROJECT}; its key is "
+        f"in {stage_dir / INSPECTOR_KEY_FILE})"
+    )
 
 
 def restart_extractors(

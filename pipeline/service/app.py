@@ -16,6 +16,8 @@ endpoint                   auth   answer
                                   (:func:`~mongomem.readiness.check_ready`, MongoDB ping)
 ``GET /metrics``           none   Prometheus text (every ``mongomem_*`` metric)
 ``GET /openapi.json``      none   the OpenAPI document; ``/docs`` shows it
+``/v1/inspector/…``        key    what the web inspector adds (:mod:`mongomem.service.inspector`)
+``GET /ui``                none   the web inspector's page; it asks for a key
 =========================  =====  =============================================
 
 A request is handled in this order, and the first failure answers
@@ -416,6 +418,7 @@ def make_app(
     thresholds: Thresholds | None = None,
 ) -> Plumbing:
     """The service as an ASGI application (MongoDB is reached once it starts)."""
+    from mongomem.service.inspector import inspector_router, ui_router
     from mongomem.service.spaces_routes import MAX_IMPORT_BYTES, SpacesRegistry, spaces_router
 
     env_keys = parse_env_keys(settings.service.api_keys)
@@ -453,7 +456,7 @@ def make_app(
         openapi_url="/openapi.json",
         exception_handlers={HTTPException: unrouted},
     )
-    routers = [memory_router(), spaces_router()]
+    routers = [memory_router(), spaces_router(), inspector_router(), ui_router()]
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(

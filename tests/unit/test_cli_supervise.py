@@ -47,3 +47,20 @@ def test_log_lines_are_json_with_the_stage() -> None:
     assert entry["msg"] == "hi there"
     assert entry["level"] == "WARNING"
     assert entry["ts"].endswith("+00:00")
+
+
+async def test_each_restart_is_handed_to_on_restart() -> None:
+    calls = 0
+    seen: list[tuple[str, str]] = []
+
+    async def stage() -> None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise BrokerError(f"broker down {calls}")
+
+    async def counted(name: str, error: Exception) -> None:
+        seen.append((name, str(error)))
+
+    await supervise("demo", stage, first_delay_s=0.01, on_restart=counted)
+    assert seen == [("demo", "broker down 1"), ("demo", "broker down 2")]
