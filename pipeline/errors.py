@@ -43,6 +43,7 @@ __all__ = [
     "ChangeFeedError",
     "ConfigError",
     "EmbeddingError",
+    "Erased",
     "ExtractionError",
     "InfraError",
     "InputError",
@@ -204,6 +205,11 @@ class ProcessingFailed(MongomemError):
 
 class ScopeError(MongomemError):
     """A read or write would cross a user's or a project's scope."""
+
+
+class Erased(ScopeError):
+    """The user, session or project was erased (SPEC J2): its id is retired, nothing is
+    written for it again."""
 
 
 class AuthError(ScopeError):
