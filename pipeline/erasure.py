@@ -65,6 +65,8 @@ __all__ = [
     "ERASURES",
     "ErasureRegister",
     "ErasureResult",
+    "SessionsHook",
+    "StepHook",
     "Target",
     "erase",
     "erasure_id",
@@ -225,6 +227,12 @@ class _Erasure:
             if t.user_id is not None:
                 self.sessions.add(SessionKey(project_id=t.project_id, user_id=t.user_id,
                                              session_id=s))  # fmt: skip
+        if self.sessions:  # kept in the job: a resumed erasure still knows them
+            await _run(db[ERASURES].update_one(
+                {"_id": erasure_id(t.project_id, t.user_id, t.session_id)},
+                {"$addToSet": {"sessions": {"$each": [
+                    [k.project_id, k.user_id, k.session_id] for k in self.sessions]}}},
+            ))  # fmt: skip
         erased = self.evidence_erased(snapshot_ids)
         # -- 1: the erased candidates, and their ledger entries
         own = self.own_scope()
@@ -360,6 +368,8 @@ async def erase(
         upsert=True,
     ))  # fmt: skip
     run = _Erasure(db, target, on_step)
+    for p, u, s in (job or {}).get("sessions", ()):
+        run.sessions.add(SessionKey(project_id=p, user_id=u, session_id=s))
     await run.sweep()
     await run.reload_caches()
     if on_sessions is not None and run.sessions:
