@@ -148,7 +148,8 @@ async def _run(op: Awaitable[Any]) -> Any:
 
 
 async def _has_data(db: AsyncDatabase[Document], target: Target) -> bool:
-    for coll in (TURNS, SNAPSHOTS):
+    """Whether there is anything of ``target`` (or of it, some part already erased)."""
+    for coll in (TURNS, SNAPSHOTS, ERASURES):
         if await _run(db[coll].find_one(target.whose(), {"_id": 1})) is not None:
             return True
     scope: Doc = {"scope.project_id": target.project_id}
