@@ -230,8 +230,9 @@ def test_a_cli_erasure_killed_mid_way_is_completed_by_resume(
             chat = memory.bind(ctx(user))
             chat.record_turn("user", f"I am {user}.")
             chat.save_semantic("home", f"{user} lives in Porto.")
-        cmd = [sys.executable, "-m", "mongomem.cli", "erase", "user", "--project-id", "travel",
-               "--user-id", "ana", "--yes", "--no-changelog", "--pause-after", "memories"]  # fmt: skip
+        who = ["--project-id", "travel", "--user-id", "ana", "--yes"]
+        cmd = [sys.executable, "-m", "mongomem.cli", "erase", "user", *who, "--no-changelog",
+               "--pause-after", "memories"]  # fmt: skip
         proc = subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None
