@@ -83,11 +83,23 @@ async def changelog_tombstones(
     The state lives in the partition of the session's turns (co-partitioned), chosen
     by the producer's murmur2 partitioner. Returns the tombstones sent (and acknowledged).
     """
+    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
     from aiokafka.partitioner import DefaultPartitioner
 
     from mongomem.kafka import TURNS, make_producer
 
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap or "")
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+    except KafkaError as exc:
+        raise BrokerError(f"could not list the changelog topics: {exc}") from exc
+    finally:
+        await admin.close()
+    topics = [f"{g}-windows-changelog" for g in groups if f"{g}-windows-changelog" in existing]
+    if not topics or settings.kafka.topic(TURNS) not in existing:
+        return 0
     producer = make_producer(settings.kafka)
     sent = 0
     try:
@@ -98,10 +110,7 @@ async def changelog_tombstones(
             return 0
         choose = DefaultPartitioner()
         futures = []
-        for group in groups:
-            topic = f"{group}-windows-changelog"
-            if not await producer.partitions_for(topic):
-                continue
+        for topic in topics:
             for session in sessions:
                 key = session.kafka_key()
                 partition = int(choose(key, partitions, partitions))

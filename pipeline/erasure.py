@@ -57,7 +57,7 @@ from mongomem.errors import InputError, StorageError
 from mongomem.lineage_prune import VersionFacts, prune
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.models import MemoryScope, SessionKey, utcnow
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, Document
+from mongomem.mongo import CHECKPOINTS, DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, Document
 from mongomem.progress import PROGRESS
 from mongomem.usage import LLM_USAGE
 
@@ -283,6 +283,9 @@ class _Erasure:
         self.count(SNAPSHOTS, r.deleted_count)
         r = await _run(db[TURNS].delete_many(whose))
         self.count(TURNS, r.deleted_count)
+        # the watcher's per-session high-water marks (it writes none for erased sessions)
+        r = await _run(db[CHECKPOINTS].delete_many({**whose, "kind": "watcher-mark"}))
+        self.count(CHECKPOINTS, r.deleted_count)
         await self.checkpoint("turns")
 
     async def prune_memories(self, f: Doc, erased: Callable[[Doc], bool], cids: set[str]) -> None:
