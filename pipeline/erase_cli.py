@@ -70,9 +70,8 @@ def add_cli(subparsers: Any) -> None:
 
 def _groups(settings: Settings, extra: Sequence[str]) -> list[str]:
     from mongomem.ops import consumer_group
-    from mongomem.stages.windowing.windower import STAGE
 
-    return [consumer_group(settings.kafka, STAGE), *extra]
+    return [consumer_group(settings.kafka, "windowing"), *extra]  # the windowing stage's group
 
 
 async def changelog_tombstones(

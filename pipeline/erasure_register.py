@@ -52,11 +52,13 @@ class ErasureRegister:
         if self._known.intersection(ids):
             return True
         try:
-            found = await self._erasures.find({"_id": {"$in": ids}}, {"_id": 1}).to_list()
+            found = await self._erasures.find_one({"_id": {"$in": ids}}, {"_id": 1})
         except PyMongoError as exc:
             raise StorageError(f"could not read the erasure register: {exc}") from exc
-        self._known.update(str(d["_id"]) for d in found)
-        return bool(found)
+        if found is None:
+            return False
+        self._known.add(str(found["_id"]))
+        return True
 
     async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]:
         """The erased ones among ``sessions`` (one read for all)."""

@@ -30,6 +30,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── ProcessingTimeout            extraction not caught up in time      (retriable)
     ├── ProcessingFailed             a snapshot was dead-lettered          (final)
     └── ScopeError                   identity or scope violation           (final)
+        ├── Erased                   the user/session/project was erased   (final)
         └── AuthError                missing or wrong API key              (final)
 """
 
