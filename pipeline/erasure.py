@@ -59,7 +59,6 @@ from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.models import MemoryScope, SessionKey, utcnow
 from mongomem.mongo import CHECKPOINTS, DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, Document
 from mongomem.progress import PROGRESS
-from mongomem.usage import LLM_USAGE
 
 __all__ = [
     "ERASURES",
@@ -75,6 +74,9 @@ __all__ = [
 ]
 
 Doc = dict[str, Any]
+#: :data:`mongomem.usage.LLM_USAGE`, named here: that module needs the ``metrics`` extra,
+#: and erasing must work with the core package alone.
+LLM_USAGE = "llm_usage"
 Kind = Literal["user", "session", "project"]
 #: Called with the erased sessions once their data is gone (e.g. changelog tombstones).
 SessionsHook = Callable[[Sequence[SessionKey]], Awaitable[None]]
@@ -258,7 +260,10 @@ class _Erasure:
         # -- 2: memories
         if own is not None:
             for memory_type in await _run(db[MEMORIES].distinct("memory_type", own)):
-                self.scopes.add((t.user_id, str(memory_type)))
+                of_type = {**own, "memory_type": memory_type}
+                self.scopes.add((None, str(memory_type)))  # project scope, if any
+                for user in await _run(db[MEMORIES].distinct("scope.user_id", of_type)):
+                    self.scopes.add((user, str(memory_type)))
             r = await _run(db[MEMORIES].delete_many(own))
             self.count(MEMORIES, r.deleted_count)
         if t.kind != "project":
@@ -333,10 +338,6 @@ class _Erasure:
         """Bump the touched scope logs past their log: every cache reloads those scopes."""
         log = self.db[SCOPE_LOG]
         t = self.t
-        if t.kind == "project":
-            await _run(log.update_many(
-                {}, {"$inc": {"rev": LOG_LENGTH + 1}, "$set": {"log": []}}))  # fmt: skip
-            return
         for user, memory_type in self.scopes:
             scope = MemoryScope(project_id=t.project_id, user_id=user)
             await _run(log.update_one(

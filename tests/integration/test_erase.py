@@ -83,6 +83,8 @@ async def test_erase_user_removes_everything_of_theirs_and_keeps_shared_terms_by
     assert shared is not None
     assert shared.reinforcement_count == 2
     before_ben = await user_docs(mongo, settings, "ben")
+    hits = await ben.search_taxonomic("minimum equipment list", limit=10)
+    assert "MEL" in [h.memory.term for h in hits]  # the in-memory index holds it now
 
     result = await memory.erase_user("ana", confirm=True)
 
@@ -98,6 +100,10 @@ async def test_erase_user_removes_everything_of_theirs_and_keeps_shared_terms_by
     assert [e.user_id for e in version.evidence] == ["ben"]
     assert await ben.get_taxonomic_term("aviation", "MEL") is None  # only ana's evidence
     assert await ben.get_memory(only.memory_id) is None
+    # searches (served by the in-memory index, reloaded through the scope log) agree
+    hits = await ben.search_taxonomic("minimum equipment list", limit=10)
+    assert [h.memory.term for h in hits if h.memory.term == "MEL"] == []
+    assert [h.memory.label for h in await ben.search_semantic("Porto")] == ["home"]
     assert await ben.get_semantic("home") is not None
     # the id is retired: nothing is written for ana again
     with pytest.raises(Erased):
