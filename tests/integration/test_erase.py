@@ -197,6 +197,11 @@ async def test_erase_over_http_and_a_key_of_another_project_changes_nothing(
             gone = await remote.erase_user("ana", confirm=True)
             assert gone.erased
             assert await user_docs(mongo, settings, "ana") == 0
+            with pytest.raises(Erased):  # the error travels as itself (403)
+                await remote.bind(ctx("ana", "s9")).record_turn("user", "back again")
+            body = {"user_id": "ana", "session_id": "s9", "role": "user", "content": "hi"}
+            assert (await call(url, "record_turn", body, KEY_A)).status_code == 403
+            assert await user_docs(mongo, settings, "ana") == 0
     finally:
         await runner.stop()
 
