@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ORDER = [
     "stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "decisions",
-    "lifecycle", "service",
+    "lifecycle", "service", "erase",
 ]  # fmt: skip
 
 

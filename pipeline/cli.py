@@ -15,6 +15,7 @@
     mongomem keys create|list|revoke ...          the service's API keys
     mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
     mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
+    mongomem erase user|session|project --project-id P [--user-id U] --yes   erase for good
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -340,6 +341,10 @@ def _parser() -> argparse.ArgumentParser:
     from mongomem.memory_cli import add_cli as add_memory_cli  # cheap: MongoDB loads on run
 
     add_memory_cli(sub)  # `memory delete|list|get|history|sessions|turns|status`
+
+    from mongomem.erase_cli import add_cli as add_erase_cli  # cheap: MongoDB loads on run
+
+    add_erase_cli(sub)  # `erase user|session|project|resume` (needs --yes)
     return parser
 
 

@@ -30,6 +30,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── ProcessingTimeout            extraction not caught up in time      (retriable)
     ├── ProcessingFailed             a snapshot was dead-lettered          (final)
     └── ScopeError                   identity or scope violation           (final)
+        ├── Erased                   the user/session/project was erased   (final)
         └── AuthError                missing or wrong API key              (final)
 """
 
@@ -43,6 +44,7 @@ __all__ = [
     "ChangeFeedError",
     "ConfigError",
     "EmbeddingError",
+    "Erased",
     "ExtractionError",
     "InfraError",
     "InputError",
@@ -204,6 +206,11 @@ class ProcessingFailed(MongomemError):
 
 class ScopeError(MongomemError):
     """A read or write would cross a user's or a project's scope."""
+
+
+class Erased(ScopeError):
+    """The user, session or project was erased (SPEC J2): its id is retired, nothing is
+    written for it again."""
 
 
 class AuthError(ScopeError):

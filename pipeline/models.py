@@ -301,6 +301,9 @@ class Evidence(_Frozen):
     source: Literal["snapshot", "direct"]
     ref: str  # snapshot id, or the candidate id of a direct write
     session_id: str | None = None
+    #: Whose turns (or call) it came from: how an erasure finds a user's evidence in a
+    #: project-scoped memory (``None`` on evidence written before it was recorded).
+    user_id: str | None = None
     text: str | None = None
     at: AwareDatetime
 

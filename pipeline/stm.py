@@ -81,6 +81,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -425,6 +426,7 @@ class ShortTermMemory:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._turns = db[TURNS]
+        self._erasures = ErasureRegister(db)
         self._limits = limits or StmSettings()
         self._clock = clock
         # per session: the last seq and its turn's created_at (a hint, see the module doc)
@@ -474,6 +476,7 @@ class ShortTermMemory:
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
         own_time = None if at is None else validate_at(at, self._clock())
+        await self._erasures.refuse_erased(key.project_id, key.user_id, key.session_id)
 
         def make(seq: int, now: datetime) -> tuple[Turn, Document, _Same]:
             turn = Turn(
@@ -501,6 +504,7 @@ class ShortTermMemory:
         stores the event all the same and closes nothing.
         """
         key = _check_key(key)
+        await self._erasures.refuse_erased(key.project_id, key.user_id, key.session_id)
 
         def make(seq: int, now: datetime) -> tuple[SessionEnd, Document, _Same]:
             end = SessionEnd(

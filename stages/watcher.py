@@ -93,6 +93,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from mongomem.codec import encode
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
     BrokerError,
     ChangeFeedError,
@@ -110,7 +111,7 @@ from mongomem.kafka import (
     make_producer,
     pipeline_topics,
 )
-from mongomem.models import Watermark, utcnow
+from mongomem.models import SessionKey, Watermark, utcnow
 from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
 from mongomem.stages.watcher_batches import PartitionBatcher
@@ -183,6 +184,7 @@ class ChangeStreamWatcher:
             codec_options=db.codec_options.with_options(tz_aware=False, tzinfo=None)
         )
         self._checkpoints = db[CHECKPOINTS]
+        self._erasures = ErasureRegister(db)
         self._producer = producer
         self._kafka = kafka
         self._topic = kafka.topic(TURNS_TOPIC)
@@ -581,7 +583,16 @@ class ChangeStreamWatcher:
         await self._store(marks, token)
 
     async def _store(self, marks: dict[Slot, int], token: dict[str, Any] | None) -> None:
-        """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write."""
+        """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write.
+
+        Marks of erased sessions are left out (SPEC J3): an erasure removes them, and a
+        turn of such a session still in the change stream must not bring one back.
+        """
+        if marks:
+            keys = {s: SessionKey(project_id=s[0], user_id=s[1], session_id=s[2]) for s in marks}
+            gone = await self._erasures.erased_among(keys.values())
+            if gone:
+                marks = {s: seq for s, seq in marks.items() if keys[s] not in gone}
         writes = [
             UpdateOne(filter_, update, upsert=True)
             for filter_, update in checkpoint_updates(self._topic, marks, token, utcnow())

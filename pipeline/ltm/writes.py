@@ -124,6 +124,8 @@ def decision_entry(
         "scope": candidate.scope.model_dump(),
         "key": candidate.key,
         "model_says_corrects": candidate.corrects,
+        # whose content it came from: an erasure finds the user's decisions by it
+        "evidence": candidate.evidence.model_dump(mode="python"),
         "attempts": outcome.attempts,
         "outcome": outcome.model_dump(mode="python"),
         "at": now,

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from mongomem.embeddings import Embedder
+from mongomem.erasure import ErasureResult
 from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import make_filter
@@ -110,6 +111,35 @@ class AsyncMemory:
     def bind(self, ctx: MemoryRequestContext) -> AsyncBoundMemory:
         """The memory as seen by the caller described by ``ctx``."""
         return AsyncBoundMemory(self.transport, resolve_identity(self.project_id, ctx))
+
+    async def erase_user(self, user_id: str, *, confirm: bool = False) -> ErasureResult:
+        """Erase a user of this project (SPEC J2): every turn, snapshot, memory, version,
+        evidence, ledger and decision-log entry, usage record and processing status derived
+        from them; project-scoped memories lose the user's evidence by lineage
+        (:mod:`mongomem.erasure`). Irreversible, so ``confirm=True`` is required; the user
+        id is retired (later writes for it are refused). An unknown user is a no-op whose
+        result says so (``erased`` is ``False``). Run again, it completes an interrupted
+        erasure.
+        """
+        user = resolve_identity(self.project_id, MemoryRequestContext(user_id=user_id))
+        return await self.transport.erase(self.project_id, user.user_id, None, confirm=confirm)
+
+    async def erase_session(
+        self, user_id: str, session_id: str, *, confirm: bool = False
+    ) -> ErasureResult:
+        """Erase one session of a user, as :meth:`erase_user` does a user."""
+        who = resolve_identity(
+            self.project_id, MemoryRequestContext(user_id=user_id, session_id=session_id)
+        )
+        assert who.session_id is not None
+        return await self.transport.erase(
+            self.project_id, who.user_id, who.session_id, confirm=confirm
+        )
+
+    async def erase_project(self, *, confirm: bool = False) -> ErasureResult:
+        """Erase every user, session and memory of this project (direct clients only:
+        over HTTP it is refused — one API key must not wipe a project)."""
+        return await self.transport.erase(self.project_id, None, None, confirm=confirm)
 
     async def close(self) -> None:
         await self.transport.close()

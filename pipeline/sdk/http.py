@@ -34,13 +34,20 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
-from mongomem.errors import ConfigError, InputError, MongomemError, RateLimitExceeded
+from mongomem.erasure import ErasureResult, require_confirmation
+from mongomem.errors import (
+    ConfigError,
+    InputError,
+    MongomemError,
+    RateLimitExceeded,
+    ScopeError,
+)
 from mongomem.ltm.browse import MemoryFilter
 from mongomem.models import Role, SessionEnd, Turn, utcnow
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
-from mongomem.sdk.identity import Identity
+from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.models import (
     DeleteResult,
     MemoryItem,
@@ -268,6 +275,21 @@ class HttpTransport(ServiceClient):
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         return self._decode(_TURNS, await self._call("recent_turns", who, limit=limit))
+
+    async def erase(
+        self, project_id: str, user_id: str | None, session_id: str | None, *, confirm: bool
+    ) -> ErasureResult:
+        require_confirmation(confirm)  # say so before sending; the service checks again
+        if user_id is None:
+            raise ScopeError(
+                "a whole project is not erased over HTTP (one API key must not wipe a "
+                "project): use `mongomem erase project --yes` or a direct client"
+            )
+        who = Identity(project_id=project_id, user_id=user_id, session_id=session_id,
+                       service_account=user_id.startswith(SERVICE_ACCOUNT_PREFIX))  # fmt: skip
+        op = "erase_user" if session_id is None else "erase_session"
+        result = await self._call(op, who, confirm=True)
+        return self._decode(TypeAdapter(ErasureResult), result)
 
     async def end_session(self, who: Identity) -> SessionEnd:
         return self._decode(TypeAdapter(SessionEnd), await self._call("end_session", who))

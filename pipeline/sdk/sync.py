@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from mongomem.embeddings import Embedder
+from mongomem.erasure import ErasureResult
 from mongomem.ltm import Judge, Thresholds
 from mongomem.models import Role, SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
@@ -192,6 +193,20 @@ class Memory(SyncClient[AsyncMemory]):
 
     def bind(self, ctx: MemoryRequestContext) -> BoundMemory:
         return BoundMemory(self, self._async.bind(ctx))
+
+    def erase_user(self, user_id: str, *, confirm: bool = False) -> ErasureResult:
+        """See :meth:`AsyncMemory.erase_user <mongomem.sdk.AsyncMemory.erase_user>`."""
+        return self._call(self._async.erase_user(user_id, confirm=confirm))
+
+    def erase_session(
+        self, user_id: str, session_id: str, *, confirm: bool = False
+    ) -> ErasureResult:
+        """See :meth:`AsyncMemory.erase_session <mongomem.sdk.AsyncMemory.erase_session>`."""
+        return self._call(self._async.erase_session(user_id, session_id, confirm=confirm))
+
+    def erase_project(self, *, confirm: bool = False) -> ErasureResult:
+        """See :meth:`AsyncMemory.erase_project <mongomem.sdk.AsyncMemory.erase_project>`."""
+        return self._call(self._async.erase_project(confirm=confirm))
 
 
 class BoundMemory:

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from pymongo import AsyncMongoClient
 
 from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
+from mongomem.erasure import ErasureResult, Target, erase, require_confirmation
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import InputError
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
@@ -148,6 +150,13 @@ class MemoryTransport(Protocol):
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]: ...
 
+    async def erase(
+        self, project_id: str, user_id: str | None, session_id: str | None, *, confirm: bool
+    ) -> ErasureResult:
+        """Erase a project, a user or a session (:mod:`mongomem.erasure`); ``confirm`` must
+        be ``True``."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -184,6 +193,7 @@ class DirectTransport:
         self._store: MemoryStore | None = None
         self._stm: ShortTermMemory | None = None
         self._lock = asyncio.Lock()
+        self._erasures: ErasureRegister | None = None
 
     async def _store_ready(self) -> MemoryStore:
         """The store (and short-term memory), set up on first use; needs no embedder."""
@@ -202,6 +212,11 @@ class DirectTransport:
                 await stm.ensure_indexes()
                 self._store, self._stm = store, stm
             return self._store
+
+    def _register(self, store: MemoryStore) -> ErasureRegister:
+        if self._erasures is None:
+            self._erasures = ErasureRegister(store.db)
+        return self._erasures
 
     async def _ready(self) -> tuple[MemoryStore, Embedder]:
         """The store and the embedder: only saves and searches need the embedder."""
@@ -228,6 +243,7 @@ class DirectTransport:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
         checked = kind.check(fields, strict=True)
+        await self._register(store).refuse_erased(who.project_id, who.user_id, who.session_id)
         fingerprint = None
         if idempotency_key is None:
             cid = stable_id("cand", "direct", uuid.uuid4().hex)
@@ -238,7 +254,10 @@ class DirectTransport:
         text = kind.text(checked)
         [vector] = await embedder.embed([text])
         now = utcnow()
-        evidence = Evidence(source="direct", ref=cid, session_id=who.session_id, text=text, at=now)
+        evidence = Evidence(
+            source="direct", ref=cid, session_id=who.session_id, user_id=who.user_id,
+            text=text, at=now,
+        )  # fmt: skip
         candidate = make_candidate(
             memory_type, who.scope(memory_type), checked, vector,
             candidate_id=cid, evidence=evidence, created_at=now, model=embedder.name,
@@ -377,6 +396,14 @@ class DirectTransport:
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         stm = await self._short_term()
         return await stm.list_sessions(who.project_id, who.user_id, limit)
+
+    async def erase(
+        self, project_id: str, user_id: str | None, session_id: str | None, *, confirm: bool
+    ) -> ErasureResult:
+        require_confirmation(confirm)
+        store = await self._store_ready()
+        target = Target(project_id=project_id, user_id=user_id, session_id=session_id)
+        return await erase(store.db, target, actor=self._actor or user_id or "sdk")
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:

@@ -34,6 +34,8 @@ operation               method  path (under ``/v1/users/{user_id}``)            
 ``end_session``         POST    ``/sessions/{session_id}/end``                  SessionEnd
 ``processing_status``   GET     ``/sessions/{session_id}/status``               ProcessingStatus
 ``list_sessions``       GET     ``/sessions``                                   [SessionSummary]
+``erase_user``          DELETE  (the user itself)                               ErasureResult
+``erase_session``       DELETE  ``/sessions/{session_id}``                      ErasureResult
 ======================  ======  ==============================================  ==================
 
 The arguments of each are those of its request model in :data:`OPERATIONS`,
@@ -57,6 +59,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mongomem.erasure import ErasureResult
 from mongomem.models import SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.models import (
@@ -82,6 +85,8 @@ __all__ = [
     "CountMemoriesRequest",
     "DeleteByKeyRequest",
     "DeleteRequest",
+    "EraseSessionRequest",
+    "EraseUserRequest",
     "ErrorBody",
     "GetMemoryRequest",
     "GetRequest",
@@ -194,6 +199,18 @@ class LimitRequest(Caller):
     limit: int
 
 
+class EraseUserRequest(Caller):
+    """Erase the caller's user (SPEC J2); ``confirm`` must be true."""
+
+    confirm: bool = False
+
+
+class EraseSessionRequest(SessionRequest):
+    """Erase the caller's session (SPEC J2); ``confirm`` must be true."""
+
+    confirm: bool = False
+
+
 class ErrorBody(BaseModel):
     """What went wrong: the :mod:`mongomem.errors` class name and what it carries."""
 
@@ -226,6 +243,8 @@ OPERATIONS: dict[str, type[Caller]] = {
     "recent_turns": LimitRequest,
     "end_session": Caller,
     "list_sessions": LimitRequest,
+    "erase_user": EraseUserRequest,
+    "erase_session": EraseSessionRequest,
 }
 
 
@@ -332,5 +351,15 @@ ROUTES: dict[str, HttpRoute] = {
     ),
     "list_sessions": HttpRoute(
         "GET", f"{_USER}/sessions", list[SessionSummary], "The user's sessions, latest first"
+    ),
+    "erase_user": HttpRoute(
+        "DELETE", _USER, ErasureResult,
+        "Erase the user: every turn, snapshot, memory and record derived from them "
+        "(confirm=true required; irreversible)",
+    ),
+    "erase_session": HttpRoute(
+        "DELETE", f"{_USER}/sessions/{{session_id}}", ErasureResult,
+        "Erase one session of the user and what was derived from it "
+        "(confirm=true required; irreversible)",
     ),
 }  # fmt: skip

@@ -87,6 +87,8 @@ from mongomem.sdk.wire import (
     CountMemoriesRequest,
     DeleteByKeyRequest,
     DeleteRequest,
+    EraseSessionRequest,
+    EraseUserRequest,
     ErrorBody,
     GetMemoryRequest,
     GetRequest,
@@ -206,6 +208,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
     if op == "end_session":
         return await t.end_session(who)
     match a:
+        case EraseUserRequest():
+            return await t.erase(who.project_id, who.user_id, None, confirm=a.confirm)
+        case EraseSessionRequest():
+            return await t.erase(who.project_id, who.user_id, a.session_id, confirm=a.confirm)
         case SaveRequest():
             # the memory kind checks every field's type and names a bad one
             fields = cast(dict[str, str], a.fields)

@@ -217,6 +217,7 @@ def to_candidates(
         source="snapshot",
         ref=snapshot.snapshot_id,
         session_id=snapshot.session_id,
+        user_id=snapshot.user_id,
         at=snapshot.closed_at,
     )
     version = spec.full_prompt_version

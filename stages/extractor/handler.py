@@ -43,6 +43,7 @@ from pydantic import BaseModel
 from mongomem import metrics
 from mongomem.codec import decode, encode
 from mongomem.embeddings import Embedder
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
     BrokerError,
     ConfigError,
@@ -130,6 +131,7 @@ class TypeHandler:
         usage: UsageRecorder,
         known: KnownMemories | None = None,
         progress: Progress | None = None,
+        erasures: ErasureRegister | None = None,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -144,6 +146,7 @@ class TypeHandler:
         self._usage = usage
         self._known_memories = known
         self._progress = progress
+        self._erasures = erasures
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -164,6 +167,11 @@ class TypeHandler:
         except MongomemError as exc:
             await self._dead_letter(record, exc, attempts=1)
             return Outcome(None, (), 1, True, str(exc))
+        if self._erasures is not None and await self._erasures.is_erased(
+            snapshot.project_id, snapshot.user_id, snapshot.session_id
+        ):  # SPEC J3: an erased session's snapshot (a replay) leaves nothing behind
+            metrics.MESSAGES.labels(self.stage, "erased").inc()
+            return Outcome(snapshot.snapshot_id, (), 0, False)
 
         meter = UsageMeter(
             self._usage,

@@ -27,6 +27,7 @@ from pymongo import AsyncMongoClient
 
 from mongomem import metrics
 from mongomem.embeddings import Embedder, make_embedder
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import BrokerError
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
 from mongomem.llm import LLM, make_llm
@@ -156,6 +157,10 @@ async def run_extractors(
             await until_stored(progress.ensure_index, what="the processing_status index")
         await producer.start()
         workers: list[TypeConsumer] = []
+        # SPEC J3: the snapshots of erased sessions are skipped (the register lives beside
+        # processing_status)
+        erasures = (ErasureRegister(progress.entries.database)
+                    if isinstance(progress, Progress) else None)  # fmt: skip
         for spec in specs:
             handler = TypeHandler(
                 spec,
@@ -167,6 +172,7 @@ async def run_extractors(
                 usage=usage,
                 known=known,
                 progress=progress,
+                erasures=erasures,
             )
             consumer = AIOKafkaConsumer(
                 kafka.topic(SNAPSHOTS),

@@ -41,6 +41,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from mongomem.codec import decode
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
     BrokerError,
     MessageDecodeError,
@@ -95,6 +96,8 @@ class Reconciler:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.applied = 0
+        self.erased = 0  # candidates skipped: their user or session was erased
+        self.erasures = ErasureRegister(store.db)
 
     async def run(self, stop: asyncio.Event, *, max_records: int = 500) -> None:
         """Process batches until ``stop`` is set (or the task is cancelled)."""
@@ -117,6 +120,22 @@ class Reconciler:
             raise BrokerError(f"committing offsets failed: {exc}") from exc
         STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
 
+    async def _not_erased(
+        self, good: list[tuple[Record, MemoryCandidate]]
+    ) -> list[tuple[Record, MemoryCandidate]]:
+        """Leave out the candidates of erased users and sessions (SPEC J3: never written)."""
+        if not good:
+            return good
+        keep = []
+        for record, candidate in good:
+            user = candidate.scope.user_id or candidate.evidence.user_id
+            session = candidate.evidence.session_id if user is not None else None
+            if await self.erasures.is_erased(candidate.scope.project_id, user, session):
+                self.erased += 1
+                continue
+            keep.append((record, candidate))
+        return keep
+
     async def _partition(self, records: Sequence[Record]) -> None:
         """Apply one partition's records in order: batched, or one by one after a failure."""
         good: list[tuple[Record, MemoryCandidate]] = []
@@ -125,6 +144,7 @@ class Reconciler:
                 good.append((record, decode(record.value, MemoryCandidate)))
             except MessageDecodeError as exc:
                 await self._dead_letter(record, exc, 1)
+        good = await self._not_erased(good)
         if not good:
             return
         delay = self.backoff_s

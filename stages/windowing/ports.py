@@ -22,6 +22,7 @@ from mongomem.stages.windowing.logic import WindowPolicy, WindowState
 __all__ = [
     "BulkSnapshotSink",
     "DeadLetterSink",
+    "ErasureCheck",
     "MemoryStore",
     "Policies",
     "ResumePoints",
@@ -54,6 +55,12 @@ class ResumePoints(Protocol):
         of a later session end (``end_session``) below the mapped seq.
         """
         ...
+
+
+class ErasureCheck(Protocol):
+    """Which sessions are erased (:class:`~mongomem.erasure_register.ErasureRegister`)."""
+
+    async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]: ...
 
 
 class SnapshotSink(Protocol):

@@ -27,6 +27,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from mongomem.codec import encode
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import BrokerError, StorageError
 from mongomem.kafka import DeadLetter, send_dead_letter
 from mongomem.lineage import ensure_lineage_index
@@ -53,13 +54,23 @@ class SnapshotPublisher:
         self._snapshots = db[SNAPSHOTS]
         self._producer = producer
         self._topic = topic
+        self._erasures = ErasureRegister(db)
+
+    async def _not_erased(self, snapshots: Sequence[Snapshot]) -> list[Snapshot]:
+        """SPEC J3: a snapshot of an erased session is neither stored nor published."""
+        gone = await self._erasures.erased_among(s.session for s in snapshots)
+        return [s for s in snapshots if s.session not in gone]
 
     async def deliver(self, snapshot: Snapshot) -> None:
+        if not await self._not_erased([snapshot]):
+            return
         # The two writes are independent and idempotent: run them concurrently.
         await asyncio.gather(self._store(snapshot), self._publish(snapshot))
 
     async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
         """Store and publish all of ``snapshots`` (idempotent), with few round trips."""
+        if snapshots:
+            snapshots = await self._not_erased(snapshots)
         if snapshots:
             await asyncio.gather(self._store_many(snapshots), self._publish_many(snapshots))
 

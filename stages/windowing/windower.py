@@ -75,6 +75,7 @@ from mongomem.stages.windowing.logic import Window
 from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
     DeadLetterSink,
+    ErasureCheck,
     MemoryStore,
     Policies,
     ResumePoints,
@@ -116,6 +117,7 @@ class WindowerStats:
     dead_letters: int = 0
     retired: int = 0  # sessions forgotten after their state TTL
     resumed: int = 0  # unknown sessions started past their last snapshot
+    erased: int = 0  # events of erased sessions, dropped (SPEC J3)
 
 
 #: One record of the turns topic within a partition: ``(offset, key, value)``.
@@ -159,6 +161,8 @@ class PlannedBatch:
     events: dict[int, TurnRecord | EndRecord | Watermark | InputError] = field(default_factory=dict)
     #: Event time of the last retirement scan of the partition, if this batch made one.
     scanned_at: datetime | None = None
+    #: Sessions of the batch that are erased: their events are dropped, their state removed.
+    erased: set[bytes] = field(default_factory=set)
 
     @property
     def snapshots(self) -> list[tuple[bytes, Snapshot]]:
@@ -202,6 +206,8 @@ class SnapshotWindower:
     on_snapshot: Callable[[Snapshot], None] | None = None
     #: Where sessions the table does not know resume (``None``: they start at seq 1).
     resume: ResumePoints | None = None
+    #: The erasure register (SPEC J3): erased sessions' turns are dropped, with their state.
+    erasures: ErasureCheck | None = None
     _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
     _indexed: set[int] = field(default_factory=set, repr=False)
     _scanned_at: dict[int, datetime] = field(default_factory=dict, repr=False)
@@ -262,6 +268,10 @@ class SnapshotWindower:
             run.events[offset] = event
             if isinstance(event, TurnRecord | EndRecord) and event.key not in first:
                 first[event.key] = event
+        if self.erasures is not None and first:
+            gone = await self.erasures.erased_among(r.session for r in first.values())
+            run.erased = {k for k, r in first.items() if r.session in gone}
+            first = {k: r for k, r in first.items() if k not in run.erased}
         if self.resume is None:
             return
         unknown = {
@@ -418,6 +428,10 @@ class SnapshotWindower:
         run.applied += 1
         if event is None:
             run.stats.ignored_ticks += 1
+            return
+        if isinstance(event, TurnRecord | EndRecord) and event.key in run.erased:
+            run.stats.erased += 1  # SPEC J3: an erased session's event leaves nothing behind
+            run.windows.pop(event.key, None)
             return
         if isinstance(event, TurnRecord):
             run.stats.turns += 1
@@ -622,7 +636,13 @@ class SnapshotWindower:
         """Every snapshot of ``run`` is delivered: write its states, count, report."""
         partition = run.partition
         index = self._open.setdefault(partition, set())
+        for session_key in run.erased:
+            if self.store.get(session_key) is not None:
+                self.store.delete(session_key)  # a tombstone in the changelog
+            index.discard(session_key)
         for session_key, entry in run.windows.items():
+            if session_key in run.erased:
+                continue
             if entry.retired:
                 self.store.delete(session_key)
                 index.discard(session_key)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import BrokerError
 from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
 from mongomem.models import Snapshot
@@ -125,6 +126,7 @@ class WindowingWorker:
                     topic=turns,
                     on_snapshot=self.on_snapshot,
                     resume=resume,
+                    erasures=ErasureRegister(db),
                 )
                 return self.windower
 

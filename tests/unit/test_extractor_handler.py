@@ -78,6 +78,7 @@ async def run(
     embedder: HashingEmbedder,
     turns: Sequence[tuple[str, str]] = (("user", "My home airport is Boston."),),
     known: Any = None,
+    erasures: Any = None,
 ) -> tuple[Any, ...]:
     producer = Producer()
     delays: list[float] = []
@@ -97,6 +98,7 @@ async def run(
         extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
         usage=(usage := MemoryUsageRecorder()),
         known=known,
+        erasures=erasures,
         sleep=sleep,
         monotonic=lambda: clock[0],
     )
@@ -107,6 +109,22 @@ async def run(
     finally:
         await llm.close()
     return outcome, producer.sent, delays, usage.records
+
+
+class Erasures:
+    """An erasure register in which every session is erased."""
+
+    async def is_erased(self, *who: Any) -> bool:
+        return True
+
+
+async def test_an_erased_sessions_snapshot_costs_no_llm_call_and_writes_nothing() -> None:
+    with FakeOpenAIServer() as server:
+        server.script(Answer(FACT))
+        outcome, sent, _, usage = await run(server, HashingEmbedder(16), erasures=Erasures())
+        assert server.chat_requests == []
+    assert (sent, usage) == ([], [])
+    assert not outcome.dead_lettered
 
 
 async def test_a_later_step_is_retried_without_paying_for_the_llm_again() -> None:

@@ -1,0 +1,408 @@
+"""Erasing a user, a session or a project (SPEC J2), replay-proof (J3).
+
+**The register.** ``erasures`` holds one document per erasure, ``_id`` =
+:func:`erasure_id` of its target — ``(project)``, ``(project, user)`` or
+``(project, user, session)``. It is written *first*, and every writer asks
+:class:`ErasureRegister` before it writes: ``record_turn`` / ``end_session``
+and direct saves refuse (:class:`~mongomem.errors.Erased`, 403), the windowing
+stage drops the turns and window states of erased sessions and never delivers
+their snapshots, the extractors skip their snapshots (no LLM call, no usage, no
+progress entry) and the reconciler skips their candidates. So a replay or
+backfill of the turns topic (or of snapshots or candidates) from offset 0
+brings nothing back. An erased id stays retired: its sessions' seq numbers
+would restart at 1 and collide with what Kafka still holds.
+
+A check is one ``find`` by ``_id`` over the (at most three) targets that
+cover a session; a positive answer is cached for good (an erasure is never
+undone), a negative one is not.
+
+**The job.** The register document is also the erasure's job record:
+``state`` is ``running`` until every step is done, then ``done``. Every step
+is an idempotent delete or update, so running the erasure again — after a
+crash, a SIGKILL, or from :func:`resume_erasures` — completes it. Steps, in an
+order that keeps what later steps need until they are done:
+
+1. the reconciler-ledger entries of the erased candidates (found through the
+   decision log and the memories' candidate ids);
+2. memories: those in the erased user's own scope are removed with all
+   versions; project-scoped ones (and, for a session, the user's) follow the
+   lineage rule of :mod:`mongomem.lineage_prune`;
+3. decision-log entries, processing-status entries, LLM usage records of the
+   erased snapshots;
+4. snapshots, then turns;
+5. tombstones for the erased sessions' window states, written to the windowing
+   changelog by the ``on_sessions`` hook (the CLI passes one; see the README),
+   and the scope logs of the touched scopes are bumped past their log so every
+   process's exact-search cache reloads;
+6. the job is marked ``done``; a second sweep of steps 1–4 before that catches
+   a write that had checked the register just before it was written.
+
+An erasure whose target has no data at all (and no running job) changes
+nothing and says so (:attr:`ErasureResult.erased` is ``False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pymongo import UpdateOne
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+from mongomem.erasure_register import ERASURES, ErasureRegister, erasure_id
+from mongomem.errors import InputError, StorageError
+from mongomem.lineage_prune import VersionFacts, prune
+from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
+from mongomem.models import MemoryScope, SessionKey, utcnow
+from mongomem.mongo import CHECKPOINTS, DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, Document
+from mongomem.progress import PROGRESS
+
+__all__ = [
+    "ERASURES",
+    "ErasureRegister",
+    "ErasureResult",
+    "SessionsHook",
+    "StepHook",
+    "Target",
+    "erase",
+    "erasure_id",
+    "require_confirmation",
+    "resume_erasures",
+]
+
+Doc = dict[str, Any]
+#: :data:`mongomem.usage.LLM_USAGE`, named here: that module needs the ``metrics`` extra,
+#: and erasing must work with the core package alone.
+LLM_USAGE = "llm_usage"
+Kind = Literal["user", "session", "project"]
+#: Called with the erased sessions once their data is gone (e.g. changelog tombstones).
+SessionsHook = Callable[[Sequence[SessionKey]], Awaitable[None]]
+#: Called between steps with the step's name (tests inject a crash here).
+StepHook = Callable[[str], Awaitable[None]]
+
+
+class Target(BaseModel):
+    """What an erasure removes: a project, one user of it, or one session of a user."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    project_id: str
+    user_id: str | None = None
+    session_id: str | None = None
+
+    @property
+    def kind(self) -> Kind:
+        if self.user_id is None:
+            return "project"
+        return "user" if self.session_id is None else "session"
+
+    def whose(self) -> Doc:
+        """The filter of the target's turns, snapshots and progress entries."""
+        f: Doc = {"project_id": self.project_id}
+        if self.user_id is not None:
+            f["user_id"] = self.user_id
+        if self.session_id is not None:
+            f["session_id"] = self.session_id
+        return f
+
+    def describe(self) -> str:
+        if self.kind == "project":
+            return f"project {self.project_id!r}"
+        if self.kind == "user":
+            return f"user {self.user_id!r} of project {self.project_id!r}"
+        return f"session {self.session_id!r} of user {self.user_id!r} ({self.project_id!r})"
+
+
+class ErasureResult(BaseModel):
+    """What an erasure did: ``erased`` is ``False`` when there was nothing to erase."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Kind
+    project_id: str
+    user_id: str | None = None
+    session_id: str | None = None
+    erased: bool
+    #: Documents removed (or, for memories kept, changed) per collection.
+    removed: dict[str, int]
+    #: Memories kept with fewer evidence items, and those that fell back to an older version.
+    memories_pruned: int = 0
+    memories_reverted: int = 0
+    message: str
+
+
+def require_confirmation(confirm: bool) -> None:
+    """Erasing is irreversible: refuse unless ``confirm`` is exactly ``True``."""
+    if confirm is not True:
+        raise InputError(
+            "erasing is irreversible: pass confirm=True (the CLI: --yes)", field="confirm"
+        )
+
+
+async def _run(op: Awaitable[Any]) -> Any:
+    try:
+        return await op
+    except PyMongoError as exc:
+        raise StorageError(f"MongoDB operation failed during an erasure: {exc}") from exc
+
+
+async def _has_data(db: AsyncDatabase[Document], target: Target) -> bool:
+    """Whether there is anything of ``target`` (or of it, some part already erased)."""
+    for coll in (TURNS, SNAPSHOTS, ERASURES):
+        if await _run(db[coll].find_one(target.whose(), {"_id": 1})) is not None:
+            return True
+    scope: Doc = {"scope.project_id": target.project_id}
+    if target.user_id is not None:
+        scope["$or"] = [{"scope.user_id": target.user_id}, {"evidence.user_id": target.user_id}]
+        if target.session_id is not None:
+            scope["evidence.session_id"] = target.session_id
+    return await _run(db[MEMORIES].find_one(scope, {"_id": 1})) is not None
+
+
+class _Erasure:
+    """One run of the steps for one target (module docstring)."""
+
+    def __init__(self, db: AsyncDatabase[Document], target: Target, step: StepHook | None) -> None:
+        self.db, self.t, self._step = db, target, step
+        self.removed: dict[str, int] = {}
+        self.pruned = self.reverted = 0
+        self.sessions: set[SessionKey] = set()
+        self.scopes: set[tuple[str | None, str]] = set()
+
+    async def checkpoint(self, name: str) -> None:
+        await _run(self.db[ERASURES].update_one(
+            {"_id": erasure_id(self.t.project_id, self.t.user_id, self.t.session_id)},
+            {"$addToSet": {"steps": name}},
+        ))  # fmt: skip
+        if self._step is not None:
+            await self._step(name)
+
+    def count(self, coll: str, n: int) -> None:
+        self.removed[coll] = self.removed.get(coll, 0) + n
+
+    def evidence_erased(self, snapshot_ids: set[str]) -> Callable[[Doc], bool]:
+        t = self.t
+
+        def erased(e: Doc) -> bool:
+            if t.kind == "project" or e.get("ref") in snapshot_ids:
+                return True
+            if e.get("user_id") != t.user_id:
+                return False
+            return t.session_id is None or e.get("session_id") == t.session_id
+
+        return erased
+
+    def own_scope(self) -> Doc | None:
+        """The memories removed whole: the project's, or the erased user's own."""
+        if self.t.kind == "project":
+            return {"scope.project_id": self.t.project_id}
+        if self.t.kind == "user":
+            return {"scope.project_id": self.t.project_id, "scope.user_id": self.t.user_id}
+        return None
+
+    def lineage_filter(self, snapshot_ids: set[str]) -> Doc:
+        """The versions the lineage rule must look at (outside :meth:`own_scope`)."""
+        t = self.t
+        mine: Doc = {"evidence.user_id": t.user_id}
+        if t.session_id is not None:
+            mine["evidence.session_id"] = t.session_id
+        ors: list[Doc] = [mine, {"evidence.ref": {"$in": sorted(snapshot_ids)}}]
+        if t.session_id is not None:  # direct saves from before evidence named its user
+            ors.append({"scope.user_id": t.user_id, "evidence.session_id": t.session_id})
+        f: Doc = {"scope.project_id": t.project_id, "$or": ors}
+        if t.kind == "user":
+            f["scope.user_id"] = {"$ne": t.user_id}
+        return f
+
+    async def sweep(self) -> None:
+        db, t = self.db, self.t
+        whose = t.whose()
+        fields = {"_id": 1, "project_id": 1, "user_id": 1, "session_id": 1}
+        snaps = await _run(db[SNAPSHOTS].find(whose, fields).to_list())
+        snapshot_ids = {str(s["_id"]) for s in snaps}
+        for s in snaps:
+            self.sessions.add(SessionKey(project_id=s["project_id"], user_id=s["user_id"],
+                                         session_id=s["session_id"]))  # fmt: skip
+        for s in await _run(db[TURNS].distinct("session_id", whose)):
+            if t.user_id is not None:
+                self.sessions.add(SessionKey(project_id=t.project_id, user_id=t.user_id,
+                                             session_id=s))  # fmt: skip
+        if self.sessions:  # kept in the job: a resumed erasure still knows them
+            await _run(db[ERASURES].update_one(
+                {"_id": erasure_id(t.project_id, t.user_id, t.session_id)},
+                {"$addToSet": {"sessions": {"$each": [
+                    [k.project_id, k.user_id, k.session_id] for k in self.sessions]}}},
+            ))  # fmt: skip
+        erased = self.evidence_erased(snapshot_ids)
+        # -- 1: the erased candidates, and their ledger entries
+        own = self.own_scope()
+        dec_filter: Doc = {"scope.project_id": t.project_id}
+        if t.kind != "project":
+            dec_filter["$or"] = [
+                {"evidence.ref": {"$in": sorted(snapshot_ids)}},
+                {"evidence.user_id": t.user_id,
+                 **({} if t.session_id is None else {"evidence.session_id": t.session_id})},
+                *([{"scope.user_id": t.user_id}] if t.kind == "user" else []),
+            ]  # fmt: skip
+        cids: set[str] = set()
+        for d in await _run(db[DECISIONS].find(dec_filter, {"_id": 1}).to_list()):
+            cids.add(str(d["_id"]))  # the filter matches only erased decisions
+        if own is not None:
+            for m in await _run(db[MEMORIES].find(own, {"candidate_ids": 1}).to_list()):
+                cids.update(m.get("candidate_ids", ()))
+        if cids:
+            r = await _run(db[LEDGER].delete_many({"_id": {"$in": sorted(cids)}}))
+            self.count(LEDGER, r.deleted_count)
+        await self.checkpoint("ledger")
+        # -- 2: memories
+        if own is not None:
+            for memory_type in await _run(db[MEMORIES].distinct("memory_type", own)):
+                of_type = {**own, "memory_type": memory_type}
+                self.scopes.add((None, str(memory_type)))  # project scope, if any
+                for user in await _run(db[MEMORIES].distinct("scope.user_id", of_type)):
+                    self.scopes.add((user, str(memory_type)))
+            r = await _run(db[MEMORIES].delete_many(own))
+            self.count(MEMORIES, r.deleted_count)
+        if t.kind != "project":
+            await self.prune_memories(self.lineage_filter(snapshot_ids), erased, cids)
+        await self.checkpoint("memories")
+        # -- 3: decision log, progress, usage
+        if cids:
+            r = await _run(db[DECISIONS].delete_many({"_id": {"$in": sorted(cids)}}))
+            self.count(DECISIONS, r.deleted_count)
+        if t.kind == "project":
+            r = await _run(db[DECISIONS].delete_many({"scope.project_id": t.project_id}))
+            self.count(DECISIONS, r.deleted_count)
+        r = await _run(db[PROGRESS].delete_many(whose))
+        self.count(PROGRESS, r.deleted_count)
+        usage: Doc = ({"project_id": t.project_id} if t.kind == "project"
+                      else {"snapshot_id": {"$in": sorted(snapshot_ids)}})  # fmt: skip
+        r = await _run(db[LLM_USAGE].delete_many(usage))
+        self.count(LLM_USAGE, r.deleted_count)
+        await self.checkpoint("derived")
+        # -- 4: snapshots, then turns
+        r = await _run(db[SNAPSHOTS].delete_many(whose))
+        self.count(SNAPSHOTS, r.deleted_count)
+        r = await _run(db[TURNS].delete_many(whose))
+        self.count(TURNS, r.deleted_count)
+        # the watcher's per-session high-water marks (it writes none for erased sessions)
+        r = await _run(db[CHECKPOINTS].delete_many({**whose, "kind": "watcher-mark"}))
+        self.count(CHECKPOINTS, r.deleted_count)
+        await self.checkpoint("turns")
+
+    async def prune_memories(self, f: Doc, erased: Callable[[Doc], bool], cids: set[str]) -> None:
+        db = self.db
+        memory_ids = await _run(db[MEMORIES].distinct("memory_id", f))
+        now = utcnow()
+        for memory_id in memory_ids:
+            docs = await _run(db[MEMORIES].find({"memory_id": memory_id},
+                                                {"embedding": 0}).to_list())  # fmt: skip
+            if not docs:
+                continue
+            by_version = {int(d["version"]): d for d in docs}
+            facts = [VersionFacts(version=v, status=str(d.get("status")),
+                                  evidence=tuple(d.get("evidence", ())),
+                                  candidate_ids=tuple(d.get("candidate_ids", ())))
+                     for v, d in by_version.items()]  # fmt: skip
+            plan = prune(facts, erased, cids)
+            if plan.untouched:
+                continue
+            first = docs[0]
+            scope = first["scope"]
+            self.scopes.add((scope.get("user_id"), str(first["memory_type"])))
+            ops: list[Any] = []
+            for v, (evidence, ids) in plan.changed.items():
+                if v not in plan.removed:
+                    ops.append(UpdateOne({"_id": by_version[v]["_id"]}, {"$set": {
+                        "evidence": list(evidence), "candidate_ids": list(ids)}}))  # fmt: skip
+            if plan.reverted_to is not None:
+                ops.append(UpdateOne(
+                    {"_id": by_version[plan.reverted_to]["_id"]},
+                    {"$set": {"status": "current", "updated_at": now},
+                     "$unset": {"superseded_at": "", "superseded_by": ""}},
+                ))  # fmt: skip
+                self.reverted += 1
+            if ops:
+                await _run(db[MEMORIES].bulk_write(ops, ordered=True))
+            if plan.removed:
+                ids_ = [by_version[v]["_id"] for v in plan.removed]
+                r = await _run(db[MEMORIES].delete_many({"_id": {"$in": ids_}}))
+                self.count(MEMORIES, r.deleted_count)
+            if not plan.delete_all:
+                self.pruned += 1
+
+    async def reload_caches(self) -> None:
+        """Bump the touched scope logs past their log: every cache reloads those scopes."""
+        log = self.db[SCOPE_LOG]
+        t = self.t
+        for user, memory_type in self.scopes:
+            scope = MemoryScope(project_id=t.project_id, user_id=user)
+            await _run(log.update_one(
+                {"_id": scope_log_id(scope, memory_type)},
+                {"$inc": {"rev": LOG_LENGTH + 1}, "$set": {"log": []}},
+            ))  # fmt: skip
+
+
+async def erase(
+    db: AsyncDatabase[Document],
+    target: Target,
+    *,
+    actor: str,
+    on_sessions: SessionsHook | None = None,
+    on_step: StepHook | None = None,
+) -> ErasureResult:
+    """Erase ``target`` (module docstring); run again, it completes an interrupted erasure."""
+    register = db[ERASURES]
+    rid = erasure_id(target.project_id, target.user_id, target.session_id)
+    job = await _run(register.find_one({"_id": rid}))
+    if job is None and not await _has_data(db, target):
+        return ErasureResult(
+            kind=target.kind, project_id=target.project_id, user_id=target.user_id,
+            session_id=target.session_id, erased=False, removed={},
+            message=f"nothing to erase: no data for {target.describe()}",
+        )  # fmt: skip
+    now = utcnow()
+    await _run(register.update_one(
+        {"_id": rid},
+        {"$setOnInsert": {**target.model_dump(), "kind": target.kind, "requested_at": now,
+                          "actor": actor, "steps": []},
+         "$set": {"state": "running", "attempt_at": now}},
+        upsert=True,
+    ))  # fmt: skip
+    run = _Erasure(db, target, on_step)
+    for p, u, s in (job or {}).get("sessions", ()):
+        run.sessions.add(SessionKey(project_id=p, user_id=u, session_id=s))
+    await run.sweep()
+    await run.reload_caches()
+    if on_sessions is not None and run.sessions:
+        await on_sessions(sorted(run.sessions, key=lambda k: k.kafka_key()))
+    await run.checkpoint("window-states")
+    await run.sweep()  # what a writer that had checked just before step 0 may have added
+    done: datetime = utcnow()
+    await _run(register.update_one(
+        {"_id": rid},
+        {"$set": {"state": "done", "done_at": done, "removed": run.removed}},
+    ))  # fmt: skip
+    total = sum(run.removed.values())
+    return ErasureResult(
+        kind=target.kind, project_id=target.project_id, user_id=target.user_id,
+        session_id=target.session_id, erased=True, removed=run.removed,
+        memories_pruned=run.pruned, memories_reverted=run.reverted,
+        message=f"erased {target.describe()}: {total} document(s) removed or changed",
+    )  # fmt: skip
+
+
+async def resume_erasures(
+    db: AsyncDatabase[Document], *, actor: str, on_sessions: SessionsHook | None = None
+) -> list[ErasureResult]:
+    """Complete every erasure left ``running`` (by a crash)."""
+    jobs = await _run(db[ERASURES].find({"state": "running"}).to_list())
+    out = []
+    for job in jobs:
+        target = Target(project_id=job["project_id"], user_id=job.get("user_id"),
+                        session_id=job.get("session_id"))  # fmt: skip
+        out.append(await erase(db, target, actor=actor, on_sessions=on_sessions))
+    return out
