@@ -124,16 +124,16 @@ class Checkpoint:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lines: list[dict[str, Any]] = []
-        if path.exists():
-            for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                if not raw.strip():
-                    continue
-                try:
-                    self.lines.append(json.loads(raw))
-                except ValueError:
-                    if number == len(path.read_text(encoding="utf-8").splitlines()):
-                        break  # a line cut short by a crash: redo that step
-                    raise ConfigError(f"{path} line {number} is not JSON") from None
+        raws = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        for number, raw in enumerate(raws, 1):
+            if not raw.strip():
+                continue
+            try:
+                self.lines.append(json.loads(raw))
+            except ValueError:
+                if number == len(raws):
+                    break  # the last line cut short by a crash: that step is redone
+                raise ConfigError(f"{path} line {number} is not JSON") from None
 
     def header(self) -> dict[str, Any] | None:
         return next((x for x in self.lines if x.get("kind") == "run"), None)
@@ -306,7 +306,8 @@ async def run_eval(
     answered = cp.done("question")
     total = sum(len(c.questions) for c in conversations)
     bar = ProgressBar(total, options.console, done=len(answered))
-    recorder = MongoUsageRecorder(connect(settings.mongodb)[settings.mongodb.database][LLM_USAGE])
+    usage_client = connect(settings.mongodb)
+    recorder = MongoUsageRecorder(usage_client[settings.mongodb.database][LLM_USAGE])
     memory = AsyncMemory(project_id=project, settings=settings)
     try:
         caught_up = cp.done("conversation")
@@ -331,5 +332,8 @@ async def run_eval(
     finally:
         bar.close()
         await memory.close()
-    return write_report(cp.header() or header, cp.conversations(), cp.questions(), options.out,
-                        settings=settings, llm_name=llm.name, finished_at=datetime.now().astimezone())  # fmt: skip
+        await usage_client.close()
+    return write_report(
+        cp.header() or header, cp.conversations(), cp.questions(), options.out,
+        settings=settings, llm_name=llm.name, finished_at=datetime.now().astimezone(),
+    )  # fmt: skip

@@ -9,6 +9,7 @@ says that the numbers are **not a quality score**.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +32,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q * len(ordered))))
     return ordered[rank - 1]
 
 
