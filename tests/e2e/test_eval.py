@@ -83,6 +83,7 @@ async def test_locomo_end_to_end_then_resume(
     assert stdout.startswith("NOT A QUALITY SCORE")
 
     md = (out / "report.md").read_text()
+    print(md)  # shown with -s: the mechanics' numbers on the stand-in
     assert md.splitlines()[0] == NOT_A_SCORE
     report = json.loads((out / "report.json").read_text())
     assert report["first_line"] == NOT_A_SCORE
