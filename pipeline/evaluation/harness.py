@@ -29,7 +29,9 @@ folder) gets one line per ingested session, per caught-up conversation
 and per answered question, flushed as written. A rerun with the same
 ``--out`` reuses the run id, skips what the checkpoint holds, and within a
 session cut short records only the turns after the session's last stored
-seq. The report (``report.md`` and ``report.json``) is written from the
+seq (a crash between a session's end and its checkpoint line records the
+end once more: an end event with no turns after the first). The report
+(``report.md`` and ``report.json``) is written from the
 checkpoint at the end of every run.
 """
 
