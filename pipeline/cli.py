@@ -16,6 +16,7 @@
     mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
     mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
     mongomem erase user|session|project --project-id P [--user-id U] --yes   erase for good
+    mongomem eval locomo|longmemeval --data PATH [--out DIR]   memory quality vs full context
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -345,6 +346,10 @@ def _parser() -> argparse.ArgumentParser:
     from mongomem.erase_cli import add_cli as add_erase_cli  # cheap: MongoDB loads on run
 
     add_erase_cli(sub)  # `erase user|session|project|resume` (needs --yes)
+
+    from mongomem.evaluation.cli import add_cli as add_eval_cli  # cheap: the harness loads on run
+
+    add_eval_cli(sub)  # `eval locomo|longmemeval --data PATH`
     return parser
 
 

@@ -40,6 +40,7 @@ from pymongo.errors import PyMongoError
 from mongomem.errors import StorageError
 from mongomem.models import MemoryCandidate, SessionKey, Snapshot, stable_id
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.stm import NOT_AN_EVENT
 
 __all__ = [
     "PROGRESS",
@@ -104,7 +105,7 @@ class ProcessingStatus(_Frozen):
     memory_types: tuple[str, ...]
     state: ProcessingState
     snapshots: tuple[SnapshotProgress, ...]
-    #: The seq of the session's last recorded turn (0: none).
+    #: The seq of the session's last recorded turn (0: none); session ends are not turns.
     last_turn_seq: int = 0
     #: The last seq covered by a snapshot (0: none yet).
     last_snapshot_seq: int = 0
@@ -247,7 +248,9 @@ class Progress:
             _run(self.entries.find(query, {"memory_type": 1, "snapshot_id": 1, "candidates": 1,
                                            "reconciled": 1, "failed": 1, "dead_letter": 1})
                  .to_list()),
-            _run(self._db[TURNS].find_one(query, {"seq": 1}, sort=[("seq", -1)])),
+            # The last turn, session ends left out: an end is never in a snapshot.
+            _run(self._db[TURNS].find_one({**query, **NOT_AN_EVENT}, {"seq": 1},
+                                          sort=[("seq", -1)])),
         )  # fmt: skip
         found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
         types = tuple(dict.fromkeys(memory_types))

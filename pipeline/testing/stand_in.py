@@ -12,7 +12,11 @@ expressions:
 * procedural — two or more numbered steps, named after "how to …";
 * episodic — one episode per conversation of at least two turns;
 * the reconciler's judge (schema ``reconcile_verdict``) — the same text is
-  REINFORCE, the same key with another text is UPDATE, else ADD.
+  REINFORCE, the same key with another text is UPDATE, else ADD;
+* ``mongomem eval``'s answer (schema ``eval_answer``) — the line of the
+  given material sharing the most words with the question — and its judge
+  (schema ``eval_judge``) — CORRECT when the gold answer's words all occur
+  in the generated answer. Mechanics only: no reading of meaning.
 
 Every answer's ``model`` field, the start banner and every log line say it is
 not a real model. It must never be used when an endpoint is configured; the
@@ -200,12 +204,41 @@ def _verdict(text: str) -> dict[str, Any]:
     return {"action": "ADD", "reason": "stand-in: different keys"}
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def _eval_answer(text: str) -> dict[str, Any]:
+    """The material's line sharing most words with the ``Question:`` line (eval prompt)."""
+    first, _, material = text.partition("\n\n")
+    asked = _words(first.partition(":")[2])
+    lines = [ln.strip() for ln in material.splitlines()[1:] if ln.strip()]
+    best = max(lines, key=lambda ln: len(asked & _words(ln)), default="")
+    return {"answer": best if best and asked & _words(best) else "I do not know."}
+
+
+def _eval_judge(text: str) -> dict[str, Any]:
+    gold = re.search(r"^Gold answer: (.*)$", text, re.MULTILINE)
+    generated = re.search(r"^Generated answer: (.*)$", text, re.MULTILINE)
+    if gold is None or generated is None:
+        return {"reason": "stand-in: could not read the question", "label": "WRONG"}
+    hit = bool(_words(gold.group(1))) and _words(gold.group(1)) <= _words(generated.group(1))
+    return {"reason": "stand-in: word overlap only", "label": "CORRECT" if hit else "WRONG"}
+
+
 class StandInResponder:
     """Answers extraction (and reconcile-verdict) requests by rules. NOT a model."""
 
     def __call__(self, request: ChatRequest) -> Answer:
         if request.schema_name == "reconcile_verdict":
             return Answer(_verdict(request.text("user")), model=STAND_IN_MODEL)
+        if request.schema_name == "eval_answer":
+            return Answer(_eval_answer(request.text("user")), model=STAND_IN_MODEL)
+        if request.schema_name == "eval_judge":
+            return Answer(_eval_judge(request.text("user")), model=STAND_IN_MODEL)
         memory_type = (request.schema_name or "").removeprefix("extract_")
         rule = _RULES.get(memory_type)
         turns = read_turns(request.text("user"))

@@ -90,6 +90,21 @@ async def pipeline(
         await asyncio.to_thread(stage.stop)
 
 
+async def test_wait_for_all_turns_after_end_session_returns(
+    settings: Settings, mongo: AsyncMongoClient[Document], pipeline: StageProcess
+) -> None:
+    """The session end takes a seq but is never in a snapshot: waiting for all
+    turns after ``end_session`` must not wait for it (it timed out before)."""
+    async with AsyncMemory(project_id="p", settings=configured(settings)) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id="u", session_id="ended"))
+        for content in ("My home airport is Boston.", "Noted.", "Bye."):
+            await chat.record_turn("user", content)
+        await chat.end_session()
+        status = await chat.wait_until_processed(60, all_turns=True)
+        assert (status.last_turn_seq, status.last_snapshot_seq) == (3, 3)
+        assert status.state == "done"
+
+
 async def test_wait_until_processed_returns_once_every_snapshot_is_reconciled(
     settings: Settings, mongo: AsyncMongoClient[Document], pipeline: StageProcess
 ) -> None:
