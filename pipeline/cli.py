@@ -15,6 +15,7 @@
     mongomem keys create|list|revoke ...          the service's API keys
     mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
     mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
+    mongomem dlq list|show|requeue [--stage S] [--since T]   dead letters: inspect, re-drive
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -328,6 +329,10 @@ def _parser() -> argparse.ArgumentParser:
     from mongomem.memory_cli import add_cli as add_memory_cli  # cheap: MongoDB loads on run
 
     add_memory_cli(sub)  # `memory delete|list|get|history|sessions|turns|status`
+
+    from mongomem.dlq_cli import add_cli as add_dlq_cli  # cheap: Kafka loads on run
+
+    add_dlq_cli(sub)  # `dlq list|show|requeue`
     return parser
 
 

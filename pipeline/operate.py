@@ -45,7 +45,16 @@ from mongomem.settings import (
 )
 from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
-__all__ = ["apply", "configure", "llm_usage_lines", "print_status", "replay", "stage_groups"]
+__all__ = [
+    "apply",
+    "configure",
+    "dead_letter_stages",
+    "llm_usage_lines",
+    "print_status",
+    "replay",
+    "stage_groups",
+    "with_local_defaults",
+]
 
 
 def stage_groups(
@@ -63,7 +72,7 @@ def stage_groups(
     raise MongomemError(f"stage {stage!r} does not consume from Kafka")
 
 
-def _with_local_defaults(settings: Settings) -> Settings:
+def with_local_defaults(settings: Settings) -> Settings:
     """The settings the local pipeline's stages run with (``make run``), if it runs.
 
     Those are the saved stage environment over ``settings``; without a local
@@ -80,6 +89,12 @@ def _with_local_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"kafka": kafka, "mongodb": mongodb})
 
 
+def dead_letter_stages(settings: Settings) -> list[str]:
+    """The stages with a dead-letter topic: one per stage, one per enabled memory type."""
+    types = enabled_types(settings)
+    return ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+
+
 def _source_of_types(settings: Settings) -> str:
     if settings.extraction.enabled is not None:
         return "MONGOMEM_ENABLED_EXTRACTIONS"
@@ -89,7 +104,7 @@ def _source_of_types(settings: Settings) -> str:
 
 
 async def print_status(settings: Settings, say: Callable[[str], None] = print) -> int:
-    settings = _with_local_defaults(settings)
+    settings = with_local_defaults(settings)
     types = enabled_types(settings)
     say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
     problems = check_ready(settings)
@@ -105,7 +120,7 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
             for group, topic in stage_groups(settings.kafka, stage, types):
                 lag = await asyncio.wait_for(group_lag(settings.kafka, group, topic), 15)
                 rows.append((group, f"lag {lag.lag:>6}  (committed {lag.committed}/{lag.end})"))
-        stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+        stages = dead_letter_stages(settings)
         dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
     except (BrokerError, TimeoutError) as exc:
         say(f"consumer lag: unavailable ({exc or 'Kafka did not answer'})")
@@ -208,7 +223,7 @@ async def replay(
     say: Callable[[str], None] = print,
 ) -> int:
     """Position a new consumer group, run the stage in it, stop once caught up."""
-    settings = _with_local_defaults(settings)
+    settings = with_local_defaults(settings)
     types = tuple(args.types) if args.types else enabled_types(settings)
     groups = stage_groups(settings.kafka, args.stage, types, args.group_suffix)
     for group, topic in groups:

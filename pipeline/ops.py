@@ -29,6 +29,7 @@ __all__ = [
     "dead_letter_counts",
     "group_lag",
     "set_group_position",
+    "topic_partitions",
 ]
 
 
@@ -54,7 +55,9 @@ async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[T
     await consumer.start()
     try:
         partitions = [
-            TopicPartition(topic, p) for topic in topics for p in await _partitions(settings, topic)
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in await topic_partitions(settings, topic)
         ]
         if not partitions:
             return {}
@@ -64,7 +67,8 @@ async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[T
         await consumer.stop()
 
 
-async def _partitions(settings: KafkaSettings, topic: str) -> list[int]:
+async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
+    """The partition numbers of ``topic`` (none if it does not exist)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     await admin.start()
     try:
@@ -133,7 +137,7 @@ async def set_group_position(
     )
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in await _partitions(settings, topic)]
+        partitions = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
         if not partitions:
             raise BrokerError(f"topic {topic} does not exist")
         consumer.assign(partitions)
