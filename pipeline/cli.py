@@ -77,8 +77,12 @@ def _infra(args: argparse.Namespace, settings: Settings) -> int:
             for name, state in status.items():
                 print(f"  {name}: {state}")
             return 0
-        print("starting local servers (first start downloads jars from Maven Central) …")
-        servers = infra.start_servers(settings)
+        from mongomem.infra.local import jars_cached
+
+        cache = settings.infra.state_dir.resolve() / "cache"
+        fetching = "" if jars_cached(cache) else " (first start downloads jars from Maven Central)"
+        print(f"starting the missing local servers{fetching} …")
+        servers = infra.start_missing_servers(settings)
         print(servers.describe())
         print(f"logs and data: {settings.infra.state_dir.resolve()}")
         return 0

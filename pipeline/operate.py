@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
@@ -30,6 +29,7 @@ from typing import Any
 
 from mongomem.errors import BrokerError, MongomemError, NotReady, StorageError
 from mongomem.infra import local_servers_status
+from mongomem.infra.local import pid_alive
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
 from mongomem.models import utcnow
 from mongomem.mongo import connect, database
@@ -43,12 +43,14 @@ from mongomem.settings import (
     overlay,
     with_local_pipeline,
 )
+from mongomem.supervisor import read_restarts
 from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
 __all__ = [
     "apply",
     "configure",
     "dead_letter_stages",
+    "llm_line",
     "llm_usage_lines",
     "print_status",
     "replay",
@@ -111,6 +113,7 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
     for name, state in local_servers_status(settings).items():
         say(f"local {name}: {state}")
+    say(llm_line(settings))
     for line in await llm_usage_lines(settings):
         say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
@@ -131,10 +134,17 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
     stage_dir = settings.infra.state_dir.resolve() / "stages"
     pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
+    restarts = read_restarts(stage_dir)
     if pids:
         say("local stage processes:")
         for pid_file in pids:
-            say(f"  {pid_file.stem:<24} {_pid_state(pid_file)}")
+            seen = restarts.get(pid_file.stem)
+            again = (
+                f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})"
+                if seen
+                else ""
+            )
+            say(f"  {pid_file.stem:<24} {_pid_state(pid_file)}{again}")
     return 1 if problems else 0
 
 
@@ -154,13 +164,21 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     return usage_table(rows, title=title, priced=bool(settings.llm.prices))
 
 
+def llm_line(settings: Settings) -> str:
+    """The LLM endpoint and model the stages use, and whether it is the stand-in (no key)."""
+    llm = settings.llm
+    if llm.base_url is None:
+        return "LLM: none configured (set MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY)"
+    stand_in = "yes: a rule-based STAND-IN, NOT A MODEL" if llm.use_stand_in else "no"
+    return f"LLM: {llm.base_url}  model {llm.model}  stand-in: {stand_in}"
+
+
 def _pid_state(pid_file: Path) -> str:
     try:
         pid = int(pid_file.read_text())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return "stopped"
-    return f"running (pid {pid})"
+    return f"running (pid {pid})" if pid_alive(pid) else "stopped"
 
 
 def configure(settings: Settings, file: Path, say: Callable[[str], None] = print) -> Path:
