@@ -74,10 +74,12 @@ def test_infra_up_starts_a_stopped_kafka_next_to_our_running_mongodb(
         status = _cli(infra_env, "status").stdout
         if "kafka: stopped" in status:
             break
-    assert "mongo: running" in status and "kafka: stopped" in status, status
+    assert "mongo: running" in status, status
+    assert "kafka: stopped" in status, status
 
     again = _cli(infra_env, "up")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already running" in again.stdout  # our MongoDB was kept
     status = _cli(infra_env, "status").stdout
-    assert "mongo: running" in status and "kafka: running" in status, status
+    assert "mongo: running" in status, status
+    assert "kafka: running" in status, status
