@@ -27,11 +27,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, MongomemError, NotReady, StorageError
 from mongomem.infra import local_servers_status
 from mongomem.infra.local import pid_alive
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
-from mongomem.models import utcnow
+from mongomem.models import Watermark, utcnow
 from mongomem.mongo import connect, database
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.project_config import enabled_types, load_project_config
@@ -91,6 +92,10 @@ def with_local_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"kafka": kafka, "mongodb": mongodb})
 
 
+#: In-band records that are not data (the watcher's watermarks): not counted as lag.
+MARKER_KINDS = frozenset({kind_of(Watermark)})
+
+
 def dead_letter_stages(settings: Settings) -> list[str]:
     """The stages with a dead-letter topic: one per stage, one per enabled memory type."""
     types = enabled_types(settings)
@@ -121,8 +126,13 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     try:
         for stage in ("windowing", "extractor", "reconciler"):
             for group, topic in stage_groups(settings.kafka, stage, types):
-                lag = await asyncio.wait_for(group_lag(settings.kafka, group, topic), 15)
-                rows.append((group, f"lag {lag.lag:>6}  (committed {lag.committed}/{lag.end})"))
+                lag = await asyncio.wait_for(
+                    group_lag(settings.kafka, group, topic, markers=MARKER_KINDS), 15
+                )
+                marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
+                rows.append(
+                    (group, f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})")
+                )
         stages = dead_letter_stages(settings)
         dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
     except (BrokerError, TimeoutError) as exc:

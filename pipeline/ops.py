@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from mongomem.codec import peek_kind
 from mongomem.errors import BrokerError
 from mongomem.extras import require
 from mongomem.kafka import dead_letter_topic
@@ -24,6 +25,7 @@ with require("stages"):
     from aiokafka.errors import KafkaError
 
 __all__ = [
+    "MARKER_SCAN_LIMIT",
     "GroupLag",
     "consumer_group",
     "dead_letter_counts",
@@ -38,16 +40,33 @@ def consumer_group(settings: KafkaSettings, stage: str, suffix: str = "") -> str
     return f"{settings.topic_prefix}.{stage}{suffix}"
 
 
+#: How many uncommitted records :func:`group_lag` reads at most to count markers.
+MARKER_SCAN_LIMIT = 1000
+
+
 @dataclass(frozen=True)
 class GroupLag:
+    """A group's position on a topic, summed over partitions.
+
+    ``markers`` counts the uncommitted records that are in-band markers (the
+    watcher's watermarks, say) rather than data, when asked for and when at
+    most :data:`MARKER_SCAN_LIMIT` records are uncommitted; ``data_lag`` is
+    the lag without them, which is what an idle pipeline keeps at 0.
+    """
+
     group: str
     topic: str
     committed: int
     end: int
+    markers: int = 0
 
     @property
     def lag(self) -> int:
         return max(0, self.end - self.committed)
+
+    @property
+    def data_lag(self) -> int:
+        return max(0, self.lag - self.markers)
 
 
 async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[TopicPartition, int]:
@@ -83,8 +102,14 @@ async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
     )
 
 
-async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag:
-    """Committed position and end of ``topic`` for ``group``, summed over partitions."""
+async def group_lag(
+    settings: KafkaSettings, group: str, topic: str, *, markers: frozenset[str] = frozenset()
+) -> GroupLag:
+    """Committed position and end of ``topic`` for ``group``, summed over partitions.
+
+    With ``markers`` (message kinds, e.g. ``{"watermark"}``), the uncommitted
+    records of those kinds are counted too (see :class:`GroupLag`).
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     try:
         await admin.start()
@@ -98,12 +123,41 @@ async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag
                     raise
                 await asyncio.sleep(0.5)
         ends = await _end_offsets(settings, [topic])
+        starts = {tp: max(meta.offset, 0) for tp, meta in offsets.items() if tp.topic == topic}
+        behind = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+        counted = 0
+        if markers and 0 < behind <= MARKER_SCAN_LIMIT:
+            counted = await _count_kinds(settings, starts, ends, markers)
     except KafkaError as exc:
         raise BrokerError(f"could not read the lag of {group}: {exc}") from exc
     finally:
         await admin.close()
-    committed = sum(max(meta.offset, 0) for tp, meta in offsets.items() if tp.topic == topic)
-    return GroupLag(group=group, topic=topic, committed=committed, end=sum(ends.values()))
+    end = sum(ends.values())
+    return GroupLag(group, topic, committed=sum(starts.values()), end=end, markers=counted)
+
+
+async def _count_kinds(
+    settings: KafkaSettings,
+    starts: dict[TopicPartition, int],
+    ends: dict[TopicPartition, int],
+    kinds: frozenset[str],
+) -> int:
+    """Records of ``kinds`` between ``starts`` and ``ends`` (read without a group)."""
+    behind = [tp for tp, end in ends.items() if end > starts.get(tp, 0)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    count = 0
+    try:
+        consumer.assign(behind)
+        for tp in behind:
+            consumer.seek(tp, starts.get(tp, 0))
+            while await consumer.position(tp) < ends[tp]:
+                batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 15)
+                records = [r for r in batch.get(tp, []) if r.offset < ends[tp]]
+                count += sum(1 for r in records if peek_kind(r.value) in kinds)
+    finally:
+        await consumer.stop()
+    return count
 
 
 async def dead_letter_counts(settings: KafkaSettings, stages: Iterable[str]) -> dict[str, int]:
