@@ -17,6 +17,7 @@
     mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
     mongomem erase user|session|project --project-id P [--user-id U] --yes   erase for good
     mongomem eval locomo|longmemeval --data PATH [--out DIR]   memory quality vs full context
+    mongomem dlq list|show|requeue [--stage S] [--since T]   dead letters: inspect, re-drive
 
 Errors print as one line saying what to do, and exit with status 1.
 """
@@ -79,8 +80,12 @@ def _infra(args: argparse.Namespace, settings: Settings) -> int:
             for name, state in status.items():
                 print(f"  {name}: {state}")
             return 0
-        print("starting local servers (first start downloads jars from Maven Central) …")
-        servers = infra.start_servers(settings)
+        from mongomem.infra.local import jars_cached
+
+        cache = settings.infra.state_dir.resolve() / "cache"
+        fetching = "" if jars_cached(cache) else " (first start downloads jars from Maven Central)"
+        print(f"starting the missing local servers{fetching} …")
+        servers = infra.start_missing_servers(settings)
         print(servers.describe())
         print(f"logs and data: {settings.infra.state_dir.resolve()}")
         return 0
@@ -350,6 +355,10 @@ def _parser() -> argparse.ArgumentParser:
     from mongomem.evaluation.cli import add_cli as add_eval_cli  # cheap: the harness loads on run
 
     add_eval_cli(sub)  # `eval locomo|longmemeval --data PATH`
+
+    from mongomem.dlq_cli import add_cli as add_dlq_cli  # cheap: Kafka loads on run
+
+    add_dlq_cli(sub)  # `dlq list|show|requeue`
     return parser
 
 

@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, MongomemError, NotReady, StorageError
 from mongomem.infra import local_servers_status
+from mongomem.infra.local import pid_alive
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
-from mongomem.models import utcnow
+from mongomem.models import Watermark, utcnow
 from mongomem.mongo import connect, database
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.project_config import enabled_types, load_project_config
@@ -43,16 +44,20 @@ from mongomem.settings import (
     overlay,
     with_local_pipeline,
 )
+from mongomem.supervisor import read_restarts
 from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
 __all__ = [
     "apply",
     "configure",
+    "dead_letter_stages",
+    "llm_line",
     "llm_usage_lines",
     "local_stage_processes",
     "print_status",
     "replay",
     "stage_groups",
+    "with_local_defaults",
 ]
 
 
@@ -71,7 +76,7 @@ def stage_groups(
     raise MongomemError(f"stage {stage!r} does not consume from Kafka")
 
 
-def _with_local_defaults(settings: Settings) -> Settings:
+def with_local_defaults(settings: Settings) -> Settings:
     """The settings the local pipeline's stages run with (``make run``), if it runs.
 
     Those are the saved stage environment over ``settings``; without a local
@@ -88,6 +93,16 @@ def _with_local_defaults(settings: Settings) -> Settings:
     return settings.model_copy(update={"kafka": kafka, "mongodb": mongodb})
 
 
+#: In-band records that are not data (the watcher's watermarks): not counted as lag.
+MARKER_KINDS = frozenset({kind_of(Watermark)})
+
+
+def dead_letter_stages(settings: Settings) -> list[str]:
+    """The stages with a dead-letter topic: one per stage, one per enabled memory type."""
+    types = enabled_types(settings)
+    return ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+
+
 def _source_of_types(settings: Settings) -> str:
     if settings.extraction.enabled is not None:
         return "MONGOMEM_ENABLED_EXTRACTIONS"
@@ -97,13 +112,14 @@ def _source_of_types(settings: Settings) -> str:
 
 
 async def print_status(settings: Settings, say: Callable[[str], None] = print) -> int:
-    settings = _with_local_defaults(settings)
+    settings = with_local_defaults(settings)
     types = enabled_types(settings)
     say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
     problems = check_ready(settings)
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
     for name, state in local_servers_status(settings).items():
         say(f"local {name}: {state}")
+    say(llm_line(settings))
     for line in await llm_usage_lines(settings):
         say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
@@ -111,9 +127,14 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     try:
         for stage in ("windowing", "extractor", "reconciler"):
             for group, topic in stage_groups(settings.kafka, stage, types):
-                lag = await asyncio.wait_for(group_lag(settings.kafka, group, topic), 15)
-                rows.append((group, f"lag {lag.lag:>6}  (committed {lag.committed}/{lag.end})"))
-        stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
+                lag = await asyncio.wait_for(
+                    group_lag(settings.kafka, group, topic, markers=MARKER_KINDS), 15
+                )
+                marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
+                rows.append(
+                    (group, f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})")
+                )
+        stages = dead_letter_stages(settings)
         dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
     except (BrokerError, TimeoutError) as exc:
         say(f"consumer lag: unavailable ({exc or 'Kafka did not answer'})")
@@ -134,7 +155,15 @@ def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
     """(name, state) of each stage process ``mongomem up`` started here, by name."""
     stage_dir = settings.infra.state_dir.resolve() / "stages"
     pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
-    return [(pid_file.stem, _pid_state(pid_file)) for pid_file in pids]
+    restarts = read_restarts(stage_dir)
+    out = []
+    for pid_file in pids:
+        seen = restarts.get(pid_file.stem)
+        again = (
+            f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})" if seen else ""
+        )
+        out.append((pid_file.stem, f"{_pid_state(pid_file)}{again}"))
+    return out
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
@@ -153,13 +182,21 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     return usage_table(rows, title=title, priced=bool(settings.llm.prices))
 
 
+def llm_line(settings: Settings) -> str:
+    """The LLM endpoint and model the stages use, and whether it is the stand-in (no key)."""
+    llm = settings.llm
+    if llm.base_url is None:
+        return "LLM: none configured (set MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY)"
+    stand_in = "yes: a rule-based STAND-IN, NOT A MODEL" if llm.use_stand_in else "no"
+    return f"LLM: {llm.base_url}  model {llm.model}  stand-in: {stand_in}"
+
+
 def _pid_state(pid_file: Path) -> str:
     try:
         pid = int(pid_file.read_text())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return "stopped"
-    return f"running (pid {pid})"
+    return f"running (pid {pid})" if pid_alive(pid) else "stopped"
 
 
 def configure(settings: Settings, file: Path, say: Callable[[str], None] = print) -> Path:
@@ -222,7 +259,7 @@ async def replay(
     say: Callable[[str], None] = print,
 ) -> int:
     """Position a new consumer group, run the stage in it, stop once caught up."""
-    settings = _with_local_defaults(settings)
+    settings = with_local_defaults(settings)
     types = tuple(args.types) if args.types else enabled_types(settings)
     groups = stage_groups(settings.kafka, args.stage, types, args.group_suffix)
     for group, topic in groups:

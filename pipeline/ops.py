@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from mongomem.codec import decode
+from mongomem.codec import decode, peek_kind
 from mongomem.errors import BrokerError, MessageDecodeError
 from mongomem.extras import require
 from mongomem.kafka import DeadLetter, dead_letter_topic
@@ -26,12 +26,14 @@ with require("stages"):
     from aiokafka.errors import KafkaError
 
 __all__ = [
+    "MARKER_SCAN_LIMIT",
     "GroupLag",
     "consumer_group",
     "dead_letter_counts",
     "group_lag",
     "recent_dead_letters",
     "set_group_position",
+    "topic_partitions",
 ]
 
 
@@ -40,16 +42,33 @@ def consumer_group(settings: KafkaSettings, stage: str, suffix: str = "") -> str
     return f"{settings.topic_prefix}.{stage}{suffix}"
 
 
+#: How many uncommitted records :func:`group_lag` reads at most to count markers.
+MARKER_SCAN_LIMIT = 1000
+
+
 @dataclass(frozen=True)
 class GroupLag:
+    """A group's position on a topic, summed over partitions.
+
+    ``markers`` counts the uncommitted records that are in-band markers (the
+    watcher's watermarks, say) rather than data, when asked for and when at
+    most :data:`MARKER_SCAN_LIMIT` records are uncommitted; ``data_lag`` is
+    the lag without them, which is what an idle pipeline keeps at 0.
+    """
+
     group: str
     topic: str
     committed: int
     end: int
+    markers: int = 0
 
     @property
     def lag(self) -> int:
         return max(0, self.end - self.committed)
+
+    @property
+    def data_lag(self) -> int:
+        return max(0, self.lag - self.markers)
 
 
 async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[TopicPartition, int]:
@@ -57,7 +76,9 @@ async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[T
     await consumer.start()
     try:
         partitions = [
-            TopicPartition(topic, p) for topic in topics for p in await _partitions(settings, topic)
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in await topic_partitions(settings, topic)
         ]
         if not partitions:
             return {}
@@ -67,7 +88,8 @@ async def _end_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[T
         await consumer.stop()
 
 
-async def _partitions(settings: KafkaSettings, topic: str) -> list[int]:
+async def topic_partitions(settings: KafkaSettings, topic: str) -> list[int]:
+    """The partition numbers of ``topic`` (none if it does not exist)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     await admin.start()
     try:
@@ -82,8 +104,14 @@ async def _partitions(settings: KafkaSettings, topic: str) -> list[int]:
     )
 
 
-async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag:
-    """Committed position and end of ``topic`` for ``group``, summed over partitions."""
+async def group_lag(
+    settings: KafkaSettings, group: str, topic: str, *, markers: frozenset[str] = frozenset()
+) -> GroupLag:
+    """Committed position and end of ``topic`` for ``group``, summed over partitions.
+
+    With ``markers`` (message kinds, e.g. ``{"watermark"}``), the uncommitted
+    records of those kinds are counted too (see :class:`GroupLag`).
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     try:
         await admin.start()
@@ -97,12 +125,41 @@ async def group_lag(settings: KafkaSettings, group: str, topic: str) -> GroupLag
                     raise
                 await asyncio.sleep(0.5)
         ends = await _end_offsets(settings, [topic])
+        starts = {tp: max(meta.offset, 0) for tp, meta in offsets.items() if tp.topic == topic}
+        behind = sum(max(0, end - starts.get(tp, 0)) for tp, end in ends.items())
+        counted = 0
+        if markers and 0 < behind <= MARKER_SCAN_LIMIT:
+            counted = await _count_kinds(settings, starts, ends, markers)
     except KafkaError as exc:
         raise BrokerError(f"could not read the lag of {group}: {exc}") from exc
     finally:
         await admin.close()
-    committed = sum(max(meta.offset, 0) for tp, meta in offsets.items() if tp.topic == topic)
-    return GroupLag(group=group, topic=topic, committed=committed, end=sum(ends.values()))
+    end = sum(ends.values())
+    return GroupLag(group, topic, committed=sum(starts.values()), end=end, markers=counted)
+
+
+async def _count_kinds(
+    settings: KafkaSettings,
+    starts: dict[TopicPartition, int],
+    ends: dict[TopicPartition, int],
+    kinds: frozenset[str],
+) -> int:
+    """Records of ``kinds`` between ``starts`` and ``ends`` (read without a group)."""
+    behind = [tp for tp, end in ends.items() if end > starts.get(tp, 0)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    count = 0
+    try:
+        consumer.assign(behind)
+        for tp in behind:
+            consumer.seek(tp, starts.get(tp, 0))
+            while await consumer.position(tp) < ends[tp]:
+                batch = await asyncio.wait_for(consumer.getmany(tp, timeout_ms=1000), 15)
+                records = [r for r in batch.get(tp, []) if r.offset < ends[tp]]
+                count += sum(1 for r in records if peek_kind(r.value) in kinds)
+    finally:
+        await consumer.stop()
+    return count
 
 
 async def dead_letter_counts(settings: KafkaSettings, stages: Iterable[str]) -> dict[str, int]:
@@ -177,7 +234,7 @@ async def set_group_position(
     )
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in await _partitions(settings, topic)]
+        partitions = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
         if not partitions:
             raise BrokerError(f"topic {topic} does not exist")
         consumer.assign(partitions)

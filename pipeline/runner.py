@@ -19,12 +19,28 @@ from pathlib import Path
 
 from mongomem import infra
 from mongomem.embeddings import local_model_installed
-from mongomem.infra.local import LocalServer, free_port, port_in_use
+from mongomem.errors import ConfigError
+from mongomem.infra.local import LocalServer, free_port, jars_cached, port_in_use
 from mongomem.kafka import ensure_topics, pipeline_topics
 from mongomem.operate import read_project_env
 from mongomem.project_config import enabled_types
-from mongomem.settings import KafkaSettings, MongoSettings, Settings, overlay
-from mongomem.supervisor import StageProcess, stage_env
+from mongomem.settings import (
+    KafkaSettings,
+    MongoSettings,
+    Settings,
+    local_pipeline_env,
+    overlay,
+)
+from mongomem.supervisor import (
+    PLAN_FILE,
+    RESTARTS_FILE,
+    PlannedStage,
+    StageProcess,
+    StageSupervisor,
+    read_plan,
+    stage_env,
+    write_plan,
+)
 
 __all__ = [
     "LLMStandIn",
@@ -95,7 +111,7 @@ def _servers(settings: Settings) -> tuple[str, str, str]:
     if all(s.startswith("running") for s in status.values()):
         uri = f"mongodb://127.0.0.1:{settings.infra.mongo_port}/?directConnection=true"
         return uri, f"127.0.0.1:{settings.infra.kafka_port}", "local servers (already running)"
-    servers = infra.start_servers(settings)
+    servers = infra.start_missing_servers(settings)
     return servers.mongodb_uri, servers.kafka_bootstrap, servers.describe()
 
 
@@ -105,7 +121,11 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     persistent = settings.model_copy(
         update={"infra": settings.infra.model_copy(update={"persistent": True})}
     )
-    say("mongomem: starting local servers (first start fetches jars from Maven Central) …")
+    _refuse_stand_in_over_saved_llm(settings)
+    if not (settings.mongodb.uri and settings.kafka.bootstrap):
+        missing = not jars_cached(root / "cache")
+        fetching = " (first start fetches jars from Maven Central)" if missing else ""
+        say(f"mongomem: starting local servers{fetching} …")
     uri, bootstrap, described = _servers(persistent)
     say(described)
     overrides: dict[str, str] = {
@@ -135,6 +155,9 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
         say("!! MONGOMEM_LLM_API_KEY to use a real OpenAI-compatible endpoint.")
         say("!" * 78)
         say("")
+    else:  # the endpoint and model, never the key: `status` shows them, a re-run checks them
+        overrides["MONGOMEM_LLM_BASE_URL"] = settings.llm.base_url
+        overrides["MONGOMEM_LLM_MODEL"] = settings.llm.model
     if settings.embedding.provider is None:
         overrides["MONGOMEM_EMBEDDING_PROVIDER"] = _default_embedding_provider()
     project_env = read_project_env(settings)
@@ -151,6 +174,10 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     child = overlay(child, project_env)
     types = enabled_types(child)
     asyncio.run(ensure_topics(child.kafka, _all_topics(child.kafka, types)))
+    supervisor = StageSupervisor(state_dir=stage_dir, cache_dir=root, env=env)
+    supervisor.stop(timeout_s=10)  # it would race us restarting what we start below
+    planned = {p.name: p for p in read_plan(stage_dir)}
+    plan: list[PlannedStage] = []
     for name, stage, args in stage_specs(types):
         metrics_port = free_port()
         process = StageProcess(
@@ -160,10 +187,16 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
         pid = process.running_pid()
         if pid is not None:
             say(f"  {name:<24} already running (pid {pid})")
+            before = planned.get(name)
+            plan.append(before or PlannedStage(name, stage, tuple(args), metrics_port))
             continue
         process.start(timeout_s=30)
+        plan.append(PlannedStage(name, stage, tuple(args), metrics_port))
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"
         say(f"  {name:<24} pid {process.running_pid()!s:<7} metrics {metrics}")
+    write_plan(stage_dir, plan)
+    supervisor.start(timeout_s=30)
+    say(f"  {'supervisor':<24} pid {supervisor.running_pid()!s:<7} restarts stopped stages")
     _start_service(settings, stage_dir, root, env, say)
     say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
@@ -172,6 +205,28 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
 
         return asyncio.run(run_demo(child, env_overrides=overrides, say=say))
     return 0
+
+
+def _refuse_stand_in_over_saved_llm(settings: Settings) -> None:
+    """Refuse to put stages on the stand-in when the running pipeline uses a real LLM.
+
+    ``up`` re-run from a shell without ``MONGOMEM_LLM_BASE_URL`` would start
+    missing stages on the stand-in next to ones on the real endpoint. The API
+    key is never saved, so the saved endpoint cannot simply be reused: say so.
+    """
+    saved = local_pipeline_env(settings) or {}
+    endpoint = saved.get("MONGOMEM_LLM_BASE_URL")
+    if settings.llm.base_url is not None or endpoint is None:
+        return
+    if saved.get("MONGOMEM_LLM_USE_STAND_IN") == "true":
+        return
+    raise ConfigError(
+        f"the local pipeline runs with the LLM at {endpoint} (model "
+        f"{saved.get('MONGOMEM_LLM_MODEL', '?')}), but this shell sets no MONGOMEM_LLM_BASE_URL, "
+        "so stages started now would use the rule-based stand-in instead. Set "
+        "MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY as when the pipeline was started, "
+        "or run `mongomem down` first to start over on the stand-in"
+    )
 
 
 def _all_topics(settings: KafkaSettings, types: tuple[str, ...]) -> list[str]:
@@ -249,6 +304,8 @@ def restart_extractors(
     overrides = {**json.loads(saved.read_text()), **project_env}
     saved.write_text(json.dumps(overrides, indent=2))
     env = stage_env(os.environ, overrides)
+    kept = [p for p in read_plan(stage_dir) if p.stage != "extractor"]
+    write_plan(stage_dir, kept)  # the supervisor must not bring the old extractors back
     for pid_file in sorted(stage_dir.glob("extractor-*.pid")):
         old = StageProcess(
             name=pid_file.stem, stage="extractor", state_dir=stage_dir, cache_dir=root
@@ -266,6 +323,8 @@ def restart_extractors(
         process.start(timeout_s=30)
         say(f"  {name:<24} started (pid {process.running_pid()})")
         started.append(process)
+        kept.append(PlannedStage(name, stage, tuple(args)))
+    write_plan(stage_dir, kept)
     return lambda: {p.name: p.running_pid() is not None for p in started}
 
 
@@ -274,6 +333,12 @@ def down(settings: Settings, *, say: Callable[[str], None] = print) -> int:
     root = settings.infra.state_dir.resolve()
     stage_dir = root / "stages"
     stopped: list[str] = []
+    supervisor = StageSupervisor(state_dir=stage_dir, cache_dir=root)
+    if supervisor.running_pid() is not None:  # first, or it restarts what we stop
+        supervisor.stop(timeout_s=10)
+        stopped.append(supervisor.name)
+    for name in (PLAN_FILE, RESTARTS_FILE):
+        (stage_dir / name).unlink(missing_ok=True)
     for pid_file in sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []:
         name = pid_file.stem
         process = StageProcess(name=name, stage=name, state_dir=stage_dir, cache_dir=root)

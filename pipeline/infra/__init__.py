@@ -36,6 +36,7 @@ __all__ = [
     "free_port",
     "local_servers_status",
     "port_in_use",
+    "start_missing_servers",
     "start_servers",
     "stop_local_servers",
 ]
@@ -224,6 +225,32 @@ def _persistent_servers(settings: Settings) -> tuple[LocalMongo, LocalKafka]:
         port=port, state_dir=root / "kafka", cache_dir=_cache(settings), controller_port=port + 1
     )
     return mongo, kafka
+
+
+def start_missing_servers(settings: Settings) -> Servers:
+    """The persistent local servers: those running are kept, the missing ones started.
+
+    (``start_servers`` alone would try to start both, and the running one's
+    port is taken.) The result describes both; only the started ones stop
+    with it.
+    """
+    mongo, kafka = _persistent_servers(settings)
+    mongodb, kafka_settings = settings.mongodb, settings.kafka
+    running = []
+    if mongo.running_pid() is not None:
+        mongodb = mongodb.model_copy(update={"uri": mongo.uri})
+        running.append("mongo")
+    if kafka.running_pid() is not None:
+        kafka_settings = kafka_settings.model_copy(update={"bootstrap": kafka.bootstrap})
+        running.append("kafka")
+    servers = start_servers(
+        settings.model_copy(update={"mongodb": mongodb, "kafka": kafka_settings})
+    )
+    if "mongo" in running:
+        servers.mongo_kind = "local mongo-java-server (already running)"
+    if "kafka" in running:
+        servers.kafka_kind = "local Apache Kafka (already running)"
+    return servers
 
 
 def stop_local_servers(settings: Settings) -> list[str]:

@@ -37,7 +37,16 @@ from typing import Any, Literal
 
 from mongomem.errors import InfraError
 
-__all__ = ["ASSETS", "LocalKafka", "LocalMongo", "LocalServer", "free_port", "port_in_use"]
+__all__ = [
+    "ASSETS",
+    "LocalKafka",
+    "LocalMongo",
+    "LocalServer",
+    "free_port",
+    "jars_cached",
+    "pid_alive",
+    "port_in_use",
+]
 
 #: deploy/local of the checkout this package runs from.
 ASSETS = Path(__file__).resolve().parents[2] / "deploy" / "local"
@@ -77,8 +86,8 @@ def _java() -> str:
     )
 
 
-def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
-    """The class path of ``profile``'s jars, resolving them with Maven on first use."""
+def _cached_classpath(profile: Profile, cache_dir: Path) -> str | None:
+    """The cached class path of ``profile``'s jars if every jar on it is present."""
     pom = ASSETS / "pom.xml"
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
     cached = cache_dir / f"classpath-{profile}-{digest}.txt"
@@ -86,6 +95,22 @@ def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
         classpath = cached.read_text().strip()
         if classpath and all(Path(p).exists() for p in classpath.split(os.pathsep)):
             return classpath
+    return None
+
+
+def jars_cached(cache_dir: Path) -> bool:
+    """Whether both servers' jars are resolved already (a start runs no Maven)."""
+    return all(_cached_classpath(p, cache_dir) is not None for p in ("kafka", "mongo"))
+
+
+def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
+    """The class path of ``profile``'s jars, resolving them with Maven on first use."""
+    found = _cached_classpath(profile, cache_dir)
+    if found is not None:
+        return found
+    pom = ASSETS / "pom.xml"
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
+    cached = cache_dir / f"classpath-{profile}-{digest}.txt"
     mvn = _need(
         "mvn",
         "Maven fetches the server jars from Maven Central on first start: install it "
@@ -158,11 +183,7 @@ class LocalServer(ABC):
             pid = int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return None
-        return pid
+        return pid if pid_alive(pid) else None
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the server and block until it serves requests."""
@@ -239,14 +260,23 @@ class LocalServer(ABC):
         self.pid_file.unlink(missing_ok=True)
 
 
-def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
-    if process is not None:
-        return process.poll() is None
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (killed, not yet reaped)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: existence is all we can tell
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _alive(pid: int, process: subprocess.Popen[bytes] | None) -> bool:
+    if process is not None:
+        return process.poll() is None
+    return pid_alive(pid)
 
 
 def _run_in_thread(check: Coroutine[Any, Any, bool]) -> bool:

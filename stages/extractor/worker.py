@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from pymongo import AsyncMongoClient
 
 from mongomem import metrics
+from mongomem.dlq import addressed_to
 from mongomem.embeddings import Embedder, make_embedder
 from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import BrokerError
@@ -77,7 +78,9 @@ class TypeConsumer:
             if not batch:
                 continue
             started = time.perf_counter()
-            await self.handle_batch([r for records in batch.values() for r in records])
+            await self.handle_batch(
+                [r for records in batch.values() for r in records if addressed_to(r.headers, stage)]
+            )  # a record requeued for another memory type's extractor is not ours
             offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
             try:
                 await self._consumer.commit(offsets)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from mongomem.codec import encode
 from mongomem.kafka import (
     DeadLetter,
     dead_letter_topic,
@@ -15,6 +16,7 @@ from mongomem.kafka import (
     make_producer,
     send_dead_letter,
 )
+from mongomem.models import Watermark, utcnow
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.settings import Settings
 
@@ -72,3 +74,16 @@ async def test_replay_position_lag_and_dead_letters(settings: Settings) -> None:
         await producer.stop()
     assert await dead_letter_counts(settings.kafka, ["x"]) == {"x": 1}
     assert letter.original_value() == b"\xff"
+
+
+async def test_lag_leaves_out_watermarks_when_asked(settings: Settings) -> None:
+    topic = settings.kafka.topic("turns")
+    await ensure_topics(settings.kafka, [topic], partitions=1)
+    mark = encode(Watermark(at=utcnow(), caught_up=True))
+    await _produce(settings, topic, [mark, b"a turn", mark, mark])
+    group = consumer_group(settings.kafka, "windowing", "-idle")
+    await set_group_position(settings.kafka, group, topic)
+    plain = await group_lag(settings.kafka, group, topic)
+    assert (plain.lag, plain.markers, plain.data_lag) == (4, 0, 4)
+    idle = await group_lag(settings.kafka, group, topic, markers=frozenset({"watermark"}))
+    assert (idle.lag, idle.markers, idle.data_lag) == (4, 3, 1)
