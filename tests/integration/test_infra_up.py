@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mongomem.infra import Servers
 from mongomem.infra.local import free_port, jars_cached, port_in_use
 from mongomem.settings import load_settings
 
@@ -42,7 +43,9 @@ def _kafka_ports() -> int:
 
 
 @pytest.fixture
-def infra_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+def infra_env(tmp_path: Path, servers: Servers) -> Iterator[dict[str, str]]:
+    """A state folder of its own, with the jars the test servers resolved (``servers``
+    starts them first, so this does not depend on which test ran before)."""
     resolved = load_settings().infra.state_dir.resolve() / "cache"
     if not jars_cached(resolved):
         pytest.skip("the server jars are not resolved here (the test servers resolve them)")
