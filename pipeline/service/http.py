@@ -135,6 +135,10 @@ def _count(label: str, status: int, started: float) -> None:
     REQUEST_SECONDS.labels(label).observe(time.perf_counter() - started)
 
 
+class _TooLarge(Exception):
+    """A body past its limit while it is read (one sent without a Content-Length)."""
+
+
 class AnsweringRoute(APIRoute):
     """A route whose every failure is a JSON error of ours, counted and timed (module doc)."""
 
@@ -155,7 +159,11 @@ class AnsweringRoute(APIRoute):
             except RequestValidationError as exc:
                 response = error_response(_validation_error(exc))
             except HTTPException as exc:
+                if isinstance(exc.__cause__, _TooLarge):  # FastAPI wraps what reading raised
+                    exc = HTTPException(413)
                 response = http_error_response(exc)
+            except _TooLarge:  # a body read by the endpoint itself (an import)
+                response = http_error_response(HTTPException(413))
             except PyMongoError as exc:  # an adapter that did not translate it
                 response = error_response(StorageError(f"MongoDB failed: {exc}"))
             except Exception:
@@ -217,10 +225,6 @@ class BodyLimits:
             if path.startswith(prefix):
                 return limit
         return self.default
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class Plumbing:

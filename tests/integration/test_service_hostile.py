@@ -220,3 +220,19 @@ async def test_the_key_is_never_written_to_a_log_or_a_body(
     lines = [r.getMessage() for r in served]  # the service's, not the test client's
     assert [line for line in lines if KEY in line] == []
     assert any(DOMAINS in line for line in lines)  # the access log logs requests
+
+
+async def test_a_body_too_large_without_a_content_length_is_413(
+    url: str, mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    """A chunked body past the limit was cut off, and FastAPI answered 400 "error parsing"."""
+
+    async def chunks() -> Any:
+        for _ in range(400):  # 40 MB, far past the service's limit
+            yield b"x" * 100_000
+
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
+        answer = await c.post(SAVE, content=chunks(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["error"]["field"] == "body"
+    assert await stored(mongo, settings) == 0
