@@ -69,7 +69,7 @@ from mongomem.stages.extractor.core import (
     to_candidates,
 )
 from mongomem.stages.extractor.types import TypeSpec
-from mongomem.stages.extractor.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
+from mongomem.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
 __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
 

@@ -41,7 +41,7 @@ from mongomem.settings import Settings
 from mongomem.stages.extractor.core import Known
 from mongomem.stages.extractor.handler import KnownMemories, Outcome, SourceRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec
-from mongomem.stages.extractor.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
+from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 
 __all__ = ["TypeConsumer", "run_extractors"]
 

@@ -24,7 +24,6 @@ from mongomem.models import MemoryCandidate, ScopeKind, Snapshot
 from mongomem.mongo import Document
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
 from mongomem.stages.extractor import run_extractors, specs
-from mongomem.stages.extractor.usage import LLM_USAGE
 from mongomem.testing import (
     LLAMA_CPP_PYTHON,
     Answer,
@@ -38,6 +37,7 @@ from mongomem.testing import (
     Slow,
     make_snapshot,
 )
+from mongomem.usage import LLM_USAGE
 
 pytestmark = pytest.mark.integration
 

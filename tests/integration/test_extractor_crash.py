@@ -30,8 +30,8 @@ from mongomem.models import MemoryCandidate
 from mongomem.mongo import Document
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.stages.extractor.usage import LLM_USAGE
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
+from mongomem.usage import LLM_USAGE
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ MODULES = [
     "mongomem.stages.extractor.core",
     "mongomem.stages.extractor.handler",
     "mongomem.stages.extractor.types",
-    "mongomem.stages.extractor.usage",
+    "mongomem.usage",
     "mongomem.stages.extractor.worker",
 ]
 

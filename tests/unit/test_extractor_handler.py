@@ -21,7 +21,6 @@ from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
 from mongomem.stages.extractor.core import Known as KnownMemory
 from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.stages.extractor.usage import MemoryUsageRecorder
 from mongomem.testing import (
     LLAMA_CPP_PYTHON,
     Answer,
@@ -32,6 +31,7 @@ from mongomem.testing import (
     Slow,
     make_snapshot,
 )
+from mongomem.usage import MemoryUsageRecorder
 
 FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
 
