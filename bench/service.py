@@ -208,7 +208,9 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
         f"--concurrency {' '.join(map(str, args.concurrency))}` on {platform.node() or 'this'} "
         f"machine ({os.cpu_count()} cores, Python {platform.python_version()}), "
         "`mongomem serve` as a subprocess with the local e5-small embedder, one client "
-        "process. Other work shared the cores during the run, so read the ratios.\n",
+        "process. A save near an existing memory asks the judge, here the rule-based LLM "
+        "stand-in (NOT a model; a real LLM adds its own latency). Other work shared the "
+        "cores during the run, so read the ratios.\n",
         f"Bare embedder in the client's process, one text a call: {bare_save[0]:,.1f} "
         f"passages/s (p50 {bare_save[1]:.1f} ms), {bare_query[0]:,.1f} queries/s "
         f"(p50 {bare_query[1]:.1f} ms).\n",
