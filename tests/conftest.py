@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -39,7 +39,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Iterator[pytest.TestReport]:
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Keep each phase's report on the item (``item.rep_call``) for diagnostic fixtures."""
     report = yield
     setattr(item, f"rep_{report.when}", report)

@@ -176,7 +176,9 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
             raise AssertionError("never refused")
 
         traffic = [talk(memory, u, "s2", SESSION_TWO) for u in KEPT]
-        erased, got_in, *_ = await asyncio.gather(erase_now(), keep_talking(), *traffic)
+        erasing, talking = asyncio.ensure_future(erase_now()), asyncio.ensure_future(keep_talking())
+        await asyncio.gather(erasing, talking, *traffic)
+        erased, got_in = erasing.result(), talking.result()
         assert erased.returncode == 0, erased.stderr.decode()[-3000:]
         assert b"erased user" in erased.stdout
         pipeline.revive_exited()

@@ -39,7 +39,7 @@ async def call(base: str, operation: str, body: dict[str, Any], key: str | None)
     route = ROUTES[operation]
     path = route.path.format(**{n: quote(str(body[n]), safe="") for n in route.path_fields})
     rest = {k: v for k, v in body.items() if k not in route.path_fields and k != "user_id"}
-    query = {k: rest.pop(k) for k in ("project_id", "session_id") if k in rest}
+    query: dict[str, Any] = {k: rest.pop(k) for k in ("project_id", "session_id") if k in rest}
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with httpx.AsyncClient(base_url=base, headers=headers) as client:
         if route.method != "POST":

@@ -119,9 +119,9 @@ def test_dead_letters_are_listed_decoded_and_requeued_once(
         await _reconcile_until(settings, two_dead)  # the stage dead-letters the junk itself
 
     asyncio.run(prepare())
-    listed = _out(capsys, ["dlq", "list", "--stage", "reconciler"]).splitlines()
-    assert listed[-1] == "2 dead letter(s)"
-    ids = [line.split()[0] for line in listed[:-1]]
+    lines = _out(capsys, ["dlq", "list", "--stage", "reconciler"]).splitlines()
+    assert lines[-1] == "2 dead letter(s)"
+    ids = [line.split()[0] for line in lines[:-1]]
     assert all(i.startswith(dead_letter_topic(kafka, STAGE) + ":") for i in ids)
     shown = {i: json.loads(_out(capsys, ["dlq", "show", i])) for i in ids}
     by_error = {s["error"].split(":")[0]: s for s in shown.values()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -58,7 +59,7 @@ async def make_store(
     return store
 
 
-def airport(city: str, snapshot: str = "snap-a", **kw: object) -> MemoryCandidate:
+def airport(city: str, snapshot: str = "snap-a", **kw: Any) -> MemoryCandidate:
     return candidate(
         "semantic", label="home-airport", text=f"The user's home airport is {city}.",
         snapshot=snapshot, **kw,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import random
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
 
 from mongomem.ltm import MemoryStore, ScriptedJudge, probe_vector_search
 from mongomem.ltm.testing import candidate
-from mongomem.models import Action, MemoryScope, MemoryStatus
+from mongomem.models import Action, MemoryCandidate, MemoryScope, MemoryStatus
 from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.settings import Settings
 
@@ -27,7 +28,7 @@ async def store(mongo: AsyncMongoClient[Document], settings: Settings) -> Memory
     return s
 
 
-def airport(city: str, snapshot: str, **kw: object) -> object:
+def airport(city: str, snapshot: str, **kw: Any) -> MemoryCandidate:
     return candidate(
         "semantic", label="home-airport", text=f"The user's home airport is {city}.",
         snapshot=snapshot, **kw,
@@ -124,11 +125,11 @@ async def test_taxonomic_reinforce_merges_definitions(store: MemoryStore) -> Non
     await store.reconcile(a)
     out = await store.reconcile(b)
     assert out.action is Action.REINFORCE
-    term = await store.get(MemoryScope(project_id="p1"), "taxonomic", "airline/red-eye")
-    assert term is not None
-    assert term.reinforcement_count == 2
-    assert term.fields["variants"] == [b.fields["definition"]]
-    assert [e.ref for e in term.evidence] == ["a", "b"]
+    stored = await store.get(MemoryScope(project_id="p1"), "taxonomic", "airline/red-eye")
+    assert stored is not None
+    assert stored.reinforcement_count == 2
+    assert stored.fields["variants"] == [b.fields["definition"]]
+    assert [e.ref for e in stored.evidence] == ["a", "b"]
 
 
 async def test_judge_settles_a_key_match_and_sees_the_stored_evidence_dates(

@@ -252,7 +252,7 @@ def test_cli_status_prints_the_progress_and_waits(
     assert main(["memory", "status", *who]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "done"  # nothing yet
     snap = snapshot_doc("p", "cli")
-    with MongoClient(settings.mongodb.uri, tz_aware=True) as sync:
+    with MongoClient[Document](settings.mongodb.uri, tz_aware=True) as sync:
         sync[settings.mongodb.database][SNAPSHOTS].insert_one(snap)
     assert main(["memory", "status", *who]) == 0
     printed = json.loads(capsys.readouterr().out)

@@ -263,12 +263,13 @@ async def test_bad_input_names_the_field_and_stores_nothing(
     remote: AsyncMemory, url: str, mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
     chat = remote.bind(ctx("alice"))
+    int_keyed: dict[Any, Any] = {"deep": [{"x": 1}], 3: "int key"}
     cases: list[tuple[Callable[[], Awaitable[object]], str]] = [
         (lambda: chat.save_semantic("", "text"), "label"),
         (lambda: chat.save_episode("Trip", "   "), "content"),
         (lambda: chat.save_taxonomic("air/line", "red-eye", "x"), "domain"),
         (lambda: chat.record_turn("robot", "hello"), "role"),
-        (lambda: chat.record_turn("user", "hi", {"deep": [{"x": 1}], 3: "int key"}), "metadata"),
+        (lambda: chat.record_turn("user", "hi", int_keyed), "metadata"),
         (lambda: chat.search_episodes("   "), "query"),
         (lambda: chat.search_semantic("x", limit=0), "limit"),
     ]
@@ -276,7 +277,7 @@ async def test_bad_input_names_the_field_and_stores_nothing(
         with pytest.raises(InputError) as err:
             await attempt()
         assert err.value.field == field, err.value
-    raw = [
+    raw: list[tuple[str, dict[str, Any], str]] = [
         ("save", ALICE | {"memory_type": "semantic", "fields": {"label": 7, "text": "x"}}, "label"),
         ("save", ALICE | {"memory_type": "gossip", "fields": {"label": "a"}}, "memory_type"),
         ("search", ALICE | {"memory_type": "semantic", "query": "x", "limit": 0}, "limit"),

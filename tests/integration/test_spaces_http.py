@@ -46,7 +46,10 @@ CASES = [
     ("customer asks how to reset the router password", "basic", "sent the reset guide"),
     ("refund request for a late delivery of shoes", "basic", "voucher offered"),
 ]
-KEYS = [SearchKey(argument="question", weight=3), {"argument": "tier"}]
+KEYS: list[SearchKey | dict[str, Any]] = [
+    SearchKey(argument="question", weight=3),
+    {"argument": "tier"},
+]
 
 
 def with_keys(settings: Settings) -> Settings:

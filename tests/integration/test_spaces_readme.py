@@ -20,7 +20,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def readme_example() -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
     (example,) = [b for b in blocks if "from mongomem.spaces import" in b]
-    return example
+    return str(example)
 
 
 async def test_the_example_runs_as_written(

@@ -132,7 +132,7 @@ def test_replanning_after_apply_converges_to_reinforce(
     state: dict[tuple[str, str], Neighbour] = {}
     for n in ns:
         state.setdefault((n.memory_id, normalize_key(n.key)), n)
-    by_key = {}
+    by_key: dict[tuple[MemoryScope, str, str], Neighbour] = {}
     for n in state.values():
         by_key.setdefault((n.scope, n.memory_type, normalize_key(n.key)), n)
     world = list({n.memory_id: n for n in by_key.values()}.values())

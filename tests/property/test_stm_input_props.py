@@ -140,7 +140,7 @@ def test_accepted_metadata_is_plain_json_that_bson_and_turn_accept(
         role=Role.USER,
         content="x",
         metadata=plain,
-        created_at="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+        created_at="2026-01-01T00:00:00Z",
     )
     bson.encode(turn_document(turn))
 
@@ -180,7 +180,7 @@ def test_record_turn_stores_one_document_or_nothing(
     stm = ShortTermMemory(
         cast(AsyncDatabase[Document], db), StmSettings(max_content_bytes=32, max_metadata_bytes=200)
     )
-    key = SessionKey.model_construct(project_id=p, user_id=u, session_id=s)
+    key = SessionKey.model_construct(project_id=p, user_id=u, session_id=s)  # type: ignore[arg-type]
     turn, error = outcome(asyncio.run, stm.record_turn(key, role, content, meta))  # type: ignore[arg-type]
     if error is not None:
         assert error.field in {"project_id", "user_id", "session_id", "role", "content", "metadata"}

@@ -110,7 +110,7 @@ def test_a_bson_round_trip_gives_the_same_record_on_either_path(turn: Turn) -> N
         raw = bson.encode(turn_document(stored))
     except bson.errors.InvalidDocument:  # a key with NUL in it: MongoDB cannot hold it
         assume(False)
-    doc = bson.decode(raw, codec_options=bson.CodecOptions(tz_aware=True))
+    doc: dict[str, Any] = bson.decode(raw, codec_options=bson.CodecOptions(tz_aware=True))
     record = TurnEncoder().record(doc)  # Int64 values take the full path
     assert record == full_record(doc)
     assert decode(record.value, Turn) == stored

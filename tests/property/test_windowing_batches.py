@@ -359,7 +359,7 @@ async def test_many_sessions_close_in_one_batch_and_each_state_is_written_once()
     class CountingStore(MemoryStore):
         puts = 0
 
-        def put(self, key: bytes, state: object) -> None:  # type: ignore[override]
+        def put(self, key: bytes, state: object) -> None:
             CountingStore.puts += 1
             super().put(key, state)  # type: ignore[arg-type]
 

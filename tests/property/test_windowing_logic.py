@@ -245,7 +245,7 @@ def test_crash_restart_and_replay_yield_the_live_snapshots(log: Log, data: st.Da
 
 def _run(events: list[Turn | Watermark]) -> list[tuple[int, int, str]]:
     state = initial_state(SESSIONS[0])
-    out = []
+    out: list[tuple[int, int, str]] = []
     for event in events:
         result = advance(state, event, POLICY)
         state = result.state

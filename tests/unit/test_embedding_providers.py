@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -131,9 +132,12 @@ async def test_a_repeated_query_is_answered_from_the_cache(
 ) -> None:
     seen: list[list[str]] = []
     encode = local._query_model.encode
-    monkeypatch.setattr(
-        local._query_model, "encode", lambda texts, q: seen.append(texts) or encode(texts, q)
-    )
+
+    def spy(texts: list[str], q: bool) -> Any:
+        seen.append(texts)
+        return encode(texts, q)
+
+    monkeypatch.setattr(local._query_model, "encode", spy)
     first = await local.embed_query(["cached query one", "cached query two"])
     again = await local.embed_query(["cached query two", "cached query one"])
     assert again == [first[1], first[0]]

@@ -93,7 +93,7 @@ async def run(
         builtin_spec("semantic"),
         llm=llm,
         embedder=embedder,
-        producer=producer,  # type: ignore[arg-type]
+        producer=producer,
         kafka=KafkaSettings(topic_prefix="t"),
         extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
         usage=(usage := MemoryUsageRecorder()),
@@ -195,7 +195,7 @@ def handler_on(
         builtin_spec("semantic"),
         llm=llm,
         embedder=HashingEmbedder(16),
-        producer=Producer(),  # type: ignore[arg-type]
+        producer=Producer(),
         kafka=KafkaSettings(topic_prefix="t"),
         extraction=extraction,
         usage=MemoryUsageRecorder(),
@@ -252,7 +252,7 @@ async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> N
             builtin_spec("semantic"),
             llm=llm,
             embedder=HashingEmbedder(16),
-            producer=Producer(),  # type: ignore[arg-type]
+            producer=Producer(),
             kafka=KafkaSettings(topic_prefix="t"),
             extraction=ExtractionSettings(max_attempts=1),
             usage=usage,
@@ -286,7 +286,7 @@ async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
             builtin_spec("semantic"),
             llm=llm,
             embedder=HashingEmbedder(16),
-            producer=producer,  # type: ignore[arg-type]
+            producer=producer,
             kafka=KafkaSettings(topic_prefix="t"),
             extraction=ExtractionSettings(max_attempts=3),
             usage=MemoryUsageRecorder(),

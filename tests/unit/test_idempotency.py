@@ -101,7 +101,7 @@ def unavailable(exc: StorageError | NotReady) -> httpx.Response:
 
 
 async def test_a_keyed_save_is_retried_on_503_and_lost_connections_with_the_same_key() -> None:
-    down = [
+    down: list[httpx.Response | Exception] = [
         unavailable(StorageError("MongoDB is away")),
         httpx.ConnectError("refused"),
     ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import httpx
 import pytest
 from pydantic import SecretStr
@@ -83,12 +86,12 @@ async def test_lifespan_events_pass_through_without_a_token() -> None:
 
 async def test_a_websocket_without_the_token_is_closed_before_it_is_accepted() -> None:
     inner = Inner()
-    sent: list[dict[str, object]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, str]:
         return {"type": "websocket.connect"}
 
-    async def send(message: dict[str, object]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {"type": "websocket", "headers": [(b"authorization", b"Bearer nope")]}

@@ -125,7 +125,7 @@ def test_the_user_facing_names_are_exported_and_load_on_use() -> None:
     assert mongomem.Spaces is Spaces
     assert mongomem.AsyncSpaces is AsyncSpaces
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        _ = mongomem.Nope  # type: ignore[attr-defined]
+        _ = mongomem.Nope
 
 
 def test_import_mongomem_does_not_load_the_sdk() -> None:

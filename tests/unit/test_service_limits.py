@@ -79,7 +79,8 @@ def test_keys_have_buckets_of_their_own() -> None:
 
 def test_a_clock_that_seems_to_go_back_grants_nothing() -> None:
     bucket, wait = take(Bucket(tokens=0.0, at=10.0), 5.0, 1.0, 3)
-    assert (bucket, wait) == (Bucket(tokens=0.0, at=10.0), pytest.approx(1.0))
+    assert bucket == Bucket(tokens=0.0, at=10.0)
+    assert wait == pytest.approx(1.0)
     assert take(bucket, 10.5, 1.0, 3)[1] == pytest.approx(0.5)
 
 

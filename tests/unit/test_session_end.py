@@ -60,7 +60,7 @@ def spans(snapshots: list[Snapshot] | tuple[Snapshot, ...]) -> list[tuple[int, i
 
 
 def run(events: list[Turn | SessionEnd | Watermark]) -> list[Snapshot]:
-    state, out = initial_state(SESSION), []
+    state, out = initial_state(SESSION), list[Snapshot]()
     for event in events:
         result = advance(state, event, POLICY)
         state = result.state
@@ -188,7 +188,9 @@ async def test_a_session_the_table_does_not_know_resumes_past_an_end() -> None:
 @given(st.lists(st.sampled_from(["turn", "end", "watermark"]), min_size=1, max_size=30))
 def test_every_turn_is_in_one_snapshot_and_none_spans_an_end(kinds: list[str]) -> None:
     events: list[Turn | SessionEnd | Watermark] = []
-    seq, second, turns, ends = 0, 0.0, [], []
+    seq, second = 0, 0.0
+    turns: list[int] = []
+    ends: list[int] = []
     for kind in kinds:
         second += 1
         if kind == "watermark":

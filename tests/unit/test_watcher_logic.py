@@ -13,7 +13,6 @@ from aiokafka import AIOKafkaProducer
 from pymongo.errors import OperationFailure
 
 from mongomem.errors import ResumeTokenLost
-from mongomem.stages.watcher import ChangeReader, Idle, Stream
 from mongomem.stages.watcher_batches import PartitionBatcher
 from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
@@ -25,6 +24,7 @@ from mongomem.stages.watcher_logic import (
     token_id,
     usable_token,
 )
+from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
 
 @pytest.mark.parametrize(

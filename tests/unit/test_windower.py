@@ -80,7 +80,7 @@ def spans(snapshots: list[Snapshot]) -> list[tuple[int, int, str]]:
 def test_a_gap_waits_then_closes_with_what_is_there() -> None:
     policy = WindowPolicy.of(10, 10)
     state = initial_state(SESSION)
-    closed = []
+    closed: list[Snapshot] = []
     for event in [turn(1, 0), turn(2, 1), turn(4, 2), turn(5, 3), turn(6, 11.9)]:
         result = advance(state, event, policy)
         state, closed = result.state, closed + list(result.snapshots)
