@@ -228,7 +228,7 @@ def _configure(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _apply(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.operate import apply
+    from mongomem.runner import apply
 
     return apply(settings, args.file, timeout_s=args.timeout)
 

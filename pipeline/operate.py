@@ -8,8 +8,9 @@
   it implies to ``<state dir>/project.env``; ``make run`` passes them to the
   stage processes. For a deployment, print them and set them on the memory
   server (``MONGOMEM_ENABLED_EXTRACTIONS``, ``MONGOMEM_PROJECT_CONFIG``).
-* ``apply FILE`` configures, restarts the local extractor processes to match,
-  and waits until the memory server reports ready and every enabled type's
+* ``apply FILE`` (:func:`mongomem.runner.apply`, beside the processes it
+  restarts) configures, restarts the local extractor processes to match, and
+  waits until the memory server reports ready and every enabled type's
   extractor is running.
 * ``replay`` runs a stage in a *new* consumer group from an offset or a time
   (backfill, e.g. re-extracting a period with a newly enabled type). The
@@ -21,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from mongomem.codec import kind_of
-from mongomem.errors import BrokerError, MongomemError, NotReady, StorageError
+from mongomem.errors import BrokerError, MongomemError, StorageError
 from mongomem.infra import local_servers_status
 from mongomem.infra.local import pid_alive
 from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
@@ -41,14 +41,12 @@ from mongomem.settings import (
     ExtractionSettings,
     KafkaSettings,
     Settings,
-    overlay,
     with_local_pipeline,
 )
 from mongomem.supervisor import read_restarts
 from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
 __all__ = [
-    "apply",
     "configure",
     "dead_letter_stages",
     "llm_line",
@@ -226,30 +224,6 @@ def read_project_env(settings: Settings) -> dict[str, str]:
         return {}
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     return {k.strip(): v.strip() for k, v in pairs}
-
-
-def apply(
-    settings: Settings, file: Path, *, timeout_s: float, say: Callable[[str], None] = print
-) -> int:
-    """Configure, restart the local extractors to match, wait for readiness."""
-    from mongomem.runner import restart_extractors
-
-    configure(settings, file, say)
-    env = read_project_env(settings)
-    applied = overlay(settings, env)
-    types = enabled_types(applied)
-    running = restart_extractors(applied, types, env, say)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        problems = check_ready(applied)
-        dead = [name for name, alive in running().items() if not alive]
-        if not problems and not dead:
-            say(f"ready: extractions in force: {', '.join(types)}")
-            return 0
-        if time.monotonic() > deadline:
-            why = problems + [f"extractor process {n} is not running" for n in dead]
-            raise NotReady("the memory server is not ready: " + "; ".join(why))
-        time.sleep(0.5)
 
 
 async def replay(

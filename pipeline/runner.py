@@ -13,17 +13,19 @@ import json
 import os
 import secrets
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mongomem import infra
 from mongomem.embeddings import local_model_installed
-from mongomem.errors import ConfigError
+from mongomem.errors import ConfigError, NotReady
 from mongomem.infra.local import LocalServer, free_port, jars_cached, port_in_use
 from mongomem.kafka import ensure_topics, pipeline_topics
-from mongomem.operate import read_project_env
+from mongomem.operate import configure, read_project_env
 from mongomem.project_config import enabled_types
+from mongomem.readiness import check_ready
 from mongomem.settings import (
     KafkaSettings,
     MongoSettings,
@@ -45,6 +47,7 @@ from mongomem.supervisor import (
 __all__ = [
     "LLMStandIn",
     "LocalService",
+    "apply",
     "down",
     "inspector_key",
     "restart_extractors",
@@ -351,3 +354,25 @@ def down(settings: Settings, *, say: Callable[[str], None] = print) -> int:
     stopped += infra.stop_local_servers(settings)
     say("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     return 0
+
+
+def apply(
+    settings: Settings, file: Path, *, timeout_s: float, say: Callable[[str], None] = print
+) -> int:
+    """Configure, restart the local extractors to match, wait for readiness."""
+    configure(settings, file, say)
+    env = read_project_env(settings)
+    applied = overlay(settings, env)
+    types = enabled_types(applied)
+    running = restart_extractors(applied, types, env, say)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problems = check_ready(applied)
+        dead = [name for name, alive in running().items() if not alive]
+        if not problems and not dead:
+            say(f"ready: extractions in force: {', '.join(types)}")
+            return 0
+        if time.monotonic() > deadline:
+            why = problems + [f"extractor process {n} is not running" for n in dead]
+            raise NotReady("the memory server is not ready: " + "; ".join(why))
+        time.sleep(0.5)

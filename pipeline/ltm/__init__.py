@@ -33,6 +33,7 @@ from mongomem.ltm.kinds import (
 from mongomem.ltm.plan import (
     Decision,
     Neighbour,
+    Outcome,
     Score,
     Thresholds,
     Verdict,
@@ -47,7 +48,7 @@ from mongomem.ltm.search import (
     probe_vector_search,
     vector_index_definition,
 )
-from mongomem.ltm.store import MemoryStore, Outcome
+from mongomem.ltm.store import MemoryStore
 from mongomem.ltm.values import equivalent, value_changes
 
 __all__ = [

@@ -29,7 +29,7 @@ version — never a duplicate memory, never two current versions for long).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pymongo import InsertOne, UpdateOne
@@ -37,8 +37,9 @@ from pymongo.errors import BulkWriteError, PyMongoError
 
 from mongomem.errors import StorageError
 from mongomem.ltm.documents import to_document
+from mongomem.ltm.host import BatchHost
 from mongomem.ltm.index import Row, bump_scope
-from mongomem.ltm.plan import Decision, build_version
+from mongomem.ltm.plan import Decision, Outcome, build_version
 from mongomem.ltm.search import ExactCosineSearch, neighbours_in
 from mongomem.ltm.writes import (
     DONE,
@@ -50,9 +51,6 @@ from mongomem.ltm.writes import (
     supersede_update,
 )
 from mongomem.models import Action, MemoryCandidate, MemoryScope
-
-if TYPE_CHECKING:
-    from mongomem.ltm.store import MemoryStore, Outcome
 
 __all__ = ["reconcile_batch"]
 
@@ -67,11 +65,8 @@ async def _run(op: Any) -> Any:
         raise StorageError(f"MongoDB operation failed: {exc}") from exc
 
 
-async def reconcile_batch(
-    store: MemoryStore, candidates: Sequence[MemoryCandidate]
-) -> list[Outcome]:
+async def reconcile_batch(store: BatchHost, candidates: Sequence[MemoryCandidate]) -> list[Outcome]:
     """Reconcile ``candidates`` in order; outcomes in the same order."""
-    from mongomem.ltm.store import Outcome
 
     if not isinstance(store.search_backend, ExactCosineSearch) or store.capabilities.transactions:
         return [await store.reconcile(c) for c in candidates]
@@ -122,13 +117,12 @@ async def reconcile_batch(
 
 
 async def _reconcile_scope(
-    store: MemoryStore,
+    store: BatchHost,
     scope: MemoryScope,
     memory_type: str,
     items: list[tuple[int, MemoryCandidate]],
     outcomes: dict[int, Outcome],
 ) -> None:
-    from mongomem.ltm.store import Outcome
 
     index = await store.cache.fresh(scope, memory_type)
     vectors = np.asarray([c.embedding for _, c in items], dtype=np.float32)

@@ -31,19 +31,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymongo import DESCENDING
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.errors import StorageError, WriteConflict
 from mongomem.ltm.documents import from_document, scope_filter
+from mongomem.ltm.host import StoreCollections
 from mongomem.ltm.index import bump_scope
 from mongomem.ltm.writes import supersede_update
 from mongomem.models import Action, MemoryScope, MemoryStatus, MemoryVersion, stable_id
-
-if TYPE_CHECKING:
-    from mongomem.ltm.store import MemoryStore
 
 __all__ = ["Deleted", "delete_memory", "deletion_id"]
 
@@ -72,7 +70,7 @@ async def _run(op: Any) -> Any:
 
 
 async def delete_memory(
-    store: MemoryStore,
+    store: StoreCollections,
     memory_id: str,
     scopes: Sequence[MemoryScope],
     *,
@@ -126,7 +124,7 @@ _NOT_COPIED = frozenset(
 )
 
 
-async def _complete(store: MemoryStore, tombstone: Doc, now: datetime) -> None:
+async def _complete(store: StoreCollections, tombstone: Doc, now: datetime) -> None:
     """Supersede every version below the ``DELETE`` one still current, bump the scope log,
     log the deletion.
 

@@ -54,6 +54,7 @@ __all__ = [
     "RECONCILE_ACTIONS",
     "Decision",
     "Neighbour",
+    "Outcome",
     "Score",
     "Thresholds",
     "Verdict",
@@ -179,6 +180,20 @@ class Decision(_Frozen):
         if self.base_version is None:
             return None
         return MemoryVersion.make_version_id(self.memory_id, self.base_version)
+
+
+class Outcome(_Frozen):
+    """What applying a :class:`Decision` did with one candidate
+    (:meth:`~mongomem.ltm.store.MemoryStore.reconcile`)."""
+
+    candidate_id: str
+    action: Action
+    memory_id: str
+    version: int
+    version_id: str
+    reason: str
+    replayed: bool = False
+    attempts: int = 1
 
 
 def memory_id_for(scope: MemoryScope, memory_type: str, key: str, incarnation: int = 0) -> str:

@@ -67,19 +67,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.errors import InputError, StorageError, WriteConflict
+from mongomem.ltm.batch import reconcile_batch
 from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge, decide
-from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, memory_id_for
+from mongomem.ltm.plan import (
+    Decision,
+    Neighbour,
+    Outcome,
+    Thresholds,
+    build_version,
+    memory_id_for,
+)
 from mongomem.ltm.reads import MemoryReads
 from mongomem.ltm.search import (
     AtlasVectorSearch,
@@ -112,21 +119,6 @@ from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabiliti
 __all__ = ["MemoryStore", "Outcome"]
 
 Doc = dict[str, Any]
-
-
-class Outcome(BaseModel):
-    """What :meth:`MemoryStore.reconcile` did with one candidate."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    candidate_id: str
-    action: Action
-    memory_id: str
-    version: int
-    version_id: str
-    reason: str
-    replayed: bool = False
-    attempts: int = 1
 
 
 class MemoryStore(MemoryReads):
@@ -520,10 +512,7 @@ class MemoryStore(MemoryReads):
     async def reconcile_many(self, candidates: Sequence[MemoryCandidate]) -> list[Outcome]:
         """Reconcile candidates in order, batching the writes (same guarantee as
         :meth:`reconcile`; see :mod:`mongomem.ltm.batch`)."""
-        from mongomem.ltm.batch import reconcile_batch
-
-        outcomes: list[Outcome] = await reconcile_batch(self, candidates)
-        return outcomes
+        return await reconcile_batch(self, candidates)
 
     @staticmethod
     async def _read(op: Awaitable[Any]) -> Any:

@@ -30,13 +30,10 @@ the earlier application (:func:`outlived`) is kept under
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mongomem.ltm.plan import Decision
+from mongomem.ltm.plan import Decision, Outcome
 from mongomem.models import MemoryCandidate, MemoryType
-
-if TYPE_CHECKING:
-    from mongomem.ltm.store import Outcome
 
 __all__ = [
     "DONE",
