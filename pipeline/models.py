@@ -22,6 +22,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "Action",
     "Evidence",
+    "Frozen",
     "Identifier",
     "MemoryCandidate",
     "MemoryScope",
@@ -126,11 +127,13 @@ class ScopeKind(StrEnum):
     PROJECT = "project"  # shared by every user of the project
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """The base of every value model: immutable, and unknown fields are refused."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class SessionKey(_Frozen):
+class SessionKey(Frozen):
     """Who is talking where: the partitioning key of turns and snapshots."""
 
     project_id: Identifier
@@ -141,7 +144,7 @@ class SessionKey(_Frozen):
         return "\x00".join((self.project_id, self.user_id, self.session_id)).encode()
 
 
-class Turn(_Frozen):
+class Turn(Frozen):
     """One message of a conversation, as stored in ``turns`` and sent on Kafka."""
 
     turn_id: str
@@ -180,7 +183,7 @@ class Turn(_Frozen):
         )
 
 
-class SessionEnd(_Frozen):
+class SessionEnd(Frozen):
     """``end_session``: the session's open window closes here, at once.
 
     Not a turn, but an event *in the turns stream*: it is stored in ``turns``
@@ -211,7 +214,7 @@ class SessionEnd(_Frozen):
         )
 
 
-class Watermark(_Frozen):
+class Watermark(Frozen):
     """The watcher's in-band promise about one partition of the turns topic.
 
     Every turn whose ``created_at`` is before ``at`` has been published into
@@ -231,7 +234,7 @@ class Watermark(_Frozen):
     caught_up: bool
 
 
-class SnapshotTurn(_Frozen):
+class SnapshotTurn(Frozen):
     """A turn as carried inside a snapshot."""
 
     turn_id: str
@@ -241,7 +244,7 @@ class SnapshotTurn(_Frozen):
     created_at: AwareDatetime
 
 
-class Snapshot(_Frozen):
+class Snapshot(Frozen):
     """One contiguous run of one session's turns, promoted together."""
 
     snapshot_id: str
@@ -281,7 +284,7 @@ class Snapshot(_Frozen):
         )
 
 
-class MemoryScope(_Frozen):
+class MemoryScope(Frozen):
     """Where a memory lives: (project, user) or the whole project."""
 
     project_id: Identifier
@@ -295,7 +298,7 @@ class MemoryScope(_Frozen):
         return "\x00".join((self.project_id, self.user_id or "")).encode()
 
 
-class Evidence(_Frozen):
+class Evidence(Frozen):
     """Where a memory was learned or confirmed."""
 
     source: Literal["snapshot", "direct"]
@@ -308,7 +311,7 @@ class Evidence(_Frozen):
     at: AwareDatetime
 
 
-class MemoryCandidate(_Frozen):
+class MemoryCandidate(Frozen):
     """A memory extracted from one snapshot (or written directly), before reconciliation.
 
     ``key`` is the natural key of the type (label, title, procedure name,
@@ -354,7 +357,7 @@ class MemoryStatus(StrEnum):
     DELETED = "deleted"
 
 
-class MemoryVersion(_Frozen):
+class MemoryVersion(Frozen):
     """One version of one long-term memory, as stored in ``memories``.
 
     ``memory_id`` is stable across versions; ``version_id`` is

@@ -32,13 +32,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime
 from pymongo import ASCENDING, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from mongomem.errors import StorageError
-from mongomem.models import MemoryCandidate, SessionKey, Snapshot, stable_id
+from mongomem.models import Frozen, MemoryCandidate, SessionKey, Snapshot, stable_id
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.stm import NOT_AN_EVENT
 
@@ -65,11 +65,7 @@ def progress_id(snapshot_id: str, memory_type: str) -> str:
     return stable_id("prog", snapshot_id, memory_type)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TypeProgress(_Frozen):
+class TypeProgress(Frozen):
     """One memory type's progress with one snapshot."""
 
     memory_type: str
@@ -80,7 +76,7 @@ class TypeProgress(_Frozen):
     error: str | None = None
 
 
-class SnapshotProgress(_Frozen):
+class SnapshotProgress(Frozen):
     snapshot_id: str
     first_seq: int
     last_seq: int
@@ -89,7 +85,7 @@ class SnapshotProgress(_Frozen):
     types: tuple[TypeProgress, ...]
 
 
-class ProcessingStatus(_Frozen):
+class ProcessingStatus(Frozen):
     """Every snapshot of one session so far, with each enabled type's progress.
 
     ``state`` is ``done`` when every (snapshot, type) is done (also when there

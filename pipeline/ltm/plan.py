@@ -41,12 +41,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from mongomem.errors import ConfigError
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.values import equivalent, value_changes
-from mongomem.models import Action, MemoryCandidate, MemoryScope, MemoryStatus, MemoryVersion
+from mongomem.models import (
+    Action,
+    Frozen,
+    MemoryCandidate,
+    MemoryScope,
+    MemoryStatus,
+    MemoryVersion,
+)
 from mongomem.models import stable_id as _stable_id
 from mongomem.settings import ReconcileSettings
 
@@ -64,11 +71,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Thresholds(_Frozen):
+class Thresholds(Frozen):
     """How far the reconciler looks, and when it asks the judge (``MONGOMEM_RECONCILE_*``).
 
     ``ambiguous_at`` is the cosine similarity at or above which a memory under
@@ -98,7 +101,7 @@ class Thresholds(_Frozen):
         return self
 
 
-class Neighbour(_Frozen):
+class Neighbour(Frozen):
     """A current memory near a candidate, with its cosine similarity to it."""
 
     memory_id: str
@@ -118,7 +121,7 @@ class Neighbour(_Frozen):
 RECONCILE_ACTIONS: tuple[Action, ...] = (Action.ADD, Action.UPDATE, Action.REINFORCE)
 
 
-class Verdict(_Frozen):
+class Verdict(Frozen):
     """The judge's answer about one neighbour (one of :data:`RECONCILE_ACTIONS`);
     ``input_chars``: the size of what it read."""
 
@@ -134,14 +137,14 @@ class Verdict(_Frozen):
         return self
 
 
-class Score(_Frozen):
+class Score(Frozen):
     memory_id: str
     version: int
     similarity: float
     key_match: bool
 
 
-class Decision(_Frozen):
+class Decision(Frozen):
     """What to do with one candidate, and why.
 
     ``memory_id``/``version`` name the version that is current afterwards (the
@@ -182,7 +185,7 @@ class Decision(_Frozen):
         return MemoryVersion.make_version_id(self.memory_id, self.base_version)
 
 
-class Outcome(_Frozen):
+class Outcome(Frozen):
     """What applying a :class:`Decision` did with one candidate
     (:meth:`~mongomem.ltm.store.MemoryStore.reconcile`)."""
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from mongomem.errors import InputError
 from mongomem.ltm.deletes import Deleted
-from mongomem.models import Action, Evidence, MemoryStatus, MemoryType, MemoryVersion
+from mongomem.models import Action, Evidence, Frozen, MemoryStatus, MemoryType, MemoryVersion
 
 __all__ = [
     "ContextItem",
@@ -31,11 +31,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MemoryRequestContext(_Frozen):
+class MemoryRequestContext(Frozen):
     """Who is asking (SPEC F1, F2).
 
     A standalone caller passes its end user's ``user_id`` (and the
@@ -56,7 +52,7 @@ class MemoryRequestContext(_Frozen):
         return self
 
 
-class MemoryRecord(_Frozen):
+class MemoryRecord(Frozen):
     """The current version of one memory, whatever its type."""
 
     memory_id: str
@@ -96,14 +92,14 @@ class TaxonomicTerm(MemoryRecord):
 M = TypeVar("M", bound=MemoryRecord)
 
 
-class SearchHit(_Frozen, Generic[M]):
+class SearchHit(Frozen, Generic[M]):
     """One search result: the memory and its cosine similarity to the query."""
 
     memory: M
     score: float
 
 
-class SaveResult(_Frozen):
+class SaveResult(Frozen):
     """What a save did: ADD, UPDATE or REINFORCE, and the resulting version."""
 
     action: Action
@@ -113,7 +109,7 @@ class SaveResult(_Frozen):
     reason: str
 
 
-class VersionRecord(_Frozen):
+class VersionRecord(Frozen):
     """One version in a memory's history (SPEC D2)."""
 
     version_id: str
@@ -140,7 +136,7 @@ class MemoryItem(VersionRecord):
     memory_type: str
 
 
-class MemoryPage(_Frozen):
+class MemoryPage(Frozen):
     """A page of :class:`MemoryItem`; pass ``next_cursor`` for the next (``None``: last page)."""
 
     items: tuple[MemoryItem, ...]
@@ -151,7 +147,7 @@ def item_of(version: MemoryVersion) -> MemoryItem:
     return MemoryItem.model_validate(version.model_dump(exclude={"scope", "embedding"}))
 
 
-class DeleteResult(_Frozen):
+class DeleteResult(Frozen):
     """What a delete did (SPEC J1): the memory's ``DELETE`` version.
 
     ``already_deleted`` is true when the memory had been deleted before; that
@@ -169,7 +165,7 @@ class DeleteResult(_Frozen):
     already_deleted: bool = False
 
 
-class ContextItem(_Frozen):
+class ContextItem(Frozen):
     memory_type: str
     memory_id: str
     key: str
@@ -177,7 +173,7 @@ class ContextItem(_Frozen):
     score: float
 
 
-class MemoryContext(_Frozen):
+class MemoryContext(Frozen):
     """What :meth:`build_context` found, and the same rendered as text within a budget."""
 
     query: str

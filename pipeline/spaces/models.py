@@ -18,10 +18,10 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from mongomem.errors import InputError
-from mongomem.models import check_identifier
+from mongomem.models import Frozen, check_identifier
 
 __all__ = [
     "MAX_ARGUMENTS",
@@ -73,18 +73,14 @@ ArgumentName = Annotated[str, AfterValidator(check_argument)]
 SpaceId = Annotated[str, AfterValidator(check_identifier)]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SearchKey(_Frozen):
+class SearchKey(Frozen):
     """One input argument that takes part in matching, and its weight."""
 
     argument: ArgumentName
     weight: float = Field(default=1.0, gt=0, le=100)
 
 
-class RecallSettings(_Frozen):
+class RecallSettings(Frozen):
     """How a space matches new inputs to its items (SPEC H2, H4, H7).
 
     ``threshold`` applies to the final score (see :mod:`mongomem.spaces.scoring`);
@@ -99,14 +95,14 @@ class RecallSettings(_Frozen):
     long_text_chars: int = Field(default=4000, ge=200, le=MAX_TEXT_CHARS)
 
 
-class FileInput(_Frozen):
+class FileInput(Frozen):
     """A file given as an input value: its text is summarised and the summary is the key."""
 
     name: str = Field(min_length=1, max_length=256)
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
 
 
-class Feedback(_Frozen):
+class Feedback(Frozen):
     """One piece of user feedback on an item (comment + sentiment), with when it was given."""
 
     comment: str = Field(default="", max_length=20_000)
@@ -115,7 +111,7 @@ class Feedback(_Frozen):
     by: str | None = Field(default=None, max_length=128)
 
 
-class FeedbackView(_Frozen):
+class FeedbackView(Frozen):
     """One feedback entry as a feedback view shows it (with the item it is about)."""
 
     item_id: str
@@ -125,7 +121,7 @@ class FeedbackView(_Frozen):
     by: str | None = None
 
 
-class Space(_Frozen):
+class Space(Frozen):
     """A space as stored: settings, keys, agents and (for inspection) its item count.
 
     ``key_id`` (encrypted spaces) is the fingerprint of the key all of its items
@@ -157,7 +153,7 @@ class Space(_Frozen):
         return self.keys
 
 
-class SpaceItem(_Frozen):
+class SpaceItem(Frozen):
     """One past case. ``key_texts`` are the texts that were embedded, per argument
     (a file's summary, a long text's compressed form, or the value itself)."""
 
@@ -177,7 +173,7 @@ class SpaceItem(_Frozen):
     updated_at: datetime
 
 
-class RecallHit(_Frozen):
+class RecallHit(Frozen):
     """An item and how well it matched: final ``score``, and its two parts."""
 
     item: SpaceItem
@@ -187,7 +183,7 @@ class RecallHit(_Frozen):
     per_argument: dict[str, float]
 
 
-class AddResult(_Frozen):
+class AddResult(Frozen):
     """What :meth:`~mongomem.spaces.AsyncSpaces.add_item` did.
 
     ``action`` is ``needs-choice`` when near-duplicates were found and the caller
@@ -200,7 +196,7 @@ class AddResult(_Frozen):
     removed: tuple[str, ...] = ()
 
 
-class EscalationDecision(_Frozen):
+class EscalationDecision(Frozen):
     """Apply a stored resolution, or raise the escalation (SPEC H7).
 
     ``top`` is the single best match, if any (only the top match is ever
@@ -213,7 +209,7 @@ class EscalationDecision(_Frozen):
     threshold: float
 
 
-class PlaygroundResult(_Frozen):
+class PlaygroundResult(Frozen):
     """A simulated recall (SPEC H8): what would match, what just missed, and for an
     escalation space, whether a past resolution would be applied."""
 
@@ -224,7 +220,7 @@ class PlaygroundResult(_Frozen):
     escalation: EscalationDecision | None = None
 
 
-class RekeyResult(_Frozen):
+class RekeyResult(Frozen):
     """What :meth:`~mongomem.spaces.AsyncSpaces.rekey_space` did: ``resealed`` items were
     sealed again under the current key, now the space's ``key_id``; the others already were."""
 
@@ -232,7 +228,7 @@ class RekeyResult(_Frozen):
     resealed: int
 
 
-class SpaceUpdate(_Frozen):
+class SpaceUpdate(Frozen):
     """The result of an edit. A key change that is not confirmed is not applied:
     ``applied`` is false and ``warning`` lists the agents it would affect."""
 

@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, Field
 
-from mongomem.models import SessionEnd, SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
+from mongomem.models import Frozen, SessionEnd, SessionKey, Snapshot, SnapshotTurn, Turn, Watermark
 
 __all__ = [
     "Window",
@@ -73,11 +73,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class WindowPolicy(_Frozen):
+class WindowPolicy(Frozen):
     """When a window closes. ``gap_timeout`` defaults to ``idle_timeout``.
 
     ``state_ttl``: a session with nothing pending and no turn for this long
@@ -98,7 +94,7 @@ class WindowPolicy(_Frozen):
         return cls(max_messages=max_messages, idle_timeout=idle, gap_timeout=idle, state_ttl=ttl)
 
 
-class WindowState(_Frozen):
+class WindowState(Frozen):
     """One session's window, as kept in the stage's table.
 
     ``next_seq`` is the first seq not yet promoted; ``open`` holds the
