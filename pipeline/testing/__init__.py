@@ -7,13 +7,15 @@
   real server and refuse the others as that server does
   (:mod:`mongomem.testing.dialects`).
 * :class:`StandInResponder` — the rule-based demo responder used by
-  ``make run`` when no LLM is configured. It is NOT a model and says so.
+  ``make run`` when no LLM is configured. It is NOT a model and says so. It
+  is a product feature (:mod:`mongomem.llm_stand_in`), re-exported here.
 * :func:`make_certificates` — a throw-away CA and a loopback server
   certificate, for tests of the servers' TLS.
 
 Run as a process: ``python -m mongomem.testing [--stand-in] [--port N]``.
 """
 
+from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 from mongomem.testing.certs import Certificates, make_certificates
 from mongomem.testing.dialects import (
     LLAMA_CPP_PYTHON,
@@ -28,6 +30,7 @@ from mongomem.testing.dialects import (
 from mongomem.testing.replies import (
     Answer,
     ChatRequest,
+    Dropped,
     Malformed,
     RateLimited,
     Reply,
@@ -39,7 +42,6 @@ from mongomem.testing.replies import (
 )
 from mongomem.testing.server import FakeOpenAIServer
 from mongomem.testing.snapshots import make_snapshot
-from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 __all__ = [
     "LLAMA_CPP_PYTHON",
@@ -54,6 +56,7 @@ __all__ = [
     "Certificates",
     "ChatRequest",
     "Dialect",
+    "Dropped",
     "FakeOpenAIServer",
     "Malformed",
     "RateLimited",
