@@ -166,6 +166,8 @@ class HttpServer:
             await self._converse(h11.Connection(h11.SERVER), reader, writer)
         except (ConnectionError, ssl.SSLError, TimeoutError):
             pass  # the peer went away: nothing to answer
+        except h11.LocalProtocolError:
+            log.exception("a response h11 refuses to send (a handler bug); connection closed")
         finally:
             if task is not None:
                 self._connections.discard(task)

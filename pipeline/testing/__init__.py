@@ -1,8 +1,10 @@
 """Test doubles that ship with mongomem (no network, no model).
 
-* :class:`FakeOpenAIServer` — a local OpenAI-compatible HTTP server (chat
-  completions and embeddings) with scripted answers and injected faults
-  (:mod:`mongomem.testing.replies`); the real ``openai`` client talks to it.
+* :class:`FakeOpenAIServer` — the product's local OpenAI-compatible HTTP
+  server (:class:`~mongomem.llm_stand_in.OpenAICompatibleServer`: chat
+  completions and embeddings) with scripted answers, injected faults
+  (:mod:`mongomem.testing.replies`) and every request recorded; the real
+  ``openai`` client talks to it.
   A :class:`Dialect` makes it accept only the structured-output modes of one
   real server and refuse the others as that server does
   (:mod:`mongomem.testing.dialects`).
@@ -13,6 +15,9 @@
   certificate, for tests of the servers' TLS.
 
 Run as a process: ``python -m mongomem.testing [--stand-in] [--port N]``.
+
+The product imports nothing from here (a test scans for it); this package
+imports the product.
 """
 
 from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder

@@ -26,6 +26,7 @@ import pytest
 from mongomem.infra import free_port
 from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
 from mongomem.llm_stand_in.http import HttpServer, Request, Response, json_response
+from mongomem.runner import LLMStandIn
 from mongomem.testing import (
     Answer,
     Dropped,
@@ -275,3 +276,15 @@ def test_the_stand_in_process_serves_and_shows_its_banner() -> None:
             process.terminate()
         rest = process.stderr.read()
     assert STAND_IN_BANNER.strip() in rest
+
+
+def test_the_stand_in_mongomem_up_starts_is_the_product_one(tmp_path: Path) -> None:
+    stand_in = LLMStandIn(port=free_port(), state_dir=tmp_path, cache_dir=tmp_path)
+    assert stand_in._command()[1:3] == ["-m", "mongomem.llm_stand_in"]
+    stand_in.start(timeout_s=30)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{stand_in.port}/v1", api_key="k")
+        assert [m.id for m in client.models.list()] == [STAND_IN_MODEL]
+    finally:
+        stand_in.stop()
+    assert STAND_IN_BANNER.strip() in stand_in.log_file.read_text()
