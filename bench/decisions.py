@@ -12,7 +12,7 @@ the store uses for direct saves and the reconciler stage — with:
 * **(a) no judge** (the shipped judge-less defaults);
 * **(b) an oracle judge** that answers the expected action whenever it is
   asked: its accuracy measures the *routing* — which cases reach a judge;
-* **(c) the scripted stand-in judge** of :mod:`mongomem.testing.stand_in`
+* **(c) the scripted stand-in judge** of :mod:`mongomem.llm_stand_in.rules`
   (rule-based, NOT a model) behind the real :class:`~mongomem.ltm.LLMJudge`
   prompt.
 
@@ -39,8 +39,8 @@ from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge, de
 from mongomem.ltm.kinds import normalize_key, normalize_text
 from mongomem.ltm.plan import Decision, Neighbour, Thresholds
 from mongomem.models import Action, Evidence, MemoryCandidate, MemoryScope
+from mongomem.testing import StandInResponder
 from mongomem.testing.replies import ChatRequest
-from mongomem.testing.stand_in import StandInResponder
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "decisions.jsonl"

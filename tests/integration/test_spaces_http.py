@@ -1,4 +1,4 @@
-"""Memory spaces over real HTTP (SPEC H over G2, F3): the aiohttp service on a loopback
+"""Memory spaces over real HTTP (SPEC H over G2, F3): the FastAPI service on a loopback
 port, reached with :class:`HttpSpaces`, the sync :class:`Spaces` and raw requests; an
 :class:`AsyncSpaces` on the same database is the reference every answer is compared with.
 The ``mongomem spaces`` commands run as handlers and as a subprocess."""

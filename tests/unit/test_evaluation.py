@@ -20,8 +20,8 @@ from mongomem.evaluation.harness import (
 )
 from mongomem.evaluation.report import NOT_A_SCORE, percentile, summarize, write_report
 from mongomem.settings import load_settings
+from mongomem.testing import STAND_IN_MODEL, StandInResponder
 from mongomem.testing.replies import ChatRequest
-from mongomem.testing.stand_in import STAND_IN_MODEL, StandInResponder
 
 DATA = Path(__file__).parent.parent / "data" / "eval"
 

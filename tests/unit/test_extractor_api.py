@@ -8,11 +8,15 @@ import pytest
 
 MODULES = [
     "mongomem.llm",
+    "mongomem.llm_stand_in",
+    "mongomem.llm_stand_in.chat",
+    "mongomem.llm_stand_in.http",
+    "mongomem.llm_stand_in.rules",
+    "mongomem.llm_stand_in.server",
     "mongomem.readiness",
     "mongomem.testing",
     "mongomem.testing.replies",
     "mongomem.testing.server",
-    "mongomem.testing.stand_in",
     "mongomem.testing.snapshots",
     "mongomem.stages.extractor",
     "mongomem.stages.extractor.core",

@@ -23,6 +23,7 @@ from mongomem.settings import LLMSettings
 from mongomem.testing import (
     STAND_IN_MODEL,
     Answer,
+    Dropped,
     FakeOpenAIServer,
     Malformed,
     RateLimited,
@@ -81,6 +82,7 @@ async def test_valid_answer_is_validated_with_usage_and_latency(server: FakeOpen
     [
         (ServerError(500), LLMUnavailable),
         (ServerError(503), LLMUnavailable),
+        (Dropped(after_bytes=10), LLMUnavailable),
         (ServerError(401, "bad key"), ConfigError),
         (ServerError(404, "no such model"), ConfigError),
         (ServerError(400, "bad request"), ExtractionError),

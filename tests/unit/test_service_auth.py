@@ -227,7 +227,7 @@ def test_adding_the_cli_commands_does_not_load_the_server() -> None:
         "import argparse, sys\n"
         "from mongomem.service import add_cli\n"
         "add_cli(argparse.ArgumentParser().add_subparsers())\n"
-        "heavy = ('aiohttp', 'pymongo', 'mongomem.service.app')\n"
+        "heavy = ('fastapi', 'uvicorn', 'pymongo', 'mongomem.service.app')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

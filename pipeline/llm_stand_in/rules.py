@@ -1,8 +1,9 @@
-"""The demo stand-in: a rule-based responder that is NOT a language model.
+"""The demo stand-in's rules: a responder that is NOT a language model.
 
 ``make run`` with no LLM configured (and ``MONGOMEM_LLM_USE_STAND_IN=true``)
-serves this responder through :class:`~mongomem.testing.server.FakeOpenAIServer`
-so the end-to-end demo shows memories. It reads the conversation turns that
+serves this responder through
+:class:`~mongomem.llm_stand_in.server.OpenAICompatibleServer` so the
+end-to-end demo shows memories. It reads the conversation turns that
 the extraction prompt carries as JSON lines and applies a few regular
 expressions:
 
@@ -20,7 +21,7 @@ expressions:
 
 Every answer's ``model`` field, the start banner and every log line say it is
 not a real model. It must never be used when an endpoint is configured; the
-choice is made in :func:`mongomem.llm_factory.make_llm`, not here.
+choice is made in :func:`mongomem.llm.make_llm`, not here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mongomem.testing.replies import Answer, ChatRequest
+from mongomem.llm_stand_in.chat import Answer, ChatRequest
 
 __all__ = ["STAND_IN_BANNER", "STAND_IN_MODEL", "StandInResponder", "read_turns", "slug"]
 
