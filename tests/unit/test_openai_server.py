@@ -19,7 +19,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
@@ -202,11 +201,11 @@ def test_tls_with_the_real_client(tmp_path: Path) -> None:
         fake.script(Answer({"items": []}))
         assert fake.base_url.startswith("https://")
         trusted = ssl.create_default_context(cafile=str(certs.ca_file))
-        with httpx.Client(verify=trusted) as http:
+        with openai.DefaultHttpxClient(verify=trusted) as http:
             client = openai.OpenAI(base_url=fake.base_url, api_key="k", http_client=http)
             answer = client.chat.completions.create(model="m", messages=[])
         assert answer.choices[0].message.content == '{"items": []}'
-        with httpx.Client() as http:  # the system's trust store does not know our CA
+        with openai.DefaultHttpxClient() as http:  # the system's trust store lacks our CA
             client = openai.OpenAI(
                 base_url=fake.base_url, api_key="k", http_client=http, max_retries=0
             )

@@ -168,6 +168,7 @@ def test_every_package_folder_is_packaged() -> None:
         for init in (root / folder).rglob("__init__.py"):
             parts = init.parent.relative_to(root / folder).parts
             assert ".".join((name, *parts)) in listed, init
-    for prompts in (root / "stages").rglob("prompts"):
-        parts = prompts.relative_to(root / "stages").parts
-        assert ".".join(("mongomem.stages", *parts)) in listed
+    for folder, name in mapping.items():  # data folders (prompts) are packages too
+        for prompts in (root / folder).rglob("prompts"):
+            parts = prompts.relative_to(root / folder).parts
+            assert ".".join((name, *parts)) in listed, prompts

@@ -46,7 +46,9 @@ def _testing_references(module: str, is_package: bool, tree: ast.AST) -> list[st
             and not any(c.isspace() for c in node.value)  # a module name, not prose
         ):
             names = [node.value]
-        found += [f"line {node.lineno}: {name}" for name in names if _is_testing(name)]
+        found += [
+            f"line {getattr(node, 'lineno', 0)}: {name}" for name in names if _is_testing(name)
+        ]
     return found
 
 
