@@ -14,6 +14,7 @@ from mongomem.mcp_server import LazySpaces, McpServerConfig, SpacesApi, build_se
 from mongomem.mcp_server.space_tools import on_duplicate_from
 from mongomem.models import utcnow
 from mongomem.sdk import AsyncMemory
+from mongomem.sdk.spaces import HttpSpaces
 from mongomem.settings import load_settings
 from mongomem.spaces import (
     AddAnyway,
@@ -21,7 +22,6 @@ from mongomem.spaces import (
     AsyncSpaces,
     EscalationDecision,
     FileInput,
-    HttpSpaces,
     Merge,
     OnDuplicate,
     PlaygroundResult,

@@ -9,17 +9,16 @@ import httpx
 import pytest
 
 from mongomem.errors import ConfigError, InputError, RateLimitExceeded, StorageError
+from mongomem.sdk.spaces import HttpSpaces, Spaces
+from mongomem.sdk.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
 from mongomem.sdk.sync import LoopThread, _LoopThread
 from mongomem.spaces import (
     AddAnyway,
     AsyncSpaces,
     FileInput,
-    HttpSpaces,
     Merge,
     Replace,
-    Spaces,
 )
-from mongomem.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
 
 CALLS = sorted(
     name
