@@ -198,9 +198,10 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
     ]
     params += [inspect.Parameter(f, keyword, annotation=str) for f in op.path_fields]
     for f in op.in_query:
-        default = op.request.model_fields[f].default
+        info = op.request.model_fields[f]
+        query = Query(description=info.description)
         params.append(inspect.Parameter(
-            f, keyword, default=default, annotation=Annotated[str | None, Query()]
+            f, keyword, default=info.default, annotation=Annotated[str | None, query]
         ))  # fmt: skip
     if body is not None:
         params.append(inspect.Parameter("args", keyword, annotation=Annotated[body, Body()]))

@@ -63,7 +63,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mongomem.errors import InputError
 from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
@@ -279,9 +279,11 @@ class FeedbackRequest(SpaceRequest):
 
 class ImportRequest(SpacesRequest):
     lines: list[str]
-    space_id: str | None = None
-    encrypted: str | None = None  # true or false, as text in the query
-    reembed: str = "auto"
+    space_id: str | None = Field(
+        default=None, description="the new space's id (default: the export's)"
+    )
+    encrypted: str | None = Field(default=None, description="true or false")
+    reembed: str = Field(default="auto", description="auto or always")
 
 
 @dataclass(frozen=True)
