@@ -14,6 +14,7 @@ from mongomem.sdk.spaces import SPACE_OPERATIONS, HttpSpaces, Spaces, SpacesTran
 from mongomem.sdk.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
 from mongomem.sdk.sync import LoopThread, _LoopThread
 from mongomem.spaces import (
+    UNSET,
     AddAnyway,
     AsyncSpaces,
     FileInput,
@@ -293,3 +294,19 @@ def test_the_blocking_client_makes_the_same_call_on_any_transport() -> None:
     assert double.closed
     with pytest.raises(ConfigError, match="transport"):
         Spaces(transport=double, project_id="p")  # type: ignore[arg-type]
+
+
+async def test_http_update_item_sends_only_what_changes() -> None:
+    """``outcome=None`` clears the outcome; an argument left out (or ``UNSET``) is not sent."""
+    now = "2026-12-01T09:00:00+00:00"
+    item = {"item_id": "item_1", "space_id": "refunds", "kind": "episodic", "inputs": {"q": "x"},
+            "key_texts": {"q": "x"}, "created_at": now, "updated_at": now}  # fmt: skip
+    rec = Recorder(*[httpx.Response(200, json={"result": item}) for _ in range(2)])
+    spaces = await _over(rec)
+    await spaces.update_item("refunds", "item_1", outcome=None)
+    await spaces.update_item("refunds", "item_1", outputs={"a": 1}, inputs=UNSET)
+    assert [json.loads(r.content) for r in rec.requests] == [
+        {"outcome": None},
+        {"outputs": {"a": 1}},
+    ]
+    await spaces.close()

@@ -22,6 +22,7 @@ idempotent.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Iterable
@@ -40,6 +41,7 @@ from mongomem.sdk.spaces.wire import (
     SpaceOperation,
     encode_argument,
 )
+from mongomem.spaces.editing import UNSET
 from mongomem.tls import Verify
 
 __all__ = ["HttpSpaces"]
@@ -83,7 +85,7 @@ class HttpSpaces(ServiceClient, SpacesTransport):
         sent = {
             k: encode_argument(k, v)
             for k, v in given.items()
-            if k not in op.path_fields and not (op.lines_body and k == "lines")
+            if k not in op.path_fields and not (op.lines_body and k == "lines") and v is not UNSET
         }
         for name, value in sent.items():  # name what cannot be sent, as the direct call does
             try:
@@ -101,7 +103,7 @@ class HttpSpaces(ServiceClient, SpacesTransport):
         if op.lines_answer and response.status_code == 200:
             return response.text.splitlines()
         payload = self._payload(response)
-        adapter: TypeAdapter[Any] = TypeAdapter(op.result)
+        adapter = _adapter(op.result)
         answered = isinstance(payload, dict) and "result" in payload
         if answered and (response.status_code == op.status or (
             op.confirmable and response.status_code == 409
@@ -111,6 +113,11 @@ class HttpSpaces(ServiceClient, SpacesTransport):
         if op.missing_is_false and _missing(error, op.path_fields[-1]):
             return False
         raise error
+
+
+@functools.cache
+def _adapter(result: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(result)
 
 
 def _missing(error: Exception, field: str) -> bool:
