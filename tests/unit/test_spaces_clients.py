@@ -10,8 +10,14 @@ import httpx
 import pytest
 
 from mongomem.errors import ConfigError, InputError, RateLimitExceeded, StorageError
-from mongomem.sdk.spaces import SPACE_OPERATIONS, HttpSpaces, Spaces, SpacesTransport
-from mongomem.sdk.spaces.wire import decode_choice, decode_inputs, encode_choice, encode_inputs
+from mongomem.sdk.spaces import SPACE_OPERATIONS, HttpSpaces, Spaces, SpacesTransport, wire
+from mongomem.sdk.spaces.wire import (
+    SPACES_PREFIX,
+    decode_choice,
+    decode_inputs,
+    encode_choice,
+    encode_inputs,
+)
 from mongomem.sdk.sync import LoopThread, _LoopThread
 from mongomem.spaces import (
     UNSET,
@@ -310,3 +316,16 @@ async def test_http_update_item_sends_only_what_changes() -> None:
         {"outputs": {"a": 1}},
     ]
     await spaces.close()
+
+
+@pytest.mark.parametrize("name", CALLS)
+def test_the_wire_docstring_lists_every_route(name: str) -> None:
+    """The table in the docstring of :mod:`mongomem.sdk.spaces.wire` says what the code does."""
+    op = SPACE_OPERATIONS[name]
+    path = (SPACES_PREFIX + op.path).replace("{space_id}", "{space}")
+    path = path.replace("{item_id}", "{item}").replace("{agent_id}", "{agent}")
+    rows = [
+        r for r in (wire.__doc__ or "").splitlines() if r.startswith("``") and f"``{name}``" in r
+    ]
+    assert len(rows) == 1, name
+    assert rows[0].startswith(f"``{op.method:<6} {path}"), rows[0]
