@@ -3,7 +3,7 @@
 One import package, ``mongomem``. The public surface is what this module
 exports (``__all__``): the SDK (:class:`Memory`, :class:`AsyncMemory`,
 :class:`MemoryRequestContext`, :class:`HttpTransport`), memory spaces
-(:class:`Spaces`, :class:`AsyncSpaces`), the error tree rooted at
+(:class:`Spaces`, :class:`AsyncSpaces`, :class:`HttpSpaces`), the error tree rooted at
 :class:`MongomemError`, the event models and the settings; plus the test
 doubles in ``mongomem.testing``. Every other module is internal and may change
 between releases.
@@ -63,7 +63,8 @@ from mongomem.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
-    from mongomem.spaces import AsyncSpaces, Spaces
+    from mongomem.sdk.spaces import HttpSpaces, Spaces
+    from mongomem.spaces import AsyncSpaces
 
 __version__ = "0.1.0"
 
@@ -71,10 +72,11 @@ __version__ = "0.1.0"
 _LAZY = {
     "AsyncMemory": "mongomem.sdk",
     "AsyncSpaces": "mongomem.spaces",
+    "HttpSpaces": "mongomem.sdk.spaces",
     "HttpTransport": "mongomem.sdk",
     "Memory": "mongomem.sdk",
     "MemoryRequestContext": "mongomem.sdk",
-    "Spaces": "mongomem.spaces",
+    "Spaces": "mongomem.sdk.spaces",
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "Erased",
     "Evidence",
     "ExtractionError",
+    "HttpSpaces",
     "HttpTransport",
     "InfraError",
     "InputError",

@@ -9,7 +9,7 @@ the certificate's, an encrypted key) is a :class:`~mongomem.errors.ConfigError`
 that names the setting, raised before anything listens. Keys are never
 prompted for, read into messages or logged.
 
-Clients (:class:`~mongomem.sdk.HttpTransport`, :class:`~mongomem.spaces.HttpSpaces`
+Clients (:class:`~mongomem.sdk.HttpTransport`, :class:`~mongomem.sdk.spaces.HttpSpaces`
 and what wraps them) take ``verify`` (:data:`Verify`) as httpx does: ``True``
 (default) trusts the system's certificate authorities, a path trusts only the
 CA bundle (PEM) there — for a service whose certificate a private CA signed —,

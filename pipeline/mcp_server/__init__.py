@@ -35,7 +35,7 @@ recorded as the agent of what it adds. Admin calls (creating, editing,
 deleting, export, import) are not tools; see
 :mod:`mongomem.mcp_server.space_tools` for the mapping and why. The spaces
 client is made on the first spaces call and closed when the server stops
-(:func:`serve` takes one, e.g. an :class:`~mongomem.spaces.HttpSpaces`).
+(:func:`serve` takes one, e.g. an :class:`~mongomem.sdk.spaces.HttpSpaces`).
 
 **Resources.** ``mongomem://identity`` (whom the server acts for) and
 ``mongomem://sessions/{session_id}/turns`` (the last 50 turns of a session).
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
         describe_error,
         tool_errors,
     )
-    from mongomem.mcp_server.space_tools import LazySpaces, SpacesApi
+    from mongomem.mcp_server.space_tools import LazySpaces
 
 __all__ = [
     "Caller",
@@ -85,7 +85,6 @@ __all__ = [
     "Lookup",
     "McpServerConfig",
     "MemoryMcpServer",
-    "SpacesApi",
     "add_arguments",
     "build_server",
     "config_from_args",
@@ -112,7 +111,6 @@ _LAZY = {
     "describe_error": "server",
     "tool_errors": "server",
     "LazySpaces": "space_tools",
-    "SpacesApi": "space_tools",
 }
 
 

@@ -23,8 +23,9 @@ from mongomem.logs import configure_logging
 from mongomem.mcp_server.config import McpServerConfig, config_from_args, parse_args
 from mongomem.mcp_server.http import check_http_auth, serve_http
 from mongomem.mcp_server.server import build_server
-from mongomem.mcp_server.space_tools import LazySpaces, SpacesApi
+from mongomem.mcp_server.space_tools import LazySpaces
 from mongomem.sdk import AsyncMemory, MemoryTransport
+from mongomem.sdk.spaces.transport import SpacesTransport
 from mongomem.settings import Settings, load_settings
 from mongomem.tls import server_context
 
@@ -36,7 +37,7 @@ async def serve(
     config: McpServerConfig,
     *,
     transport: MemoryTransport | None = None,
-    spaces: SpacesApi | None = None,
+    spaces: SpacesTransport | None = None,
 ) -> None:
     """Serve until the client leaves. ``transport`` (default: direct, from ``settings``) is
     any :class:`~mongomem.sdk.MemoryTransport`; ``spaces`` (default: an
@@ -66,7 +67,7 @@ async def serve(
         await lazy.close()
 
 
-def _direct_spaces(settings: Settings, config: McpServerConfig) -> SpacesApi:
+def _direct_spaces(settings: Settings, config: McpServerConfig) -> SpacesTransport:
     from mongomem.spaces import AsyncSpaces
 
     return AsyncSpaces(settings, project_id=config.project_id)
@@ -77,7 +78,7 @@ def run(
     config: McpServerConfig,
     *,
     transport: MemoryTransport | None = None,
-    spaces: SpacesApi | None = None,
+    spaces: SpacesTransport | None = None,
 ) -> int:
     """Configure logging and serve (blocking); the exit status."""
     configure_logging("mcp", settings.log_level)

@@ -31,16 +31,24 @@ carries the same comment and sentiment). The SDK, the HTTP API and
 
 The server's :class:`LazySpaces` makes its spaces client on the first spaces
 call (no MongoDB connection before), and :func:`~mongomem.mcp_server.serve`
-closes it when the server stops. Any object with these six calls will do:
-:class:`~mongomem.spaces.AsyncSpaces` (the default) or
-:class:`~mongomem.spaces.HttpSpaces`.
+closes it when the server stops. Any :class:`~mongomem.sdk.spaces.SpacesTransport`
+will do: :class:`~mongomem.spaces.AsyncSpaces` (the default) or
+:class:`~mongomem.sdk.spaces.HttpSpaces`.
+
+The reading tools are derived from the operations table
+(:data:`~mongomem.sdk.spaces.wire.SPACE_OPERATIONS`): :data:`READ_TOOLS` names the
+call each makes, and its arguments (``space_id`` as ``space``, ``inputs``; the
+caller as ``agent_id``) and result come from the call's entry. ``add_case`` and
+``resolve_escalation`` adapt their call for an LLM (flat duplicate choices, the
+caller as ``resolved_by``) and are written out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Protocol
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -48,26 +56,18 @@ from mongomem.errors import ConfigError, InputError
 from mongomem.extras import require
 from mongomem.mcp_server.server import Caller, tool_errors
 from mongomem.mcp_server.tools import READ, SAVE
+from mongomem.sdk.spaces.transport import SpacesTransport
+from mongomem.sdk.spaces.wire import SPACE_OPERATIONS
 from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-from mongomem.spaces.models import (
-    AddResult,
-    EscalationDecision,
-    FileInput,
-    PlaygroundResult,
-    RecallHit,
-    Sentiment,
-    Space,
-    SpaceItem,
-    validated,
-)
+from mongomem.spaces.models import AddResult, FileInput, Sentiment, SpaceItem, validated
 
 with require("mcp"):
     from mcp.server.mcpserver import MCPServer
 
 __all__ = [
+    "READ_TOOLS",
     "DuplicateChoice",
     "LazySpaces",
-    "SpacesApi",
     "on_duplicate_from",
     "register_space_tools",
 ]
@@ -81,50 +81,6 @@ ALIASES = {
 DuplicateChoice = Literal["add-anyway", "replace", "merge"]
 
 
-class SpacesApi(Protocol):
-    """The calls of :class:`~mongomem.spaces.AsyncSpaces` (and ``HttpSpaces``) the tools use."""
-
-    async def list_spaces(self) -> list[Space]: ...
-
-    async def recall(
-        self, space_id: str, inputs: Mapping[str, Any], *, agent_id: str | None = None
-    ) -> list[RecallHit]: ...
-
-    async def add_item(
-        self,
-        space_id: str,
-        *,
-        inputs: Mapping[str, Any],
-        outputs: Mapping[str, Any] | None = None,
-        outcome: str | None = None,
-        comment: str = "",
-        sentiment: Sentiment = "neutral",
-        agent_id: str | None = None,
-        on_duplicate: OnDuplicate | None = None,
-    ) -> AddResult: ...
-
-    async def check_escalation(
-        self, space_id: str, inputs: Mapping[str, Any], *, agent_id: str | None = None
-    ) -> EscalationDecision: ...
-
-    async def resolve_escalation(
-        self,
-        space_id: str,
-        *,
-        inputs: Mapping[str, Any],
-        resolution: str,
-        outcome: str,
-        agent_id: str | None = None,
-        resolved_by: str | None = None,
-    ) -> SpaceItem: ...
-
-    async def playground(
-        self, space_id: str, inputs: Mapping[str, Any], *, agent_id: str | None = None
-    ) -> PlaygroundResult: ...
-
-    async def close(self) -> None: ...
-
-
 class LazySpaces:
     """The server's spaces client: ``source`` is one, or a function that makes one.
 
@@ -135,9 +91,9 @@ class LazySpaces:
     the server's project.
     """
 
-    def __init__(self, source: SpacesApi | Callable[[], SpacesApi]) -> None:
-        self._make: Callable[[], SpacesApi] | None = source if callable(source) else None
-        self._spaces: SpacesApi | None = None if callable(source) else source
+    def __init__(self, source: SpacesTransport | Callable[[], SpacesTransport]) -> None:
+        self._make: Callable[[], SpacesTransport] | None = source if callable(source) else None
+        self._spaces: SpacesTransport | None = None if callable(source) else source
         self._lock = asyncio.Lock()
         self.project_id: str | None = None  # the server's, set by register_space_tools
 
@@ -146,7 +102,7 @@ class LazySpaces:
         """Whether the spaces client exists yet (it is made on first use)."""
         return self._spaces is not None
 
-    async def get(self) -> SpacesApi:
+    async def get(self) -> SpacesTransport:
         async with self._lock:
             if self._spaces is None:
                 if self._make is None:
@@ -212,35 +168,64 @@ def register_space_tools(server: MCPServer[Any], caller: Caller, spaces: LazySpa
     _writing(server, spaces, agent)
 
 
+#: The reading tools: tool → the call of the table it makes, and what it tells the LLM.
+READ_TOOLS: dict[str, tuple[str, str]] = {
+    "list_spaces": (
+        "list_spaces",
+        "The project's memory spaces (shared by its agents): kind, search keys, recall "
+        "settings and item count of each.",
+    ),
+    "recall_cases": (
+        "recall",
+        "Past cases of an episodic space similar to these inputs, best first, each with "
+        "its score; use them as examples before acting.",
+    ),
+    "check_escalation": (
+        "check_escalation",
+        "Before raising an escalation: if the closest past resolution matches well "
+        "enough, ``apply`` is true and ``outcome`` is what was decided; else raise it. "
+        "Only the top match is returned.",
+    ),
+    "playground": (
+        "playground",
+        "Simulate recall (stores nothing): which cases would match and which just missed, "
+        "with scores; for an escalation space, whether a past resolution would apply.",
+    ),
+}
+
+#: A call's argument → the tool's parameter (``agent_id`` is the caller, never asked).
+_TOOL_PARAMETERS = {"space_id": ("space", SpaceArg), "inputs": ("inputs", Inputs)}
+
+
 def _reading(server: MCPServer[Any], spaces: LazySpaces, agent: str) -> None:
-    @server.tool(annotations=READ)
-    async def list_spaces() -> list[Space]:
-        """The project's memory spaces (shared by its agents): kind, search keys, recall
-        settings and item count of each."""
-        with tool_errors(ALIASES):
-            return await (await spaces.get()).list_spaces()
+    for tool, (call, description) in READ_TOOLS.items():
+        server.tool(name=tool, description=description, annotations=READ)(
+            _read_tool(spaces, agent, tool, call)
+        )
 
-    @server.tool(annotations=READ)
-    async def recall_cases(space: SpaceArg, inputs: Inputs) -> list[RecallHit]:
-        """Past cases of an episodic space similar to these inputs, best first, each with
-        its score; use them as examples before acting."""
-        with tool_errors(ALIASES):
-            return await (await spaces.get()).recall(space, inputs, agent_id=agent)
 
-    @server.tool(annotations=READ)
-    async def check_escalation(space: SpaceArg, inputs: Inputs) -> EscalationDecision:
-        """Before raising an escalation: if the closest past resolution matches well
-        enough, ``apply`` is true and ``outcome`` is what was decided; else raise it.
-        Only the top match is returned."""
-        with tool_errors(ALIASES):
-            return await (await spaces.get()).check_escalation(space, inputs, agent_id=agent)
+def _read_tool(spaces: LazySpaces, agent: str, tool: str, call: str) -> Callable[..., Any]:
+    """The tool that makes ``call`` for ``agent`` (see :data:`READ_TOOLS`)."""
+    op = SPACE_OPERATIONS[call]
+    fields = [f for f in op.request.model_fields if f != "agent_id"]
+    unknown = set(fields) - set(_TOOL_PARAMETERS)
+    assert not unknown, f"{call} takes {unknown}: write its tool out"
+    by_agent = "agent_id" in op.request.model_fields
 
-    @server.tool(annotations=READ)
-    async def playground(space: SpaceArg, inputs: Inputs) -> PlaygroundResult:
-        """Simulate recall (stores nothing): which cases would match and which just missed,
-        with scores; for an escalation space, whether a past resolution would apply."""
+    async def run(**given: Any) -> Any:
+        args = [given[_TOOL_PARAMETERS[f][0]] for f in fields]
         with tool_errors(ALIASES):
-            return await (await spaces.get()).playground(space, inputs, agent_id=agent)
+            method = getattr(await spaces.get(), call)
+            return await (method(*args, agent_id=agent) if by_agent else method(*args))
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(_TOOL_PARAMETERS[f][0], keyword, annotation=_TOOL_PARAMETERS[f][1])
+         for f in fields],
+        return_annotation=op.result,
+    )  # fmt: skip
+    run.__name__ = run.__qualname__ = tool
+    return run
 
 
 def _writing(server: MCPServer[Any], spaces: LazySpaces, agent: str) -> None:

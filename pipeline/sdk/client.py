@@ -27,11 +27,11 @@ from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import make_filter
 from mongomem.models import MemoryType, Role, SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
+from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES, check_context_arguments, compose_context
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
 from mongomem.sdk.models import (
-    ContextItem,
     DeleteResult,
     Episode,
     MemoryContext,
@@ -47,7 +47,6 @@ from mongomem.sdk.models import (
     VersionRecord,
     typed,
 )
-from mongomem.sdk.render import render_context
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, load_settings, with_local_pipeline
 from mongomem.stm import SessionPage, SessionSummary, TurnPage
@@ -56,9 +55,6 @@ from mongomem.tls import Verify
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
 M = TypeVar("M", bound=MemoryRecord)
-
-#: What ``build_context`` includes unless told otherwise (SPEC E).
-DEFAULT_CONTEXT_TYPES: tuple[str, ...] = (MemoryType.SEMANTIC, MemoryType.EPISODIC)
 
 
 class AsyncMemory:
@@ -284,20 +280,16 @@ class AsyncBoundMemory:
         Semantic and episodic memories by default; add ``"procedural"`` and/or
         ``"taxonomic"`` to ``include`` to get those too.
         """
-        if max_chars < 1:
-            raise InputError("max_chars must be positive", field="max_chars")
-        order = list(dict.fromkeys(include))
-        items: list[ContextItem] = []
-        for memory_type in order:
-            hits = await self._t.search(self.identity, memory_type, query, _limit(limit_per_type),
-                                        None)  # fmt: skip
-            items.extend(
-                ContextItem(memory_type=memory_type, memory_id=h.memory.memory_id,
-                            key=h.memory.key, text=_context_text(h.memory), score=h.score)
-                for h in hits
-                if min_score is None or h.score >= min_score
-            )  # fmt: skip
-        return render_context(query, items, order, max_chars)
+        order = check_context_arguments(include, limit_per_type, max_chars)
+        build = getattr(self._t, "build_context", None)
+        if build is None:  # a transport written before the operation existed
+            return await compose_context(
+                self._t, self.identity, query, order, limit_per_type, max_chars, min_score
+            )
+        context: MemoryContext = await build(
+            self.identity, query, order, limit_per_type, max_chars, min_score
+        )
+        return context
 
     async def history(self, memory_id: str) -> list[VersionRecord]:
         """Every version of one of this caller's memories, oldest first (empty if not theirs)."""
@@ -492,17 +484,3 @@ class AsyncBoundMemory:
 
     async def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
         return await self._t.list_sessions(self.identity, limit)
-
-
-def _context_text(record: MemoryRecord) -> str:
-    f = record.fields
-    match record.memory_type:
-        case MemoryType.SEMANTIC:
-            return str(f.get("text", record.text))
-        case MemoryType.EPISODIC:
-            return str(f.get("content", record.text))
-        case MemoryType.PROCEDURAL:
-            return f"{f.get('description', '')} {f.get('content', '')}".strip()
-        case MemoryType.TAXONOMIC:
-            return str(f.get("definition", record.text))
-    return record.text

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -45,11 +46,13 @@ from mongomem.errors import (
 from mongomem.ltm.browse import MemoryFilter
 from mongomem.models import Role, SessionEnd, Turn, utcnow
 from mongomem.progress import ProcessingStatus
+from mongomem.sdk.context import check_context_arguments
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.models import (
     DeleteResult,
+    MemoryContext,
     MemoryItem,
     MemoryPage,
     MemoryRecord,
@@ -193,6 +196,22 @@ class HttpTransport(ServiceClient):
 
     async def list_domains(self, who: Identity) -> list[str]:
         return self._decode(_STRINGS, await self._call("list_domains", who))
+
+    async def build_context(
+        self,
+        who: Identity,
+        query: str,
+        include: Sequence[str],
+        limit_per_type: int,
+        max_chars: int,
+        min_score: float | None,
+    ) -> MemoryContext:
+        order = check_context_arguments(include, limit_per_type, max_chars)  # as directly
+        result = await self._call(
+            "build_context", who, query=query, include=order, limit_per_type=limit_per_type,
+            max_chars=max_chars, min_score=min_score,
+        )  # fmt: skip
+        return self._decode(TypeAdapter(MemoryContext), result)
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         return self._decode(_VERSIONS, await self._call("history", who, memory_id=memory_id))

@@ -1,6 +1,6 @@
 """What every client of the memory service shares: one ``httpx`` client and its errors.
 
-:class:`~mongomem.sdk.HttpTransport` (memory) and :class:`~mongomem.spaces.HttpSpaces`
+:class:`~mongomem.sdk.HttpTransport` (memory) and :class:`~mongomem.sdk.spaces.HttpSpaces`
 (spaces) build on :class:`ServiceClient`. A request that gets no answer raises
 :class:`~mongomem.errors.StorageError` (retriable: from the client's side the
 service *is* the storage); an ``https://`` service whose certificate does not

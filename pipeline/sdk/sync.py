@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 
 class LoopThread:
     """An event loop running forever in a daemon thread; :meth:`call` runs a coroutine
-    there and waits (shared by the sync wrappers: :class:`Memory`, ``mongomem.spaces.Spaces``)."""
+    there and waits (shared by the sync wrappers: :class:`Memory`, and
+    ``mongomem.sdk.spaces.Spaces``)."""
 
     def __init__(self, name: str = "mongomem-sdk") -> None:
         self.loop = asyncio.new_event_loop()

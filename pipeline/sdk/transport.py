@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -40,6 +41,7 @@ from mongomem.models import (
 from mongomem.mongo import Document, connect, database
 from mongomem.progress import ProcessingStatus, Progress
 from mongomem.project_config import enabled_types
+from mongomem.sdk.context import compose_context
 from mongomem.sdk.idempotency import (
     check_idempotency_key,
     keyed_candidate_id,
@@ -48,6 +50,7 @@ from mongomem.sdk.idempotency import (
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import (
     DeleteResult,
+    MemoryContext,
     MemoryItem,
     MemoryPage,
     MemoryRecord,
@@ -94,6 +97,19 @@ class MemoryTransport(Protocol):
     ) -> list[MemoryRecord]: ...
 
     async def list_domains(self, who: Identity) -> list[str]: ...
+
+    async def build_context(
+        self,
+        who: Identity,
+        query: str,
+        include: Sequence[str],
+        limit_per_type: int,
+        max_chars: int,
+        min_score: float | None,
+    ) -> MemoryContext:
+        """The memories relevant to ``query``, rendered within ``max_chars``
+        (:func:`~mongomem.sdk.context.compose_context`: every transport answers the same)."""
+        ...
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]: ...
 
@@ -298,6 +314,19 @@ class DirectTransport:
     async def list_domains(self, who: Identity) -> list[str]:
         store = await self._store_ready()
         return await store.list_domains(who.project_id)
+
+    async def build_context(
+        self,
+        who: Identity,
+        query: str,
+        include: Sequence[str],
+        limit_per_type: int,
+        max_chars: int,
+        min_score: float | None,
+    ) -> MemoryContext:
+        return await compose_context(
+            self, who, query, include, limit_per_type, max_chars, min_score
+        )
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         store = await self._store_ready()

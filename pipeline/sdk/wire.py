@@ -29,6 +29,7 @@ operation               method  path (under ``/v1/users/{user_id}``)            
 ``browse_sessions``     GET     ``/browse/sessions``                            SessionPage
 ``browse_turns``        GET     ``/browse/sessions/{session_id}/turns``         TurnPage
 ``list_domains``        GET     ``/domains``                                    [str]
+``build_context``       POST    ``/context``                                    MemoryContext
 ``record_turn``         POST    ``/sessions/{session_id}/turns``                Turn
 ``recent_turns``        GET     ``/sessions/{session_id}/turns``                [Turn]
 ``end_session``         POST    ``/sessions/{session_id}/end``                  SessionEnd
@@ -62,8 +63,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from mongomem.erasure import ErasureResult
 from mongomem.models import SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
+from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES
 from mongomem.sdk.models import (
     DeleteResult,
+    MemoryContext,
     MemoryItem,
     MemoryPage,
     MemoryRecord,
@@ -81,6 +84,7 @@ __all__ = [
     "BrowseMemoriesRequest",
     "BrowseSessionsRequest",
     "BrowseTurnsRequest",
+    "BuildContextRequest",
     "Caller",
     "CountMemoriesRequest",
     "DeleteByKeyRequest",
@@ -136,6 +140,16 @@ class ListRequest(Caller):
     memory_type: str
     limit: int = Field(default=50, ge=1, le=1000)
     domain: str | None = None
+
+
+class BuildContextRequest(Caller):
+    """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
+
+    query: str
+    include: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTEXT_TYPES), max_length=16)
+    limit_per_type: int = Field(default=5, ge=1, le=1000)
+    max_chars: int = Field(default=4000, ge=1)
+    min_score: float | None = None
 
 
 class HistoryRequest(Caller):
@@ -230,6 +244,7 @@ OPERATIONS: dict[str, type[Caller]] = {
     "search": SearchRequest,
     "list_memories": ListRequest,
     "list_domains": Caller,
+    "build_context": BuildContextRequest,
     "history": HistoryRequest,
     "delete": DeleteRequest,
     "delete_by_key": DeleteByKeyRequest,
@@ -302,6 +317,10 @@ ROUTES: dict[str, HttpRoute] = {
     ),
     "list_domains": HttpRoute(
         "GET", f"{_USER}/domains", list[str], "The taxonomic domains of the project"
+    ),
+    "build_context": HttpRoute(
+        "POST", f"{_USER}/context", MemoryContext,
+        "Memories relevant to a query, by type, rendered within a character budget",
     ),
     "delete_by_key": HttpRoute(
         "DELETE", f"{_USER}/memories/{{memory_type}}/{{key}}", DeleteResult,

@@ -83,6 +83,7 @@ from mongomem.sdk.wire import (
     BrowseMemoriesRequest,
     BrowseSessionsRequest,
     BrowseTurnsRequest,
+    BuildContextRequest,
     Caller,
     CountMemoriesRequest,
     DeleteByKeyRequest,
@@ -220,6 +221,10 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.save(who, a.memory_type, fields, idempotency_key=a.idempotency_key)
         case GetRequest():
             return await t.get(who, a.memory_type, a.key)
+        case BuildContextRequest():
+            return await t.build_context(
+                who, a.query, a.include, a.limit_per_type, a.max_chars, a.min_score
+            )
         case SearchRequest():
             return await t.search(who, a.memory_type, a.query, a.limit, a.domain)
         case ListRequest():

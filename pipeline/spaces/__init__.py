@@ -3,9 +3,10 @@
 A space is a project-wide container of past cases that several agents share.
 :class:`AsyncSpaces` is the API; the scoring of a match is in
 :mod:`mongomem.spaces.scoring`, the stored form in :mod:`mongomem.spaces.store`,
-encryption at rest in :mod:`mongomem.spaces.crypto`. :class:`HttpSpaces` makes the same
-calls through the memory service (:mod:`mongomem.service.spaces_routes`), and
-:class:`Spaces` makes them blocking, directly or over HTTP.
+encryption at rest in :mod:`mongomem.spaces.crypto`. The clients are the SDK's
+(:mod:`mongomem.sdk.spaces`: ``HttpSpaces`` makes the same calls through the
+memory service, ``Spaces`` makes them blocking); this package imports no SDK,
+service or MCP module.
 
 Collections: ``spaces`` (one document per space) and ``space_items`` (one per item).
 Names load on first use, so ``mongomem`` can add the ``spaces`` command cheaply.
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
     from mongomem.spaces.api import AsyncSpaces
     from mongomem.spaces.crypto import Keyring, PayloadCipher, SpacesSettings
     from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
-    from mongomem.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE
-    from mongomem.spaces.http import HttpSpaces
+    from mongomem.spaces.editing import FEEDBACK_WINDOW, INPUTS_IMMUTABLE, UNSET
     from mongomem.spaces.keys import LLMSummariser, Summariser
     from mongomem.spaces.models import (
         AddResult,
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
         SpaceItem,
         SpaceUpdate,
     )
-    from mongomem.spaces.sync import Spaces
 
 __all__ = [
     "FEEDBACK_WINDOW",
     "INPUTS_IMMUTABLE",
+    "UNSET",
     "AddAnyway",
     "AddResult",
     "AsyncSpaces",
@@ -50,7 +50,6 @@ __all__ = [
     "Feedback",
     "FeedbackView",
     "FileInput",
-    "HttpSpaces",
     "Keyring",
     "LLMSummariser",
     "Merge",
@@ -65,7 +64,6 @@ __all__ = [
     "Space",
     "SpaceItem",
     "SpaceUpdate",
-    "Spaces",
     "SpacesSettings",
     "Summariser",
 ]
@@ -74,10 +72,8 @@ _HOME = {
     "AsyncSpaces": "api",
     **dict.fromkeys(["Keyring", "PayloadCipher", "SpacesSettings"], "crypto"),
     **dict.fromkeys(["AddAnyway", "Merge", "OnDuplicate", "Replace"], "dedupe"),
-    **dict.fromkeys(["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE"], "editing"),
-    "HttpSpaces": "http",
+    **dict.fromkeys(["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE", "UNSET"], "editing"),
     **dict.fromkeys(["LLMSummariser", "Summariser"], "keys"),
-    "Spaces": "sync",
 }
 
 

@@ -21,14 +21,15 @@ from mongomem.spaces.base import SpacesBase, check_outputs, check_sentiment, opt
 from mongomem.spaces.catalog import check_id, check_text
 from mongomem.spaces.models import Feedback, FeedbackView, Sentiment, SpaceItem
 
-__all__ = ["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE", "EditCalls"]
+__all__ = ["FEEDBACK_WINDOW", "INPUTS_IMMUTABLE", "UNSET", "EditCalls"]
 
 #: How far back feedback views look (SPEC H10).
 FEEDBACK_WINDOW = timedelta(days=30)
 INPUTS_IMMUTABLE = (
     "an item's inputs cannot be edited: delete the item and add it again with the new inputs"
 )
-_UNSET: Any = object()
+#: The default of an argument left out: the call changes nothing of that field.
+UNSET: Any = object()
 
 
 class EditCalls(SpacesBase):
@@ -54,16 +55,16 @@ class EditCalls(SpacesBase):
         item_id: str,
         *,
         outputs: Mapping[str, Any] | None = None,
-        outcome: str | None = _UNSET,
-        inputs: Any = _UNSET,
+        outcome: str | None = UNSET,
+        inputs: Any = UNSET,
     ) -> SpaceItem:
         """Change an item's outputs or outcome. Its inputs cannot be changed (SPEC H10)."""
-        if inputs is not _UNSET:
+        if inputs is not UNSET:
             raise InputError(INPUTS_IMMUTABLE, field="inputs")
         changes: dict[str, Any] = {}
         if outputs is not None:
             changes["outputs"] = check_outputs(outputs)
-        if outcome is not _UNSET:
+        if outcome is not UNSET:
             changes["outcome"] = optional_text(outcome, "outcome")
         return await self._rewrite(space_id, item_id, changes)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mongomem.sdk.spaces.wire import SPACE_OPERATIONS, SPACES_PREFIX
 from mongomem.sdk.wire import ROUTES
 from mongomem.settings import Settings
 
@@ -91,7 +92,13 @@ async def test_the_document_is_openapi_3_1_with_every_operation(served: str) -> 
         operation = document["paths"][path][method.lower()]
         assert operation["security"] == [{"ApiKey": []}]
         assert "422" in operation["responses"]
-    assert any(path.startswith("/v1/spaces") for path in document["paths"])
+    for name, op in SPACE_OPERATIONS.items():  # the space routes: one per table entry
+        assert operations[f"spaces_{name}"] == (op.method, SPACES_PREFIX + op.path), name
+        operation = document["paths"][SPACES_PREFIX + op.path][op.method.lower()]
+        assert operation["security"] == [{"ApiKey": []}]
+        assert str(op.status) in operation["responses"]
+    spaces = {n for n in operations if n.startswith("spaces_")}
+    assert spaces == {f"spaces_{name}" for name in SPACE_OPERATIONS}
     assert docs.status_code == 200
     assert "swagger" in docs.text.lower()
 

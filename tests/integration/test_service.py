@@ -539,3 +539,43 @@ async def test_the_http_client_retries_a_keyed_save_whose_answer_was_lost(
     fact = await direct.bind(ctx("alice")).get_semantic("seat")
     assert fact is not None
     assert fact.reinforcement_count == 3  # once for the keyed save, once each without a key
+
+
+async def test_build_context_over_http_is_one_request_with_the_direct_answer(
+    url: str, direct: AsyncMemory
+) -> None:
+    """``POST …/context`` composes the context in the service: one round trip, not one
+    search per type, and the same context the direct transport composes."""
+    ref = direct.bind(ctx("user_1"))
+    await ref.save_semantic("home-airport", "The user's home airport is Lisbon.")
+    await ref.save_episode(title="Lisbon trip", content="Flew to Lisbon in May.")
+    await ref.save_procedure("book-flights", "Book flights to Lisbon.", "Compare, then book.")
+    await ref.save_taxonomic("airline", "red-eye", "An overnight flight to Lisbon.")
+    sent: list[str] = []
+
+    async def count(request: httpx.Request) -> None:
+        sent.append(f"{request.method} {request.url.path}")
+
+    everything = ["semantic", "episodic", "procedural", "taxonomic", "semantic"]
+    async with httpx.AsyncClient(event_hooks={"request": [count]}) as shared:
+        transport = HttpTransport(url, client=shared)
+        async with AsyncMemory(project_id="travel", api_key=KEY_A, transport=transport) as m:
+            chat = m.bind(ctx("user_1"))
+            for options in [
+                {},
+                {"include": everything, "limit_per_type": 2, "max_chars": 120},
+                {"include": everything, "min_score": 0.2},
+            ]:
+                sent.clear()
+                got = await chat.build_context("Lisbon flights", **options)  # type: ignore[arg-type]
+                assert sent == ["POST /v1/users/user_1/context"], sent
+                assert got == await ref.build_context("Lisbon flights", **options)  # type: ignore[arg-type]
+                assert got.items, options
+            sent.clear()
+            with pytest.raises(InputError) as bad:
+                await chat.build_context("x", max_chars=0)
+            assert (bad.value.field, sent) == ("max_chars", [])  # refused before sending
+    answer = await post(url, "build_context", ALICE | {"query": "x", "include": ["gossip"]})
+    assert (answer.status_code, answer.json()["error"]["field"]) == (422, "memory_type")
+    answer = await post(url, "build_context", ALICE | {"query": "x", "max_chars": 0})
+    assert (answer.status_code, answer.json()["error"]["field"]) == (422, "max_chars")

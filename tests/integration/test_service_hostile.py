@@ -23,8 +23,8 @@ from service_http import serving, start
 
 from mongomem.ltm.kinds import MAX_FIELD_CHARS
 from mongomem.mongo import MEMORIES, Document
+from mongomem.sdk.spaces import HttpSpaces
 from mongomem.settings import MongoSettings, Settings
-from mongomem.spaces import HttpSpaces
 
 pytestmark = pytest.mark.integration
 

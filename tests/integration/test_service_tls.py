@@ -24,9 +24,9 @@ from service_http import EMBEDDER, serving
 from mongomem.errors import ConfigError, StorageError
 from mongomem.mongo import Document
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
+from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.service import serve
 from mongomem.settings import Settings
-from mongomem.spaces import HttpSpaces, Spaces
 from mongomem.testing import Certificates, make_certificates
 
 pytestmark = pytest.mark.integration

@@ -22,17 +22,16 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import AuthError, InputError, ScopeError
 from mongomem.mongo import Document
+from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 from mongomem.spaces import (
     AddAnyway,
     AsyncSpaces,
-    HttpSpaces,
     Merge,
     RecallSettings,
     Replace,
     SearchKey,
-    Spaces,
 )
 from mongomem.spaces.cli import add_cli, spaces_command
 

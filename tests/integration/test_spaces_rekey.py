@@ -16,10 +16,10 @@ from service_http import EMBEDDER, serving, start
 
 from mongomem.errors import ConfigError, InputError, StorageError
 from mongomem.mongo import Document
+from mongomem.sdk.spaces import HttpSpaces
 from mongomem.settings import Settings
 from mongomem.spaces import (
     AsyncSpaces,
-    HttpSpaces,
     PayloadCipher,
     RecallSettings,
     SpaceItem,

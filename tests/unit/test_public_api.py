@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -33,6 +34,11 @@ MODULES = [
     "mongomem.sdk.errormap",
     "mongomem.sdk.http",
     "mongomem.sdk.service_client",
+    "mongomem.sdk.spaces",
+    "mongomem.sdk.spaces.http",
+    "mongomem.sdk.spaces.sync",
+    "mongomem.sdk.spaces.transport",
+    "mongomem.sdk.spaces.wire",
     "mongomem.sdk.sync",
     "mongomem.sdk.wire",
     "mongomem.service",
@@ -43,11 +49,8 @@ MODULES = [
     "mongomem.service.spaces_routes",
     "mongomem.spaces",
     "mongomem.spaces.cli",
-    "mongomem.spaces.http",
     "mongomem.spaces.models",
     "mongomem.spaces.scoring",
-    "mongomem.spaces.sync",
-    "mongomem.spaces.wire",
     "mongomem.testing",
     "mongomem.tls",
 ]
@@ -104,6 +107,7 @@ def test_pipeline_never_imports_stages() -> None:
 USER_FACING = [
     "AsyncMemory",
     "AsyncSpaces",
+    "HttpSpaces",
     "HttpTransport",
     "Memory",
     "MemoryRequestContext",
@@ -114,7 +118,8 @@ USER_FACING = [
 
 def test_the_user_facing_names_are_exported_and_load_on_use() -> None:
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
-    from mongomem.spaces import AsyncSpaces, Spaces
+    from mongomem.sdk.spaces import HttpSpaces, Spaces
+    from mongomem.spaces import AsyncSpaces
 
     for name in USER_FACING:
         assert name in mongomem.__all__, name
@@ -123,6 +128,7 @@ def test_the_user_facing_names_are_exported_and_load_on_use() -> None:
     assert mongomem.MemoryRequestContext is MemoryRequestContext
     assert mongomem.HttpTransport is HttpTransport
     assert mongomem.Spaces is Spaces
+    assert mongomem.HttpSpaces is HttpSpaces
     assert mongomem.AsyncSpaces is AsyncSpaces
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = mongomem.Nope
@@ -172,3 +178,28 @@ def test_every_package_folder_is_packaged() -> None:
         for prompts in (root / folder).rglob("prompts"):
             parts = prompts.relative_to(root / folder).parts
             assert ".".join((name, *parts)) in listed, prompts
+
+
+#: The domain packages: what the SDK, the service, the MCP server and the CLI build on.
+DOMAIN = ["spaces", "ltm"]
+#: The surfaces built on the domain; a domain module never imports one.
+SURFACES = ("mongomem.sdk", "mongomem.service", "mongomem.mcp_server", "mongomem.ui")
+
+
+@pytest.mark.parametrize("package", DOMAIN)
+def test_the_domain_imports_no_surface(package: str) -> None:
+    """``mongomem.spaces`` (and the long-term store) never reach up into the SDK, the
+    service or the MCP server: the spaces clients live in ``mongomem.sdk.spaces``."""
+    root = Path(mongomem.__file__).parent / package
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value] if node.value.startswith(SURFACES) else []
+            found += [f"{path.name}: {n}" for n in names if n.startswith(SURFACES)]
+    assert found == []

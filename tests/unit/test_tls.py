@@ -12,7 +12,7 @@ import pytest
 
 from mongomem.errors import ConfigError
 from mongomem.sdk import AsyncMemory, HttpTransport, Memory
-from mongomem.spaces import HttpSpaces, Spaces
+from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.testing import Certificates, make_certificates
 from mongomem.tls import certificate_problem, client_verify, server_context
 
