@@ -68,19 +68,13 @@ from mongomem.mcp_server.config import (
 )
 
 if TYPE_CHECKING:
+    from mongomem.mcp_server.caller import FixedCaller, Lookup, describe_error, tool_errors
     from mongomem.mcp_server.launch import main, run, run_from_args, serve
-    from mongomem.mcp_server.server import (
-        Caller,
-        Lookup,
-        MemoryMcpServer,
-        build_server,
-        describe_error,
-        tool_errors,
-    )
+    from mongomem.mcp_server.server import MemoryMcpServer, build_server
     from mongomem.mcp_server.space_tools import LazySpaces
 
 __all__ = [
-    "Caller",
+    "FixedCaller",
     "LazySpaces",
     "Lookup",
     "McpServerConfig",
@@ -104,12 +98,12 @@ _LAZY = {
     "run": "launch",
     "run_from_args": "launch",
     "serve": "launch",
-    "Caller": "server",
-    "Lookup": "server",
+    "FixedCaller": "caller",
+    "Lookup": "caller",
     "MemoryMcpServer": "server",
     "build_server": "server",
-    "describe_error": "server",
-    "tool_errors": "server",
+    "describe_error": "caller",
+    "tool_errors": "caller",
     "LazySpaces": "space_tools",
 }
 

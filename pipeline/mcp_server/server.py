@@ -26,34 +26,24 @@ stored nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any
 
 from mcp_types import CallToolResult, InputRequiredResult
-from pydantic import BaseModel, ConfigDict
 
 from mongomem import __version__
-from mongomem.errors import ConfigError, InputError, MongomemError, ScopeError
+from mongomem.errors import MongomemError
 from mongomem.extras import require
+from mongomem.mcp_server.caller import FixedCaller, describe_error
 from mongomem.mcp_server.config import McpServerConfig
-from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRecord
-
-if TYPE_CHECKING:
-    from mongomem.mcp_server.space_tools import LazySpaces
+from mongomem.mcp_server.space_tools import LazySpaces, register_space_tools
+from mongomem.mcp_server.tools import register_tools
+from mongomem.sdk import AsyncMemory
 
 with require("mcp"):
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
-__all__ = [
-    "Caller",
-    "Lookup",
-    "MemoryMcpServer",
-    "build_server",
-    "describe_error",
-    "tool_errors",
-]
+__all__ = ["MemoryMcpServer", "build_server"]
 
 INSTRUCTIONS = """\
 Long-term memory (mongomem) of one user of one project, fixed when this server \
@@ -67,69 +57,6 @@ SPACES_INSTRUCTIONS = """
 Memory spaces hold the project's past cases, shared by all of its agents: \
 list_spaces, then recall_cases before acting and add_case after; call \
 check_escalation before raising an escalation."""
-
-R = TypeVar("R", bound=MemoryRecord)
-
-
-class Lookup(BaseModel, Generic[R]):
-    """The result of a ``get_*`` tool: the memory, or ``found: false``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    found: bool
-    memory: R | None = None
-
-
-def describe_error(exc: MongomemError, aliases: Mapping[str, str] | None = None) -> str:
-    """The one line a client reads for an error the SDK raised on purpose."""
-    if isinstance(exc, InputError):
-        field = exc.field
-        if field is not None and aliases:
-            field = aliases.get(field, field)
-        return f"invalid input ({field}): {exc}" if field else f"invalid input: {exc}"
-    if isinstance(exc, ScopeError):
-        return f"not allowed: {exc}"
-    hint = " (temporary; try again)" if exc.retriable else ""
-    return f"{type(exc).__name__}: {exc}{hint}"
-
-
-@contextmanager
-def tool_errors(aliases: Mapping[str, str] | None = None) -> Iterator[None]:
-    """Turn the SDK's errors into :class:`ToolError` (``aliases``: SDK field → tool argument)."""
-    try:
-        yield
-    except MongomemError as exc:
-        raise ToolError(describe_error(exc, aliases)) from exc
-
-
-class Caller:
-    """The one caller a server acts for; :meth:`bind` can only vary the session."""
-
-    def __init__(self, memory: AsyncMemory, config: McpServerConfig) -> None:
-        if memory.project_id != config.project_id:
-            raise ConfigError(
-                f"the memory is of project {memory.project_id!r}, "
-                f"the server was configured for {config.project_id!r}"
-            )
-        self.memory = memory
-        self.config = config
-        self.default = memory.bind(config.request_context())  # fails early on a bad identity
-
-    def bind(self, session_id: str | None = None) -> AsyncBoundMemory:
-        """The caller's memory, in ``session_id`` (a session of the same user) or the default."""
-        if session_id is None:
-            return self.default
-        with tool_errors():
-            return self.memory.bind(self.config.request_context(session_id))
-
-    def describe(self) -> dict[str, Any]:
-        who = self.default.identity
-        return {
-            "project_id": who.project_id,
-            "user_id": who.user_id,
-            "service_account": who.service_account,
-            "default_session_id": who.session_id,
-        }
 
 
 class MemoryMcpServer(MCPServer[Any]):
@@ -161,9 +88,7 @@ def build_server(
     With ``spaces``, it also serves the memory-space tools of ``config``'s project
     (:mod:`mongomem.mcp_server.space_tools`); whoever made ``spaces`` closes it.
     """
-    from mongomem.mcp_server.tools import register_tools
-
-    caller = Caller(memory, config)
+    caller = FixedCaller(memory, config)
     server = MemoryMcpServer(
         "mongomem",
         title="mongomem memory",
@@ -173,14 +98,12 @@ def build_server(
     )
     register_tools(server, caller)
     if spaces is not None:
-        from mongomem.mcp_server.space_tools import register_space_tools
-
         register_space_tools(server, caller, spaces)
     _register_resources(server, caller)
     return server
 
 
-def _register_resources(server: MCPServer[Any], caller: Caller) -> None:
+def _register_resources(server: MCPServer[Any], caller: FixedCaller) -> None:
     @server.resource(
         "mongomem://identity",
         name="identity",

@@ -54,7 +54,7 @@ from pydantic import Field
 
 from mongomem.errors import ConfigError, InputError
 from mongomem.extras import require
-from mongomem.mcp_server.server import Caller, tool_errors
+from mongomem.mcp_server.caller import FixedCaller, tool_errors
 from mongomem.mcp_server.tools import READ, SAVE
 from mongomem.sdk.spaces.transport import SpacesTransport
 from mongomem.sdk.spaces.wire import SPACE_OPERATIONS
@@ -160,7 +160,7 @@ Inputs = Annotated[
 ]
 
 
-def register_space_tools(server: MCPServer[Any], caller: Caller, spaces: LazySpaces) -> None:
+def register_space_tools(server: MCPServer[Any], caller: FixedCaller, spaces: LazySpaces) -> None:
     """Add the memory-space tools to ``server``, acting for ``caller``'s project and agent."""
     spaces.project_id = caller.config.project_id
     agent = caller.default.identity.user_id

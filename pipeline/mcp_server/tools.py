@@ -1,6 +1,6 @@
 """The tools of the MCP server: thin mappings onto :class:`~mongomem.sdk.AsyncBoundMemory`.
 
-Every tool acts for the :class:`~mongomem.mcp_server.server.Caller` fixed at
+Every tool acts for the :class:`~mongomem.mcp_server.caller.FixedCaller` fixed at
 launch. ``session_id`` (where a tool takes one) picks another session *of that
 caller*; no tool takes a project or user id. Results are the SDK's own models,
 sent as structured content (and as JSON text for clients that read only text).
@@ -15,7 +15,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from mongomem.extras import require
-from mongomem.mcp_server.server import Caller, Lookup, tool_errors
+from mongomem.mcp_server.caller import FixedCaller, Lookup, tool_errors
 from mongomem.models import Role, SessionEnd, Turn
 from mongomem.sdk import (
     DEFAULT_CONTEXT_TYPES,
@@ -78,7 +78,7 @@ def Limit(what: str) -> Any:  # a Field, named to read like a type in signatures
     return Field(ge=1, le=1000, description=f"at most this many {what}")
 
 
-def register_tools(server: MCPServer[Any], caller: Caller) -> None:
+def register_tools(server: MCPServer[Any], caller: FixedCaller) -> None:
     """Add every tool to ``server``."""
     _short_term(server, caller)
     _semantic_and_episodic(server, caller)
@@ -86,7 +86,7 @@ def register_tools(server: MCPServer[Any], caller: Caller) -> None:
     _across_types(server, caller)
 
 
-def _short_term(server: MCPServer[Any], caller: Caller) -> None:
+def _short_term(server: MCPServer[Any], caller: FixedCaller) -> None:
     @server.tool(annotations=SAVE)
     async def record_turn(
         role: Annotated[Role, Field(description="who spoke")],
@@ -136,7 +136,7 @@ def _short_term(server: MCPServer[Any], caller: Caller) -> None:
             return await caller.default.list_sessions(limit)
 
 
-def _semantic_and_episodic(server: MCPServer[Any], caller: Caller) -> None:
+def _semantic_and_episodic(server: MCPServer[Any], caller: FixedCaller) -> None:
     @server.tool(annotations=SAVE)
     async def save_semantic(
         label: Annotated[str, Field(description="short stable key, e.g. home-airport")],
@@ -189,7 +189,7 @@ def _semantic_and_episodic(server: MCPServer[Any], caller: Caller) -> None:
             return await caller.default.list_episodes(limit)
 
 
-def _procedural_and_taxonomic(server: MCPServer[Any], caller: Caller) -> None:
+def _procedural_and_taxonomic(server: MCPServer[Any], caller: FixedCaller) -> None:
     @server.tool(annotations=SAVE)
     async def save_procedure(
         procedure: Annotated[str, Field(description="the procedure's name, e.g. compare-flights")],
@@ -255,7 +255,7 @@ def _procedural_and_taxonomic(server: MCPServer[Any], caller: Caller) -> None:
             return await caller.default.list_domains()
 
 
-def _across_types(server: MCPServer[Any], caller: Caller) -> None:
+def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
     @server.tool(annotations=READ)
     async def build_context(
         query: Query,

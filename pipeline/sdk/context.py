@@ -11,21 +11,27 @@ the same context in one round trip (:class:`~mongomem.sdk.HttpTransport`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mongomem.errors import InputError
 from mongomem.models import MemoryType
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord
+from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit
 from mongomem.sdk.render import render_context
 
-if TYPE_CHECKING:
-    from mongomem.sdk.transport import MemoryTransport
-
-__all__ = ["DEFAULT_CONTEXT_TYPES", "check_context_arguments", "compose_context"]
+__all__ = ["DEFAULT_CONTEXT_TYPES", "Searcher", "check_context_arguments", "compose_context"]
 
 #: What ``build_context`` includes unless told otherwise (SPEC E).
 DEFAULT_CONTEXT_TYPES: tuple[str, ...] = (MemoryType.SEMANTIC, MemoryType.EPISODIC)
+
+
+class Searcher(Protocol):
+    """What a context is composed from: a transport's ``search`` (every
+    :class:`~mongomem.sdk.MemoryTransport` is one)."""
+
+    async def search(
+        self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
+    ) -> list[SearchHit[MemoryRecord]]: ...
 
 
 def check_context_arguments(
@@ -43,7 +49,7 @@ def check_context_arguments(
 
 
 async def compose_context(
-    transport: MemoryTransport,
+    transport: Searcher,
     who: Identity,
     query: str,
     include: Sequence[str] = DEFAULT_CONTEXT_TYPES,
