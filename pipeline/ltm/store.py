@@ -77,6 +77,7 @@ from mongomem.errors import InputError, StorageError, WriteConflict
 from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
+from mongomem.ltm.export import ensure_export_indexes
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge, decide
 from mongomem.ltm.plan import Decision, Neighbour, Thresholds, build_version, memory_id_for
@@ -177,6 +178,7 @@ class MemoryStore(MemoryReads):
             )  # fmt: skip
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
+            await ensure_export_indexes(self.db)
             if self.ledger_ttl_s is not None:  # settled entries go at their own expires_at
                 await self.ledger.create_index(EXPIRES, name=EXPIRES, expireAfterSeconds=0)
         except PyMongoError as exc:

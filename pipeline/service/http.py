@@ -25,6 +25,7 @@ import ssl
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 from urllib.parse import unquote
 
@@ -215,14 +216,19 @@ def _match_path(raw: bytes) -> str:
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """The largest body of a request: ``default``, or the first prefix of ``by_path`` it has."""
+    """The largest body of a request: ``default``, or the first prefix of ``by_path`` it
+    has, or the first ending of ``by_ending`` (a per-user route: ``/import``)."""
 
     default: int
     by_path: Mapping[str, int]
+    by_ending: Mapping[str, int] = dataclass_field(default_factory=dict)
 
     def of(self, path: str) -> int:
         for prefix, limit in self.by_path.items():
             if path.startswith(prefix):
+                return limit
+        for ending, limit in self.by_ending.items():
+            if path.startswith("/v1/users/") and path.endswith(ending):
                 return limit
         return self.default
 
