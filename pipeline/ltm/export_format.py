@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from bson import json_util
-from bson.json_util import JSONOptions, JSONMode
+from bson.json_util import JSONMode, JSONOptions
 from pydantic import ValidationError
 
 from mongomem.errors import InputError
@@ -208,8 +208,10 @@ def check_version(obj: Doc, number: int, source: MemoryScope, dims: int | None) 
         width = len(decode_embedding(doc.get("embedding", b"")))
         if width == 0 or (dims is not None and width != dims):
             raise LineError(number, f"the embedding has {width} dimensions, the header {dims}")
-    if not (isinstance(turns, list) and len(turns) == len(version.evidence)
-            and all(isinstance(t, list) and all(isinstance(i, str) for i in t) for t in turns)):  # fmt: skip
+    lists = isinstance(turns, list) and all(
+        isinstance(t, list) and all(isinstance(i, str) for i in t) for t in turns
+    )
+    if not lists or not isinstance(turns, list) or len(turns) != len(version.evidence):
         raise LineError(number, "turn_ids has one list of turn ids per evidence item")
     return doc
 

@@ -96,7 +96,7 @@ async def test_a_round_trip_into_a_fresh_database_exports_the_same_lines(
         first = await export_text(source, "alice")
         lines = first.splitlines()
         header = canonical(lines[0])
-        assert header["project_id"] == "travel" and header["user_id"] == "alice"
+        assert (header["project_id"], header["user_id"]) == ("travel", "alice")
         assert header["embedder"] == {"name": EMBEDDER.name, "dimensions": 64}
         end = canonical(lines[-1])
         versions = [canonical(x) for x in lines if canonical(x)["kind"] == "version"]
@@ -116,14 +116,16 @@ async def test_a_round_trip_into_a_fresh_database_exports_the_same_lines(
 
         chat = target.bind(MemoryRequestContext(user_id="alice"))
         fact = await chat.get_semantic("fact-0")
-        assert fact is not None and fact.text == "Fact number 0 is now 1000."
+        assert fact is not None
+        assert fact.text == "Fact number 0 is now 1000."
         assert await chat.get_semantic("fact-2") is None  # still deleted
         [hit, *_] = await chat.search_semantic("Fact number 3")
         assert hit.memory.key == "fact-3"
         # a later save of the deleted key is a fresh memory, not the deleted one again
         again = await chat.save_semantic("fact-2", "Fact number 2 is 14.")
         deleted_id = next(v["doc"]["memory_id"] for v in versions if v["doc"]["key"] == "fact-2")
-        assert again.action.value == "ADD" and again.memory_id != deleted_id
+        assert again.action.value == "ADD"
+        assert again.memory_id != deleted_id
     client = connect(fresh.mongodb)
     await client.drop_database(fresh.mongodb.database)
     await client.close()
@@ -143,8 +145,9 @@ async def test_into_another_project_and_user_ids_move_history_stays_and_twice_is
         second = await export_text(target, "bob")
 
         # what must differ: the scope, and the ids derived from it (moved_id); the rest is equal
-        src, dst = MemoryScope(project_id="travel", user_id="alice"), MemoryScope(
-            project_id="other", user_id="bob"
+        src, dst = (
+            MemoryScope(project_id="travel", user_id="alice"),
+            MemoryScope(project_id="other", user_id="bob"),
         )
         expected = _relocated(first, src, dst)
         assert body_lines(second) == in_order(expected)
@@ -153,7 +156,7 @@ async def test_into_another_project_and_user_ids_move_history_stays_and_twice_is
         assert [v.text for v in history] == ["Fact number 0 is 0.", "Fact number 0 is now 1000."]
         # the source is untouched; the target's own next UPDATE follows the moved ids
         again = await chat.save_semantic("fact-0", "Fact number 0 is now 2000.")
-        assert again.action.value == "UPDATE" and again.version == 3
+        assert (again.action.value, again.version) == ("UPDATE", 3)
 
         before = await count(mongo, settings.mongodb.database, "other", "bob")
         repeat = await target.import_user(first.splitlines(), user_id="bob")
@@ -272,11 +275,13 @@ async def test_over_http_the_export_streams_and_the_import_is_the_same(
             assert body_lines(http_text) == body_lines(direct_text)
             done = await http.import_user(io.StringIO(http_text), user_id="frank")
             assert done.memories == 8
-            assert body_lines(await export_text(direct, "frank")) == in_order(_relocated(
-                direct_text,
-                MemoryScope(project_id="travel", user_id="alice"),
-                MemoryScope(project_id="travel", user_id="frank"),
-            ))
+            assert body_lines(await export_text(direct, "frank")) == in_order(
+                _relocated(
+                    direct_text,
+                    MemoryScope(project_id="travel", user_id="alice"),
+                    MemoryScope(project_id="travel", user_id="frank"),
+                )
+            )
             with pytest.raises(InputError, match="line 2"):
                 await http.import_user([http_text.splitlines()[0], "[]"], user_id="gina")
             assert await count(mongo, settings.mongodb.database, "travel", "gina") == 0
@@ -317,7 +322,7 @@ def test_the_cli_and_the_sync_sdk(
         written = sync.export_user("hal", copy)
         assert written.versions == 10
         again = sync.import_user(copy, user_id="hal")
-        assert again.memories == 0 and again.skipped == 8
+        assert (again.memories, again.skipped) == (0, 8)
     header = parse_header(canonical(out.read_text().splitlines()[0]), 1)
     assert header.user_id == "alice"
 
