@@ -356,6 +356,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_export_cli(sub)  # `export --user U [--out F]`, `import F --user U`
 
+    from mongomem.retention_cli import add_cli as add_retention_cli  # cheap: loads on run
+
+    add_retention_cli(sub)  # `expire [--limit N]`
+
     from mongomem.evaluation.cli import add_cli as add_eval_cli  # cheap: the harness loads on run
 
     add_eval_cli(sub)  # `eval locomo|longmemeval --data PATH`

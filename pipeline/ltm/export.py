@@ -73,7 +73,7 @@ from mongomem.ltm.export_format import (
 )
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.ltm.kinds import normalize_key
-from mongomem.models import Action, MemoryScope, MemoryStatus, utcnow
+from mongomem.models import CLOSED_STATUSES, Action, MemoryScope, MemoryStatus, utcnow
 from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, Document
 
 __all__ = [
@@ -301,7 +301,7 @@ class _Import:
         assert self.header is not None
         docs = relocate_group(group, self.header.scope, self.target)
         if self.re_embed and self.embedder is not None:
-            live = [d for d in docs if d.get("action") != Action.DELETE]
+            live = [d for d in docs if d.get("action") not in (Action.DELETE, Action.EXPIRE)]
             if live:
                 vectors = await self.embedder.embed([str(d["text"]) for d in live])
                 for d, v in zip(live, vectors, strict=True):
@@ -363,7 +363,7 @@ class _Import:
             await _run(memories.insert_many(docs_out, ordered=False))
         for _, docs in new:
             self.types.add(str(docs[-1]["memory_type"]))
-            if docs[-1]["status"] == MemoryStatus.DELETED:
+            if docs[-1]["status"] in CLOSED_STATUSES:
                 t = str(docs[-1]["memory_type"])
                 self.deleted[t] = self.deleted.get(t, 0) + 1
         self.memories += len(new)

@@ -204,7 +204,7 @@ def check_version(obj: Doc, number: int, source: MemoryScope, dims: int | None) 
         doc.get("candidate_ids"), list
     ):
         raise LineError(number, "a version has its candidate_id and candidate_ids")
-    if version.action is not Action.DELETE:
+    if version.action not in (Action.DELETE, Action.EXPIRE):
         width = len(decode_embedding(doc.get("embedding", b"")))
         if width == 0 or (dims is not None and width != dims):
             raise LineError(number, f"the embedding has {width} dimensions, the header {dims}")

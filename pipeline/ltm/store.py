@@ -101,10 +101,10 @@ from mongomem.ltm.writes import (
     supersede_update,
 )
 from mongomem.models import (
+    CLOSED_STATUSES,
     Action,
     MemoryCandidate,
     MemoryScope,
-    MemoryStatus,
     MemoryVersion,
     utcnow,
 )
@@ -341,14 +341,15 @@ class MemoryStore(MemoryReads):
         return dates
 
     async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
-        """``decision`` with the first incarnation of its key not taken by a deleted memory."""
+        """``decision`` with the first incarnation of its key not taken by a deleted (or
+        expired) memory."""
         for incarnation in range(1_000):
             memory_id = memory_id_for(candidate.scope, candidate.memory_type, candidate.key,
                                       incarnation)  # fmt: skip
             latest = await self._read(self.memories.find_one(
                 {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
             ))  # fmt: skip
-            if latest is None or latest.get("status") != MemoryStatus.DELETED:
+            if latest is None or latest.get("status") not in CLOSED_STATUSES:
                 if memory_id == decision.memory_id:
                     return decision
                 return decision.model_copy(update={"memory_id": memory_id})
