@@ -1,4 +1,4 @@
-"""``mongomem export`` and ``mongomem import``: move one user's memory (SPEC J5).
+"""``mongomem export`` and ``mongomem import``: move one user's memory (SPEC J4).
 
 ::
 

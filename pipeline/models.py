@@ -339,7 +339,7 @@ class MemoryCandidate(_Frozen):
 
 class Action(StrEnum):
     """What wrote a version: the reconciler's three actions, a deletion (SPEC J1), or
-    the expiry of a memory not reinforced within its type's retention (J9)."""
+    the expiry of a memory not reinforced within its type's retention (J8)."""
 
     ADD = "ADD"
     UPDATE = "UPDATE"

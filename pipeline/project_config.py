@@ -106,7 +106,7 @@ class WindowingConfig(WindowOverride):
 
 class RetentionRule(_Strict):
     """A memory of the type expires once no evidence of its current version is newer than
-    ``expire_after_days`` (SPEC J9; :mod:`mongomem.ltm.retention`)."""
+    ``expire_after_days`` (SPEC J8; :mod:`mongomem.ltm.retention`)."""
 
     expire_after_days: float = Field(gt=0, le=36_500)
 

@@ -1,4 +1,4 @@
-"""``mongomem expire``: one bounded, idempotent retention sweep (SPEC J9).
+"""``mongomem expire``: one bounded, idempotent retention sweep (SPEC J8).
 
 ::
 

@@ -25,7 +25,7 @@ and the ``reason`` — and supersedes version *n*, then bumps the scope log, so:
 
 A decision-log entry (action ``DELETE``) records the deletion as well.
 
-**Expiry** (SPEC J9, :mod:`mongomem.ltm.retention`) is the same write with
+**Expiry** (SPEC J8, :mod:`mongomem.ltm.retention`) is the same write with
 status ``expired`` and action ``EXPIRE`` (``expire=True``): it closes the
 history just as a deletion does, with every guarantee above, so history says
 why the memory is gone and a later extraction of the key is a fresh ADD.

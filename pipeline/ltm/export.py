@@ -1,4 +1,4 @@
-"""Exporting and importing one user's long-term memory (SPEC J5).
+"""Exporting and importing one user's long-term memory (SPEC J4).
 
 The line format, its checks and the relocation of ids into another scope are
 in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:

@@ -1,4 +1,4 @@
-"""The line format of a user's memory export (SPEC J5): pure encoding, checks, relocation.
+"""The line format of a user's memory export (SPEC J4): pure encoding, checks, relocation.
 
 An export is JSON lines (UTF-8, one object per line, ``\\n``-terminated), in
 this order:

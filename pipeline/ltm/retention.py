@@ -1,4 +1,4 @@
-"""Retention (SPEC J9): a memory of a type with a retention that was not reinforced for
+"""Retention (SPEC J8): a memory of a type with a retention that was not reinforced for
 ``expire_after_days`` expires.
 
 *Not reinforced* means: no evidence of its current version is at or after the

@@ -144,7 +144,7 @@ class AsyncMemory:
         return await self.transport.erase(self.project_id, None, None, confirm=confirm)
 
     def export_lines(self, user_id: str) -> AsyncIterator[str]:
-        """The export of a user's memory (SPEC J5), one JSON line at a time, as it is read
+        """The export of a user's memory (SPEC J4), one JSON line at a time, as it is read
         (format: :mod:`mongomem.ltm.export_format`): a header, every version of every
         memory of the user's own scope with its evidence and turn ids, the decision log,
         an end line. Project-scoped (taxonomic) memories are the project's, not in it."""

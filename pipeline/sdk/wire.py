@@ -45,7 +45,7 @@ Two routes stream, so they are outside the table (:mod:`mongomem.service.export_
 ``GET /v1/users/{user_id}/export`` answers the user's export as NDJSON
 (:data:`NDJSON`, one line at a time; an answer without its ``end`` line was cut
 short) and ``POST /v1/users/{user_id}/import`` takes one as an NDJSON body,
-read line by line, and answers ``{"result": ImportResult}`` (SPEC J5).
+read line by line, and answers ``{"result": ImportResult}`` (SPEC J4).
 
 The service trusts none of the identity: it resolves it again with
 :func:`~mongomem.sdk.resolve_identity` inside the project the API key belongs to.

@@ -1,4 +1,4 @@
-"""The streaming routes of the memory service: a user's export and an import (SPEC J5).
+"""The streaming routes of the memory service: a user's export and an import (SPEC J4).
 
 =====================================  ==================================================
 ``GET  /v1/users/{user_id}/export``    the user's export as NDJSON, streamed line by line

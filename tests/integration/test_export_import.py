@@ -1,4 +1,4 @@
-"""Exporting and importing a user's memory (SPEC J5) on the real servers: lossless round
+"""Exporting and importing a user's memory (SPEC J4) on the real servers: lossless round
 trips (same scope into a fresh database; another project and user), idempotence, all or
 nothing on a bad line, re-embedding, the erasure register, HTTP, the CLI, the sync SDK."""
 

@@ -1,4 +1,4 @@
-"""Retention (SPEC J9) on the real servers: memories not reinforced within their type's
+"""Retention (SPEC J8) on the real servers: memories not reinforced within their type's
 retention expire into an EXPIRE version (kept in history), bounded and idempotent sweeps,
 a late reinforcement keeps a memory, a later extraction is a fresh ADD; the CLI."""
 

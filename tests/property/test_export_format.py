@@ -1,4 +1,4 @@
-"""The export's line format (SPEC J5, mongomem.ltm.export_format): every stored version
+"""The export's line format (SPEC J4, mongomem.ltm.export_format): every stored version
 survives a line unchanged, relocation keeps the id rules the store relies on, and a
 memory's versions out of order or a broken line are refused naming the line."""
 
