@@ -8,6 +8,9 @@ rests on those. ``reinforcement_count`` is not stored: it is the number of
 ``candidate_ids``, which makes a reinforcement idempotent (``$addToSet``). Embeddings are
 stored compactly as little-endian float32 bytes
 (BSON binary), or as a BSON vector (subtype 9) where ``$vectorSearch`` is used.
+A version written by an import (:mod:`mongomem.ltm.export`) carries ``import_id``
+until its import commits, and ``evidence_turns`` (the turn ids of evidence whose
+snapshot the database does not hold); neither is part of the model.
 """
 
 from __future__ import annotations

@@ -332,3 +332,55 @@ def test_the_cli_and_the_sync_sdk(
         await client.close()
 
     asyncio.run(drop())
+
+
+async def test_an_import_a_crash_interrupted_is_rolled_back_or_completed_by_the_next(
+    settings: Settings, mongo: AsyncMongoClient[Document], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash while reading leaves hidden documents only (nothing visible), which the next
+    import of the user rolls back; a crash during the commit is completed by the next."""
+    from mongomem.ltm import export as export_module
+
+    db = settings.mongodb.database
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as memory:
+        await fill(memory)
+        text = await export_text(memory, "alice")
+        lines = text.splitlines(keepends=True)
+
+        async def died(*args: object) -> None:  # the process is gone: no rollback happens
+            raise SystemExit("killed")
+
+        monkeypatch.setattr(export_module, "_roll_back", died)
+        with pytest.raises(SystemExit):  # killed while it was rolling back a bad line
+            await memory.import_user([*lines[:-2], "[]\n"], user_id="kim")
+        monkeypatch.undo()
+        hidden = await mongo[db][MEMORIES].count_documents({"import_id": {"$exists": True}})
+        assert hidden > 0  # written, under the hidden scope
+        assert await count(mongo, db, "travel", "kim") == 0  # nothing visible to the user
+        assert await memory.bind(MemoryRequestContext(user_id="kim")).get_semantic("fact-3") is None
+
+        done = await memory.import_user(lines, user_id="kim")  # rolls the first back, then runs
+        assert (done.memories, done.skipped) == (8, 0)
+        assert await mongo[db][MEMORIES].count_documents({"import_id": {"$exists": True}}) == 0
+
+        commit = export_module._commit
+
+        async def half_commit(database_: Any, job: dict[str, Any]) -> None:
+            await database_[export_module.IMPORTS].update_one(
+                {"_id": job["_id"]}, {"$set": {"state": "committing"}}
+            )
+            move = {"$set": {"scope": {"project_id": "travel", "user_id": "lee"}},
+                    "$unset": {"import_id": ""}}  # fmt: skip
+            await database_[MEMORIES].update_many({"import_id": job["_id"]}, move)
+            raise SystemExit("killed between the two moves")
+
+        monkeypatch.setattr(export_module, "_commit", half_commit)
+        with pytest.raises(SystemExit):
+            await memory.import_user(lines, user_id="lee")
+        monkeypatch.setattr(export_module, "_commit", commit)
+        again = await memory.import_user(lines, user_id="lee")  # finishes that commit first
+        assert (again.memories, again.skipped) == (0, 8)
+        alice, lee = (MemoryScope(project_id="travel", user_id=u) for u in ("alice", "lee"))
+        assert body_lines(await export_text(memory, "lee")) == in_order(
+            _relocated(text, alice, lee)
+        )
