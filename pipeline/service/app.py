@@ -480,7 +480,7 @@ def make_app(
         app.include_router(router)
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     limits = BodyLimits(
-        max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"/import": MAX_USER_IMPORT_BYTES}
+        max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}
     )
     return Plumbing(app, limits)
 
