@@ -35,7 +35,6 @@ provenance and stay as they were.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -55,10 +54,16 @@ __all__ = [
     "ExportHeader",
     "LineError",
     "MemoryGroup",
+    "canonical",
+    "check_decision",
+    "check_group",
+    "check_version",
     "decision_line",
+    "dump_line",
     "end_line",
     "header_line",
     "moved_id",
+    "parse_header",
     "parse_line",
     "relocate_decision",
     "relocate_group",
@@ -100,14 +105,15 @@ class ExportHeader:
         return MemoryScope(project_id=self.project_id, user_id=self.user_id)
 
 
-def _dumps(obj: Doc) -> str:
+def dump_line(obj: Doc) -> str:
+    """One line of the format: ``obj`` in relaxed Extended JSON, keys sorted, ``\\n``-ended."""
     return json_util.dumps(obj, json_options=_JSON, ensure_ascii=False, sort_keys=True) + "\n"
 
 
 def header_line(
     project_id: str, user_id: str, embedder: tuple[str, int] | None, at: datetime, version: str
 ) -> str:
-    return _dumps({
+    return dump_line({
         "kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION,
         "project_id": project_id, "user_id": user_id,
         "embedder": None if embedder is None else {"name": embedder[0], "dimensions": embedder[1]},
@@ -119,16 +125,18 @@ def version_line(doc: Doc, turn_ids: list[list[str]]) -> str:
     """The line of one stored version; ``turn_ids`` has one list per evidence item."""
     kept = {k: v for k, v in doc.items() if k not in _NOT_EXPORTED}
     count = max(1, len(doc.get("candidate_ids", ())))
-    return _dumps({"kind": "version", "doc": kept, "turn_ids": turn_ids,
+    return dump_line({"kind": "version", "doc": kept, "turn_ids": turn_ids,
                    "reinforcement_count": count})  # fmt: skip
 
 
 def decision_line(doc: Doc) -> str:
-    return _dumps({"kind": "decision", "doc": {k: v for k, v in doc.items() if k != "import_id"}})
+    return dump_line(
+        {"kind": "decision", "doc": {k: v for k, v in doc.items() if k != "import_id"}}
+    )
 
 
 def end_line(versions: int, decisions: int) -> str:
-    return _dumps({"kind": "end", "versions": versions, "decisions": decisions})
+    return dump_line({"kind": "end", "versions": versions, "decisions": decisions})
 
 
 def parse_line(raw: bytes | str, number: int) -> tuple[Kind, Doc]:
@@ -299,11 +307,6 @@ def _first(exc: Exception) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(root)"
         return f"{where}: {err['msg']}"
     return str(exc)
-
-
-def lines_of(text: str) -> Iterator[str]:
-    """The lines of an export held as text (tests, small files)."""
-    yield from (line for line in text.splitlines() if line.strip())
 
 
 def canonical(line: str) -> Doc:

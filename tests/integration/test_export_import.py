@@ -194,11 +194,9 @@ def _relocated(text: str, source: MemoryScope, target: MemoryScope) -> list[dict
 
 
 def _dump(obj: dict[str, Any]) -> str:
-    from bson import json_util
+    from mongomem.ltm.export_format import dump_line
 
-    from mongomem.ltm.export_format import _JSON
-
-    return json_util.dumps(obj, json_options=_JSON, sort_keys=True)
+    return dump_line(obj)
 
 
 async def test_a_bad_line_names_its_number_and_stores_nothing(
