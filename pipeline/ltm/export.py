@@ -23,7 +23,8 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
   (``memory_imports``: ``running`` → ``committing`` → ``done``, or
   ``rolled_back``) lets the next import of the same user finish a commit a
   crash interrupted, or roll back an import a crash left ``running``. One
-  import per user at a time: a second one started meanwhile rolls the first back.
+  import per user at a time: a second one started meanwhile rolls the first back,
+  which then fails at its commit (:class:`~mongomem.errors.StorageError`, retriable).
 * **Idempotent.** Ids are deterministic (the source's, or
   :func:`~mongomem.ltm.export_format.moved_id` of them), and a memory the
   target already has (any version with its id) is skipped whole, as is a
@@ -479,7 +480,14 @@ async def import_lines(
             raise LineError(number + 1, "the export ends without its end line (cut short?)")
         await register.refuse_erased(target.project_id, target.user_id, None)
         record = {"types": sorted(job.types), "deleted": job.deleted}
-        await _run(db[IMPORTS].update_one({"_id": job.import_id}, {"$set": record}))
+        still = await _run(db[IMPORTS].update_one(
+            {"_id": job.import_id, "state": "running"}, {"$set": record}
+        ))  # fmt: skip
+        if not still.matched_count:
+            raise StorageError(
+                "another import of this user rolled this one back (one import per user at "
+                "a time); run it again"
+            )
         await _commit(db, {"_id": job.import_id, "project_id": target.project_id,
                            "user_id": target.user_id, **record})  # fmt: skip
     except BaseException as exc:

@@ -382,3 +382,29 @@ async def test_an_import_a_crash_interrupted_is_rolled_back_or_completed_by_the_
         assert body_lines(await export_text(memory, "lee")) == in_order(
             _relocated(text, alice, lee)
         )
+
+
+async def test_a_second_import_of_the_same_user_rolls_the_first_back_and_it_says_so(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    from mongomem.errors import StorageError
+
+    db = settings.mongodb.database
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as memory:
+        await fill(memory)
+        text = await export_text(memory, "alice")
+        lines = text.splitlines(keepends=True)
+
+        async def interrupted() -> Any:
+            for number, line in enumerate(lines, start=1):
+                if number == len(lines) - 1:  # the first import is half read: a second runs
+                    assert (await memory.import_user(lines, user_id="max")).memories == 8
+                yield line
+
+        with pytest.raises(StorageError, match="another import of this user rolled this one"):
+            await memory.import_user(interrupted(), user_id="max")
+        assert await mongo[db][MEMORIES].count_documents({"import_id": {"$exists": True}}) == 0
+        alice, max_ = (MemoryScope(project_id="travel", user_id=u) for u in ("alice", "max"))
+        assert body_lines(await export_text(memory, "max")) == in_order(
+            _relocated(text, alice, max_)
+        )
