@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ORDER = [
     "stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "decisions",
-    "lifecycle", "service", "erase",
+    "lifecycle", "service", "erase", "export",
 ]  # fmt: skip
 
 

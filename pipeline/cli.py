@@ -352,6 +352,14 @@ def _parser() -> argparse.ArgumentParser:
 
     add_erase_cli(sub)  # `erase user|session|project|resume` (needs --yes)
 
+    from mongomem.export_cli import add_cli as add_export_cli  # cheap: MongoDB loads on run
+
+    add_export_cli(sub)  # `export --user U [--out F]`, `import F --user U`
+
+    from mongomem.retention_cli import add_cli as add_retention_cli  # cheap: loads on run
+
+    add_retention_cli(sub)  # `expire [--limit N]`
+
     from mongomem.evaluation.cli import add_cli as add_eval_cli  # cheap: the harness loads on run
 
     add_eval_cli(sub)  # `eval locomo|longmemeval --data PATH`

@@ -71,7 +71,7 @@ def prune(
     ordered = sorted(versions, key=lambda v: v.version)
     kept: list[VersionFacts] = []
     for v in ordered:
-        if v.status == "deleted":
+        if v.status in ("deleted", "expired"):
             kept.append(v)
             continue
         evidence = tuple(e for e in v.evidence if not erased(e))
@@ -84,9 +84,9 @@ def prune(
         if evidence != v.evidence or cids != v.candidate_ids:
             out.changed[v.version] = (evidence, cids)
         kept.append(v)
-    if not any(v.status != "deleted" for v in kept):
+    if not any(v.status not in ("deleted", "expired") for v in kept):
         return Pruned(delete_all=True, removed=[v.version for v in ordered])
     latest = ordered[-1]
     if latest.status == "current" and latest.version in out.removed:
-        out.reverted_to = max(v.version for v in kept if v.status != "deleted")
+        out.reverted_to = max(v.version for v in kept if v.status not in ("deleted", "expired"))
     return out

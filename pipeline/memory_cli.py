@@ -5,7 +5,7 @@
     mongomem memory delete MEMORY_ID --project-id P --user-id U [--reason R] --yes
     mongomem memory delete --type semantic --key home-airport --project-id P --user-id U --yes
     mongomem memory list  --project-id P --user-id U [--type T] [--status current|superseded|
-                          deleted] [--since ISO] [--prefix K] [--limit N] [--cursor C]
+                          deleted|expired] [--since ISO] [--prefix K] [--limit N] [--cursor C]
     mongomem memory count --project-id P --user-id U [--type T] [--status S] [--since] [--prefix]
     mongomem memory get     MEMORY_ID --project-id P --user-id U   its latest version
     mongomem memory history MEMORY_ID --project-id P --user-id U   every version
@@ -73,7 +73,7 @@ def add_cli(subparsers: Any) -> None:
     def filters(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--type", dest="memory_type", default=None, help="default: every type")
         sub.add_argument("--status", default="current",
-                         choices=["current", "superseded", "deleted"])  # fmt: skip
+                         choices=["current", "superseded", "deleted", "expired"])  # fmt: skip
         sub.add_argument("--since", type=_aware_time, default=None, help="updated at or after")
         sub.add_argument("--prefix", default=None, help="keys starting with this")
 

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 __all__ = [
     "BUILTIN_MEMORY_TYPES",
+    "CLOSED_STATUSES",
     "MAX_JSON_DEPTH",
     "Action",
     "Evidence",
@@ -340,21 +341,29 @@ class MemoryCandidate(Frozen):
 
 
 class Action(StrEnum):
-    """What wrote a version: the reconciler's three actions, or a deletion (SPEC J1)."""
+    """What wrote a version: the reconciler's three actions, a deletion (SPEC J1), or
+    the expiry of a memory not reinforced within its type's retention (J8)."""
 
     ADD = "ADD"
     UPDATE = "UPDATE"
     REINFORCE = "REINFORCE"
     DELETE = "DELETE"
+    EXPIRE = "EXPIRE"
 
 
 class MemoryStatus(StrEnum):
-    """``current`` (what reads return), ``superseded`` (an older version) or
-    ``deleted`` (the DELETE version that closes a deleted memory's history)."""
+    """``current`` (what reads return), ``superseded`` (an older version),
+    ``deleted`` (the DELETE version that closes a deleted memory's history) or
+    ``expired`` (the EXPIRE version that closes an expired one's, the same way)."""
 
     CURRENT = "current"
     SUPERSEDED = "superseded"
     DELETED = "deleted"
+    EXPIRED = "expired"
+
+
+#: The statuses of a version that closes a memory's history (no version is current after).
+CLOSED_STATUSES: frozenset[str] = frozenset({MemoryStatus.DELETED, MemoryStatus.EXPIRED})
 
 
 class MemoryVersion(Frozen):
@@ -364,7 +373,8 @@ class MemoryVersion(Frozen):
     ``stable_id(memory_id, version)``. Exactly one version of a memory is
     ``current`` — none once the memory is deleted: its last version is then
     the ``DELETE`` version (status ``deleted``), which records the time
-    (``created_at``), ``actor`` and ``reason`` of the deletion.
+    (``created_at``), ``actor`` and ``reason`` of the deletion; or once it
+    expired: an ``EXPIRE`` version (status ``expired``) does the same.
     """
 
     version_id: str

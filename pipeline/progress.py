@@ -19,9 +19,15 @@ for as long as it takes), so a handled record is always recorded.
 A (snapshot, type) is **done** when its extractor's entry lists candidates all
 of which are reconciled, **dead-lettered** when either stage dead-lettered it
 (with the error; a candidate dead-lettered and applied since does not count),
-**pending** otherwise. :func:`session_status` reads the
-session's snapshots, their entries and its last turn's seq: three indexed
-reads, sent together (one round trip of latency), and no Kafka call.
+**pending** otherwise. :func:`session_status` is one read — one ``aggregate``
+on ``turns``: the session's last turn (its unique (session, seq) index), then
+the session's snapshots and processing entries joined in by two uncorrelated
+``$lookup`` s, each served by that collection's session index — one command
+and one round trip, and no Kafka call. (A single-collection read would need the
+windower and every ``record_turn`` to copy what they write into
+``processing_status``: a write on the hot path of every turn.) Only a session
+without any turn — whose snapshots, if any, were stored by other means — takes a
+second read: the same join anchored on its snapshots.
 """
 
 from __future__ import annotations
@@ -232,22 +238,43 @@ class Progress:
             {"$addToSet": {"failed": failure}}, upsert=True,
         ))  # fmt: skip
 
+    async def _aggregate(self, collection: str, pipeline: list[Document]) -> list[Document]:
+        cursor = await _run(self._db[collection].aggregate(pipeline))
+        found: list[Document] = await _run(cursor.to_list())
+        return found
+
     async def session_status(
         self, session: SessionKey, memory_types: Sequence[str]
     ) -> ProcessingStatus:
         """Every snapshot of ``session`` with the progress of each of ``memory_types``."""
         query = _session(session)
-        snaps, rows, last = await asyncio.gather(
-            _run(self._db[SNAPSHOTS].find(
-                query, {"first_seq": 1, "last_seq": 1, "closed_at": 1}, sort=[("last_seq", -1)]
-            ).to_list()),
-            _run(self.entries.find(query, {"memory_type": 1, "snapshot_id": 1, "candidates": 1,
-                                           "reconciled": 1, "failed": 1, "dead_letter": 1})
-                 .to_list()),
+        entries = {"$lookup": {"from": PROGRESS, "as": "entries", "pipeline": [
+            {"$match": query},
+            {"$project": {"memory_type": 1, "snapshot_id": 1, "candidates": 1,
+                          "reconciled": 1, "failed": 1, "dead_letter": 1}},
+        ]}}  # fmt: skip
+        snapshot_fields = {"first_seq": 1, "last_seq": 1, "closed_at": 1}
+        joined = await self._aggregate(TURNS, [
             # The last turn, session ends left out: an end is never in a snapshot.
-            _run(self._db[TURNS].find_one({**query, **NOT_AN_EVENT}, {"seq": 1},
-                                          sort=[("seq", -1)])),
-        )  # fmt: skip
+            {"$match": {**query, **NOT_AN_EVENT}},
+            {"$sort": {"seq": -1}},
+            {"$limit": 1},
+            {"$project": {"seq": 1}},
+            {"$lookup": {"from": SNAPSHOTS, "as": "snapshots", "pipeline": [
+                {"$match": query}, {"$project": snapshot_fields},
+            ]}},
+            entries,
+        ])  # fmt: skip
+        last = joined[0] if joined else None
+        if last is not None:
+            snaps, rows = last["snapshots"], last["entries"]
+        else:  # no turn: snapshots stored by other means, if any (module docstring)
+            grouped = await self._aggregate(SNAPSHOTS, [
+                {"$match": query}, {"$project": snapshot_fields},
+                {"$group": {"_id": None, "snapshots": {"$push": "$$ROOT"}}}, entries,
+            ])  # fmt: skip
+            snaps = grouped[0]["snapshots"] if grouped else []
+            rows = grouped[0]["entries"] if grouped else []
         found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
         types = tuple(dict.fromkeys(memory_types))
         out = []

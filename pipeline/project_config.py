@@ -19,6 +19,8 @@
         idle_timeout_s: 300
         projects:                      # per-project overrides
           support-bot: {max_messages: 8}
+      retention:                       # optional, per type: days without reinforcement
+        episodic: {expire_after_days: 90}
 
 ``MONGOMEM_ENABLED_EXTRACTIONS`` wins over ``memory.extraction.enabled`` when
 both are set (that is how the file reaches a deployed memory server).
@@ -42,6 +44,7 @@ __all__ = [
     "ExtractionConfig",
     "MemoryConfig",
     "ProjectConfig",
+    "RetentionRule",
     "WindowOverride",
     "WindowingConfig",
     "enabled_types",
@@ -101,9 +104,27 @@ class WindowingConfig(WindowOverride):
     projects: dict[str, WindowOverride] = Field(default_factory=dict)
 
 
+class RetentionRule(_Strict):
+    """A memory of the type expires once no evidence of its current version is newer than
+    ``expire_after_days`` (SPEC J8; :mod:`mongomem.ltm.retention`)."""
+
+    expire_after_days: float = Field(gt=0, le=36_500)
+
+
 class MemoryConfig(_Strict):
     extraction: ExtractionConfig = Field(default_factory=ExtractionConfig)
     windowing: WindowingConfig = Field(default_factory=WindowingConfig)
+    #: Memory type → its retention; a type not named here never expires.
+    retention: dict[str, RetentionRule] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _retained_types_known(self) -> MemoryConfig:
+        known = set(BUILTIN_MEMORY_TYPES) | {c.name for c in self.extraction.custom}
+        unknown = sorted(t for t in self.retention if t not in known)
+        if unknown:
+            raise ValueError(f"retention names unknown memory types {unknown}; known: "
+                             f"{sorted(known)}")  # fmt: skip
+        return self
 
 
 class ProjectConfig(_Strict):

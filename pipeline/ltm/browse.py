@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 BROWSE_INDEX = "scope_status_created"
-StatusFilter = Literal["current", "superseded", "deleted"]
+StatusFilter = Literal["current", "superseded", "deleted", "expired"]
 Doc = dict[str, Any]
 
 

@@ -24,11 +24,16 @@ and the ``reason`` — and supersedes version *n*, then bumps the scope log, so:
   memory's versions stay as they are, in its history only.
 
 A decision-log entry (action ``DELETE``) records the deletion as well.
+
+**Expiry** (SPEC J8, :mod:`mongomem.ltm.retention`) is the same write with
+status ``expired`` and action ``EXPIRE`` (``expire=True``): it closes the
+history just as a deletion does, with every guarantee above, so history says
+why the memory is gone and a later extraction of the key is a fresh ADD.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -41,7 +46,14 @@ from mongomem.ltm.documents import from_document, scope_filter
 from mongomem.ltm.host import StoreCollections
 from mongomem.ltm.index import bump_scope
 from mongomem.ltm.writes import supersede_update
-from mongomem.models import Action, MemoryScope, MemoryStatus, MemoryVersion, stable_id
+from mongomem.models import (
+    CLOSED_STATUSES,
+    Action,
+    MemoryScope,
+    MemoryStatus,
+    MemoryVersion,
+    stable_id,
+)
 
 __all__ = ["Deleted", "delete_memory", "deletion_id"]
 
@@ -77,8 +89,15 @@ async def delete_memory(
     actor: str,
     reason: str | None,
     now: datetime,
+    expire: bool = False,
+    still: Callable[[Doc], bool] | None = None,
 ) -> Deleted | None:
-    """Delete the memory ``memory_id`` if it lives in one of ``scopes`` (``None`` if not)."""
+    """Delete the memory ``memory_id`` if it lives in one of ``scopes`` (``None`` if not).
+
+    ``expire``: write an ``EXPIRE`` version (status ``expired``) instead. ``still``:
+    a last check of the latest version just before the write (``False``: nothing is
+    written and ``None`` returned — e.g. it was reinforced since it was chosen).
+    """
     now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # what BSON keeps
     ors = [scope_filter(s.project_id, s.user_id) for s in scopes]
     query: Doc = {"memory_id": memory_id, "$or": ors}
@@ -88,17 +107,19 @@ async def delete_memory(
         )
         if latest is None:
             return None
-        if latest.get("status") == MemoryStatus.DELETED:
+        if latest.get("status") in CLOSED_STATUSES:
             await _complete(store, latest, now)
             return Deleted(from_document(latest), already=True)
+        if still is not None and not still(latest):
+            return None
         version = int(latest["version"]) + 1
         cid = deletion_id(memory_id, version)
         tombstone = {
             **{k: v for k, v in latest.items() if k not in _NOT_COPIED},
             "_id": MemoryVersion.make_version_id(memory_id, version),
             "version": version,
-            "status": MemoryStatus.DELETED.value,
-            "action": Action.DELETE.value,
+            "status": (MemoryStatus.EXPIRED if expire else MemoryStatus.DELETED).value,
+            "action": (Action.EXPIRE if expire else Action.DELETE).value,
             "evidence": [],
             "candidate_id": cid,
             "candidate_ids": [cid],
@@ -166,7 +187,7 @@ async def _complete(store: StoreCollections, tombstone: Doc, now: datetime) -> N
     if logged is None:
         try:
             await store.decisions.insert_one({
-                "_id": cid, "candidate_id": cid, "action": Action.DELETE.value,
+                "_id": cid, "candidate_id": cid, "action": tombstone["action"],
                 "memory_id": memory_id, "version": version, "base_version": version - 1,
                 "memory_type": memory_type, "scope": scope.model_dump(),
                 "key": tombstone["key"], "reason": tombstone.get("reason"),

@@ -8,6 +8,9 @@ rests on those. ``reinforcement_count`` is not stored: it is the number of
 ``candidate_ids``, which makes a reinforcement idempotent (``$addToSet``). Embeddings are
 stored compactly as little-endian float32 bytes
 (BSON binary), or as a BSON vector (subtype 9) where ``$vectorSearch`` is used.
+A version written by an import (:mod:`mongomem.ltm.export`) carries ``import_id``
+until its import commits, and ``evidence_turns`` (the turn ids of evidence whose
+snapshot the database does not hold); neither is part of the model.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ __all__ = [
 ]
 
 #: Document fields that are not part of the model.
-STORED_ONLY = ("_id", "key_norm", "candidate_id", "candidate_ids", "variants")
+STORED_ONLY = (
+    "_id", "key_norm", "candidate_id", "candidate_ids", "variants", "import_id", "evidence_turns",
+)  # fmt: skip
 
 
 def encode_embedding(vector: Sequence[float], *, bson_vector: bool = False) -> Binary | bytes:

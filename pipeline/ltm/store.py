@@ -77,6 +77,7 @@ from mongomem.ltm.batch import reconcile_batch
 from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
+from mongomem.ltm.export import ensure_export_indexes
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge, decide
 from mongomem.ltm.plan import (
@@ -107,10 +108,10 @@ from mongomem.ltm.writes import (
     supersede_update,
 )
 from mongomem.models import (
+    CLOSED_STATUSES,
     Action,
     MemoryCandidate,
     MemoryScope,
-    MemoryStatus,
     MemoryVersion,
     utcnow,
 )
@@ -169,6 +170,7 @@ class MemoryStore(MemoryReads):
             )  # fmt: skip
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
+            await ensure_export_indexes(self.db)
             if self.ledger_ttl_s is not None:  # settled entries go at their own expires_at
                 await self.ledger.create_index(EXPIRES, name=EXPIRES, expireAfterSeconds=0)
         except PyMongoError as exc:
@@ -331,14 +333,15 @@ class MemoryStore(MemoryReads):
         return dates
 
     async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
-        """``decision`` with the first incarnation of its key not taken by a deleted memory."""
+        """``decision`` with the first incarnation of its key not taken by a deleted (or
+        expired) memory."""
         for incarnation in range(1_000):
             memory_id = memory_id_for(candidate.scope, candidate.memory_type, candidate.key,
                                       incarnation)  # fmt: skip
             latest = await self._read(self.memories.find_one(
                 {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
             ))  # fmt: skip
-            if latest is None or latest.get("status") != MemoryStatus.DELETED:
+            if latest is None or latest.get("status") not in CLOSED_STATUSES:
                 if memory_id == decision.memory_id:
                     return decision
                 return decision.model_copy(update={"memory_id": memory_id})

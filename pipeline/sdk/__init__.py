@@ -19,6 +19,7 @@ with an API key, with the same results and errors.
 
 from __future__ import annotations
 
+from mongomem.ltm.export import ExportResult, ImportResult
 from mongomem.progress import ProcessingStatus, SnapshotProgress, TypeProgress
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.http import HttpTransport
@@ -53,8 +54,10 @@ __all__ = [
     "DeleteResult",
     "DirectTransport",
     "Episode",
+    "ExportResult",
     "HttpTransport",
     "Identity",
+    "ImportResult",
     "Memory",
     "MemoryContext",
     "MemoryItem",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -25,9 +25,11 @@ from mongomem.erasure import ErasureResult
 from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import make_filter
+from mongomem.ltm.export import ExportResult, ImportResult
 from mongomem.models import MemoryType, Role, SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES, check_context_arguments, compose_context
+from mongomem.sdk.export_io import ExportSink, ImportSource, read_lines, write_export
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
@@ -136,6 +138,32 @@ class AsyncMemory:
         """Erase every user, session and memory of this project (direct clients only:
         over HTTP it is refused — one API key must not wipe a project)."""
         return await self.transport.erase(self.project_id, None, None, confirm=confirm)
+
+    def export_lines(self, user_id: str) -> AsyncIterator[str]:
+        """The export of a user's memory (SPEC J4), one JSON line at a time, as it is read
+        (format: :mod:`mongomem.ltm.export_format`): a header, every version of every
+        memory of the user's own scope with its evidence and turn ids, the decision log,
+        an end line. Project-scoped (taxonomic) memories are the project's, not in it."""
+        user = resolve_identity(self.project_id, MemoryRequestContext(user_id=user_id))
+        return self.transport.export_user(self.project_id, user.user_id)
+
+    async def export_user(self, user_id: str, out: ExportSink) -> ExportResult:
+        """Write the export of a user's memory to ``out`` (a path or an open file), line
+        by line (never whole in memory); a cut-short export raises
+        :class:`~mongomem.errors.StorageError`. See :meth:`export_lines`."""
+        return await write_export(self.project_id, user_id, self.export_lines(user_id), out)
+
+    async def import_user(self, source: ImportSource, *, user_id: str) -> ImportResult:
+        """Import an export (a path, an open file, or its lines) into ``user_id`` of this
+        project: the same history, all or nothing, idempotent (:mod:`mongomem.ltm.export`).
+
+        A bad line raises :class:`~mongomem.errors.InputError` naming its number and
+        nothing of the import is stored; an erased user raises
+        :class:`~mongomem.errors.Erased`. Vectors are embedded again when this side's
+        embedder is not the export's.
+        """
+        user = resolve_identity(self.project_id, MemoryRequestContext(user_id=user_id))
+        return await self.transport.import_user(self.project_id, user.user_id, read_lines(source))
 
     async def close(self) -> None:
         await self.transport.close()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -42,8 +42,10 @@ from mongomem.errors import (
     MongomemError,
     RateLimitExceeded,
     ScopeError,
+    StorageError,
 )
 from mongomem.ltm.browse import MemoryFilter
+from mongomem.ltm.export import ImportResult
 from mongomem.models import Role, SessionEnd, Turn, utcnow
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.context import check_context_arguments
@@ -61,7 +63,7 @@ from mongomem.sdk.models import (
     VersionRecord,
 )
 from mongomem.sdk.service_client import ServiceClient
-from mongomem.sdk.wire import ROUTES
+from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, ROUTES
 from mongomem.stm import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
 from mongomem.tls import Verify
 
@@ -312,6 +314,47 @@ class HttpTransport(ServiceClient):
 
     async def end_session(self, who: Identity) -> SessionEnd:
         return self._decode(TypeAdapter(SessionEnd), await self._call("end_session", who))
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+
+    async def export_user(self, project_id: str, user_id: str) -> AsyncIterator[str]:
+        """``GET /v1/users/{user_id}/export``: the NDJSON stream, line by line as it arrives."""
+        url = self.base_url + EXPORT_PATH.format(user_id=quote(user_id, safe=""))
+        try:
+            async with self._http().stream(
+                "GET", url, headers=self._auth(), params={"project_id": project_id},
+                timeout=httpx.Timeout(self._timeout, read=None),
+            ) as response:  # fmt: skip
+                if response.status_code != 200:
+                    await response.aread()
+                    raise self._error(response, self._payload(response))
+                async for line in response.aiter_lines():
+                    if line:
+                        yield line + "\n"
+        except httpx.HTTPError as exc:
+            raise StorageError(f"the export from {self.base_url} failed: {exc}") from exc
+
+    async def import_user(
+        self, project_id: str, user_id: str, lines: AsyncIterable[bytes | str]
+    ) -> ImportResult:
+        """``POST /v1/users/{user_id}/import`` with the lines as an NDJSON body, streamed."""
+
+        async def body() -> AsyncIterator[bytes]:
+            async for line in lines:
+                raw = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+                yield raw if raw.endswith(b"\n") else raw + b"\n"
+
+        path = IMPORT_PATH.format(user_id=quote(user_id, safe=""))
+        response = await self._request(
+            "POST", path, params={"project_id": project_id}, content=body(),
+            headers={**self._auth(), "Content-Type": NDJSON},
+            timeout=httpx.Timeout(self._timeout, read=None, write=None),
+        )  # fmt: skip
+        payload = self._payload(response)
+        if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
+            return self._decode(TypeAdapter(ImportResult), payload["result"])
+        raise self._error(response, payload)
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:
         return self._decode(_SESSIONS, await self._call("list_sessions", who, limit=limit))

@@ -67,6 +67,7 @@ class ServiceClient:
     async def _request(self, method: str, path: str, **options: Any) -> httpx.Response:
         """``method`` ``base_url + path`` with the API key; no answer is an error here."""
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        headers.update(options.pop("headers", {}))
         try:
             return await self._http().request(
                 method, f"{self.base_url}{path}", headers=headers, **options

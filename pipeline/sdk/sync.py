@@ -21,9 +21,11 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 from mongomem.embeddings import Embedder
 from mongomem.erasure import ErasureResult
 from mongomem.ltm import Judge, Thresholds
+from mongomem.ltm.export import ExportResult, ImportResult
 from mongomem.models import Role, SessionEnd, Turn
 from mongomem.progress import ProcessingStatus
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from mongomem.sdk.export_io import ExportSink, ImportSource
 from mongomem.sdk.models import (
     DeleteResult,
     Episode,
@@ -208,6 +210,17 @@ class Memory(SyncClient[AsyncMemory]):
     def erase_project(self, *, confirm: bool = False) -> ErasureResult:
         """See :meth:`AsyncMemory.erase_project <mongomem.sdk.AsyncMemory.erase_project>`."""
         return self._call(self._async.erase_project(confirm=confirm))
+
+    def export_user(self, user_id: str, out: ExportSink) -> ExportResult:
+        """See :meth:`AsyncMemory.export_user <mongomem.sdk.AsyncMemory.export_user>`.
+
+        Not bounded by ``timeout_s`` (an export takes as long as the user's memory)."""
+        return self._runner.call(self._async.export_user(user_id, out), None)
+
+    def import_user(self, source: ImportSource, *, user_id: str) -> ImportResult:
+        """See :meth:`AsyncMemory.import_user <mongomem.sdk.AsyncMemory.import_user>`
+        (not bounded by ``timeout_s``)."""
+        return self._runner.call(self._async.import_user(source, user_id=user_id), None)
 
 
 class BoundMemory:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -25,9 +25,10 @@ from pymongo import AsyncMongoClient
 from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
 from mongomem.erasure import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure_register import ErasureRegister
-from mongomem.errors import InputError
+from mongomem.errors import ConfigError, InputError, NotReady
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
+from mongomem.ltm.export import ImportResult, export_lines, import_lines
 from mongomem.models import (
     Evidence,
     MemoryScope,
@@ -171,6 +172,16 @@ class MemoryTransport(Protocol):
     ) -> ErasureResult:
         """Erase a project, a user or a session (:mod:`mongomem.erasure`); ``confirm`` must
         be ``True``."""
+        ...
+
+    def export_user(self, project_id: str, user_id: str) -> AsyncIterator[str]:
+        """The export of the user's memory, line by line (:mod:`mongomem.ltm.export`)."""
+        ...
+
+    async def import_user(
+        self, project_id: str, user_id: str, lines: AsyncIterable[bytes | str]
+    ) -> ImportResult:
+        """Import an export into the user, all or nothing (:mod:`mongomem.ltm.export`)."""
         ...
 
     async def close(self) -> None: ...
@@ -433,6 +444,35 @@ class DirectTransport:
         store = await self._store_ready()
         target = Target(project_id=project_id, user_id=user_id, session_id=session_id)
         return await erase(store.db, target, actor=self._actor or user_id or "sdk")
+
+    async def _embedder_id(self) -> tuple[str, int] | None:
+        """The configured embedder's name and size (``None``: none is configured)."""
+        try:
+            _, embedder = await self._ready()
+        except (NotReady, ConfigError):
+            return None
+        if not embedder.dimensions:  # a stand-in that makes no vectors (the CLI's)
+            return None
+        return embedder.name, embedder.dimensions
+
+    async def export_user(self, project_id: str, user_id: str) -> AsyncIterator[str]:
+        from mongomem import __version__
+
+        store = await self._store_ready()
+        scope = MemoryScope(project_id=project_id, user_id=user_id)
+        embedder = await self._embedder_id()
+        async for line in export_lines(store.db, scope, embedder, version=__version__):
+            yield line
+
+    async def import_user(
+        self, project_id: str, user_id: str, lines: AsyncIterable[bytes | str]
+    ) -> ImportResult:
+        store, embedder = await self._ready()
+        scope = MemoryScope(project_id=project_id, user_id=user_id)
+        return await import_lines(
+            store.db, scope, lines, embedder=embedder, register=self._register(store),
+            bson_vector=store.bson_vectors,
+        )  # fmt: skip
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:

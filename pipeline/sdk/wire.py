@@ -42,6 +42,12 @@ operation               method  path (under ``/v1/users/{user_id}``)            
 The arguments of each are those of its request model in :data:`OPERATIONS`,
 less the caller's fields and the path's.
 
+Two routes stream, so they are outside the table (:mod:`mongomem.service.export_routes`):
+``GET /v1/users/{user_id}/export`` answers the user's export as NDJSON
+(:data:`NDJSON`, one line at a time; an answer without its ``end`` line was cut
+short) and ``POST /v1/users/{user_id}/import`` takes one as an NDJSON body,
+read line by line, and answers ``{"result": ImportResult}`` (SPEC J4).
+
 The service trusts none of the identity: it resolves it again with
 :func:`~mongomem.sdk.resolve_identity` inside the project the API key belongs to.
 
@@ -78,6 +84,9 @@ from mongomem.stm import SessionPage, SessionSummary, TurnPage
 
 __all__ = [
     "CALLER_FIELDS",
+    "EXPORT_PATH",
+    "IMPORT_PATH",
+    "NDJSON",
     "OPERATIONS",
     "ROUTES",
     "Answer",
@@ -296,6 +305,12 @@ class HttpRoute:
 
 
 _USER = "/v1/users/{user_id}"
+
+#: The streaming routes (not in :data:`ROUTES`): a user's export, and an import into one.
+EXPORT_PATH = f"{_USER}/export"
+IMPORT_PATH = f"{_USER}/import"
+#: The media type of an export: JSON lines.
+NDJSON = "application/x-ndjson"
 
 #: Operation → its route (the module table). The service serves exactly these.
 ROUTES: dict[str, HttpRoute] = {

@@ -429,6 +429,8 @@ def make_app(
     thresholds: Thresholds | None = None,
 ) -> Plumbing:
     """The service as an ASGI application (MongoDB is reached once it starts)."""
+    from mongomem.service.export_routes import MAX_IMPORT_BYTES as MAX_USER_IMPORT_BYTES
+    from mongomem.service.export_routes import export_router
     from mongomem.service.inspector import inspector_router, ui_router
     from mongomem.service.spaces_routes import MAX_IMPORT_BYTES, SpacesRegistry, spaces_router
 
@@ -467,7 +469,7 @@ def make_app(
         openapi_url="/openapi.json",
         exception_handlers={HTTPException: unrouted},
     )
-    routers = [memory_router(), spaces_router(), inspector_router(), ui_router()]
+    routers = [memory_router(), export_router(), spaces_router(), inspector_router(), ui_router()]
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(
@@ -482,7 +484,10 @@ def make_app(
     for router in routers:
         app.include_router(router)
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
-    return Plumbing(app, BodyLimits(max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}))
+    limits = BodyLimits(
+        max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}
+    )
+    return Plumbing(app, limits)
 
 
 async def serve(

@@ -25,6 +25,7 @@ import ssl
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 from urllib.parse import unquote
 
@@ -215,15 +216,20 @@ def _match_path(raw: bytes) -> str:
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """The largest body of a request: ``default``, or the first prefix of ``by_path`` it has."""
+    """The largest body of a request: ``default``, or the first prefix of ``by_path`` it
+    has, or ``by_user_route[name]`` for exactly ``/v1/users/{user_id}/{name}``."""
 
     default: int
     by_path: Mapping[str, int]
+    by_user_route: Mapping[str, int] = dataclass_field(default_factory=dict)
 
     def of(self, path: str) -> int:
         for prefix, limit in self.by_path.items():
             if path.startswith(prefix):
                 return limit
+        parts = path.split("/")  # an escaped "/" in the user id stays %2F here
+        if len(parts) == 5 and parts[:3] == ["", "v1", "users"] and parts[3]:
+            return self.by_user_route.get(parts[4], self.default)
         return self.default
 
 

@@ -272,6 +272,14 @@ class SnapshotWindower:
             gone = await self.erasures.erased_among(r.session for r in first.values())
             run.erased = {k for k, r in first.items() if r.session in gone}
             first = {k: r for k, r in first.items() if k not in run.erased}
+        if self.erasures is not None and any(
+            isinstance(e, Watermark) for e in run.events.values()
+        ):  # an erased session that is only waiting (no event of its own) is dropped too
+            waiting = {k: s.session for k in self._open_in(run.partition)
+                       if k not in run.erased and (s := self.store.get(k)) is not None}  # fmt: skip
+            if waiting:
+                idle_gone = await self.erasures.erased_among(waiting.values())
+                run.erased |= {k for k, s in waiting.items() if s in idle_gone}
         if self.resume is None:
             return
         unknown = {
@@ -459,6 +467,8 @@ class SnapshotWindower:
             return
         run.stats.watermarks += 1
         for session_key in self._pending_sessions(run):
+            if session_key in run.erased:
+                continue
             entry = self._enter(run, session_key, offset)
             if entry is None or not entry.pending:
                 continue

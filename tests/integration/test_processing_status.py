@@ -260,3 +260,59 @@ def test_cli_status_prints_the_progress_and_waits(
     assert printed["snapshots"][0]["types"][0]["memory_type"] == "semantic"
     assert main(["memory", "status", *who, "--wait", "0.3"]) == 1
     assert f"{snap['_id']} (semantic)" in capsys.readouterr().err
+
+
+async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    from pymongo import monitoring
+
+    from mongomem.models import SessionKey
+    from mongomem.mongo import connect
+    from mongomem.progress import Progress
+    from mongomem.stm import ShortTermMemory
+
+    db = database(mongo, settings.mongodb)
+    stm = ShortTermMemory(db, settings.stm)
+    await stm.ensure_indexes()
+    session = SessionKey(project_id="p", user_id="u", session_id="s1")
+    await stm.record_turn(session, "user", "hi", None)
+    await stm.record_turn(session, "user", "the airport is Boston", None)
+    snap = snapshot_doc("p", "s1")
+    await db[SNAPSHOTS].insert_one(snap)
+    await db[PROGRESS].insert_one({
+        "_id": stable_id("prog", snap["_id"], "semantic"), "project_id": "p", "user_id": "u",
+        "session_id": "s1", "snapshot_id": snap["_id"], "memory_type": "semantic",
+        "candidates": ["c1"], "reconciled": ["c1"],
+    })  # fmt: skip
+    names: list[str] = []
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            names.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    watched = connect(settings.mongodb, event_listeners=[Listener()])
+    try:
+        progress = Progress(database(watched, settings.mongodb))
+        await watched.admin.command("ping")  # the connection handshake is not the read
+        names.clear()
+        status = await progress.session_status(session, TYPES)
+        assert names == ["aggregate"]  # one command: no getMore, no second read
+        other = await progress.session_status(session.model_copy(update={"session_id": "s9"}),
+                                              TYPES)  # fmt: skip
+    finally:
+        await watched.close()
+    assert (status.last_turn_seq, status.last_snapshot_seq) == (2, 1)
+    [one] = status.snapshots
+    assert one.snapshot_id == snap["_id"]
+    assert [(t.memory_type, t.state) for t in one.types] == [
+        ("semantic", "done"),
+        ("episodic", "pending"),
+    ]
+    assert (other.snapshots, other.last_turn_seq, other.state) == ((), 0, "done")

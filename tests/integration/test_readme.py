@@ -77,3 +77,17 @@ def test_readme_lifecycle_example_runs(settings: Settings, monkeypatch: pytest.M
     assert namespace["done"].reason == "the user asked"
     assert [i.key for i in namespace["page"].items] == ["seat"]
     assert namespace["status"].state == "done"  # no snapshot yet: nothing pending
+
+
+def test_readme_export_example_runs(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (example,) = [b for b in python_blocks() if "memory.export_user(" in b]
+    monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
+    monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
+    monkeypatch.setenv("MONGOMEM_EMBEDDING_PROVIDER", "stand-in")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(example, str(README), "exec"), namespace)
+    assert (namespace["exported"].versions, namespace["imported"].memories) == (1, 1)
+    assert (tmp_path / "user_1.jsonl").read_text().count("\n") == 4  # header, 1, 1, end

@@ -202,3 +202,15 @@ async def test_a_keyed_save_waits_the_retry_after_of_a_429() -> None:
         await t.save(WHO, "semantic", {"label": "seat", "text": "Aisle."})
     assert refused == 4
     await t.close()
+
+
+def test_the_body_limit_of_a_users_import_is_that_route_alone() -> None:
+    from mongomem.service.http import BodyLimits
+
+    limits = BodyLimits(10, {"/v1/spaces/import": 64}, {"import": 256})
+    assert limits.of("/v1/users/alice/import") == 256
+    assert limits.of("/v1/users/a%2Fb/import") == 256  # an escaped "/" is one segment
+    assert limits.of("/v1/users/alice/memories/import") == 10  # a save of type "import"
+    assert limits.of("/v1/users//import") == 10
+    assert limits.of("/v1/users/alice/sessions") == 10
+    assert limits.of("/v1/spaces/import") == 64

@@ -53,3 +53,24 @@ async def test_an_erased_sessions_turns_leave_no_state_and_no_snapshot() -> None
     assert store.get(KEPT.kafka_key()) is not None
     assert {s.session for s in sink.delivered} == {KEPT}
     assert w.stats.erased == 13
+
+
+async def test_an_erased_session_that_only_waits_is_dropped_at_the_next_watermark() -> None:
+    """No event of its own arrives after the erasure: its idle state must not linger, nor
+    close into a snapshot, when a watermark comes (batch and record by record)."""
+    for by_record in (False, True):
+        store, sink, register = MemoryStore(), BulkRecordingSink(), Register()
+        w = windower(store, sink, Letters())
+        w.erasures = register
+        await w.process_batch(0, turns(GONE, range(1, 3), 0) + turns(KEPT, range(1, 3), 2))
+        assert store.get(GONE.kafka_key()) is not None  # waiting for its idle timeout
+
+        register.erased.add(GONE)
+        tick = encode(Watermark(caught_up=True, at=T0 + timedelta(hours=1)))
+        if by_record:
+            await w.process(0, 4, None, tick)
+        else:
+            await w.process_batch(0, [(4, None, tick)])
+
+        assert store.get(GONE.kafka_key()) is None
+        assert {s.session for s in sink.delivered} == {KEPT}

@@ -1,0 +1,502 @@
+"""Exporting and importing one user's long-term memory (SPEC J4).
+
+The line format, its checks and the relocation of ids into another scope are
+in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
+
+* **Streaming.** :func:`export_lines` reads two cursors (the user's versions
+  by ``(memory_id, version)``, then the user's decision-log entries by ``_id``,
+  both served by indexes :meth:`MemoryStore.setup` creates) and yields one line
+  at a time; at most :data:`CHUNK` versions are held at once (to look up the
+  turn ids of their snapshots in one read). :func:`import_lines` reads lines
+  from any async iterable and holds one memory's versions, and at most
+  :data:`CHUNK` documents waiting to be written, at a time (plus the set of
+  memory ids and current keys seen, to refuse a file that repeats one).
+* **All or nothing, without transactions.** An import writes every document
+  with its ``import_id`` under a *hidden* scope (project ``importing:<id>``),
+  which no read of the target sees. Only after the ``end`` line has been read
+  and every line has passed does it *commit*: one ``update_many`` per
+  collection moves the documents into the target scope, then the scope logs
+  are bumped past their length so every process's exact-search cache reloads.
+  A bad line (:class:`~mongomem.ltm.export_format.LineError` names its number),
+  a file cut short, a storage failure or a cancellation rolls back: every
+  document of that import is deleted, nothing of it stays. The job record
+  (``memory_imports``: ``running`` → ``committing`` → ``done``, or
+  ``rolled_back``) lets the next import of the same user finish a commit a
+  crash interrupted, or roll back an import a crash left ``running``. One
+  import per user at a time: a second one started meanwhile rolls the first back,
+  which then fails at its commit (:class:`~mongomem.errors.StorageError`, retriable).
+* **Idempotent.** Ids are deterministic (the source's, or
+  :func:`~mongomem.ltm.export_format.moved_id` of them), and a memory the
+  target already has (any version with its id) is skipped whole, as is a
+  decision-log entry already there: importing the same file twice stores
+  nothing new the second time, and an import never changes a memory the
+  target has. A memory whose key is *current* in the target under another
+  memory id is refused (naming the line): one key holds one current memory.
+* **Embeddings.** Kept as exported when the target's embedder has the name and
+  dimensions of the header's; otherwise every version's text is embedded again
+  with the target's embedder (vectors of two embedders are not comparable).
+  Keeping them is exact and costs no embedding calls.
+* **Erasure.** An erased target user is refused (:class:`~mongomem.errors.Erased`):
+  its id is retired. The register is read again just before the commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pymongo import ASCENDING
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import PyMongoError
+
+from mongomem.embeddings import Embedder
+from mongomem.erasure_register import ErasureRegister
+from mongomem.errors import StorageError
+from mongomem.ltm.documents import encode_embedding, scope_filter
+from mongomem.ltm.export_format import (
+    ExportHeader,
+    LineError,
+    MemoryGroup,
+    check_decision,
+    check_group,
+    check_version,
+    decision_line,
+    end_line,
+    header_line,
+    parse_header,
+    parse_line,
+    relocate_decision,
+    relocate_group,
+    version_line,
+)
+from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
+from mongomem.ltm.kinds import normalize_key
+from mongomem.models import CLOSED_STATUSES, Action, MemoryScope, MemoryStatus, utcnow
+from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, Document
+
+__all__ = [
+    "CHUNK",
+    "EXPORT_INDEX",
+    "IMPORTS",
+    "ExportResult",
+    "ImportResult",
+    "ensure_export_indexes",
+    "export_lines",
+    "import_lines",
+]
+
+Doc = dict[str, Any]
+#: The job records of imports.
+IMPORTS = "memory_imports"
+#: Versions (or documents to write) handled together.
+CHUNK = 200
+EXPORT_INDEX = "scope_memory_version"
+#: Where an imported version keeps the turn ids of evidence whose snapshot it lacks.
+EVIDENCE_TURNS = "evidence_turns"
+
+
+class ExportResult(BaseModel):
+    """What an export wrote: its ``lines`` (header and end included), versions and
+    decision-log entries."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    project_id: str
+    user_id: str
+    lines: int
+    versions: int
+    decisions: int
+
+
+class ImportResult(BaseModel):
+    """What an import stored: ``memories``/``versions``/``decisions`` written now;
+    ``skipped`` memories (and ``decisions_skipped``) the target had already."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    import_id: str
+    source_project_id: str
+    source_user_id: str
+    memories: int
+    versions: int
+    decisions: int
+    skipped: int
+    decisions_skipped: int
+    re_embedded: bool
+
+
+async def _run(op: Any) -> Any:
+    try:
+        return await op
+    except PyMongoError as exc:
+        raise StorageError(f"MongoDB failed (memory export/import): {exc}") from exc
+
+
+async def ensure_export_indexes(db: AsyncDatabase[Document]) -> None:
+    """The indexes the export cursors are served by."""
+    await _run(db[MEMORIES].create_index(
+        [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
+         ("memory_id", ASCENDING), ("version", ASCENDING)], name=EXPORT_INDEX,
+    ))  # fmt: skip
+    await _run(db[DECISIONS].create_index(
+        [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING), ("_id", ASCENDING)],
+        name="scope_id",
+    ))  # fmt: skip
+    await _run(db[MEMORIES].create_index("import_id", name="import_id", sparse=True))
+    await _run(db[DECISIONS].create_index("import_id", name="import_id", sparse=True))
+
+
+# -- export ------------------------------------------------------------------------------
+
+
+async def export_lines(
+    db: AsyncDatabase[Document],
+    scope: MemoryScope,
+    embedder: tuple[str, int] | None,
+    *,
+    version: str,
+    now: datetime | None = None,
+) -> AsyncIterator[str]:
+    """The export of ``scope`` (a user's own scope), one line at a time (see the format)."""
+    assert scope.user_id is not None
+    yield header_line(scope.project_id, scope.user_id, embedder, now or utcnow(), version)
+    where = scope_filter(scope.project_id, scope.user_id)
+    versions = decisions = 0
+    chunk: list[Doc] = []
+    cursor = db[MEMORIES].find(
+        where, sort=[("memory_id", ASCENDING), ("version", ASCENDING)], batch_size=CHUNK
+    )
+    try:
+        async for doc in cursor:
+            chunk.append(doc)
+            if len(chunk) >= CHUNK:
+                for line in await _version_lines(db, chunk):
+                    yield line
+                versions += len(chunk)
+                chunk = []
+        for line in await _version_lines(db, chunk):
+            yield line
+        versions += len(chunk)
+        async for doc in db[DECISIONS].find(
+            {"scope.project_id": scope.project_id, "scope.user_id": scope.user_id},
+            sort=[("_id", ASCENDING)], batch_size=CHUNK,
+        ):  # fmt: skip
+            yield decision_line(doc)
+            decisions += 1
+    except PyMongoError as exc:
+        raise StorageError(f"MongoDB failed while exporting: {exc}") from exc
+    yield end_line(versions, decisions)
+
+
+async def _version_lines(db: AsyncDatabase[Document], docs: list[Doc]) -> list[str]:
+    refs = sorted({
+        e["ref"] for d in docs for e in d.get("evidence", ())
+        if isinstance(e, dict) and e.get("source") == "snapshot"
+    })  # fmt: skip
+    turns: dict[str, list[str]] = {}
+    if refs:
+        async for snap in db[SNAPSHOTS].find({"_id": {"$in": refs}}, {"turn_ids": 1}):
+            turns[snap["_id"]] = [str(t) for t in snap.get("turn_ids", ())]
+    lines = []
+    for doc in docs:
+        kept = doc.get(EVIDENCE_TURNS) or {}
+        per = [
+            turns.get(e.get("ref"), kept.get(e.get("ref"), []))
+            if e.get("source") == "snapshot" else []
+            for e in doc.get("evidence", ())
+        ]  # fmt: skip
+        lines.append(version_line({k: v for k, v in doc.items() if k != EVIDENCE_TURNS}, per))
+    return lines
+
+
+# -- import ------------------------------------------------------------------------------
+
+
+class _Import:
+    """One import's state while it reads lines (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: AsyncDatabase[Document],
+        target: MemoryScope,
+        embedder: Embedder | None,
+        bson_vector: bool,
+    ) -> None:
+        self.db = db
+        self.target = target
+        self.embedder = embedder
+        self.bson_vector = bson_vector
+        self.import_id = uuid.uuid4().hex
+        self.hidden = {"project_id": f"importing:{self.import_id}", "user_id": target.user_id}
+        self.header: ExportHeader | None = None
+        self.re_embed = False
+        self.group: MemoryGroup | None = None
+        self.pending: list[tuple[MemoryGroup, list[Doc]]] = []
+        self.pending_decisions: list[tuple[int, Doc]] = []
+        self.seen: set[str] = set()
+        self.current_keys: set[tuple[str, str]] = set()
+        self.types: set[str] = set()
+        self.deleted: dict[str, int] = {}
+        self.read_versions = self.read_decisions = 0
+        self.memories = self.versions = self.skipped = 0
+        self.decisions = self.decisions_skipped = 0
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def take(self, number: int, raw: bytes | str) -> bool:
+        """Take line ``number``; ``True`` once it was the ``end`` line."""
+        kind, obj = parse_line(raw, number)
+        if self.header is None:
+            if kind != "header":
+                raise LineError(number, "the first line must be the export's header")
+            self.header = parse_header(obj, number)
+            if self.embedder is not None:
+                mine = (self.embedder.name, self.embedder.dimensions)
+                self.re_embed = self.header.embedder != mine
+            return False
+        source = self.header.scope
+        if kind == "header":
+            raise LineError(number, "a second header")
+        if kind == "version":
+            if self.read_decisions:
+                raise LineError(number, "a version after the decision-log entries")
+            dims = None if self.header.embedder is None else self.header.embedder[1]
+            doc = check_version(obj, number, source, dims)
+            self.read_versions += 1
+            memory_id = str(doc["memory_id"])
+            if self.group is None or self.group.memory_id != memory_id:
+                await self._close_group()
+                if memory_id in self.seen:
+                    raise LineError(number, f"the versions of memory {memory_id} are not together")
+                self.seen.add(memory_id)
+                self.group = MemoryGroup(memory_id, number)
+            self.group.docs.append(doc)
+            self.group.turn_ids.append(obj["turn_ids"])
+            return False
+        await self._close_group()
+        await self._flush_versions()
+        if kind == "decision":
+            doc = check_decision(obj, number, source)
+            self.read_decisions += 1
+            self.pending_decisions.append((number, relocate_decision(doc, source, self.target)))
+            if len(self.pending_decisions) >= CHUNK:
+                await self._flush_decisions()
+            return False
+        await self._flush_decisions()
+        if (obj.get("versions"), obj.get("decisions")) != (self.read_versions, self.read_decisions):
+            raise LineError(
+                number,
+                f"the end line counts {obj.get('versions')} versions and {obj.get('decisions')} "
+                f"decisions; the file has {self.read_versions} and {self.read_decisions}",
+            )
+        return True
+
+    async def _close_group(self) -> None:
+        group, self.group = self.group, None
+        if group is None:
+            return
+        check_group(group)
+        assert self.header is not None
+        docs = relocate_group(group, self.header.scope, self.target)
+        if self.re_embed and self.embedder is not None:
+            live = [d for d in docs if d.get("action") not in (Action.DELETE, Action.EXPIRE)]
+            if live:
+                vectors = await self.embedder.embed([str(d["text"]) for d in live])
+                for d, v in zip(live, vectors, strict=True):
+                    d["embedding"] = encode_embedding(v, bson_vector=self.bson_vector)
+        for doc, turn_ids in zip(docs, group.turn_ids, strict=True):
+            doc["key_norm"] = normalize_key(str(doc["key"]))
+            doc["import_id"] = self.import_id
+            doc["scope"] = self.hidden
+            kept = {
+                e["ref"]: ids for e, ids in zip(doc.get("evidence", ()), turn_ids, strict=True)
+                if ids and isinstance(e.get("ref"), str) and "." not in e["ref"]
+                and not e["ref"].startswith("$")
+            }  # fmt: skip
+            if kept:
+                doc[EVIDENCE_TURNS] = kept
+        self.pending.append((group, docs))
+        if sum(len(d) for _, d in self.pending) >= CHUNK:
+            await self._flush_versions()
+
+    async def _flush_versions(self) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        memories = self.db[MEMORIES]
+        ids = [docs[0]["memory_id"] for _, docs in pending]
+        there = {d["memory_id"] async for d in memories.find(
+            {"memory_id": {"$in": ids}}, {"memory_id": 1})}  # fmt: skip
+        new = [(g, docs) for g, docs in pending if docs[0]["memory_id"] not in there]
+        self.skipped += len(pending) - len(new)
+        wanted: dict[tuple[str, str], MemoryGroup] = {}
+        for group, docs in new:
+            last = docs[-1]
+            if last["status"] != MemoryStatus.CURRENT:
+                continue
+            key = (str(last["memory_type"]), str(last["key_norm"]))
+            if key in self.current_keys or key in wanted:
+                raise LineError(
+                    group.first_line, f"a second current {key[0]} memory with key {last['key']!r}"
+                )
+            wanted[key] = group
+        if wanted:
+            clash = await _run(memories.find_one(
+                {**scope_filter(self.target.project_id, self.target.user_id),
+                 "status": MemoryStatus.CURRENT.value,
+                 "$or": [{"memory_type": t, "key_norm": k} for t, k in wanted]},
+                {"memory_type": 1, "key_norm": 1, "key": 1, "memory_id": 1},
+            ))  # fmt: skip
+            if clash is not None:
+                group = wanted[(clash["memory_type"], clash["key_norm"])]
+                raise LineError(
+                    group.first_line,
+                    f"the user already has a current {clash['memory_type']} memory with key "
+                    f"{clash['key']!r} (memory {clash['memory_id']}); delete it first, or import "
+                    "into another user",
+                )
+            self.current_keys.update(wanted)
+        docs_out = [d for _, docs in new for d in docs]
+        if docs_out:
+            await _run(memories.insert_many(docs_out, ordered=False))
+        for _, docs in new:
+            self.types.add(str(docs[-1]["memory_type"]))
+            if docs[-1]["status"] in CLOSED_STATUSES:
+                t = str(docs[-1]["memory_type"])
+                self.deleted[t] = self.deleted.get(t, 0) + 1
+        self.memories += len(new)
+        self.versions += len(docs_out)
+
+    async def _flush_decisions(self) -> None:
+        pending, self.pending_decisions = self.pending_decisions, []
+        if not pending:
+            return
+        decisions = self.db[DECISIONS]
+        ids = [d["_id"] for _, d in pending]
+        there = {d["_id"] async for d in decisions.find({"_id": {"$in": ids}}, {"_id": 1})}
+        new = [{**d, "scope": self.hidden, "import_id": self.import_id}
+               for _, d in pending if d["_id"] not in there]  # fmt: skip
+        self.decisions_skipped += len(pending) - len(new)
+        if new:
+            await _run(decisions.insert_many(new, ordered=False))
+        self.decisions += len(new)
+
+    # -- the job -----------------------------------------------------------------------
+
+    def result(self) -> ImportResult:
+        assert self.header is not None
+        return ImportResult(
+            import_id=self.import_id, source_project_id=self.header.project_id,
+            source_user_id=self.header.user_id, memories=self.memories, versions=self.versions,
+            decisions=self.decisions, skipped=self.skipped,
+            decisions_skipped=self.decisions_skipped, re_embedded=self.re_embed,
+        )  # fmt: skip
+
+
+def _target_of(job: Doc) -> MemoryScope:
+    return MemoryScope(project_id=job["project_id"], user_id=job["user_id"])
+
+
+async def _commit(db: AsyncDatabase[Document], job: Doc) -> None:
+    """Move an import's documents into its target scope; idempotent (a crash resumes it)."""
+    target = _target_of(job)
+    await _run(db[IMPORTS].update_one({"_id": job["_id"]}, {"$set": {"state": "committing"}}))
+    move = {"$set": {"scope": target.model_dump()}, "$unset": {"import_id": ""}}
+    await _run(db[MEMORIES].update_many({"import_id": job["_id"]}, move))
+    await _run(db[DECISIONS].update_many({"import_id": job["_id"]}, move))
+    deleted: dict[str, int] = job.get("deleted", {})
+    for memory_type in job.get("types", []):
+        inc = {"rev": LOG_LENGTH + 1, "deletes": int(deleted.get(memory_type, 0))}
+        await _run(db[SCOPE_LOG].update_one(
+            {"_id": scope_log_id(target, memory_type)},
+            {"$inc": inc, "$set": {"log": []}}, upsert=True,
+        ))  # fmt: skip
+    await _run(db[IMPORTS].update_one(
+        {"_id": job["_id"]}, {"$set": {"state": "done", "finished_at": utcnow()}}
+    ))  # fmt: skip
+
+
+async def _roll_back(db: AsyncDatabase[Document], import_id: str, error: str) -> None:
+    await _run(db[MEMORIES].delete_many({"import_id": import_id}))
+    await _run(db[DECISIONS].delete_many({"import_id": import_id}))
+    await _run(db[IMPORTS].update_one(
+        {"_id": import_id},
+        {"$set": {"state": "rolled_back", "error": error[:2000], "finished_at": utcnow()}},
+    ))  # fmt: skip
+
+
+async def _settle_unfinished(db: AsyncDatabase[Document], target: MemoryScope) -> None:
+    """Finish the commit of an import to ``target`` that a crash interrupted; roll back one
+    that was still reading (or running now: one import per user at a time)."""
+    jobs = await _run(db[IMPORTS].find({
+        "project_id": target.project_id, "user_id": target.user_id,
+        "state": {"$in": ["running", "committing"]},
+    }).to_list())  # fmt: skip
+    for job in jobs:
+        if job["state"] == "committing":
+            await _commit(db, job)
+        else:
+            await _roll_back(db, job["_id"], "rolled back by a later import of the same user")
+
+
+async def import_lines(
+    db: AsyncDatabase[Document],
+    target: MemoryScope,
+    lines: AsyncIterable[bytes | str],
+    *,
+    embedder: Embedder | None,
+    register: ErasureRegister,
+    bson_vector: bool = False,
+) -> ImportResult:
+    """Import an export into ``target`` (a user's own scope), all or nothing (module doc).
+
+    ``embedder`` is the target's: with another name or size than the header's,
+    every version is embedded again with it (``None``: vectors are kept).
+    """
+    assert target.user_id is not None
+    await register.refuse_erased(target.project_id, target.user_id, None)
+    await _settle_unfinished(db, target)
+    job = _Import(db, target, embedder, bson_vector)
+    await _run(db[IMPORTS].insert_one({
+        "_id": job.import_id, "project_id": target.project_id, "user_id": target.user_id,
+        "state": "running", "started_at": utcnow(),
+    }))  # fmt: skip
+    number = 0
+    try:
+        ended = False
+        async for raw in lines:
+            number += 1
+            if ended:
+                if raw.strip():
+                    raise LineError(number, "a line after the end line")
+                continue
+            if not raw.strip():
+                continue
+            ended = await job.take(number, raw)
+        if not ended:
+            raise LineError(number + 1, "the export ends without its end line (cut short?)")
+        await register.refuse_erased(target.project_id, target.user_id, None)
+        record = {"types": sorted(job.types), "deleted": job.deleted}
+        still = await _run(db[IMPORTS].update_one(
+            {"_id": job.import_id, "state": "running"}, {"$set": record}
+        ))  # fmt: skip
+        if not still.matched_count:
+            raise StorageError(
+                "another import of this user rolled this one back (one import per user at "
+                "a time); run it again"
+            )
+        await _commit(db, {"_id": job.import_id, "project_id": target.project_id,
+                           "user_id": target.user_id, **record})  # fmt: skip
+    except BaseException as exc:
+        try:
+            if (await _run(db[IMPORTS].find_one({"_id": job.import_id}, {"state": 1})) or {}).get(
+                "state"
+            ) != "committing":
+                await _roll_back(db, job.import_id, f"{type(exc).__name__}: {exc}")
+        except StorageError:
+            pass  # the next import of this user rolls it back (its job is still running)
+        raise
+    return job.result()
