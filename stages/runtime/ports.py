@@ -1,0 +1,140 @@
+"""The ports of the stage runtime: what a stage reads, writes and checkpoints.
+
+Stages depend on these Protocols, never on a client library. The Kafka
+adapters are :mod:`mongomem.stages.runtime.kafka`; the in-memory test double
+is :mod:`mongomem.stages.runtime.memory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "ConsumerStage",
+    "Headers",
+    "Message",
+    "Publisher",
+    "Record",
+    "RecordSource",
+    "Stage",
+]
+
+#: Kafka-style record headers: (name, bytes) pairs.
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Record(Protocol):
+    """One consumed record (an aiokafka ``ConsumerRecord`` fits)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Headers: ...
+
+
+@dataclass(frozen=True)
+class Message:
+    """A plain :class:`Record` (the in-memory broker's, and the tests')."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+class RecordSource(Protocol):
+    """A partitioned, ordered source with committed positions (a consumer group)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        """The next records per partition, in offset order (empty after ``timeout_s``)."""
+        ...
+
+    async def commit(self, offsets: Mapping[int, int]) -> None:
+        """Record that every record below ``offsets[partition]`` is handled."""
+        ...
+
+    def lag(self) -> Mapping[int, int]:
+        """Records between the committed position and the end, per partition, as far as
+        this source knows without asking the broker (partitions it knows nothing of are
+        left out)."""
+        ...
+
+
+class Publisher(Protocol):
+    """Writes records; a write counts only once its acknowledgement has arrived."""
+
+    async def send(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+    ) -> Awaitable[Any]:
+        """Hand a record over; the returned awaitable completes when it is acknowledged
+        (and raises :class:`~mongomem.errors.BrokerError` if it is not)."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is acknowledged or failed."""
+        ...
+
+
+T = TypeVar("T")
+Checkpoint = Mapping[str, Any]
+
+
+class CheckpointStore(Protocol[T]):
+    """Where a source that is not a consumer group keeps its position (the watcher's
+    resume token and marks)."""
+
+    async def load(self) -> T | None: ...
+
+    async def save(self, checkpoint: T) -> None: ...
+
+
+class ConsumerStage(Protocol):
+    """A stage's pure core behind one method, driven by :func:`~mongomem.stages.runtime.consume`.
+
+    ``handle(partition, batch)`` returns only when every output of ``batch``
+    is acknowledged, and raises (nothing acknowledged is then assumed) when
+    it cannot. The runtime decides what a failure means: retry, apply the
+    records one by one, dead-letter one, or stop the stage.
+    """
+
+    @property
+    def stage(self) -> str: ...
+
+    async def handle(self, partition: int, batch: Sequence[Record]) -> None: ...
+
+    async def dead_lettered(self, record: Record, error: BaseException) -> None:
+        """Called after ``record`` was dead-lettered (record the failure, say)."""
+        ...
+
+
+class Stage(Protocol):
+    """What :func:`~mongomem.stages.runtime.run_stage` runs: one attempt of a stage.
+
+    ``run`` opens its connections, works until ``stop`` is set, drains (finishes
+    and checkpoints what is in flight) and returns. It raises a retriable
+    :class:`~mongomem.errors.MongomemError` to be restarted, anything else to
+    end the process.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
