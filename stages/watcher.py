@@ -77,7 +77,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -105,15 +104,16 @@ from mongomem.kafka import (
     TURNS as TURNS_TOPIC,
 )
 from mongomem.kafka import (
-    DeadLetter,
-    dead_letter_topic,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
+from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.models import SessionKey, Watermark, utcnow
 from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
+from mongomem.stages.runtime import dead_letter, run_stage, unless_stopped
+from mongomem.stages.runtime.kafka import KafkaPublisher
 from mongomem.stages.watcher_batches import PartitionBatcher
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import (
@@ -141,6 +141,7 @@ __all__ = [
     "ChangeReader",
     "ChangeStreamWatcher",
     "Idle",
+    "WatcherStage",
     "main",
     "make_watcher_producer",
     "run_watcher",
@@ -186,6 +187,7 @@ class ChangeStreamWatcher:
         self._checkpoints = db[CHECKPOINTS]
         self._erasures = ErasureRegister(db)
         self._producer = producer
+        self._publisher = KafkaPublisher(producer)
         self._kafka = kafka
         self._topic = kafka.topic(TURNS_TOPIC)
         self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
@@ -218,6 +220,8 @@ class ChangeStreamWatcher:
         #: True while following the change stream (after any back-fill): ready.
         self.streaming = False
         self.published = 0
+        self._counted = 0  # of ``published``, in mongomem_messages_total
+        self._turns_out = MESSAGES.labels(STAGE, "ok")
         self.watermarks = 0
         self.checkpoints = 0
         self.backfills = 0
@@ -441,27 +445,15 @@ class ChangeStreamWatcher:
         return self._policy.due(self._count, self._age(), idle=idle, unacked=self._unacked > 0)
 
     async def _dead_letter(self, document: Mapping[str, Any], error: Exception) -> None:
+        """A document that is not a turn: to ``dlq.watcher`` with its JSON text (counted)."""
         log.error(
             "watcher: document %r is not a turn; sent to the dead-letter topic", document.get("_id")
         )
-        letter = DeadLetter.of(
-            stage=STAGE,
-            topic=f"mongodb:{self._db.name}.{TURNS}",
-            partition=0,
-            offset=0,
-            key=None,
-            value=json_util.dumps(document).encode(),
-            error=error,
-            attempts=1,
-        )
-        try:
-            future = await self._producer.send(
-                dead_letter_topic(self._kafka, STAGE), encode(letter)
-            )
-        except KafkaError as exc:
-            raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc
-        self._pending.append(future)
-        self._note()
+        await dead_letter(
+            self._publisher, self._kafka, STAGE, topic=f"mongodb:{self._db.name}.{TURNS}",
+            partition=0, offset=0, key=None, value=json_util.dumps(document).encode(),
+            error=error, attempts=1,
+        )  # fmt: skip
 
     def _note(self) -> None:
         """Count one record handed to Kafka since the last flush."""
@@ -489,6 +481,9 @@ class ChangeStreamWatcher:
         flush. ``wait`` returns once everything sent so far is checkpointed.
         """
         pending, self._pending = self._pending, []
+        if self.published != self._counted:  # counted in bulk: the hot path stays free of it
+            self._turns_out.inc(self.published - self._counted)
+            self._counted = self.published
         if self._count:
             pending += await self._batches().send_all()
             self._watch_acks(pending)
@@ -552,6 +547,7 @@ class ChangeStreamWatcher:
         *,
         all_marks: bool,
     ) -> None:
+        started = time.perf_counter()
         if pending:
             try:
                 await asyncio.gather(*pending)
@@ -581,6 +577,7 @@ class ChangeStreamWatcher:
                 self._marks_written_at = now_s
                 self._marks_write = asyncio.create_task(self._store(batch, None))
         await self._store(marks, token)
+        STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
 
     async def _store(self, marks: dict[Slot, int], token: dict[str, Any] | None) -> None:
         """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write.
@@ -648,48 +645,49 @@ def make_watcher_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
 
 
 async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
-    """Run the watcher until ``stop`` is set, restarting after retriable failures."""
-    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    """Run the watcher until ``stop`` is set (one attempt: the runtime restarts it).
+
+    A stop while Kafka or MongoDB is still being reached ends the attempt at
+    once: nothing was read, so there is nothing to drain.
+    """
+    topics = ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    if not await unless_stopped(stop, topics):
+        return
     client = connect(settings.mongodb)
+    producer = make_watcher_producer(settings.kafka)
     try:
-        backoff = 0.5
-        while not stop.is_set():
-            producer = make_watcher_producer(settings.kafka)
-            try:
-                try:
-                    await producer.start()
-                except KafkaError as exc:
-                    raise BrokerError(f"cannot reach Kafka: {exc}") from exc
-                watcher = ChangeStreamWatcher(
-                    database(client, settings.mongodb), producer, settings.kafka, settings.stm
-                )
-                await watcher.run(stop)
-                return
-            except MongomemError as exc:
-                if not exc.retriable:
-                    raise
-                log.warning(
-                    "watcher: %s: %s; restarting from the checkpoint", type(exc).__name__, exc
-                )
-            finally:
-                with contextlib.suppress(KafkaError):
-                    await producer.stop()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 15.0)
+        if not await unless_stopped(stop, _start(producer)):
+            return
+        watcher = ChangeStreamWatcher(
+            database(client, settings.mongodb), producer, settings.kafka, settings.stm
+        )
+        await watcher.run(stop)
     finally:
+        with contextlib.suppress(KafkaError):
+            await producer.stop()
         await client.close()
 
 
-async def main(settings: Settings, args: argparse.Namespace) -> None:
-    """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT, then exits 0."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
+async def _start(producer: AIOKafkaProducer) -> None:
     try:
-        await run_watcher(settings, stop)
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+        await producer.start()
+    except KafkaError as exc:
+        raise BrokerError(f"cannot reach Kafka: {exc}") from exc
+
+
+class WatcherStage:
+    """The watcher as a runtime :class:`~mongomem.stages.runtime.ports.Stage`."""
+
+    name = STAGE
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await run_watcher(self.settings, stop)
+
+
+async def main(settings: Settings, args: argparse.Namespace) -> None:
+    """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT (then flushes and
+    checkpoints), restarting from the checkpoint after outages; exits 0."""
+    await run_stage(WatcherStage(settings), settings)

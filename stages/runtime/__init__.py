@@ -46,7 +46,14 @@ that imports aiokafka), :mod:`.memory` (the in-memory test double).
 
 from __future__ import annotations
 
-from mongomem.stages.runtime.consume import Stopped, consume, dead_letter, record_lag, wait_or_stop
+from mongomem.stages.runtime.consume import (
+    Stopped,
+    consume,
+    dead_letter,
+    record_lag,
+    unless_stopped,
+    wait_or_stop,
+)
 from mongomem.stages.runtime.ports import (
     CheckpointStore,
     ConsumerStage,
@@ -78,5 +85,6 @@ __all__ = [
     "run_stage",
     "stop_on_signals",
     "supervise",
+    "unless_stopped",
     "wait_or_stop",
 ]

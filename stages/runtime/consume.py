@@ -9,8 +9,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from mongomem.codec import encode
 from mongomem.kafka import DeadLetter, dead_letter_topic
@@ -19,7 +20,7 @@ from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import ConsumerStage, Publisher, Record, RecordSource
 from mongomem.stages.runtime.retry import Decision, RetryPolicy
 
-__all__ = ["Stopped", "consume", "dead_letter", "record_lag", "wait_or_stop"]
+__all__ = ["Stopped", "consume", "dead_letter", "record_lag", "unless_stopped", "wait_or_stop"]
 
 log = logging.getLogger("mongomem.stages.runtime")
 
@@ -36,6 +37,24 @@ async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
     if stop.is_set():
         raise Stopped
+
+
+async def unless_stopped(stop: asyncio.Event, work: Awaitable[Any]) -> bool:
+    """Await ``work`` unless ``stop`` is set first (then ``work`` is cancelled): ``True``
+    when it finished. For start-up steps that may hang while a server is away."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
 
 
 async def dead_letter(
