@@ -83,8 +83,6 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from bson import json_util
 from pydantic import ValidationError
 from pymongo import ASCENDING, UpdateOne
@@ -94,7 +92,6 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongomem.codec import encode
 from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
-    BrokerError,
     ChangeFeedError,
     MongomemError,
     ResumeTokenLost,
@@ -112,9 +109,13 @@ from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.models import SessionKey, Watermark, utcnow
 from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
-from mongomem.stages.runtime import dead_letter, run_stage, unless_stopped
-from mongomem.stages.runtime.kafka import KafkaPublisher
-from mongomem.stages.watcher_batches import PartitionBatcher
+from mongomem.stages.runtime import PublishedDeadLetters, dead_letter, run_stage, unless_stopped
+from mongomem.stages.runtime.kafka import (
+    KafkaPublisher,
+    PartitionBatcher,
+    Producer,
+    kafka_publisher,
+)
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
@@ -173,7 +174,7 @@ class ChangeStreamWatcher:
     def __init__(
         self,
         db: AsyncDatabase[Document],
-        producer: AIOKafkaProducer,
+        producer: Producer,
         kafka: KafkaSettings,
         stm: StmSettings | None = None,
     ) -> None:
@@ -187,7 +188,7 @@ class ChangeStreamWatcher:
         self._checkpoints = db[CHECKPOINTS]
         self._erasures = ErasureRegister(db)
         self._producer = producer
-        self._publisher = KafkaPublisher(producer)
+        self._letters = PublishedDeadLetters(KafkaPublisher(producer), kafka)
         self._kafka = kafka
         self._topic = kafka.topic(TURNS_TOPIC)
         self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
@@ -230,11 +231,8 @@ class ChangeStreamWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stream until ``stop`` is set; then flush and checkpoint."""
-        try:
-            partitions = await self._producer.partitions_for(self._topic)
-        except KafkaError as exc:
-            raise BrokerError(f"cannot read the partitions of {self._topic}: {exc}") from exc
-        self._batcher = PartitionBatcher(self._producer, self._topic, sorted(partitions))
+        partitions = await KafkaPublisher(self._producer).partitions(self._topic)
+        self._batcher = PartitionBatcher(self._producer, self._topic, partitions)
         token = await self._load_token()
         try:
             while not stop.is_set():
@@ -450,7 +448,7 @@ class ChangeStreamWatcher:
             "watcher: document %r is not a turn; sent to the dead-letter topic", document.get("_id")
         )
         await dead_letter(
-            self._publisher, self._kafka, STAGE, topic=f"mongodb:{self._db.name}.{TURNS}",
+            self._letters, STAGE, topic=f"mongodb:{self._db.name}.{TURNS}",
             partition=0, offset=0, key=None, value=json_util.dumps(document).encode(),
             error=error, attempts=1,
         )  # fmt: skip
@@ -549,10 +547,7 @@ class ChangeStreamWatcher:
     ) -> None:
         started = time.perf_counter()
         if pending:
-            try:
-                await asyncio.gather(*pending)
-            except KafkaError as exc:
-                raise BrokerError(f"Kafka did not acknowledge published turns: {exc}") from exc
+            await asyncio.gather(*pending)  # a failed acknowledgement is a BrokerError
         if previous is not None:
             await previous  # checkpoints in order; a failure before this one fails it too
         # Acknowledged: these marks may be stored. They are written every
@@ -634,14 +629,15 @@ async def _close(stream: Stream) -> None:
 # ---------------------------------------------------------------------- process
 
 
-def make_watcher_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    """:func:`~mongomem.kafka.make_producer` with larger batches and no linger.
+#: The watcher's producer settings: larger batches and no linger. The watcher fills its
+#: batches itself and sends them when full or at a flush (:class:`PartitionBatcher`);
+#: lingering would only delay a batch that is already complete.
+PRODUCER_OPTIONS: dict[str, Any] = {"max_batch_size": BATCH_BYTES, "linger_ms": 0}
 
-    The watcher fills its batches itself and sends them when full or at a
-    flush (:class:`~mongomem.stages.watcher_batches.PartitionBatcher`); lingering
-    would only delay a batch that is already complete.
-    """
-    return make_producer(kafka, max_batch_size=BATCH_BYTES, linger_ms=0)
+
+def make_watcher_producer(kafka: KafkaSettings) -> Producer:
+    """:func:`~mongomem.kafka.make_producer` with :data:`PRODUCER_OPTIONS` (not started)."""
+    return make_producer(kafka, **PRODUCER_OPTIONS)
 
 
 async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
@@ -654,25 +650,20 @@ async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
     if not await unless_stopped(stop, topics):
         return
     client = connect(settings.mongodb)
-    producer = make_watcher_producer(settings.kafka)
     try:
-        if not await unless_stopped(stop, _start(producer)):
-            return
-        watcher = ChangeStreamWatcher(
-            database(client, settings.mongodb), producer, settings.kafka, settings.stm
-        )
-        await watcher.run(stop)
+        async with contextlib.AsyncExitStack() as stack:
+            opening = asyncio.ensure_future(
+                stack.enter_async_context(kafka_publisher(settings.kafka, **PRODUCER_OPTIONS))
+            )
+            if not await unless_stopped(stop, opening):
+                return
+            watcher = ChangeStreamWatcher(
+                database(client, settings.mongodb), opening.result().producer, settings.kafka,
+                settings.stm,
+            )  # fmt: skip
+            await watcher.run(stop)
     finally:
-        with contextlib.suppress(KafkaError):
-            await producer.stop()
         await client.close()
-
-
-async def _start(producer: AIOKafkaProducer) -> None:
-    try:
-        await producer.start()
-    except KafkaError as exc:
-        raise BrokerError(f"cannot reach Kafka: {exc}") from exc
 
 
 class WatcherStage:

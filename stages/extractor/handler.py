@@ -64,7 +64,14 @@ from mongomem.stages.extractor.core import (
     to_candidates,
 )
 from mongomem.stages.extractor.types import TypeSpec
-from mongomem.stages.runtime import Decision, Publisher, Record, RetryPolicy, dead_letter
+from mongomem.stages.runtime import (
+    Decision,
+    PublishedDeadLetters,
+    Publisher,
+    Record,
+    RetryPolicy,
+    dead_letter,
+)
 from mongomem.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
 __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
@@ -127,6 +134,7 @@ class TypeHandler:
         self._llm = llm
         self._embedder = embedder
         self._publisher = publisher
+        self._letters = PublishedDeadLetters(publisher, kafka)
         self._policy = policy or RetryPolicy(
             base_s=extraction.backoff_base_s,
             cap_s=extraction.backoff_max_s,
@@ -302,7 +310,7 @@ class TypeHandler:
 
     async def _dead_letter(self, record: SourceRecord, error: BaseException, attempts: int) -> None:
         await dead_letter(
-            self._publisher, self._kafka, self.stage, topic=record.topic,
+            self._letters, self.stage, topic=record.topic,
             partition=record.partition, offset=record.offset, key=record.key,
             value=record.value, error=error, attempts=attempts, at=self._clock(),
         )  # fmt: skip

@@ -47,6 +47,7 @@ that imports aiokafka), :mod:`.memory` (the in-memory test double).
 from __future__ import annotations
 
 from mongomem.stages.runtime.consume import (
+    PublishedDeadLetters,
     Stopped,
     consume,
     dead_letter,
@@ -57,7 +58,9 @@ from mongomem.stages.runtime.consume import (
 from mongomem.stages.runtime.ports import (
     CheckpointStore,
     ConsumerStage,
+    DeadLetterSink,
     Message,
+    PartitionReader,
     Publisher,
     Record,
     RecordSource,
@@ -71,8 +74,11 @@ __all__ = [
     "DRAIN_TIMEOUT_S",
     "CheckpointStore",
     "ConsumerStage",
+    "DeadLetterSink",
     "Decision",
     "Message",
+    "PartitionReader",
+    "PublishedDeadLetters",
     "Publisher",
     "Record",
     "RecordSource",

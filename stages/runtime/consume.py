@@ -17,10 +17,24 @@ from mongomem.codec import encode
 from mongomem.kafka import DeadLetter, dead_letter_topic
 from mongomem.metrics import CONSUMER_LAG, DEAD_LETTERS, MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.settings import KafkaSettings
-from mongomem.stages.runtime.ports import ConsumerStage, Publisher, Record, RecordSource
+from mongomem.stages.runtime.ports import (
+    ConsumerStage,
+    DeadLetterSink,
+    Publisher,
+    Record,
+    RecordSource,
+)
 from mongomem.stages.runtime.retry import Decision, RetryPolicy
 
-__all__ = ["Stopped", "consume", "dead_letter", "record_lag", "unless_stopped", "wait_or_stop"]
+__all__ = [
+    "PublishedDeadLetters",
+    "Stopped",
+    "consume",
+    "dead_letter",
+    "record_lag",
+    "unless_stopped",
+    "wait_or_stop",
+]
 
 log = logging.getLogger("mongomem.stages.runtime")
 
@@ -57,9 +71,21 @@ async def unless_stopped(stop: asyncio.Event, work: Awaitable[Any]) -> bool:
     return False
 
 
+class PublishedDeadLetters:
+    """The :class:`~mongomem.stages.runtime.ports.DeadLetterSink` of every stage: the
+    letter on ``dlq.<its stage>`` under the original key, acknowledged."""
+
+    def __init__(self, publisher: Publisher, kafka: KafkaSettings) -> None:
+        self._publisher = publisher
+        self._kafka = kafka
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
+        topic = dead_letter_topic(self._kafka, letter.stage)
+        await (await self._publisher.send(topic, encode(letter), key=key))
+
+
 async def dead_letter(
-    publisher: Publisher,
-    kafka: KafkaSettings,
+    sink: DeadLetterSink,
     stage: str,
     *,
     topic: str,
@@ -70,12 +96,12 @@ async def dead_letter(
     error: BaseException,
     attempts: int,
     at: datetime | None = None,
-) -> None:
-    """The one way a stage dead-letters: a :class:`~mongomem.kafka.DeadLetter` (the
-    original bytes, the error, the attempts; what ``mongomem dlq`` reads) on
-    ``dlq.<stage>`` under the original key, acknowledged before this returns,
-    and counted (``mongomem_dead_letters_total`` and ``mongomem_messages_total``
-    with outcome ``dead_letter``)."""
+) -> DeadLetter:
+    """The one way a stage dead-letters a record: a :class:`~mongomem.kafka.DeadLetter`
+    (the original bytes, the error, the attempts: what ``mongomem dlq`` reads) handed to
+    ``sink`` (:class:`PublishedDeadLetters`: ``dlq.<stage>``), kept before this returns,
+    logged and always counted (``mongomem_dead_letters_total`` and
+    ``mongomem_messages_total`` with outcome ``dead_letter``)."""
     letter = DeadLetter.of(
         stage=stage, topic=topic, partition=partition, offset=offset, key=key, value=value,
         error=error, attempts=attempts, at=at,
@@ -84,10 +110,10 @@ async def dead_letter(
         "%s: dead-lettering %s[%d]@%d after %d attempt(s): %s: %s",
         stage, topic, partition, offset, attempts, type(error).__name__, error,
     )  # fmt: skip
-    ack = await publisher.send(dead_letter_topic(kafka, stage), encode(letter), key=key)
-    await ack
+    await sink.send(letter, key)
     DEAD_LETTERS.labels(stage).inc()
     MESSAGES.labels(stage, "dead_letter").inc()
+    return letter
 
 
 def record_lag(stage: str, source: RecordSource) -> None:
@@ -108,8 +134,7 @@ class _Consumer:
     ) -> None:
         self.source = source
         self.stage = stage
-        self.publisher = publisher
-        self.kafka = kafka
+        self.letters = PublishedDeadLetters(publisher, kafka)
         self.policy = policy
         self.stop = stop
 
@@ -187,7 +212,7 @@ class _Consumer:
                 await self._back_off(attempt, error)
                 continue
             await dead_letter(
-                self.publisher, self.kafka, self.stage.stage, topic=record.topic,
+                self.letters, self.stage.stage, topic=record.topic,
                 partition=record.partition, offset=record.offset, key=record.key,
                 value=record.value, error=error, attempts=attempt,
             )  # fmt: skip

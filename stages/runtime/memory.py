@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import zlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -72,6 +72,13 @@ class MemoryBroker:
     def end_offsets(self, topic: str) -> dict[int, int]:
         return {p: len(log) for p, log in enumerate(self._log(topic))}
 
+    async def read(self, topic: str, partitions: Iterable[int]) -> AsyncIterator[Record]:
+        """A :class:`~mongomem.stages.runtime.ports.PartitionReader`: whole partitions."""
+        log = self._log(topic)
+        for p in partitions:
+            for message in list(log[p]):
+                yield message
+
     def source(self, topic: str, group: str) -> MemorySource:
         return MemorySource(self, topic, group)
 
@@ -119,9 +126,10 @@ class MemorySource:
             batch = self._ready(max_records)
         return batch
 
-    async def commit(self, offsets: Mapping[int, int]) -> None:
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
         self.commits.append(dict(offsets))
         self._broker._commit(self.group, self.topic, offsets)
+        return True
 
     def lag(self) -> Mapping[int, int]:
         committed = self._broker.committed(self.group, self.topic)
@@ -160,13 +168,21 @@ class MemoryPublisher:
         self._failures += [error or BrokerError("memory broker: send refused")] * count
 
     async def send(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
     ) -> Awaitable[Any]:
         if self._failures:
             raise self._failures.pop(0)
         self.sent += 1
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        write = partial(self._broker.append, topic, value, key=key, headers=headers)
+        write = partial(
+            self._broker.append, topic, value, key=key, headers=headers, partition=partition
+        )
         if self._held:
             self._pending.append((future, write))
         else:

@@ -8,16 +8,20 @@ is :mod:`mongomem.stages.runtime.memory`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+
+from mongomem.kafka import DeadLetter
 
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
     "ConsumerStage",
+    "DeadLetterSink",
     "Headers",
     "Message",
+    "PartitionReader",
     "Publisher",
     "Record",
     "RecordSource",
@@ -67,8 +71,9 @@ class RecordSource(Protocol):
         """The next records per partition, in offset order (empty after ``timeout_s``)."""
         ...
 
-    async def commit(self, offsets: Mapping[int, int]) -> None:
-        """Record that every record below ``offsets[partition]`` is handled."""
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
+        """Record that every record below ``offsets[partition]`` is handled; ``False`` when
+        the partitions were taken away first (their new owner reads them again)."""
         ...
 
     def lag(self) -> Mapping[int, int]:
@@ -82,14 +87,37 @@ class Publisher(Protocol):
     """Writes records; a write counts only once its acknowledgement has arrived."""
 
     async def send(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers = ()
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
     ) -> Awaitable[Any]:
-        """Hand a record over; the returned awaitable completes when it is acknowledged
-        (and raises :class:`~mongomem.errors.BrokerError` if it is not)."""
+        """Hand a record over (to ``partition``, else the key's); the returned awaitable
+        completes when it is acknowledged (and raises
+        :class:`~mongomem.errors.BrokerError` if it is not). ``None`` is a tombstone."""
         ...
 
     async def flush(self) -> None:
         """Wait until everything handed over is acknowledged or failed."""
+        ...
+
+
+class DeadLetterSink(Protocol):
+    """Where :func:`~mongomem.stages.runtime.dead_letter` puts a letter; returns once it is
+    kept (acknowledged). :class:`~mongomem.stages.runtime.consume.PublishedDeadLetters` is
+    the real one (``dlq.<stage>`` through a :class:`Publisher`)."""
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
+
+
+class PartitionReader(Protocol):
+    """Reads whole partitions outside any group (a changelog restored on assignment)."""
+
+    def read(self, topic: str, partitions: Iterable[int]) -> AsyncIterator[Record]:
+        """Every record of ``partitions`` from the beginning up to their end as of the call."""
         ...
 
 

@@ -9,10 +9,11 @@ Decisions come from the error itself (:attr:`MongomemError.retriable`,
 * **outage** — a retriable :class:`~mongomem.errors.StorageError` or
   :class:`~mongomem.errors.BrokerError`: a dependency is away, the record is
   fine. Retried with back-off for as long as it takes (or until stop).
-* **retry** — any other retriable error, while attempts remain
-  (``max_attempts``, the first try included).
-* **dead letter** — everything else: a permanent error (bad input, a
-  document MongoDB refuses for good, a bug), or a retriable one out of
+* **retry** — any other retriable error, and an error that is not ours (a
+  bug, or a library error nobody translated: it may pass), while attempts
+  remain (``max_attempts``, the first try included).
+* **dead letter** — a permanent error of ours (``retriable`` false: bad
+  input, a document MongoDB refuses for good) at once; any other once out of
   attempts. Never retried forever.
 
 Back-off: ``base_s · 2^(attempt-1)``, capped at ``cap_s`` (30 s by default),
@@ -56,8 +57,9 @@ class RetryPolicy:
         """What to do after ``attempt`` (1 = the first try) failed with ``error``."""
         if isinstance(error, ConfigError | NotReady):
             return Decision.FATAL
-        retriable = isinstance(error, MongomemError) and error.retriable
-        if retriable and isinstance(error, StorageError | BrokerError):
+        ours = isinstance(error, MongomemError)
+        retriable = error.retriable if isinstance(error, MongomemError) else True
+        if ours and retriable and isinstance(error, StorageError | BrokerError):
             return Decision.OUTAGE
         if retriable and attempt < self.max_attempts:
             return Decision.RETRY

@@ -167,7 +167,7 @@ def test_retry_policy() -> None:
     assert policy.decide(LLMOutputInvalid("x"), 3) is Decision.DEAD_LETTER
     assert policy.decide(BrokerError("x"), 3) is Decision.OUTAGE
     assert policy.decide(ScopeError("x"), 1) is Decision.DEAD_LETTER
-    assert policy.decide(ValueError("x"), 1) is Decision.DEAD_LETTER
+    assert policy.decide(ValueError("x"), 3) is Decision.DEAD_LETTER
 
 
 @pytest.mark.parametrize("name", ["semantic", "episodic", "procedural", "taxonomic"])

@@ -213,7 +213,8 @@ def test_the_policy_decides_from_the_error() -> None:
     assert policy.decide(LLMRateLimited("x"), 2) is Decision.RETRY
     assert policy.decide(LLMRateLimited("x"), 3) is Decision.DEAD_LETTER
     assert policy.decide(InputError("x"), 1) is Decision.DEAD_LETTER
-    assert policy.decide(ValueError("bug"), 1) is Decision.DEAD_LETTER
+    assert policy.decide(ValueError("bug"), 1) is Decision.RETRY  # not ours: it may pass
+    assert policy.decide(ValueError("bug"), 3) is Decision.DEAD_LETTER
     assert [policy.delay(n) for n in (1, 2, 3, 10)] == [1.0, 2.0, 4.0, 30.0]  # capped
     assert policy.delay(1, LLMRateLimited("x", retry_after=45)) == 45  # the server's word
     low = RetryPolicy(base_s=1.0, cap_s=30.0, random=lambda: 0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mongomem.stages.runtime.memory import MemoryBroker
 from mongomem.stages.windowing.consumer import ChangelogTable
 from mongomem.stages.windowing.logic import WindowState
 
@@ -14,6 +15,7 @@ class RecordingProducer:
         self.sent: list[tuple[str, bytes, bytes, int]] = []
 
     async def send(self, topic: str, value: bytes, *, key: bytes, partition: int) -> Any:
+        # (a recording Publisher: the changelog names the partition of every write)
         self.sent.append((topic, key, value, partition))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
@@ -33,7 +35,7 @@ def state(session: str, next_seq: int, partition: int, offset: int) -> WindowSta
 
 async def test_only_the_latest_state_of_each_session_is_sent_and_flush_sends_the_rest() -> None:
     producer = RecordingProducer()
-    table = ChangelogTable(producer, "changelog", "unused:9092")
+    table = ChangelogTable(producer, "changelog", MemoryBroker())
     table.put(b"a", state("a", 2, 0, 10))
     table.put(b"b", state("b", 5, 1, 11))
     table.put(b"a", state("a", 3, 0, 12))
@@ -52,7 +54,7 @@ async def test_only_the_latest_state_of_each_session_is_sent_and_flush_sends_the
 
 async def test_a_dropped_partition_sends_nothing_of_its_sessions() -> None:
     producer = RecordingProducer()
-    table = ChangelogTable(producer, "changelog", "unused:9092")
+    table = ChangelogTable(producer, "changelog", MemoryBroker())
     table.put(b"a", state("a", 2, 0, 10))
     table.put(b"b", state("b", 2, 1, 10))
     table.drop([0])
