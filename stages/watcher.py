@@ -85,12 +85,11 @@ from typing import Any
 
 from bson import json_util
 from pydantic import ValidationError
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from mongomem.codec import encode
-from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
     ChangeFeedError,
     MongomemError,
@@ -106,8 +105,8 @@ from mongomem.kafka import (
     pipeline_topics,
 )
 from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
-from mongomem.models import SessionKey, Watermark, utcnow
-from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
+from mongomem.models import Watermark
+from mongomem.mongo import TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
 from mongomem.stages.runtime import PublishedDeadLetters, dead_letter, run_stage, unless_stopped
 from mongomem.stages.runtime.kafka import (
@@ -116,6 +115,7 @@ from mongomem.stages.runtime.kafka import (
     Producer,
     kafka_publisher,
 )
+from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
@@ -124,10 +124,7 @@ from mongomem.stages.watcher_logic import (
     PublishLedger,
     Slot,
     WatermarkClock,
-    checkpoint_updates,
     open_failure_verdict,
-    token_id,
-    usable_token,
 )
 from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
@@ -185,8 +182,7 @@ class ChangeStreamWatcher:
         self._turns = db[TURNS].with_options(
             codec_options=db.codec_options.with_options(tz_aware=False, tzinfo=None)
         )
-        self._checkpoints = db[CHECKPOINTS]
-        self._erasures = ErasureRegister(db)
+        self._checkpoint_store = WatcherCheckpoints(db, kafka.topic(TURNS_TOPIC))
         self._producer = producer
         self._letters = PublishedDeadLetters(KafkaPublisher(producer), kafka)
         self._kafka = kafka
@@ -348,7 +344,7 @@ class ChangeStreamWatcher:
         """Publish every turn above its session's mark; False when stopped midway."""
         self.backfills += 1
         complete = True
-        marks = await self._load_marks()
+        marks = await self._checkpoint_store.load_marks()
         self._ledger.seed(marks.items())
         before = self.published
         try:
@@ -575,50 +571,14 @@ class ChangeStreamWatcher:
         STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
 
     async def _store(self, marks: dict[Slot, int], token: dict[str, Any] | None) -> None:
-        """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write.
-
-        Marks of erased sessions are left out (SPEC J3): an erasure removes them, and a
-        turn of such a session still in the change stream must not bring one back.
-        """
-        if marks:
-            keys = {s: SessionKey(project_id=s[0], user_id=s[1], session_id=s[2]) for s in marks}
-            gone = await self._erasures.erased_among(keys.values())
-            if gone:
-                marks = {s: seq for s, seq in marks.items() if keys[s] not in gone}
-        writes = [
-            UpdateOne(filter_, update, upsert=True)
-            for filter_, update in checkpoint_updates(self._topic, marks, token, utcnow())
-        ]
-        if not writes:
-            return
-        try:
-            await self._checkpoints.bulk_write(writes, ordered=True)
-        except PyMongoError as exc:
-            raise StorageError(f"could not store the watcher checkpoint: {exc}") from exc
-        self.checkpoints += 1
+        """Save ``marks`` and then ``token`` (either may be empty): :class:`WatcherCheckpoints`."""
+        if await self._checkpoint_store.save(WatcherCheckpoint(marks, token)):
+            self.checkpoints += 1
 
     async def _load_token(self) -> dict[str, Any] | None:
-        try:
-            doc = await self._checkpoints.find_one({"_id": token_id(self._topic)})
-        except PyMongoError as exc:
-            raise StorageError(f"could not read the watcher checkpoint: {exc}") from exc
-        if doc is None:
-            return None
-        token = usable_token(doc.get("token"))
-        if token is None:
-            log.error("watcher: the stored resume token %r is not a resume token", doc.get("token"))
+        token = await self._checkpoint_store.load_token()
         self._scheduled_token = token
         return token
-
-    async def _load_marks(self) -> dict[Slot, int]:
-        marks: dict[Slot, int] = {}
-        try:
-            cursor = self._checkpoints.find({"kind": "watcher-mark", "topic": self._topic})
-            async for doc in cursor:
-                marks[(doc["project_id"], doc["user_id"], doc["session_id"])] = int(doc["seq"])
-        except PyMongoError as exc:
-            raise StorageError(f"could not read the watcher's session marks: {exc}") from exc
-        return marks
 
 
 async def _close(stream: Stream) -> None:

@@ -127,11 +127,14 @@ Checkpoint = Mapping[str, Any]
 
 class CheckpointStore(Protocol[T]):
     """Where a source that is not a consumer group keeps its position (the watcher's
-    resume token and marks)."""
+    resume token and marks: :class:`mongomem.stages.watcher_checkpoints.WatcherCheckpoints`)."""
 
     async def load(self) -> T | None: ...
 
-    async def save(self, checkpoint: T) -> None: ...
+    async def save(self, checkpoint: T) -> bool:
+        """Store ``checkpoint`` (only ever after what it covers was acknowledged);
+        ``False`` when there was nothing to write."""
+        ...
 
 
 class ConsumerStage(Protocol):

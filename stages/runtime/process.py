@@ -108,8 +108,12 @@ async def supervise(
             await _attempt(stage, stop, drain_timeout_s)
             return
         except MongomemError as exc:
-            if not exc.retriable or stop.is_set():
+            if not exc.retriable:
                 raise
+            if stop.is_set():  # an outage while draining: what was not committed is read again
+                log.warning("%s stopped during an outage (%s: %s)", stage.name,
+                            type(exc).__name__, exc)  # fmt: skip
+                return
             if time.monotonic() - started > HEALTHY_RUN_S:
                 attempt = 0  # it ran well for a while: back off afresh
             attempt += 1
