@@ -108,7 +108,13 @@ from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.models import Watermark
 from mongomem.mongo import TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
-from mongomem.stages.runtime import PublishedDeadLetters, dead_letter, run_stage, unless_stopped
+from mongomem.stages.runtime import (
+    Message,
+    PublishedDeadLetters,
+    dead_letter,
+    run_stage,
+    unless_stopped,
+)
 from mongomem.stages.runtime.kafka import (
     KafkaPublisher,
     PartitionBatcher,
@@ -443,11 +449,9 @@ class ChangeStreamWatcher:
         log.error(
             "watcher: document %r is not a turn; sent to the dead-letter topic", document.get("_id")
         )
-        await dead_letter(
-            self._letters, STAGE, topic=f"mongodb:{self._db.name}.{TURNS}",
-            partition=0, offset=0, key=None, value=json_util.dumps(document).encode(),
-            error=error, attempts=1,
-        )  # fmt: skip
+        source = f"mongodb:{self._db.name}.{TURNS}"  # the collection, not a topic
+        record = Message(source, 0, 0, None, json_util.dumps(document).encode())
+        await dead_letter(self._letters, STAGE, record, error, 1)
 
     def _note(self) -> None:
         """Count one record handed to Kafka since the last flush."""

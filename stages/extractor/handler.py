@@ -309,11 +309,7 @@ class TypeHandler:
         await asyncio.gather(*pending)
 
     async def _dead_letter(self, record: SourceRecord, error: BaseException, attempts: int) -> None:
-        await dead_letter(
-            self._letters, self.stage, topic=record.topic,
-            partition=record.partition, offset=record.offset, key=record.key,
-            value=record.value, error=error, attempts=attempts, at=self._clock(),
-        )  # fmt: skip
+        await dead_letter(self._letters, self.stage, record, error, attempts, at=self._clock())
 
     async def _record(
         self,

@@ -87,14 +87,10 @@ class PublishedDeadLetters:
 async def dead_letter(
     sink: DeadLetterSink,
     stage: str,
-    *,
-    topic: str,
-    partition: int,
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
+    record: Record,
     error: BaseException,
     attempts: int,
+    *,
     at: datetime | None = None,
 ) -> DeadLetter:
     """The one way a stage dead-letters a record: a :class:`~mongomem.kafka.DeadLetter`
@@ -103,14 +99,15 @@ async def dead_letter(
     logged and always counted (``mongomem_dead_letters_total`` and
     ``mongomem_messages_total`` with outcome ``dead_letter``)."""
     letter = DeadLetter.of(
-        stage=stage, topic=topic, partition=partition, offset=offset, key=key, value=value,
-        error=error, attempts=attempts, at=at,
+        stage=stage, topic=record.topic, partition=record.partition, offset=record.offset,
+        key=record.key, value=record.value, error=error, attempts=attempts, at=at,
     )  # fmt: skip
     log.warning(
         "%s: dead-lettering %s[%d]@%d after %d attempt(s): %s: %s",
-        stage, topic, partition, offset, attempts, type(error).__name__, error,
+        stage, record.topic, record.partition, record.offset, attempts,
+        type(error).__name__, error,
     )  # fmt: skip
-    await sink.send(letter, key)
+    await sink.send(letter, record.key)
     DEAD_LETTERS.labels(stage).inc()
     MESSAGES.labels(stage, "dead_letter").inc()
     return letter
@@ -211,11 +208,7 @@ class _Consumer:
                 )  # fmt: skip
                 await self._back_off(attempt, error)
                 continue
-            await dead_letter(
-                self.letters, self.stage.stage, topic=record.topic,
-                partition=record.partition, offset=record.offset, key=record.key,
-                value=record.value, error=error, attempts=attempt,
-            )  # fmt: skip
+            await dead_letter(self.letters, self.stage.stage, record, error, attempt)
             await self.stage.dead_lettered(record, error)
             return True
 

@@ -72,7 +72,7 @@ from datetime import datetime
 from mongomem.errors import InputError, MessageDecodeError
 from mongomem.metrics import MESSAGES
 from mongomem.models import Snapshot, Watermark
-from mongomem.stages.runtime import Decision, RetryPolicy, dead_letter
+from mongomem.stages.runtime import Decision, Message, RetryPolicy, dead_letter
 from mongomem.stages.windowing.logic import Window
 from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
@@ -371,10 +371,8 @@ class SnapshotWindower:
         exc: BaseException,
         attempts: int,
     ) -> None:
-        await dead_letter(
-            self.dead_letters, STAGE, topic=self.topic, partition=partition, offset=offset,
-            key=key, value=value, error=exc, attempts=attempts,
-        )  # fmt: skip
+        record = Message(self.topic, partition, offset, key, value)
+        await dead_letter(self.dead_letters, STAGE, record, exc, attempts)
         self.stats.dead_letters += 1
 
     async def _apply(

@@ -62,20 +62,20 @@ async def _until(check: Callable[[], bool]) -> None:
     raise AssertionError("never happened")
 
 
-async def _run_until(broker: MemoryBroker, stage: Echo, done: object) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        consume(
-            broker.source("in", "g"),
-            stage,
-            publisher=broker.publisher(),
-            kafka=KAFKA,
-            stop=stop,
-            policy=FAST,
-            poll_timeout_s=0.01,
-        )
+def _consuming(
+    broker: MemoryBroker, stage: Echo, publisher: MemoryPublisher, stop: asyncio.Event
+) -> asyncio.Task[None]:
+    source = broker.source("in", "g")
+    running = consume(
+        source, stage, publisher=publisher, kafka=KAFKA, stop=stop, policy=FAST, poll_timeout_s=0.01
     )
-    while not done():  # type: ignore[operator]
+    return asyncio.create_task(running)
+
+
+async def _run_until(broker: MemoryBroker, stage: Echo, done: Callable[[], bool]) -> None:
+    stop = asyncio.Event()
+    task = _consuming(broker, stage, stage.publisher, stop)
+    while not done():
         await asyncio.sleep(0.005)
         if task.done():
             await task
@@ -90,17 +90,7 @@ async def test_a_publish_that_never_acks_is_never_committed() -> None:
     publisher.hold()
     stage = Echo(publisher, {})
     stop = asyncio.Event()
-    task = asyncio.create_task(
-        consume(
-            broker.source("in", "g"),
-            stage,
-            publisher=publisher,
-            kafka=KAFKA,
-            stop=stop,
-            policy=FAST,
-            poll_timeout_s=0.01,
-        )
-    )
+    task = _consuming(broker, stage, publisher, stop)
     await stage.handled.wait()
     for _ in range(20):
         await asyncio.sleep(0)
@@ -174,18 +164,8 @@ async def test_a_failed_dead_letter_publish_commits_nothing() -> None:
     publisher.fail_next(1, BrokerError("dlq refused"))
     stage = Echo(publisher, {b"bad": [InputError("x")]})
     stop = asyncio.Event()
-    # the dead letter's send fails like an outage of the broker; it is not lost: retried
-    task = asyncio.create_task(
-        consume(
-            broker.source("in", "g"),
-            stage,
-            publisher=publisher,
-            kafka=KAFKA,
-            stop=stop,
-            policy=FAST,
-            poll_timeout_s=0.01,
-        )
-    )
+    # the dead letter is not acknowledged: the stage fails (and restarts), nothing committed
+    task = _consuming(broker, stage, publisher, stop)
     with pytest.raises(BrokerError):
         await task
     assert broker.committed("g", "in") == {}
