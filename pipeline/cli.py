@@ -29,21 +29,17 @@ import asyncio
 import importlib
 import logging
 import os
-import signal
 import sys
-import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from mongomem.errors import MongomemError
 from mongomem.logs import configure_logging
-from mongomem.restarts import record_restart
 from mongomem.settings import Settings, load_settings
 
-__all__ = ["STAGES", "main", "supervise"]
+__all__ = ["STAGES", "main"]
 
 log = logging.getLogger("mongomem")
 
@@ -98,69 +94,21 @@ def _infra(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def supervise(
-    name: str,
-    run: Callable[[], Coroutine[Any, Any, None]],
-    *,
-    first_delay_s: float = 1.0,
-    max_delay_s: float = 30.0,
-    on_restart: Callable[[str, MongomemError], Coroutine[Any, Any, None]] | None = None,
-) -> None:
-    """Run a stage; restart it after a *retriable* failure, with capped back-off.
-
-    ``on_restart(name, error)`` is awaited before each restart (the stage
-    processes count them: :func:`mongomem.restarts.record_restart`).
-
-    A broker or database that is down at start, or goes away for longer than
-    a stage's own retries, costs a restart inside the process instead of a
-    crash (the stages' checkpoints make a restart safe). Final errors
-    (configuration, a rejected API key …) still end the process.
-    """
-    delay = first_delay_s
-    while True:
-        started = time.monotonic()
-        try:
-            await run()
-            return
-        except MongomemError as exc:
-            if not exc.retriable:
-                raise
-            if time.monotonic() - started > 60:
-                delay = first_delay_s  # it ran well for a while: start backing off afresh
-            log.warning(
-                "%s stopped on a retriable error (%s); restarting in %.0fs", name, exc, delay
-            )
-            if on_restart is not None:
-                await on_restart(name, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, max_delay_s)
-
-
 async def run_all(settings: Settings, args: argparse.Namespace) -> None:
-    """Every stage in this one process (development mode), each under :func:`supervise`.
+    """Every stage in this one process (development mode).
 
-    SIGTERM/SIGINT cancel every stage. That is not the graceful flush each
-    stage does on its own, but their checkpoints make it as safe as a crash:
-    at-least-once in, idempotent out.
+    Each stage runs on the stage runtime (:func:`mongomem.stages.runtime.run_stage`:
+    its own restarts), and SIGTERM/SIGINT stop them all gracefully. A stage that
+    ends on a final error ends the others.
     """
-    counted = partial(record_restart, settings)
-    tasks = [
-        asyncio.create_task(
-            supervise(name, partial(_load_stage(name), settings, args), on_restart=counted),
-            name=name,
-        )
-        for name in STAGES
-    ]
-    await asyncio.sleep(1.0)  # each stage installs its own signal handler as it starts
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: [t.cancel() for t in tasks])
+    tasks = [asyncio.create_task(_load_stage(name)(settings, args), name=name) for name in STAGES]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
             failure = None if task.cancelled() else task.exception()
             if failure is not None:
                 raise failure
+        await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()
@@ -175,9 +123,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.stage == "all":
         coro = run_all(settings, args)
     else:
-        entry = _load_stage(args.stage)
-        counted = partial(record_restart, settings)
-        coro = supervise(args.stage, lambda: entry(settings, args), on_restart=counted)
+        # the stage's entry runs it on the stage runtime: signals, drain, the one restart loop
+        coro = _load_stage(args.stage)(settings, args)
     try:
         asyncio.run(coro)
     except KeyboardInterrupt:

@@ -13,7 +13,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── InputError                   a caller's bad input; nothing stored  (final)
     │   └── MessageDecodeError       bytes on a topic that are not ours    (final)
     ├── InfraError                   a local server could not be started   (final)
-    ├── StorageError                 MongoDB unreachable / failed write    (retriable)
+    ├── StorageError                 MongoDB unreachable / failed write    (retriable
+    │                                unless its pymongo cause is permanent)
     ├── BrokerError                  Kafka unreachable / produce failed    (retriable)
     ├── ChangeFeedError              the change stream broke               (retriable)
     │   └── ResumeTokenLost          the stored token left the oplog       (final: backfill)
@@ -36,7 +37,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
 
 from __future__ import annotations
 
-from typing import ClassVar
+import sys
 
 __all__ = [
     "AuthError",
@@ -63,13 +64,16 @@ __all__ = [
     "ScopeError",
     "StorageError",
     "WriteConflict",
+    "pymongo_error_is_transient",
 ]
 
 
 class MongomemError(Exception):
     """Root of every error mongomem raises on purpose."""
 
-    retriable: ClassVar[bool] = False
+    #: Whether the same operation can succeed later. A class attribute; only
+    #: :class:`StorageError` narrows it per instance (from its pymongo cause).
+    retriable: bool = False
 
 
 class ConfigError(MongomemError):
@@ -96,9 +100,75 @@ class InfraError(MongomemError):
 
 
 class StorageError(MongomemError):
-    """MongoDB could not be reached or refused an operation that may succeed later."""
+    """MongoDB could not be reached or refused an operation.
+
+    Retriable, except when its cause is a permanent pymongo error (a document
+    too large, invalid BSON, a write or command rejected with a non-transient
+    code: see :func:`pymongo_error_is_transient`): repeating those fails the
+    same way, so a stage dead-letters the record instead of retrying it. The
+    cause is ``cause`` when given, else the exception being handled where the
+    error is made (the usual ``except PyMongoError as exc: raise
+    StorageError(...) from exc``).
+    """
 
     retriable = True
+
+    def __init__(self, message: str, *, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        found = cause if cause is not None else sys.exception()
+        if found is not None and not pymongo_error_is_transient(found):
+            self.retriable = False
+
+
+#: Server error codes that say "try again" (not-primary, shutting down, network,
+#: time limits, lock or write conflicts): pymongo's own retryable set and a few more.
+TRANSIENT_CODES = frozenset(
+    {6, 7, 24, 50, 89, 91, 112, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150}
+)
+
+
+def pymongo_error_is_transient(error: BaseException) -> bool:
+    """Whether a pymongo (or bson) ``error`` may pass if the operation is repeated.
+
+    Connection failures, timeouts and not-primary / shutdown / conflict codes
+    (:data:`TRANSIENT_CODES`, or an error label saying so) are transient.
+    ``DocumentTooLarge``, invalid documents, BSON errors, configuration errors
+    and any other ``OperationFailure`` (``WriteError``, ``BulkWriteError``
+    whose write errors all carry other codes) are permanent. Errors that are
+    not pymongo's or bson's are not judged here: transient.
+    """
+    from bson.errors import BSONError
+    from pymongo import errors
+
+    if isinstance(error, BSONError):
+        return False
+    if not isinstance(error, errors.PyMongoError):
+        return True
+    if isinstance(error, errors.ConnectionFailure | errors.WaitQueueTimeoutError):
+        return True  # AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError …
+    if isinstance(error, errors.ExecutionTimeout | errors.WTimeoutError):
+        return True
+    if error.has_error_label("RetryableWriteError") or error.has_error_label(
+        "TransientTransactionError"
+    ):
+        return True
+    if isinstance(error, errors.BulkWriteError):
+        details = error.details or {}
+        codes = [e.get("code") for e in details.get("writeErrors", [])]
+        codes += [e.get("code") for e in details.get("writeConcernErrors", [])]
+        return not codes or any(code in TRANSIENT_CODES for code in codes)
+    if isinstance(error, errors.OperationFailure):
+        return error.code in TRANSIENT_CODES
+    # DocumentTooLarge, InvalidOperation, ConfigurationError, InvalidName, InvalidURI are
+    # permanent; other client-side conditions (cursor or encryption errors): keep trying
+    permanent = (
+        errors.DocumentTooLarge,
+        errors.InvalidOperation,
+        errors.ConfigurationError,
+        errors.InvalidName,
+        errors.InvalidURI,
+    )
+    return not isinstance(error, permanent)
 
 
 class BrokerError(MongomemError):

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
-from mongomem.codec import encode, register
+from mongomem.codec import register
 from mongomem.errors import BrokerError, MongomemError
 from mongomem.extras import require
 from mongomem.models import utcnow
@@ -45,7 +45,6 @@ __all__ = [
     "ensure_topics",
     "make_producer",
     "pipeline_topics",
-    "send_dead_letter",
 ]
 
 TURNS = "turns"
@@ -64,9 +63,14 @@ def pipeline_topics(settings: KafkaSettings, stages: Iterable[str] = ()) -> list
 
 
 async def ensure_topics(
-    settings: KafkaSettings, topics: Iterable[str], *, partitions: int | None = None
+    settings: KafkaSettings,
+    topics: Iterable[str],
+    *,
+    partitions: int | None = None,
+    configs: dict[str, str] | None = None,
 ) -> None:
-    """Create the topics that do not exist yet (idempotent)."""
+    """Create the topics that do not exist yet (idempotent), with ``configs`` if given
+    (``{"cleanup.policy": "compact"}`` for a changelog)."""
     admin = AIOKafkaAdminClient(
         bootstrap_servers=_bootstrap(settings),
         request_timeout_ms=int(settings.request_timeout_s * 1000),
@@ -79,6 +83,7 @@ async def ensure_topics(
                 name=name,
                 num_partitions=partitions or settings.partitions,
                 replication_factor=settings.replication_factor,
+                topic_configs=configs or {},
             )
             for name in dict.fromkeys(topics)
             if name not in existing
@@ -169,15 +174,3 @@ class DeadLetter(BaseModel):
 
 
 register("dead-letter", DeadLetter)
-
-
-async def send_dead_letter(
-    producer: AIOKafkaProducer, settings: KafkaSettings, letter: DeadLetter, key: bytes | None
-) -> None:
-    """Publish ``letter`` to its stage's dead-letter topic and wait for the ack."""
-    try:
-        await producer.send_and_wait(
-            dead_letter_topic(settings, letter.stage), encode(letter), key=key
-        )
-    except KafkaError as exc:
-        raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc

@@ -159,13 +159,16 @@ async def until_stored(
     backoff_s: float = 0.2,
     backoff_max_s: float = 10.0,
 ) -> None:
-    """Run ``write`` until MongoDB takes it (a :class:`StorageError` is retried with back-off)."""
+    """Run ``write`` until MongoDB takes it (a retriable :class:`StorageError` is retried with
+    back-off; a permanent one is raised)."""
     delay = backoff_s
     while True:
         try:
             await write()
             return
         except StorageError as exc:
+            if not exc.retriable:
+                raise
             log.warning("%s not stored (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, backoff_max_s)

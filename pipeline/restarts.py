@@ -1,7 +1,7 @@
 """Restart counts of the stages (SPEC G6): kept in MongoDB, so the inspector can show them.
 
 A stage run by ``mongomem run`` restarts inside its process after a retriable
-failure (:func:`mongomem.cli.supervise`). Each restart is counted in the
+failure (:func:`mongomem.stages.runtime.supervise`). Each restart is counted in the
 ``stage_restarts`` collection, one document per stage (``_id`` the stage's
 name): ``restarts`` (incremented), ``last_error`` and ``last_at``. Recording is
 best effort: a stage often restarts *because* MongoDB is unreachable, so a

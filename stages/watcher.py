@@ -77,25 +77,20 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections import deque
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from bson import json_util
 from pydantic import ValidationError
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
 from mongomem.codec import encode
-from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import (
-    BrokerError,
     ChangeFeedError,
     MongomemError,
     ResumeTokenLost,
@@ -105,16 +100,28 @@ from mongomem.kafka import (
     TURNS as TURNS_TOPIC,
 )
 from mongomem.kafka import (
-    DeadLetter,
-    dead_letter_topic,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
-from mongomem.models import SessionKey, Watermark, utcnow
-from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect, database
+from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
+from mongomem.models import Watermark
+from mongomem.mongo import TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings
-from mongomem.stages.watcher_batches import PartitionBatcher
+from mongomem.stages.runtime import (
+    Message,
+    PublishedDeadLetters,
+    dead_letter,
+    run_stage,
+    unless_stopped,
+)
+from mongomem.stages.runtime.kafka import (
+    KafkaPublisher,
+    PartitionBatcher,
+    Producer,
+    kafka_publisher,
+)
+from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
@@ -123,10 +130,7 @@ from mongomem.stages.watcher_logic import (
     PublishLedger,
     Slot,
     WatermarkClock,
-    checkpoint_updates,
     open_failure_verdict,
-    token_id,
-    usable_token,
 )
 from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
@@ -141,6 +145,7 @@ __all__ = [
     "ChangeReader",
     "ChangeStreamWatcher",
     "Idle",
+    "WatcherStage",
     "main",
     "make_watcher_producer",
     "run_watcher",
@@ -172,7 +177,7 @@ class ChangeStreamWatcher:
     def __init__(
         self,
         db: AsyncDatabase[Document],
-        producer: AIOKafkaProducer,
+        producer: Producer,
         kafka: KafkaSettings,
         stm: StmSettings | None = None,
     ) -> None:
@@ -183,9 +188,9 @@ class ChangeStreamWatcher:
         self._turns = db[TURNS].with_options(
             codec_options=db.codec_options.with_options(tz_aware=False, tzinfo=None)
         )
-        self._checkpoints = db[CHECKPOINTS]
-        self._erasures = ErasureRegister(db)
+        self._checkpoint_store = WatcherCheckpoints(db, kafka.topic(TURNS_TOPIC))
         self._producer = producer
+        self._letters = PublishedDeadLetters(KafkaPublisher(producer), kafka)
         self._kafka = kafka
         self._topic = kafka.topic(TURNS_TOPIC)
         self._policy = FlushPolicy(stm.watcher_batch_max, stm.watcher_flush_interval_s)
@@ -218,6 +223,8 @@ class ChangeStreamWatcher:
         #: True while following the change stream (after any back-fill): ready.
         self.streaming = False
         self.published = 0
+        self._counted = 0  # of ``published``, in mongomem_messages_total
+        self._turns_out = MESSAGES.labels(STAGE, "ok")
         self.watermarks = 0
         self.checkpoints = 0
         self.backfills = 0
@@ -226,11 +233,8 @@ class ChangeStreamWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stream until ``stop`` is set; then flush and checkpoint."""
-        try:
-            partitions = await self._producer.partitions_for(self._topic)
-        except KafkaError as exc:
-            raise BrokerError(f"cannot read the partitions of {self._topic}: {exc}") from exc
-        self._batcher = PartitionBatcher(self._producer, self._topic, sorted(partitions))
+        partitions = await KafkaPublisher(self._producer).partitions(self._topic)
+        self._batcher = PartitionBatcher(self._producer, self._topic, partitions)
         token = await self._load_token()
         try:
             while not stop.is_set():
@@ -346,7 +350,7 @@ class ChangeStreamWatcher:
         """Publish every turn above its session's mark; False when stopped midway."""
         self.backfills += 1
         complete = True
-        marks = await self._load_marks()
+        marks = await self._checkpoint_store.load_marks()
         self._ledger.seed(marks.items())
         before = self.published
         try:
@@ -441,27 +445,13 @@ class ChangeStreamWatcher:
         return self._policy.due(self._count, self._age(), idle=idle, unacked=self._unacked > 0)
 
     async def _dead_letter(self, document: Mapping[str, Any], error: Exception) -> None:
+        """A document that is not a turn: to ``dlq.watcher`` with its JSON text (counted)."""
         log.error(
             "watcher: document %r is not a turn; sent to the dead-letter topic", document.get("_id")
         )
-        letter = DeadLetter.of(
-            stage=STAGE,
-            topic=f"mongodb:{self._db.name}.{TURNS}",
-            partition=0,
-            offset=0,
-            key=None,
-            value=json_util.dumps(document).encode(),
-            error=error,
-            attempts=1,
-        )
-        try:
-            future = await self._producer.send(
-                dead_letter_topic(self._kafka, STAGE), encode(letter)
-            )
-        except KafkaError as exc:
-            raise BrokerError(f"could not write to the dead-letter topic: {exc}") from exc
-        self._pending.append(future)
-        self._note()
+        source = f"mongodb:{self._db.name}.{TURNS}"  # the collection, not a topic
+        record = Message(source, 0, 0, None, json_util.dumps(document).encode())
+        await dead_letter(self._letters, STAGE, record, error, 1)
 
     def _note(self) -> None:
         """Count one record handed to Kafka since the last flush."""
@@ -489,6 +479,9 @@ class ChangeStreamWatcher:
         flush. ``wait`` returns once everything sent so far is checkpointed.
         """
         pending, self._pending = self._pending, []
+        if self.published != self._counted:  # counted in bulk: the hot path stays free of it
+            self._turns_out.inc(self.published - self._counted)
+            self._counted = self.published
         if self._count:
             pending += await self._batches().send_all()
             self._watch_acks(pending)
@@ -552,11 +545,9 @@ class ChangeStreamWatcher:
         *,
         all_marks: bool,
     ) -> None:
+        started = time.perf_counter()
         if pending:
-            try:
-                await asyncio.gather(*pending)
-            except KafkaError as exc:
-                raise BrokerError(f"Kafka did not acknowledge published turns: {exc}") from exc
+            await asyncio.gather(*pending)  # a failed acknowledgement is a BrokerError
         if previous is not None:
             await previous  # checkpoints in order; a failure before this one fails it too
         # Acknowledged: these marks may be stored. They are written every
@@ -581,52 +572,17 @@ class ChangeStreamWatcher:
                 self._marks_written_at = now_s
                 self._marks_write = asyncio.create_task(self._store(batch, None))
         await self._store(marks, token)
+        STAGE_BATCH_SECONDS.labels(STAGE).observe(time.perf_counter() - started)
 
     async def _store(self, marks: dict[Slot, int], token: dict[str, Any] | None) -> None:
-        """Write ``marks`` and then ``token`` (either may be empty) in one ordered bulk write.
-
-        Marks of erased sessions are left out (SPEC J3): an erasure removes them, and a
-        turn of such a session still in the change stream must not bring one back.
-        """
-        if marks:
-            keys = {s: SessionKey(project_id=s[0], user_id=s[1], session_id=s[2]) for s in marks}
-            gone = await self._erasures.erased_among(keys.values())
-            if gone:
-                marks = {s: seq for s, seq in marks.items() if keys[s] not in gone}
-        writes = [
-            UpdateOne(filter_, update, upsert=True)
-            for filter_, update in checkpoint_updates(self._topic, marks, token, utcnow())
-        ]
-        if not writes:
-            return
-        try:
-            await self._checkpoints.bulk_write(writes, ordered=True)
-        except PyMongoError as exc:
-            raise StorageError(f"could not store the watcher checkpoint: {exc}") from exc
-        self.checkpoints += 1
+        """Save ``marks`` and then ``token`` (either may be empty): :class:`WatcherCheckpoints`."""
+        if await self._checkpoint_store.save(WatcherCheckpoint(marks, token)):
+            self.checkpoints += 1
 
     async def _load_token(self) -> dict[str, Any] | None:
-        try:
-            doc = await self._checkpoints.find_one({"_id": token_id(self._topic)})
-        except PyMongoError as exc:
-            raise StorageError(f"could not read the watcher checkpoint: {exc}") from exc
-        if doc is None:
-            return None
-        token = usable_token(doc.get("token"))
-        if token is None:
-            log.error("watcher: the stored resume token %r is not a resume token", doc.get("token"))
+        token = await self._checkpoint_store.load_token()
         self._scheduled_token = token
         return token
-
-    async def _load_marks(self) -> dict[Slot, int]:
-        marks: dict[Slot, int] = {}
-        try:
-            cursor = self._checkpoints.find({"kind": "watcher-mark", "topic": self._topic})
-            async for doc in cursor:
-                marks[(doc["project_id"], doc["user_id"], doc["session_id"])] = int(doc["seq"])
-        except PyMongoError as exc:
-            raise StorageError(f"could not read the watcher's session marks: {exc}") from exc
-        return marks
 
 
 async def _close(stream: Stream) -> None:
@@ -637,59 +593,56 @@ async def _close(stream: Stream) -> None:
 # ---------------------------------------------------------------------- process
 
 
-def make_watcher_producer(kafka: KafkaSettings) -> AIOKafkaProducer:
-    """:func:`~mongomem.kafka.make_producer` with larger batches and no linger.
+#: The watcher's producer settings: larger batches and no linger. The watcher fills its
+#: batches itself and sends them when full or at a flush (:class:`PartitionBatcher`);
+#: lingering would only delay a batch that is already complete.
+PRODUCER_OPTIONS: dict[str, Any] = {"max_batch_size": BATCH_BYTES, "linger_ms": 0}
 
-    The watcher fills its batches itself and sends them when full or at a
-    flush (:class:`~mongomem.stages.watcher_batches.PartitionBatcher`); lingering
-    would only delay a batch that is already complete.
-    """
-    return make_producer(kafka, max_batch_size=BATCH_BYTES, linger_ms=0)
+
+def make_watcher_producer(kafka: KafkaSettings) -> Producer:
+    """:func:`~mongomem.kafka.make_producer` with :data:`PRODUCER_OPTIONS` (not started)."""
+    return make_producer(kafka, **PRODUCER_OPTIONS)
 
 
 async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
-    """Run the watcher until ``stop`` is set, restarting after retriable failures."""
-    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    """Run the watcher until ``stop`` is set (one attempt: the runtime restarts it).
+
+    A stop while Kafka or MongoDB is still being reached ends the attempt at
+    once: nothing was read, so there is nothing to drain.
+    """
+    topics = ensure_topics(settings.kafka, pipeline_topics(settings.kafka, [STAGE]))
+    if not await unless_stopped(stop, topics):
+        return
     client = connect(settings.mongodb)
     try:
-        backoff = 0.5
-        while not stop.is_set():
-            producer = make_watcher_producer(settings.kafka)
-            try:
-                try:
-                    await producer.start()
-                except KafkaError as exc:
-                    raise BrokerError(f"cannot reach Kafka: {exc}") from exc
-                watcher = ChangeStreamWatcher(
-                    database(client, settings.mongodb), producer, settings.kafka, settings.stm
-                )
-                await watcher.run(stop)
+        async with contextlib.AsyncExitStack() as stack:
+            opening = asyncio.ensure_future(
+                stack.enter_async_context(kafka_publisher(settings.kafka, **PRODUCER_OPTIONS))
+            )
+            if not await unless_stopped(stop, opening):
                 return
-            except MongomemError as exc:
-                if not exc.retriable:
-                    raise
-                log.warning(
-                    "watcher: %s: %s; restarting from the checkpoint", type(exc).__name__, exc
-                )
-            finally:
-                with contextlib.suppress(KafkaError):
-                    await producer.stop()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff)
-            backoff = min(backoff * 2, 15.0)
+            watcher = ChangeStreamWatcher(
+                database(client, settings.mongodb), opening.result().producer, settings.kafka,
+                settings.stm,
+            )  # fmt: skip
+            await watcher.run(stop)
     finally:
         await client.close()
 
 
+class WatcherStage:
+    """The watcher as a runtime :class:`~mongomem.stages.runtime.ports.Stage`."""
+
+    name = STAGE
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await run_watcher(self.settings, stop)
+
+
 async def main(settings: Settings, args: argparse.Namespace) -> None:
-    """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT, then exits 0."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await run_watcher(settings, stop)
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+    """Entry of ``mongomem run watcher``: runs until SIGTERM/SIGINT (then flushes and
+    checkpoints), restarting from the checkpoint after outages; exits 0."""
+    await run_stage(WatcherStage(settings), settings)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 
 from mongomem.errors import ConfigError
 from mongomem.project_config import enabled_types, load_project_config
@@ -25,8 +23,18 @@ from mongomem.settings import Settings
 from mongomem.stages.extractor.handler import Outcome, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec, spec_for
 from mongomem.stages.extractor.worker import TypeConsumer, run_extractors
+from mongomem.stages.runtime import run_stage
 
-__all__ = ["Outcome", "TypeConsumer", "TypeHandler", "TypeSpec", "main", "run_extractors", "specs"]
+__all__ = [
+    "ExtractorStage",
+    "Outcome",
+    "TypeConsumer",
+    "TypeHandler",
+    "TypeSpec",
+    "main",
+    "run_extractors",
+    "specs",
+]
 
 log = logging.getLogger("mongomem.stages.extractor")
 
@@ -45,20 +53,30 @@ def specs(settings: Settings, types: list[str] | None = None) -> list[TypeSpec]:
     return [spec_for(t, config) for t in wanted]
 
 
+class ExtractorStage:
+    """The extractor (one consumer group per memory type) as a runtime
+    :class:`~mongomem.stages.runtime.ports.Stage`."""
+
+    name = "extractor"
+
+    def __init__(self, settings: Settings, chosen: list[TypeSpec], group_suffix: str = "") -> None:
+        self.settings = settings
+        self.chosen = chosen
+        self.group_suffix = group_suffix
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if not self.chosen:
+            await stop.wait()
+            return
+        await run_extractors(self.settings, self.chosen, stop, group_suffix=self.group_suffix)
+
+
 async def main(settings: Settings, args: argparse.Namespace) -> None:
-    """Run the extractor until cancelled or SIGTERM."""
+    """Run the extractor until SIGTERM/SIGINT (then drain), restarting after outages."""
     chosen = specs(settings, getattr(args, "types", None))
     ensure_ready(settings)
     if not chosen:
         log.warning("no memory type is enabled: the extractor has nothing to do")
     suffix = getattr(args, "group_suffix", "") or ""
-    task = asyncio.create_task(
-        run_extractors(settings, chosen, group_suffix=suffix) if chosen else asyncio.Event().wait()
-    )
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        log.info("extractor stopped")
+    await run_stage(ExtractorStage(settings, chosen, suffix), settings)
+    log.info("extractor stopped")

@@ -8,8 +8,8 @@ without the recalled context mongomem itself handed to the agent
 nearest known memories of the type, so the model reuses their labels
 (:func:`known_within`, SPEC K2); :func:`to_candidates` turns the
 validated items of the LLM's answer and their embeddings into
-:class:`~mongomem.models.MemoryCandidate` events with deterministic ids;
-:func:`retry_delay` is the backoff between attempts.
+:class:`~mongomem.models.MemoryCandidate` events with deterministic ids.
+Retries follow the stage runtime's :class:`~mongomem.stages.runtime.RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mongomem.errors import LLMRateLimited, MongomemError
 from mongomem.models import (
     Evidence,
     MemoryCandidate,
@@ -47,9 +46,7 @@ __all__ = [
     "known_within",
     "render_conversation",
     "render_messages",
-    "retry_delay",
     "scope_of",
-    "should_retry",
     "snapshot_query",
     "to_candidates",
 ]
@@ -238,16 +235,3 @@ def to_candidates(
         )
         for pos, (item, vector) in enumerate(zip(items, vectors, strict=True))
     ]
-
-
-def should_retry(error: BaseException, attempt: int, max_attempts: int) -> bool:
-    """Retry a retriable mongomem error while attempts remain; anything else is final."""
-    return isinstance(error, MongomemError) and error.retriable and attempt < max_attempts
-
-
-def retry_delay(attempt: int, error: BaseException, *, base_s: float, max_s: float) -> float:
-    """Seconds before attempt ``attempt + 1``: exponential, capped, at least ``retry_after``."""
-    delay: float = min(max_s, base_s * 2.0 ** (attempt - 1))
-    if isinstance(error, LLMRateLimited) and error.retry_after is not None:
-        delay = max(delay, error.retry_after)
-    return delay

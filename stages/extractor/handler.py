@@ -4,13 +4,18 @@
 candidates are acknowledged by Kafka, or the record is acknowledged on the
 type's dead-letter topic. Only then may the consumer commit past it.
 
-Failures of the LLM, the embedding provider or the producer are retried while
-they are retriable and attempts remain (``ExtractionSettings.max_attempts``),
-with exponential backoff that honours a 429's ``retry_after`` (which also
-holds back the handler's other LLM calls for that long); a successful
-LLM answer is kept across retries of the later steps, so it is paid for once.
-Then the record goes to ``dlq.extractor.<type>`` with the error and the
-attempt count, and the stream goes on. A :class:`~mongomem.errors.ConfigError`
+Failures follow the runtime's one retry policy
+(:class:`~mongomem.stages.runtime.RetryPolicy`, from
+``ExtractionSettings.max_attempts`` / ``backoff_base_s`` / ``backoff_max_s``):
+a retriable failure of the LLM, the embedding provider or the publisher is
+retried while attempts remain, with capped, jittered back-off that honours a
+429's ``retry_after`` (which also holds back the handler's other LLM calls
+for that long); a successful LLM answer is kept across retries of the later
+steps, so it is paid for once. Then the record goes to
+``dlq.extractor.<type>`` through :func:`~mongomem.stages.runtime.dead_letter`
+with the error and the attempt count, and the stream goes on; an outage
+(Kafka or MongoDB away) that outlasts the attempts is raised, for the runtime
+to retry the batch until it passes. A :class:`~mongomem.errors.ConfigError`
 (the endpoint rejects the key or model) is raised instead: every record would
 fail the same way, so the stage stops without committing.
 
@@ -36,22 +41,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from mongomem import metrics
 from mongomem.codec import decode, encode
 from mongomem.embeddings import Embedder
 from mongomem.erasure_register import ErasureRegister
-from mongomem.errors import (
-    BrokerError,
-    ConfigError,
-    LLMRateLimited,
-    MongomemError,
-    StorageError,
-)
-from mongomem.kafka import CANDIDATES, DeadLetter, send_dead_letter
+from mongomem.errors import ConfigError, LLMRateLimited, MongomemError, StorageError
+from mongomem.kafka import CANDIDATES
 from mongomem.llm import LLM, LLMResult
 from mongomem.models import MemoryCandidate, MemoryScope, Role, Snapshot, utcnow
 from mongomem.progress import Progress, until_stored
@@ -62,13 +59,19 @@ from mongomem.stages.extractor.core import (
     extracted_items,
     known_within,
     render_messages,
-    retry_delay,
     scope_of,
-    should_retry,
     snapshot_query,
     to_candidates,
 )
 from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stages.runtime import (
+    Decision,
+    PublishedDeadLetters,
+    Publisher,
+    Record,
+    RetryPolicy,
+    dead_letter,
+)
 from mongomem.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
 __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
@@ -76,19 +79,8 @@ __all__ = ["Outcome", "SourceRecord", "TypeHandler"]
 log = logging.getLogger(__name__)
 
 
-class SourceRecord(Protocol):
-    """What the handler needs of a consumed Kafka record."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
+#: What the handler reads of a consumed record (the runtime's :class:`Record`).
+SourceRecord = Record
 
 
 @dataclass(frozen=True)
@@ -125,7 +117,7 @@ class TypeHandler:
         *,
         llm: LLM,
         embedder: Embedder,
-        producer: AIOKafkaProducer,
+        publisher: Publisher,
         kafka: KafkaSettings,
         extraction: ExtractionSettings,
         usage: UsageRecorder,
@@ -135,12 +127,19 @@ class TypeHandler:
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self.spec = spec
         self.stage = f"extractor.{spec.name}"
         self._llm = llm
         self._embedder = embedder
-        self._producer = producer
+        self._publisher = publisher
+        self._letters = PublishedDeadLetters(publisher, kafka)
+        self._policy = policy or RetryPolicy(
+            base_s=extraction.backoff_base_s,
+            cap_s=extraction.backoff_max_s,
+            max_attempts=extraction.max_attempts,
+        )
         self._kafka = kafka
         self._extraction = extraction
         self._usage = usage
@@ -209,13 +208,11 @@ class TypeHandler:
                     # The endpoint asked this handler to slow down: every call waits.
                     until = self._monotonic() + exc.retry_after
                     self._paused_until = max(self._paused_until, until)
-                if should_retry(exc, attempt, self._extraction.max_attempts):
-                    delay = retry_delay(
-                        attempt,
-                        exc,
-                        base_s=self._extraction.backoff_base_s,
-                        max_s=self._extraction.backoff_max_s,
-                    )
+                decision = self._policy.decide(exc, attempt)
+                if decision is Decision.OUTAGE and attempt >= self._extraction.max_attempts:
+                    raise  # Kafka or MongoDB away: the runtime retries the batch (stop-aware)
+                if decision in (Decision.RETRY, Decision.OUTAGE):
+                    delay = self._policy.delay(attempt, exc)
                     log.warning(
                         "%s: snapshot %s attempt %d/%d failed (%s: %s); retrying in %.2fs",
                         self.stage,
@@ -305,30 +302,14 @@ class TypeHandler:
 
     async def _publish(self, candidates: list[MemoryCandidate]) -> None:
         """Send every candidate, then wait for every acknowledgement."""
-        try:
-            pending = [
-                await self._producer.send(self._topic, encode(c), key=c.scope.kafka_key())
-                for c in candidates
-            ]
-            await asyncio.gather(*pending)
-        except KafkaError as exc:
-            raise BrokerError(f"could not publish candidates: {exc}") from exc
+        pending = [
+            await self._publisher.send(self._topic, encode(c), key=c.scope.kafka_key())
+            for c in candidates
+        ]
+        await asyncio.gather(*pending)
 
     async def _dead_letter(self, record: SourceRecord, error: BaseException, attempts: int) -> None:
-        letter = DeadLetter.of(
-            stage=self.stage,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            value=record.value,
-            error=error,
-            attempts=attempts,
-            at=self._clock(),
-        )
-        await send_dead_letter(self._producer, self._kafka, letter, record.key)
-        metrics.MESSAGES.labels(self.stage, "dead_letter").inc()
-        metrics.DEAD_LETTERS.labels(self.stage).inc()
+        await dead_letter(self._letters, self.stage, record, error, attempts, at=self._clock())
 
     async def _record(
         self,

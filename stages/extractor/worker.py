@@ -1,46 +1,42 @@
-"""The consumer loop of one memory type, and the stage that runs several.
+"""One memory type as a consumer stage on the runtime, and the stage that runs several.
 
-Delivery semantics: **at-least-once in, idempotent out.** Each type has its own
-consumer group (``<prefix>.extractor.<type><suffix>``) on the snapshots topic,
-with auto-commit off. A batch is fetched; its records run concurrently (at
-most ``ExtractionSettings.concurrency`` at a time per type), except that
-records with the same key (one session) run one after another, in order, so
-the candidates of a session reach the reconciler in snapshot order. Offsets
-are committed only when every record of the batch is handled (candidates or
-dead letter acknowledged by Kafka). A crash before the commit replays the
-batch: the same snapshots give the same candidate ids (same prompt version,
-same answer), which the reconciler deduplicates.
+Delivery is the runtime's (:mod:`mongomem.stages.runtime`): each type has its
+own consumer group (``<prefix>.extractor.<type><suffix>``) on the snapshots
+topic, and a partition's offset is committed only when every record of the
+batch is handled (candidates or dead letter acknowledged). Within a batch
+records run concurrently (at most ``ExtractionSettings.concurrency`` at a
+time per type), except that records with the same key (one session) run one
+after another, in order, so the candidates of a session reach the reconciler
+in snapshot order. A crash before the commit replays the batch: the same
+snapshots give the same candidate ids (same prompt version, same answer),
+which the reconciler deduplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AsyncExitStack
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from pymongo import AsyncMongoClient
 
-from mongomem import metrics
 from mongomem.dlq import addressed_to
 from mongomem.embeddings import Embedder, make_embedder
 from mongomem.erasure_register import ErasureRegister
-from mongomem.errors import BrokerError
-from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics, make_producer
+from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics
 from mongomem.llm import LLM, make_llm
 from mongomem.ltm.store import MemoryStore
 from mongomem.models import MemoryScope
 from mongomem.mongo import Document, connect, database
-from mongomem.ops import consumer_group
 from mongomem.progress import Progress, until_stored
 from mongomem.settings import Settings
 from mongomem.stages.extractor.core import Known
 from mongomem.stages.extractor.handler import KnownMemories, Outcome, SourceRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stages.runtime import RetryPolicy, consume
+from mongomem.stages.runtime.kafka import KafkaSource, kafka_publisher, kafka_source
 from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 
 __all__ = ["TypeConsumer", "run_extractors"]
@@ -62,34 +58,18 @@ class StoredMemories:
 
 
 class TypeConsumer:
-    """Feeds one type's consumer group to its handler and commits handled batches."""
+    """One type's :class:`~mongomem.stages.runtime.ports.ConsumerStage` over its handler."""
 
-    def __init__(self, handler: TypeHandler, consumer: AIOKafkaConsumer, batch_size: int) -> None:
+    def __init__(self, handler: TypeHandler) -> None:
         self.handler = handler
-        self._consumer = consumer
-        self._batch_size = batch_size
+        self.stage = handler.stage
 
-    async def run(self) -> None:
-        stage = self.handler.stage
-        while True:
-            batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                timeout_ms=500, max_records=self._batch_size
-            )
-            if not batch:
-                continue
-            started = time.perf_counter()
-            await self.handle_batch(
-                [r for records in batch.values() for r in records if addressed_to(r.headers, stage)]
-            )  # a record requeued for another memory type's extractor is not ours
-            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
-            try:
-                await self._consumer.commit(offsets)
-            except (CommitFailedError, IllegalStateError) as exc:
-                # A rebalance took the partitions away; the new owner replays them.
-                log.warning("%s: commit skipped after a rebalance: %s", stage, exc)
-            except KafkaError as exc:
-                raise BrokerError(f"{stage}: could not commit offsets: {exc}") from exc
-            metrics.STAGE_BATCH_SECONDS.labels(stage).observe(time.perf_counter() - started)
+    async def handle(self, partition: int, batch: Sequence[SourceRecord]) -> None:
+        # a record requeued for another memory type's extractor is not ours
+        await self.handle_batch([r for r in batch if addressed_to(r.headers, self.stage)])
+
+    async def dead_lettered(self, record: SourceRecord, error: BaseException) -> None:
+        """Nothing to add: the handler dead-letters its own failures (and notes them)."""
 
     async def handle_batch(self, records: Sequence[SourceRecord]) -> list[Outcome]:
         """Handle records: same (partition, key) in order, the rest concurrently."""
@@ -118,6 +98,7 @@ def _max_poll_interval_ms(settings: Settings, batch_size: int) -> int:
 async def run_extractors(
     settings: Settings,
     specs: Sequence[TypeSpec],
+    stop: asyncio.Event | None = None,
     *,
     group_suffix: str = "",
     llm: LLM | None = None,
@@ -126,13 +107,14 @@ async def run_extractors(
     known: KnownMemories | None = None,
     progress: Progress | None = None,
 ) -> None:
-    """Run one consumer group per spec in this process until cancelled.
+    """Run one consumer group per spec in this process until ``stop`` is set (or cancelled).
 
     ``llm``, ``embedder`` and ``usage`` default to the configured providers and
     the ``llm_usage`` collection, ``known`` to the ``memories`` collection
     (unless ``known_tokens`` is 0); tests pass their own. ``progress`` defaults to
     the ``processing_status`` collection (:mod:`mongomem.progress`).
     """
+    stop = stop or asyncio.Event()
     kafka = settings.kafka
     topics = [kafka.topic(SNAPSHOTS), kafka.topic(CANDIDATES)]
     topics += [dead_letter_topic(kafka, f"extractor.{s.name}") for s in specs]
@@ -152,59 +134,55 @@ async def run_extractors(
         progress = progress or Progress(db)
         if wants_known:
             known = StoredMemories(MemoryStore(db))
-    producer: AIOKafkaProducer = make_producer(kafka)
-    consumers: list[AIOKafkaConsumer] = []
     batch_size = max(1, settings.extraction.concurrency * 2)
     try:
-        if own_progress:
-            await until_stored(progress.ensure_index, what="the processing_status index")
-        await producer.start()
-        workers: list[TypeConsumer] = []
-        # SPEC J3: the snapshots of erased sessions are skipped (the register lives beside
-        # processing_status)
-        erasures = (ErasureRegister(progress.entries.database)
-                    if isinstance(progress, Progress) else None)  # fmt: skip
-        for spec in specs:
-            handler = TypeHandler(
-                spec,
-                llm=llm,
-                embedder=embedder,
-                producer=producer,
-                kafka=kafka,
-                extraction=settings.extraction,
-                usage=usage,
-                known=known,
-                progress=progress,
-                erasures=erasures,
+        async with AsyncExitStack() as stack:
+            if own_progress:
+                await until_stored(progress.ensure_index, what="the processing_status index")
+            publisher = await stack.enter_async_context(kafka_publisher(kafka))
+            # SPEC J3: the snapshots of erased sessions are skipped (the register lives beside
+            # processing_status)
+            erasures = (ErasureRegister(progress.entries.database)
+                        if isinstance(progress, Progress) else None)  # fmt: skip
+            consumers: list[tuple[TypeConsumer, KafkaSource]] = []
+            for spec in specs:
+                handler = TypeHandler(
+                    spec,
+                    llm=llm,
+                    embedder=embedder,
+                    publisher=publisher,
+                    kafka=kafka,
+                    extraction=settings.extraction,
+                    usage=usage,
+                    known=known,
+                    progress=progress,
+                    erasures=erasures,
+                )
+                source = await stack.enter_async_context(kafka_source(
+                    kafka, kafka.topic(SNAPSHOTS), handler.stage, group_suffix,
+                    max_poll_interval_ms=_max_poll_interval_ms(settings, batch_size),
+                ))  # fmt: skip
+                consumers.append((TypeConsumer(handler), source))
+            log.info(
+                "extractor running: %s; LLM %s; embeddings %s",
+                ", ".join(c.stage for c, _ in consumers),
+                llm.name,
+                embedder.name,
             )
-            consumer = AIOKafkaConsumer(
-                kafka.topic(SNAPSHOTS),
-                bootstrap_servers=kafka.bootstrap,
-                group_id=consumer_group(kafka, handler.stage, group_suffix),
-                client_id=f"mongomem-{handler.stage}",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_poll_interval_ms=_max_poll_interval_ms(settings, batch_size),
-                request_timeout_ms=int(kafka.request_timeout_s * 1000),
+            # the handler retries records itself; the runtime's policy only meets outages
+            extraction = settings.extraction
+            policy = RetryPolicy(
+                base_s=extraction.backoff_base_s, cap_s=extraction.backoff_max_s, max_attempts=1
             )
-            await consumer.start()
-            consumers.append(consumer)
-            workers.append(TypeConsumer(handler, consumer, batch_size))
-        log.info(
-            "extractor running: %s; LLM %s; embeddings %s",
-            ", ".join(w.handler.stage for w in workers),
-            llm.name,
-            embedder.name,
-        )
-        async with asyncio.TaskGroup() as group:
-            for worker in workers:
-                group.create_task(worker.run())
-    except KafkaError as exc:
-        raise BrokerError(f"extractor: Kafka failed: {exc}") from exc
+            async with asyncio.TaskGroup() as group:
+                for consumer, source in consumers:
+                    group.create_task(consume(
+                        source, consumer, publisher=publisher, kafka=kafka,
+                        stop=stop, policy=policy, max_records=batch_size,
+                    ))  # fmt: skip
+    except* Exception as failures:  # the first failure of a type, as itself (for the restarts)
+        raise failures.exceptions[0] from None
     finally:
-        for consumer in consumers:
-            await consumer.stop()
-        await producer.stop()
         if own_llm:
             await llm.close()
         close = getattr(embedder, "close", None)

@@ -1,8 +1,9 @@
 """``mongomem run reconciler``: candidates → versioned long-term memory (SPEC D1–D3).
 
 The decisions are made by :mod:`mongomem.ltm` (pure planner, idempotent
-store); :mod:`mongomem.stages.reconciler.stage` is the Kafka adapter and states the
-delivery guarantee. The optional LLM judge is used when an LLM is configured
+store); :mod:`mongomem.stages.reconciler.stage` is the stage's core, run on
+the stage runtime (:mod:`mongomem.stages.runtime`, which states the delivery
+contract). The optional LLM judge is used when an LLM is configured
 (``MONGOMEM_LLM_API_KEY``); without one the ambiguous band takes the
 judge-less default.
 """
@@ -12,21 +13,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 from contextlib import AsyncExitStack
 
-from aiokafka import AIOKafkaConsumer
-
-from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics
 from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
 from mongomem.mongo import connect, database
 from mongomem.progress import Progress
 from mongomem.settings import Settings
-from mongomem.stages.reconciler.stage import STAGE, Reconciler, consumer_options
+from mongomem.stages.reconciler.stage import STAGE, Reconciler
+from mongomem.stages.runtime import RetryPolicy, consume, run_stage
+from mongomem.stages.runtime.kafka import kafka_publisher, kafka_source
 
-__all__ = ["STAGE", "Reconciler", "main", "run_reconciler"]
+__all__ = ["STAGE", "Reconciler", "ReconcilerStage", "main", "run_reconciler"]
 
 log = logging.getLogger(__name__)
+
+#: The reconciler's retries: a write conflict is re-planned up to 3 times.
+POLICY = RetryPolicy(base_s=0.2, max_attempts=3)
 
 
 def _judge(settings: Settings) -> Judge | None:
@@ -44,7 +47,7 @@ async def run_reconciler(
     group_suffix: str = "",
     judge: Judge | None = None,
 ) -> None:
-    """Run the stage until ``stop`` is set."""
+    """Run the stage until ``stop`` is set (one attempt: no restarts, no signals)."""
     kafka = settings.kafka
     topic = kafka.topic(CANDIDATES)
     await ensure_topics(kafka, [topic, dead_letter_topic(kafka, STAGE)])
@@ -58,33 +61,37 @@ async def run_reconciler(
             ledger_ttl_s=settings.reconcile.ledger_ttl_s,
         )
         await store.setup()
-        producer = make_producer(kafka)
-        await producer.start()
-        stack.push_async_callback(producer.stop)
-        consumer = AIOKafkaConsumer(topic, **consumer_options(kafka, group_suffix))
-        await consumer.start()
-        stack.push_async_callback(consumer.stop)
+        publisher = await stack.enter_async_context(kafka_publisher(kafka))
+        # Candidates carry embeddings (~8 KB as JSON): fetch enough for full batches.
+        source = await stack.enter_async_context(kafka_source(
+            kafka, topic, STAGE, group_suffix,
+            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+        ))  # fmt: skip
         log.info(
             "reconciler consuming %s (search: %s, judge: %s)",
             topic, store.search_backend.name, "on" if judge else "off",
         )  # fmt: skip
         progress = Progress(store.db)
         await progress.ensure_index()
-        await Reconciler(kafka, store, consumer, producer, progress=progress).run(stop)
+        reconciler = Reconciler(store, progress=progress)
+        await consume(source, reconciler, publisher=publisher, kafka=kafka, stop=stop,
+                      policy=POLICY)  # fmt: skip
+
+
+class ReconcilerStage:
+    """The reconciler as a :class:`~mongomem.stages.runtime.ports.Stage`."""
+
+    name = STAGE
+
+    def __init__(self, settings: Settings, group_suffix: str = "") -> None:
+        self.settings = settings
+        self.group_suffix = group_suffix
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await run_reconciler(self.settings, stop, group_suffix=self.group_suffix,
+                             judge=_judge(self.settings))  # fmt: skip
 
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
     """Entry of ``mongomem run reconciler``: runs until SIGTERM/SIGINT, then returns."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await run_reconciler(
-            settings, stop, group_suffix=getattr(args, "group_suffix", "") or "",
-            judge=_judge(settings),
-        )  # fmt: skip
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+    await run_stage(ReconcilerStage(settings, getattr(args, "group_suffix", "") or ""), settings)

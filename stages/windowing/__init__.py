@@ -59,12 +59,10 @@ Run with ``mongomem run windowing [--group-suffix S]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
-import signal
 
 from mongomem.settings import Settings
+from mongomem.stages.runtime import run_stage
 from mongomem.stages.windowing.logic import (
     WindowPolicy,
     WindowResult,
@@ -72,7 +70,7 @@ from mongomem.stages.windowing.logic import (
     advance,
 )
 from mongomem.stages.windowing.windower import Policies, SnapshotWindower
-from mongomem.stages.windowing.worker import WindowingWorker
+from mongomem.stages.windowing.worker import WindowingStage, WindowingWorker
 
 __all__ = [
     "Policies",
@@ -87,19 +85,11 @@ __all__ = [
 
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
-    """Run the stage until cancelled or SIGTERM/SIGINT; raises if it fails."""
+    """Run the stage until SIGTERM/SIGINT (then stop cleanly), restarting after outages."""
     worker = WindowingWorker(
         settings,
         group_suffix=getattr(args, "group_suffix", "") or "",
         engine=settings.windowing.engine,
     )
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if task is not None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, task.cancel)
-    try:
-        await worker.run()
-    except asyncio.CancelledError:
-        logging.getLogger("mongomem.windowing").info("windowing stopped")
+    await run_stage(WindowingStage(worker), settings)
+    logging.getLogger("mongomem.windowing").info("windowing stopped")

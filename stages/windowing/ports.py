@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot
 from mongomem.project_config import WindowingConfig
 from mongomem.settings import WindowingSettings
+from mongomem.stages.runtime.ports import DeadLetterSink
 from mongomem.stages.windowing.logic import WindowPolicy, WindowState
 
 __all__ = [
@@ -74,10 +74,6 @@ class BulkSnapshotSink(SnapshotSink, Protocol):
 
     async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
         """Like :meth:`deliver` for each, one session's in the given order; returns when all are."""
-
-
-class DeadLetterSink(Protocol):
-    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
 
 
 class MemoryStore:

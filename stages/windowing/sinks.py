@@ -10,8 +10,10 @@ are not written to: the snapshot's session and seq range are the lineage
 for a batch of snapshots with one bulk write and the publishes pipelined (in
 the given order, so one session's snapshots reach its partition in order); it
 returns once all are stored and acknowledged, and if it raises, any of them
-may or may not have been delivered. pymongo and aiokafka
-errors become :class:`~mongomem.errors.StorageError` / :class:`~mongomem.errors.BrokerError`.
+may or may not have been delivered. pymongo errors become
+:class:`~mongomem.errors.StorageError`; the snapshots go out through the runtime's
+:class:`~mongomem.stages.runtime.Publisher` (whose errors are
+:class:`~mongomem.errors.BrokerError`).
 """
 
 from __future__ import annotations
@@ -20,23 +22,20 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
 from pymongo import ReplaceOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from mongomem.codec import encode
 from mongomem.erasure_register import ErasureRegister
-from mongomem.errors import BrokerError, StorageError
-from mongomem.kafka import DeadLetter, send_dead_letter
+from mongomem.errors import StorageError
 from mongomem.lineage import ensure_lineage_index
 from mongomem.models import SessionKey, Snapshot
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
-from mongomem.settings import KafkaSettings
+from mongomem.stages.runtime import Publisher
 from mongomem.stm import END_EVENT
 
-__all__ = ["KafkaDeadLetters", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
+__all__ = ["SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
 
 def snapshot_document(snapshot: Snapshot) -> Document:
@@ -50,9 +49,9 @@ def snapshot_document(snapshot: Snapshot) -> Document:
 class SnapshotPublisher:
     """The real :class:`~mongomem.stages.windowing.windower.SnapshotSink`."""
 
-    def __init__(self, db: AsyncDatabase[Document], producer: AIOKafkaProducer, topic: str) -> None:
+    def __init__(self, db: AsyncDatabase[Document], publisher: Publisher, topic: str) -> None:
         self._snapshots = db[SNAPSHOTS]
-        self._producer = producer
+        self._publisher = publisher
         self._topic = topic
         self._erasures = ErasureRegister(db)
 
@@ -84,14 +83,11 @@ class SnapshotPublisher:
             raise StorageError(f"could not store {len(snapshots)} snapshot(s): {exc}") from exc
 
     async def _publish_many(self, snapshots: Sequence[Snapshot]) -> None:
-        try:
-            sent = [
-                await self._producer.send(self._topic, encode(s), key=s.session.kafka_key())
-                for s in snapshots
-            ]
-            await asyncio.gather(*sent)
-        except KafkaError as exc:
-            raise BrokerError(f"could not publish {len(snapshots)} snapshot(s): {exc}") from exc
+        sent = [
+            await self._publisher.send(self._topic, encode(s), key=s.session.kafka_key())
+            for s in snapshots
+        ]
+        await asyncio.gather(*sent)
 
     async def _store(self, snapshot: Snapshot) -> None:
         try:
@@ -102,12 +98,11 @@ class SnapshotPublisher:
             raise StorageError(f"could not store snapshot {snapshot.snapshot_id}: {exc}") from exc
 
     async def _publish(self, snapshot: Snapshot) -> None:
-        try:
-            await self._producer.send_and_wait(
+        await (
+            await self._publisher.send(
                 self._topic, encode(snapshot), key=snapshot.session.kafka_key()
             )
-        except KafkaError as exc:
-            raise BrokerError(f"could not publish snapshot {snapshot.snapshot_id}: {exc}") from exc
+        )
 
 
 class SnapshotResumePoints:
@@ -154,14 +149,3 @@ class SnapshotResumePoints:
         except PyMongoError as exc:
             raise StorageError(f"could not read where sessions resume: {exc}") from exc
         return dict(found)
-
-
-class KafkaDeadLetters:
-    """The real :class:`~mongomem.stages.windowing.windower.DeadLetterSink`."""
-
-    def __init__(self, producer: AIOKafkaProducer, settings: KafkaSettings) -> None:
-        self._producer = producer
-        self._settings = settings
-
-    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
-        await send_dead_letter(self._producer, self._settings, letter, key)

@@ -56,7 +56,9 @@ Failures: a retriable error (MongoDB or Kafka unavailable) is retried with
 backoff ``max_attempts`` times and then raised — the record stays unacknowledged
 and the stage stops, because dead-lettering a turn on an outage would cut it
 out of its window. A message that cannot be decoded goes to the dead-letter
-topic at once; any other error is retried and then dead-lettered.
+topic at once; any other error is retried and then dead-lettered (the runtime's
+:class:`~mongomem.stages.runtime.RetryPolicy`, through its
+:func:`~mongomem.stages.runtime.dead_letter`).
 """
 
 from __future__ import annotations
@@ -67,10 +69,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from mongomem.errors import InputError, MessageDecodeError, MongomemError
-from mongomem.kafka import DeadLetter
-from mongomem.metrics import DEAD_LETTERS, MESSAGES
+from mongomem.errors import InputError, MessageDecodeError
+from mongomem.metrics import MESSAGES
 from mongomem.models import Snapshot, Watermark
+from mongomem.stages.runtime import Decision, Message, RetryPolicy, dead_letter
 from mongomem.stages.windowing.logic import Window
 from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
@@ -338,34 +340,35 @@ class SnapshotWindower:
     ) -> None:
         """Apply one record; returns once it may be acknowledged."""
         attempt = 0
+        policy = self._policy()
         while True:
             attempt += 1
             try:
                 await self._apply(partition, offset, key, value)
                 return
-            except InputError as exc:
-                await self._dead_letter(partition, offset, key, value, exc, attempt)
-                return
-            except MongomemError as exc:
-                if not exc.retriable:
-                    await self._dead_letter(partition, offset, key, value, exc, attempt)
-                    return
-                if attempt >= self.max_attempts:
+            except Exception as exc:
+                decision = policy.decide(exc, attempt)
+                if decision is Decision.FATAL:
+                    raise
+                if decision is Decision.OUTAGE and attempt >= self.max_attempts:
                     log.error(
                         "giving up on %s[%d]@%d after %d attempts: %s",
                         self.topic, partition, offset, attempt, exc,
                     )  # fmt: skip
-                    raise
-                log.warning("retrying %s[%d]@%d: %s", self.topic, partition, offset, exc)
-            except Exception as exc:
-                if attempt >= self.max_attempts:
+                    raise  # the stage restarts from its checkpoint (nothing committed past it)
+                if decision is Decision.DEAD_LETTER:
                     await self._dead_letter(partition, offset, key, value, exc, attempt)
                     return
                 log.warning(
                     "retrying %s[%d]@%d after %s: %s",
                     self.topic, partition, offset, type(exc).__name__, exc,
                 )  # fmt: skip
-            await asyncio.sleep(min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)))
+                await asyncio.sleep(policy.delay(attempt, exc))
+
+    def _policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            base_s=self.backoff_s, cap_s=self.backoff_max_s, max_attempts=self.max_attempts
+        )
 
     async def _dead_letter(
         self,
@@ -376,24 +379,9 @@ class SnapshotWindower:
         exc: BaseException,
         attempts: int,
     ) -> None:
-        log.error(
-            "dead-lettering %s[%d]@%d (%s: %s)",
-            self.topic, partition, offset, type(exc).__name__, exc,
-        )  # fmt: skip
-        letter = DeadLetter.of(
-            stage=STAGE,
-            topic=self.topic,
-            partition=partition,
-            offset=offset,
-            key=key,
-            value=value,
-            error=exc,
-            attempts=attempts,
-        )
-        await self.dead_letters.send(letter, key)
+        record = Message(self.topic, partition, offset, key, value)
+        await dead_letter(self.dead_letters, STAGE, record, exc, attempts)
         self.stats.dead_letters += 1
-        MESSAGES.labels(STAGE, "dead_letter").inc()
-        DEAD_LETTERS.labels(STAGE).inc()
 
     async def _apply(
         self, partition: int, offset: int, key: bytes | None, value: bytes | None

@@ -15,27 +15,21 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
-
 from mongomem.erasure_register import ErasureRegister
-from mongomem.errors import BrokerError
-from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics, make_producer
+from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics
 from mongomem.models import Snapshot
 from mongomem.mongo import connect, database
 from mongomem.ops import consumer_group
 from mongomem.project_config import load_project_config
 from mongomem.settings import Settings
+from mongomem.stages.runtime import PublishedDeadLetters, unless_stopped
+from mongomem.stages.runtime.kafka import KafkaPartitionReader, kafka_publisher
 from mongomem.stages.windowing.app import build_app
 from mongomem.stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
-from mongomem.stages.windowing.sinks import (
-    KafkaDeadLetters,
-    SnapshotPublisher,
-    SnapshotResumePoints,
-)
+from mongomem.stages.windowing.sinks import SnapshotPublisher, SnapshotResumePoints
 from mongomem.stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
 
-__all__ = ["WindowingWorker", "topic_partitions"]
+__all__ = ["WindowingStage", "WindowingWorker"]
 
 #: The producer's batch size (a broker's ``max.message.bytes`` must allow it; the default is 1 MiB).
 PRODUCER_BATCH_BYTES = 256 * 1024
@@ -46,14 +40,6 @@ log = logging.getLogger("mongomem.windowing")
 STOP_TIMEOUT_S = 30.0
 #: How often the counters are logged (when they changed).
 STATS_EVERY_S = 5.0
-
-
-async def topic_partitions(producer: AIOKafkaProducer, topic: str) -> list[int]:
-    try:
-        found = await producer.partitions_for(topic)
-    except KafkaError as exc:
-        raise BrokerError(f"cannot read the partitions of {topic}: {exc}") from exc
-    return sorted(found)
 
 
 def _forward(task: asyncio.Task[None], failure: asyncio.Future[None]) -> None:
@@ -82,6 +68,7 @@ class WindowingWorker:
     ) -> None:
         self.settings = settings
         self.engine = engine
+        self.group_suffix = group_suffix
         self.group = consumer_group(settings.kafka, STAGE, group_suffix)
         self.on_snapshot = on_snapshot
         self.faust_options = faust_options
@@ -98,23 +85,22 @@ class WindowingWorker:
             config = load_project_config(settings.project_config).memory.windowing
         policies = Policies(settings.windowing, config)
         client = connect(settings.mongodb)
-        # Snapshots and changelog states are sent many at a time and are kilobytes each:
-        # large batches carry one partition's share of a delivery in one request.
-        producer = make_producer(kafka, linger_ms=0, max_batch_size=PRODUCER_BATCH_BYTES)
         app: Any = None
         reporter: asyncio.Task[None] | None = None
         consuming: asyncio.Task[None] | None = None
+        stack = contextlib.AsyncExitStack()
         try:
-            try:
-                await producer.start()
-            except KafkaError as exc:
-                raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
-            partitions = await topic_partitions(producer, turns)
+            # Snapshots and changelog states are sent many at a time and are kilobytes each:
+            # large batches carry one partition's share of a delivery in one request.
+            publisher = await stack.enter_async_context(
+                kafka_publisher(kafka, linger_ms=0, max_batch_size=PRODUCER_BATCH_BYTES)
+            )
+            partitions = await publisher.partitions(turns)
             db = database(client, settings.mongodb)
-            sink = SnapshotPublisher(db, producer, snapshots)
+            sink = SnapshotPublisher(db, publisher, snapshots)
             resume = SnapshotResumePoints(db)
             await resume.ensure_index()
-            dead = KafkaDeadLetters(producer, kafka)
+            dead = PublishedDeadLetters(publisher, kafka)
             failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             def make_windower(store: WindowStore) -> SnapshotWindower:
@@ -143,10 +129,11 @@ class WindowingWorker:
             else:
                 changelog = f"{self.group}-windows-changelog"
                 await ensure_changelog(kafka, changelog, len(partitions))
-                table = ChangelogTable(producer, changelog, kafka.bootstrap or "")
+                table = ChangelogTable(publisher, changelog, KafkaPartitionReader(kafka))
                 consumer = WindowingConsumer(
-                    kafka, group=self.group, topic=turns, table=table, windower=make_windower(table)
-                )
+                    kafka, group_suffix=self.group_suffix, topic=turns, table=table,
+                    windower=make_windower(table),
+                )  # fmt: skip
                 consuming = asyncio.create_task(consumer.run())
                 consuming.add_done_callback(lambda task: _forward(task, failure))
                 ready: asyncio.Task[Any] = asyncio.create_task(consumer.ready.wait())
@@ -174,7 +161,7 @@ class WindowingWorker:
                     await asyncio.wait_for(app.stop(), STOP_TIMEOUT_S)
                 except TimeoutError:
                     log.error("faust did not stop within %s s; leaving it", STOP_TIMEOUT_S)
-            await producer.stop()
+            await stack.aclose()
             await client.close()
 
     async def _report(self) -> None:
@@ -187,3 +174,17 @@ class WindowingWorker:
                 if stats != reported:
                     log.info("%s", stats)
                 reported = stats
+
+
+class WindowingStage:
+    """The windowing stage as a runtime :class:`~mongomem.stages.runtime.ports.Stage`: a stop
+    ends the worker, which lets the batches in flight go (they are read again) and commits
+    what was applied."""
+
+    name = STAGE
+
+    def __init__(self, worker: WindowingWorker) -> None:
+        self.worker = worker
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await unless_stopped(stop, self.worker.run())

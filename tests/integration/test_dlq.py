@@ -20,13 +20,14 @@ from mongomem.kafka import (
     dead_letter_topic,
     ensure_topics,
     make_producer,
-    send_dead_letter,
 )
 from mongomem.ltm.testing import candidate
 from mongomem.mongo import LEDGER, MEMORIES, Document, connect
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag
 from mongomem.settings import Settings
 from mongomem.stages.reconciler import STAGE, run_reconciler
+from mongomem.stages.runtime import PublishedDeadLetters
+from mongomem.stages.runtime.kafka import KafkaPublisher
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,9 @@ def test_dead_letters_are_listed_decoded_and_requeued_once(
                 error=StorageError("not authorized on memories"),
                 attempts=1,
             )
-            await send_dead_letter(producer, kafka, letter, boston.scope.kafka_key())
+            await PublishedDeadLetters(KafkaPublisher(producer), kafka).send(
+                letter, boston.scope.kafka_key()
+            )
             await producer.send_and_wait(candidates, b"not a candidate", key=b"junk")
         finally:
             await producer.stop()

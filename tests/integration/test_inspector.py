@@ -34,7 +34,6 @@ from mongomem.kafka import (
     ensure_topics,
     make_producer,
     pipeline_topics,
-    send_dead_letter,
 )
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.testing import candidate
@@ -44,6 +43,8 @@ from mongomem.restarts import record_restart
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 from mongomem.spaces import AsyncSpaces, RecallSettings, SearchKey
+from mongomem.stages.runtime import PublishedDeadLetters
+from mongomem.stages.runtime.kafka import KafkaPublisher
 from mongomem.stages.windowing.sinks import snapshot_document
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -171,7 +172,7 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
                 error=MessageDecodeError(error),
                 attempts=3,
             )
-            await send_dead_letter(producer, kafka, letter, None)
+            await PublishedDeadLetters(KafkaPublisher(producer), kafka).send(letter, None)
     finally:
         await producer.stop()
 

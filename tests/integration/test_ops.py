@@ -14,11 +14,12 @@ from mongomem.kafka import (
     dead_letter_topic,
     ensure_topics,
     make_producer,
-    send_dead_letter,
 )
 from mongomem.models import Watermark, utcnow
 from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
 from mongomem.settings import Settings
+from mongomem.stages.runtime import PublishedDeadLetters
+from mongomem.stages.runtime.kafka import KafkaPublisher
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ async def test_replay_position_lag_and_dead_letters(settings: Settings) -> None:
             stage="x", topic=topic, partition=0, offset=1, key=b"k", value=b"\xff",
             error=ValueError("bad"), attempts=3,
         )  # fmt: skip
-        await send_dead_letter(producer, settings.kafka, letter, key=b"k")
+        await PublishedDeadLetters(KafkaPublisher(producer), settings.kafka).send(letter, b"k")
     finally:
         await producer.stop()
     assert await dead_letter_counts(settings.kafka, ["x"]) == {"x": 1}

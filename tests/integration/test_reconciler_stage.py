@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from prometheus_client import REGISTRY
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
@@ -103,6 +104,16 @@ async def test_stage_updates_reinforces_dedupes_and_dead_letters(
     letter = decode(record.value, DeadLetter)
     assert letter.original_value() == b"not a candidate"
     assert letter.error_class == "MessageDecodeError"
+    # mongomem_consumer_lag is set from the consumer's own highwater marks: caught up, 0
+    lags = [
+        sample.value
+        for metric in REGISTRY.collect() if metric.name == "mongomem_consumer_lag"
+        for sample in metric.samples
+        if sample.labels["stage"] == STAGE
+        and sample.labels["topic"] == settings.kafka.topic(CANDIDATES)
+    ]  # fmt: skip
+    assert lags
+    assert set(lags) == {0.0}
 
     # Replaying the whole topic in a new consumer group changes nothing.
     before = await db[MEMORIES].find({}).sort("_id").to_list()

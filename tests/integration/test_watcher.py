@@ -468,8 +468,9 @@ async def test_a_slow_marks_write_does_not_hold_the_tokens_up(
     producer = make_producer(settings.kafka)
     await producer.start()
     watcher = ChangeStreamWatcher(db, producer, settings.kafka, settings.stm)
-    checkpoints = MarksHeld(watcher._checkpoints, token_id(topic))
-    watcher._checkpoints = cast(Any, checkpoints)
+    store = watcher._checkpoint_store  # the watcher's CheckpointStore, on a held collection
+    checkpoints = MarksHeld(store._checkpoints, token_id(topic))
+    store._checkpoints = cast(Any, checkpoints)
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
     try:

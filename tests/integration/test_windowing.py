@@ -31,6 +31,7 @@ from mongomem.models import SessionKey, Snapshot, Turn, utcnow
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.ops import group_lag
 from mongomem.settings import MongoSettings, Settings, WindowingSettings
+from mongomem.stages.runtime.kafka import KafkaPartitionReader, KafkaPublisher
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import ChangelogTable
 from mongomem.testing.watermarks import InFlight, watermarks_every
@@ -414,7 +415,9 @@ async def test_a_quiet_session_leaves_the_table_and_resumes_after_its_last_snaps
 
         async def in_changelog() -> bool:
             """Whether a table restored from the changelog (as after a restart) has ``a``."""
-            table = ChangelogTable(writer.producer, changelog, settings.kafka.bootstrap or "")
+            table = ChangelogTable(
+                KafkaPublisher(writer.producer), changelog, KafkaPartitionReader(settings.kafka)
+            )
             await table.restore(range(settings.kafka.partitions))
             return table.get(a.kafka_key()) is not None
 

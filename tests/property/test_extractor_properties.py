@@ -13,10 +13,10 @@ from mongomem.stages.extractor.core import (
     conversation_nonce,
     extracted_items,
     render_messages,
-    retry_delay,
     to_candidates,
 )
 from mongomem.stages.extractor.types import builtin_spec
+from mongomem.stages.runtime import RetryPolicy
 from mongomem.testing import make_snapshot
 
 MARKERS = st.sampled_from(
@@ -77,8 +77,8 @@ def test_candidate_ids_are_unique_and_deterministic(pairs: list[tuple[str, str]]
 def test_backoff_is_bounded_and_honours_retry_after(
     attempt: int, retry_after: float, base: float, cap: float
 ) -> None:
-    delay = retry_delay(
-        attempt, LLMRateLimited("x", retry_after=retry_after), base_s=base, max_s=cap
+    delay = RetryPolicy(base_s=base, cap_s=cap).delay(
+        attempt, LLMRateLimited("x", retry_after=retry_after)
     )
     assert delay >= retry_after
     assert delay <= max(cap, retry_after)

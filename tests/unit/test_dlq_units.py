@@ -13,8 +13,10 @@ from mongomem.dlq import REQUEUE_HEADER, DeadLetterEntry, addressed_to, decoded_
 from mongomem.errors import InputError
 from mongomem.kafka import DeadLetter
 from mongomem.ltm.testing import candidate
-from mongomem.settings import load_settings
+from mongomem.settings import KafkaSettings, load_settings
 from mongomem.stages.extractor.worker import TypeConsumer
+from mongomem.stages.runtime import consume
+from mongomem.stages.runtime.memory import MemoryBroker
 
 
 def test_addressed_to_reads_the_requeue_header() -> None:
@@ -71,29 +73,29 @@ class _Handler:
         self.seen.append(record.offset)
 
 
-@dataclass
-class _Consumer:
-    batches: list[dict[Any, list[_Record]]]
-    committed: list[dict[Any, int]] = field(default_factory=list)
-
-    async def getmany(self, **_: Any) -> dict[Any, list[_Record]]:
-        if not self.batches:
-            raise asyncio.CancelledError
-        return self.batches.pop(0)
-
-    async def commit(self, offsets: dict[Any, int]) -> None:
-        self.committed.append(offsets)
-
-
 def test_an_extractor_skips_records_requeued_for_another_type_and_commits_past_them() -> None:
-    records = [
-        _Record(0, ()),
-        _Record(1, ((REQUEUE_HEADER, b"extractor.episodic"),)),
-        _Record(2, ((REQUEUE_HEADER, b"extractor.semantic"),)),
-    ]
-    handler, consumer = _Handler(), _Consumer([{"tp": records}])
-    worker = TypeConsumer(handler, consumer, batch_size=10)  # type: ignore[arg-type]
-    with pytest.raises(asyncio.CancelledError):
-        asyncio.run(worker.run())
+    broker = MemoryBroker(partitions=1)
+    broker.append("p.snapshots", b"s0", partition=0)
+    broker.append("p.snapshots", b"s1", partition=0,
+                  headers=((REQUEUE_HEADER, b"extractor.episodic"),))  # fmt: skip
+    broker.append("p.snapshots", b"s2", partition=0,
+                  headers=((REQUEUE_HEADER, b"extractor.semantic"),))  # fmt: skip
+    handler = _Handler()
+    worker = TypeConsumer(handler)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        source = broker.source("p.snapshots", "g")
+        task = asyncio.create_task(consume(source, worker, publisher=broker.publisher(),
+                                           kafka=KafkaSettings(), stop=stop,
+                                           poll_timeout_s=0.01))  # fmt: skip
+        for _ in range(1000):
+            if broker.committed("g", "p.snapshots"):
+                break
+            await asyncio.sleep(0.005)
+        stop.set()
+        await task
+
+    asyncio.run(run())
     assert handler.seen == [0, 2]
-    assert consumer.committed == [{"tp": 3}]
+    assert broker.committed("g", "p.snapshots") == {0: 3}

@@ -19,11 +19,10 @@ from mongomem.stages.extractor.core import (
     extracted_items,
     known_within,
     render_messages,
-    retry_delay,
-    should_retry,
     to_candidates,
 )
 from mongomem.stages.extractor.types import builtin_spec, custom_spec
+from mongomem.stages.runtime import Decision, RetryPolicy
 from mongomem.testing import make_snapshot
 
 NOW = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
@@ -158,14 +157,17 @@ def test_custom_field_names_that_shadow_pydantic_attributes() -> None:
 
 
 def test_retry_policy() -> None:
-    assert retry_delay(1, LLMOutputInvalid("x"), base_s=0.5, max_s=30) == 0.5
-    assert retry_delay(3, LLMOutputInvalid("x"), base_s=0.5, max_s=30) == 2.0
-    assert retry_delay(10, LLMOutputInvalid("x"), base_s=0.5, max_s=30) == 30
-    assert retry_delay(1, LLMRateLimited("x", retry_after=7), base_s=0.5, max_s=30) == 7
-    assert should_retry(BrokerError("x"), 1, 3)
-    assert not should_retry(BrokerError("x"), 3, 3)
-    assert not should_retry(ScopeError("x"), 1, 3)
-    assert not should_retry(ValueError("x"), 1, 3)
+    # the extractor's retries are the runtime's policy built from ExtractionSettings
+    policy = RetryPolicy(base_s=0.5, cap_s=30, max_attempts=3, random=lambda: 1.0)
+    assert policy.delay(1, LLMOutputInvalid("x")) == 0.5
+    assert policy.delay(3, LLMOutputInvalid("x")) == 2.0
+    assert policy.delay(10, LLMOutputInvalid("x")) == 30
+    assert policy.delay(1, LLMRateLimited("x", retry_after=7)) == 7
+    assert policy.decide(LLMOutputInvalid("x"), 1) is Decision.RETRY
+    assert policy.decide(LLMOutputInvalid("x"), 3) is Decision.DEAD_LETTER
+    assert policy.decide(BrokerError("x"), 3) is Decision.OUTAGE
+    assert policy.decide(ScopeError("x"), 1) is Decision.DEAD_LETTER
+    assert policy.decide(ValueError("x"), 3) is Decision.DEAD_LETTER
 
 
 @pytest.mark.parametrize("name", ["semantic", "episodic", "procedural", "taxonomic"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,6 +20,9 @@ from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
 from mongomem.stages.extractor.core import Known as KnownMemory
 from mongomem.stages.extractor.handler import TypeHandler
 from mongomem.stages.extractor.types import builtin_spec
+from mongomem.stages.runtime import RetryPolicy
+from mongomem.stages.runtime.memory import MemoryBroker
+from mongomem.stages.runtime.ports import Message
 from mongomem.testing import (
     LLAMA_CPP_PYTHON,
     Answer,
@@ -36,29 +38,7 @@ from mongomem.usage import MemoryUsageRecorder
 FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
 
 
-@dataclass
-class Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-class Producer:
-    """Records what was sent; every send is acknowledged at once."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes]] = []
-
-    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
-        self.sent.append((topic, value))
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self.sent.append((topic, value))
+Record = Message  # a plain consumed record
 
 
 class FlakyEmbedder(HashingEmbedder):
@@ -80,7 +60,7 @@ async def run(
     known: Any = None,
     erasures: Any = None,
 ) -> tuple[Any, ...]:
-    producer = Producer()
+    broker = MemoryBroker(partitions=1)
     delays: list[float] = []
     clock = [1000.0]
 
@@ -93,9 +73,10 @@ async def run(
         builtin_spec("semantic"),
         llm=llm,
         embedder=embedder,
-        producer=producer,
+        publisher=broker.publisher(),
         kafka=KafkaSettings(topic_prefix="t"),
         extraction=ExtractionSettings(max_attempts=3, backoff_base_s=0.5, backoff_max_s=4),
+        policy=RetryPolicy(base_s=0.5, cap_s=4, max_attempts=3, random=lambda: 1.0),
         usage=(usage := MemoryUsageRecorder()),
         known=known,
         erasures=erasures,
@@ -108,7 +89,7 @@ async def run(
         outcome = await handler.handle(record)
     finally:
         await llm.close()
-    return outcome, producer.sent, delays, usage.records
+    return outcome, [(m.topic, m.value) for m in broker.history], delays, usage.records
 
 
 class Erasures:
@@ -195,7 +176,7 @@ def handler_on(
         builtin_spec("semantic"),
         llm=llm,
         embedder=HashingEmbedder(16),
-        producer=Producer(),
+        publisher=MemoryBroker().publisher(),
         kafka=KafkaSettings(topic_prefix="t"),
         extraction=extraction,
         usage=MemoryUsageRecorder(),
@@ -252,7 +233,7 @@ async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> N
             builtin_spec("semantic"),
             llm=llm,
             embedder=HashingEmbedder(16),
-            producer=Producer(),
+            publisher=MemoryBroker().publisher(),
             kafka=KafkaSettings(topic_prefix="t"),
             extraction=ExtractionSettings(max_attempts=1),
             usage=usage,
@@ -276,7 +257,7 @@ async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> N
 
 async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
     """Every snapshot would be refused alike: stop, do not dead-letter them all."""
-    producer = Producer()
+    broker = MemoryBroker()
     with FakeOpenAIServer(dialect=LLAMA_CPP_PYTHON) as server:
         settings = LLMSettings(
             base_url=server.base_url, api_key=SecretStr("k"), structured_output="json_schema"
@@ -286,7 +267,7 @@ async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
             builtin_spec("semantic"),
             llm=llm,
             embedder=HashingEmbedder(16),
-            producer=producer,
+            publisher=broker.publisher(),
             kafka=KafkaSettings(topic_prefix="t"),
             extraction=ExtractionSettings(max_attempts=3),
             usage=MemoryUsageRecorder(),
@@ -297,7 +278,7 @@ async def test_a_configured_mode_the_server_refuses_stops_the_stage() -> None:
         finally:
             await llm.close()
         assert len(server.chat_requests) == 1  # not retried
-    assert producer.sent == []  # no dead letter
+    assert broker.history == []  # no dead letter
 
 
 async def test_a_snapshot_with_nothing_to_extract_makes_no_llm_call() -> None:

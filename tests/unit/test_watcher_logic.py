@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaProducer
 from pymongo.errors import OperationFailure
 
 from mongomem.errors import ResumeTokenLost
-from mongomem.stages.watcher_batches import PartitionBatcher
+from mongomem.stages.runtime.kafka import PartitionBatcher
 from mongomem.stages.watcher_logic import (
     READ_PIPELINE,
     WATCH_PIPELINE,

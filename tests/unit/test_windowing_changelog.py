@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mongomem.stages.runtime.memory import MemoryBroker
+from mongomem.stages.runtime.ports import Headers
 from mongomem.stages.windowing.consumer import ChangelogTable
 from mongomem.stages.windowing.logic import WindowState
 
@@ -13,11 +15,26 @@ class RecordingProducer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes, int]] = []
 
-    async def send(self, topic: str, value: bytes, *, key: bytes, partition: int) -> Any:
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+    ) -> Any:
+        # (a recording Publisher: the changelog names the key and partition of every write)
+        assert value is not None
+        assert key is not None
+        assert partition is not None
         self.sent.append((topic, key, value, partition))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+    async def flush(self) -> None:
+        pass
 
 
 def state(session: str, next_seq: int, partition: int, offset: int) -> WindowState:
@@ -33,7 +50,7 @@ def state(session: str, next_seq: int, partition: int, offset: int) -> WindowSta
 
 async def test_only_the_latest_state_of_each_session_is_sent_and_flush_sends_the_rest() -> None:
     producer = RecordingProducer()
-    table = ChangelogTable(producer, "changelog", "unused:9092")
+    table = ChangelogTable(producer, "changelog", MemoryBroker())
     table.put(b"a", state("a", 2, 0, 10))
     table.put(b"b", state("b", 5, 1, 11))
     table.put(b"a", state("a", 3, 0, 12))
@@ -52,7 +69,7 @@ async def test_only_the_latest_state_of_each_session_is_sent_and_flush_sends_the
 
 async def test_a_dropped_partition_sends_nothing_of_its_sessions() -> None:
     producer = RecordingProducer()
-    table = ChangelogTable(producer, "changelog", "unused:9092")
+    table = ChangelogTable(producer, "changelog", MemoryBroker())
     table.put(b"a", state("a", 2, 0, 10))
     table.put(b"b", state("b", 2, 1, 10))
     table.drop([0])

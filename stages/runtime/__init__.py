@@ -1,0 +1,96 @@
+"""The one stage runtime: ports, the consume loop, retries, dead letters, signals.
+
+Every stream stage runs on it. A consumer stage provides its pure core plus
+:meth:`~mongomem.stages.runtime.ports.ConsumerStage.handle` ``(partition,
+batch)``; :func:`consume` feeds it from a
+:class:`~mongomem.stages.runtime.ports.RecordSource` and
+:func:`run_stage` runs it as a process (signals, drain, restarts).
+
+**The delivery contract** (the one statement of it; stage docs refer here):
+
+* **At-least-once in, idempotent out.** A partition's offset is committed
+  only after every record below it was handled: its outputs acknowledged by
+  the :class:`~mongomem.stages.runtime.ports.Publisher` (Kafka: ``acks=all``,
+  idempotent producer) or stored, or the record dead-lettered with the dead
+  letter acknowledged. A publish that is never acknowledged is never
+  committed past.
+* **Order.** Records of one partition are handled strictly in offset order
+  (a stage may run different keys of one batch side by side, never one key
+  out of order); partitions go side by side.
+* **What a crash repeats.** A SIGKILL (or any crash, a lost partition, a
+  stop cut short after :data:`~mongomem.stages.runtime.process.DRAIN_TIMEOUT_S`)
+  repeats at most the records after the last commit: each at most once per
+  crash, in order. Every sink is idempotent on them (deterministic ids,
+  ledgers, conditional writes), so a repeat changes nothing. Nothing
+  acknowledged to a stage's input is ever skipped.
+* **Failures** follow :class:`~mongomem.stages.runtime.retry.RetryPolicy`:
+  an outage (a retriable storage or broker error) is retried with capped
+  back-off (30 s cap, jitter) for as long as it lasts; another retriable
+  error up to ``max_attempts``; a permanent error (bad input, a document
+  MongoDB refuses for good) is dead-lettered once through :func:`dead_letter`
+  (counted in ``mongomem_dead_letters_total``), never retried forever;
+  configuration errors stop the stage without committing.
+* **Stop.** SIGTERM and SIGINT stop gracefully: the batch in flight finishes
+  and is committed, then the stage closes; a back-off in progress is cut
+  short (that partition is read again).
+
+The watcher reads a change stream instead of a consumer group: its
+checkpoint (resume token and publish marks) is stored only after Kafka
+acknowledged everything before it; the same contract, with the change
+stream as the input.
+
+Modules: :mod:`.ports` (Protocols), :mod:`.retry`, :mod:`.consume`,
+:mod:`.process`, :mod:`.kafka` (the aiokafka adapters: the only stage module
+that imports aiokafka), :mod:`.memory` (the in-memory test double).
+"""
+
+from __future__ import annotations
+
+from mongomem.stages.runtime.consume import (
+    PublishedDeadLetters,
+    Stopped,
+    consume,
+    dead_letter,
+    record_lag,
+    unless_stopped,
+    wait_or_stop,
+)
+from mongomem.stages.runtime.ports import (
+    CheckpointStore,
+    ConsumerStage,
+    DeadLetterSink,
+    Message,
+    PartitionReader,
+    Publisher,
+    Record,
+    RecordSource,
+    Stage,
+)
+from mongomem.stages.runtime.process import DRAIN_TIMEOUT_S, run_stage, stop_on_signals, supervise
+from mongomem.stages.runtime.retry import DEFAULT_CAP_S, Decision, RetryPolicy
+
+__all__ = [
+    "DEFAULT_CAP_S",
+    "DRAIN_TIMEOUT_S",
+    "CheckpointStore",
+    "ConsumerStage",
+    "DeadLetterSink",
+    "Decision",
+    "Message",
+    "PartitionReader",
+    "PublishedDeadLetters",
+    "Publisher",
+    "Record",
+    "RecordSource",
+    "RetryPolicy",
+    "Stage",
+    "Stopped",
+    "consume",
+    "dead_letter",
+    "record_lag",
+    "run_stage",
+    "stop_on_signals",
+    "supervise",
+    "unless_stopped",
+    "wait_or_stop",
+]

@@ -1,0 +1,247 @@
+"""The consume loop: poll, handle per partition in order, commit after acknowledgement.
+
+See :mod:`mongomem.stages.runtime` for the delivery contract this implements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from mongomem.codec import encode
+from mongomem.kafka import DeadLetter, dead_letter_topic
+from mongomem.metrics import CONSUMER_LAG, DEAD_LETTERS, MESSAGES, STAGE_BATCH_SECONDS
+from mongomem.settings import KafkaSettings
+from mongomem.stages.runtime.ports import (
+    ConsumerStage,
+    DeadLetterSink,
+    Publisher,
+    Record,
+    RecordSource,
+)
+from mongomem.stages.runtime.retry import Decision, RetryPolicy
+
+__all__ = [
+    "PublishedDeadLetters",
+    "Stopped",
+    "consume",
+    "dead_letter",
+    "record_lag",
+    "unless_stopped",
+    "wait_or_stop",
+]
+
+log = logging.getLogger("mongomem.stages.runtime")
+
+
+class Stopped(Exception):
+    """Raised out of a back-off when the stage was told to stop."""
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``; raise :class:`Stopped` as soon as ``stop`` is set."""
+    if stop.is_set():
+        raise Stopped
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    if stop.is_set():
+        raise Stopped
+
+
+async def unless_stopped(stop: asyncio.Event, work: Awaitable[Any]) -> bool:
+    """Await ``work`` unless ``stop`` is set first (then ``work`` is cancelled): ``True``
+    when it finished. For start-up steps that may hang while a server is away."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
+class PublishedDeadLetters:
+    """The :class:`~mongomem.stages.runtime.ports.DeadLetterSink` of every stage: the
+    letter on ``dlq.<its stage>`` under the original key, acknowledged."""
+
+    def __init__(self, publisher: Publisher, kafka: KafkaSettings) -> None:
+        self._publisher = publisher
+        self._kafka = kafka
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None:
+        topic = dead_letter_topic(self._kafka, letter.stage)
+        await (await self._publisher.send(topic, encode(letter), key=key))
+
+
+async def dead_letter(
+    sink: DeadLetterSink,
+    stage: str,
+    record: Record,
+    error: BaseException,
+    attempts: int,
+    *,
+    at: datetime | None = None,
+) -> DeadLetter:
+    """The one way a stage dead-letters a record: a :class:`~mongomem.kafka.DeadLetter`
+    (the original bytes, the error, the attempts: what ``mongomem dlq`` reads) handed to
+    ``sink`` (:class:`PublishedDeadLetters`: ``dlq.<stage>``), kept before this returns,
+    logged and always counted (``mongomem_dead_letters_total`` and
+    ``mongomem_messages_total`` with outcome ``dead_letter``)."""
+    letter = DeadLetter.of(
+        stage=stage, topic=record.topic, partition=record.partition, offset=record.offset,
+        key=record.key, value=record.value, error=error, attempts=attempts, at=at,
+    )  # fmt: skip
+    log.warning(
+        "%s: dead-lettering %s[%d]@%d after %d attempt(s): %s: %s",
+        stage, record.topic, record.partition, record.offset, attempts,
+        type(error).__name__, error,
+    )  # fmt: skip
+    await sink.send(letter, record.key)
+    DEAD_LETTERS.labels(stage).inc()
+    MESSAGES.labels(stage, "dead_letter").inc()
+    return letter
+
+
+def record_lag(stage: str, source: RecordSource) -> None:
+    """Set ``mongomem_consumer_lag`` from what the source knows (no broker round trip)."""
+    for partition, lag in source.lag().items():
+        CONSUMER_LAG.labels(stage, source.topic, str(partition)).set(max(0, lag))
+
+
+class _Consumer:
+    def __init__(
+        self,
+        source: RecordSource,
+        stage: ConsumerStage,
+        publisher: Publisher,
+        kafka: KafkaSettings,
+        policy: RetryPolicy,
+        stop: asyncio.Event,
+    ) -> None:
+        self.source = source
+        self.stage = stage
+        self.letters = PublishedDeadLetters(publisher, kafka)
+        self.policy = policy
+        self.stop = stop
+
+    async def batch(self, batch: Mapping[int, Sequence[Record]]) -> None:
+        started = time.perf_counter()
+        done = await asyncio.gather(
+            *(self.partition(p, records) for p, records in batch.items() if records),
+            return_exceptions=True,
+        )
+        parts = [p for p, records in batch.items() if records]
+        offsets = {p: batch[p][-1].offset + 1 for p, ok in zip(parts, done, strict=True)
+                   if ok is True}  # fmt: skip
+        if offsets:
+            await self.source.commit(offsets)
+        failure = next((d for d in done if isinstance(d, BaseException)), None)
+        if failure is not None:
+            raise failure
+        STAGE_BATCH_SECONDS.labels(self.stage.stage).observe(time.perf_counter() - started)
+
+    async def partition(self, partition: int, records: Sequence[Record]) -> bool:
+        """Handle one partition's records; ``True`` when all are handled (commit them)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self.stage.handle(partition, records)
+                return True
+            except Exception as exc:
+                decision = self.policy.decide(exc, attempt)
+                if decision is Decision.FATAL:
+                    raise
+                if decision is Decision.OUTAGE:
+                    # one line per few seconds in an outage: mongomem.logs.RepeatLimiter
+                    log.warning("%s: %s (%s); retrying", self.stage.stage, type(exc).__name__, exc)
+                    await self._back_off(attempt, exc)
+                    continue
+                if len(records) == 1:
+                    return await self.one(partition, records[0], exc)
+                log.info(
+                    "%s: a batch of %d failed (%s: %s); handling its records one by one",
+                    self.stage.stage, len(records), type(exc).__name__, exc,
+                )  # fmt: skip
+                for record in records:
+                    await self.one(partition, record)
+                return True
+
+    async def one(
+        self, partition: int, record: Record, failed: BaseException | None = None
+    ) -> bool:
+        """Handle one record under the policy: retried, or dead-lettered."""
+        attempt = 0
+        while True:
+            if failed is None:
+                attempt += 1
+                try:
+                    await self.stage.handle(partition, [record])
+                    return True
+                except Exception as exc:
+                    error: BaseException = exc
+            else:
+                attempt, error, failed = 1, failed, None
+            decision = self.policy.decide(error, attempt)
+            if decision is Decision.FATAL:
+                raise error
+            if decision is Decision.OUTAGE:
+                log.warning("%s: %s (%s); retrying", self.stage.stage, type(error).__name__, error)
+                await self._back_off(attempt, error)
+                continue
+            if decision is Decision.RETRY:
+                log.warning(
+                    "%s: %s[%d]@%d attempt %d failed (%s: %s); retrying",
+                    self.stage.stage, record.topic, partition, record.offset, attempt,
+                    type(error).__name__, error,
+                )  # fmt: skip
+                await self._back_off(attempt, error)
+                continue
+            await dead_letter(self.letters, self.stage.stage, record, error, attempt)
+            await self.stage.dead_lettered(record, error)
+            return True
+
+    async def _back_off(self, attempt: int, error: BaseException) -> None:
+        await wait_or_stop(self.stop, self.policy.delay(attempt, error))
+
+
+async def consume(
+    source: RecordSource,
+    stage: ConsumerStage,
+    *,
+    publisher: Publisher,
+    kafka: KafkaSettings,
+    stop: asyncio.Event,
+    policy: RetryPolicy | None = None,
+    max_records: int = 500,
+    poll_timeout_s: float = 0.5,
+) -> None:
+    """Feed ``source`` to ``stage`` until ``stop`` is set, then return (drained).
+
+    Partitions of a poll are handled side by side, each strictly in order;
+    a partition's offset is committed once :meth:`ConsumerStage.handle`
+    returned for all of its records (their outputs acknowledged) or a record
+    was dead-lettered (the dead letter acknowledged). A stop during a
+    back-off leaves that partition uncommitted (it is read again).
+    """
+    policy = policy or RetryPolicy()
+    worker = _Consumer(source, stage, publisher, kafka, policy, stop)
+    while not stop.is_set():
+        batch = await source.poll(max_records, poll_timeout_s)
+        if batch:
+            try:
+                await worker.batch(batch)
+            except Stopped:
+                break
+        record_lag(stage.stage, source)

@@ -1,0 +1,371 @@
+"""The Kafka adapters of the runtime's ports: the one stage module that imports aiokafka.
+
+aiokafka's errors become :class:`~mongomem.errors.BrokerError` here; a commit
+refused because a rebalance took the partitions away is logged and skipped
+(the new owner reads those records again: at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from mongomem.errors import BrokerError
+from mongomem.extras import require
+from mongomem.kafka import make_producer
+from mongomem.ops import consumer_group
+from mongomem.settings import KafkaSettings
+from mongomem.stages.runtime.ports import Headers, Record
+
+with require("stages"):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.abc import ConsumerRebalanceListener
+    from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+    from aiokafka.partitioner import DefaultPartitioner
+
+#: The producer the adapters wrap (the watcher hands it batches: :class:`PartitionBatcher`).
+Producer = AIOKafkaProducer
+
+__all__ = [
+    "KafkaPartitionReader",
+    "KafkaPublisher",
+    "KafkaSource",
+    "PartitionBatcher",
+    "Producer",
+    "consumer_options",
+    "kafka_publisher",
+    "kafka_source",
+]
+
+log = logging.getLogger("mongomem.stages.runtime")
+
+
+def consumer_options(kafka: KafkaSettings, stage: str, group_suffix: str = "") -> dict[str, Any]:
+    """The consumer configuration every stage starts from: its group
+    (:func:`mongomem.ops.consumer_group`), auto-commit off, from the earliest
+    record when the group is new."""
+    return {
+        "bootstrap_servers": kafka.bootstrap,
+        "group_id": consumer_group(kafka, stage, group_suffix),
+        "client_id": f"mongomem-{stage}",
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "request_timeout_ms": int(kafka.request_timeout_s * 1000),
+    }
+
+
+class KafkaSource:
+    """A :class:`~mongomem.stages.runtime.ports.RecordSource` on one topic of a consumer group."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, topic: str) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self._committed: dict[int, int] = {}
+
+    def assignment(self) -> set[int]:
+        """The partitions of :attr:`topic` this member holds now."""
+        return {tp.partition for tp in self._consumer.assignment() if tp.topic == self.topic}
+
+    def highwater(self, partition: int) -> int | None:
+        """The partition's end as of the last fetch (``None``: not fetched yet)."""
+        end: int | None = self._consumer.highwater(TopicPartition(self.topic, partition))
+        return end
+
+    async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        try:
+            batch = await self._consumer.getmany(
+                timeout_ms=int(timeout_s * 1000), max_records=max_records
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"reading {self.topic} failed: {exc}") from exc
+        return {tp.partition: records for tp, records in batch.items()}
+
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
+        """Commit; ``False`` when a rebalance took the partitions first (the new owner
+        reads those records again)."""
+        try:
+            await self._consumer.commit(
+                {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
+            )
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.warning("%s: commit skipped after a rebalance: %s", self.topic, exc)
+            return False
+        except KafkaError as exc:
+            raise BrokerError(f"committing offsets on {self.topic} failed: {exc}") from exc
+        self._committed.update(offsets)
+        return True
+
+    def lag(self) -> Mapping[int, int]:
+        """From the highwater marks of the last fetches (no request to the broker)."""
+        lags: dict[int, int] = {}
+        for tp in self._consumer.assignment():
+            end = self._consumer.highwater(tp)
+            position = self._committed.get(tp.partition)
+            if end is not None and position is not None:
+                lags[tp.partition] = end - position
+        return lags
+
+
+class KafkaPublisher:
+    """A :class:`~mongomem.stages.runtime.ports.Publisher` on an (idempotent, acks=all) producer."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+    ) -> Awaitable[Any]:
+        try:
+            future = await self.producer.send(
+                topic, value, key=key, partition=partition, headers=list(headers) or None
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish to {topic}: {exc}") from exc
+        return _acknowledged(topic, future)
+
+    async def partitions(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (from the producer's metadata)."""
+        try:
+            return sorted(await self.producer.partitions_for(topic))
+        except KafkaError as exc:
+            raise BrokerError(f"cannot read the partitions of {topic}: {exc}") from exc
+
+    async def flush(self) -> None:
+        try:
+            await self.producer.flush()
+        except KafkaError as exc:
+            raise BrokerError(f"could not flush the producer: {exc}") from exc
+
+
+def _acknowledged(topic: str, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """``future`` with a :class:`KafkaError` turned into a :class:`BrokerError` (a callback,
+    not a task: this runs for every record a stage publishes)."""
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def done(acked: asyncio.Future[Any]) -> None:
+        if out.done():
+            return
+        if acked.cancelled():
+            out.cancel()
+        elif (exc := acked.exception()) is not None:
+            if isinstance(exc, KafkaError):
+                error = BrokerError(f"Kafka did not acknowledge a record on {topic}: {exc}")
+                error.__cause__ = exc
+                out.set_exception(error)
+            else:
+                out.set_exception(exc)
+        else:
+            out.set_result(acked.result())
+
+    future.add_done_callback(done)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def kafka_publisher(kafka: KafkaSettings, **overrides: Any) -> AsyncIterator[KafkaPublisher]:
+    """A started :class:`KafkaPublisher` (:func:`mongomem.kafka.make_producer`), stopped after."""
+    producer = make_producer(kafka, **overrides)
+    try:
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            raise BrokerError(f"cannot reach Kafka at {kafka.bootstrap}: {exc}") from exc
+        yield KafkaPublisher(producer)
+    finally:
+        with contextlib.suppress(KafkaError, asyncio.CancelledError):
+            await producer.stop()
+
+
+#: A rebalance callback: the partitions (numbers) of the source's topic.
+Rebalanced = Callable[[list[int]], Awaitable[None]]
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, topic: str, assigned: Rebalanced, revoked: Rebalanced) -> None:
+        self._topic = topic
+        self._assigned = assigned
+        self._revoked = revoked
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._revoked(sorted(tp.partition for tp in revoked if tp.topic == self._topic))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self._assigned(sorted(tp.partition for tp in assigned if tp.topic == self._topic))
+
+
+@contextlib.asynccontextmanager
+async def kafka_source(
+    kafka: KafkaSettings,
+    topic: str,
+    stage: str,
+    group_suffix: str = "",
+    *,
+    on_assigned: Rebalanced | None = None,
+    on_revoked: Rebalanced | None = None,
+    **overrides: Any,
+) -> AsyncIterator[KafkaSource]:
+    """A started :class:`KafkaSource` of ``stage``'s group on ``topic``, stopped after.
+
+    ``on_assigned`` / ``on_revoked`` run inside the group's rebalance (a revoked
+    partition's records are committed, or not, before it is handed on).
+    """
+    options = consumer_options(kafka, stage, group_suffix)
+    options.update(overrides)
+    listening = on_assigned is not None or on_revoked is not None
+    consumer = AIOKafkaConsumer(**options) if listening else AIOKafkaConsumer(topic, **options)
+    try:
+        try:
+            await consumer.start()
+        except KafkaError as exc:
+            raise BrokerError(f"cannot join the consumer group: {exc}") from exc
+        if listening:
+            consumer.subscribe(
+                [topic], listener=_Listener(topic, on_assigned or _nothing, on_revoked or _nothing)
+            )
+        yield KafkaSource(consumer, topic)
+    finally:
+        with contextlib.suppress(KafkaError):
+            await consumer.stop()
+
+
+async def _nothing(partitions: list[int]) -> None:
+    return None
+
+
+class KafkaPartitionReader:
+    """A :class:`~mongomem.stages.runtime.ports.PartitionReader` (no group, no commits)."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+
+    async def read(self, topic: str, partitions: Iterable[int]) -> AsyncIterator[Record]:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        if not tps:
+            return
+        reader = AIOKafkaConsumer(bootstrap_servers=self._kafka.bootstrap, enable_auto_commit=False)
+        try:
+            await reader.start()
+            reader.assign(tps)
+            await reader.seek_to_beginning(*tps)
+            ends: dict[TopicPartition, int] = await reader.end_offsets(tps)
+            remaining = {tp for tp in tps if ends[tp] > 0}
+            while remaining:
+                batch = await reader.getmany(*remaining, timeout_ms=1000)
+                for tp, records in batch.items():
+                    for record in records:
+                        yield record
+                        if record.offset + 1 >= ends[tp]:
+                            remaining.discard(tp)
+                for tp in list(remaining):  # the end may be a record we are not shown
+                    if await reader.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+        except KafkaError as exc:
+            raise BrokerError(f"could not read {topic}: {exc}") from exc
+        finally:
+            with contextlib.suppress(KafkaError):
+                await reader.stop()
+
+
+#: Keys whose partition is remembered (the memo is emptied when it is full).
+_KEYS_REMEMBERED = 65_536
+
+
+class PartitionBatcher:
+    """Collects keyed records into one open batch per partition (the watcher's publisher).
+
+    Per-partition record batches for the watcher (aiokafka ``send_batch``).
+
+    Handing aiokafka one prepared batch per partition costs far less per record
+    than one ``send()`` call per record. The partition of a key is chosen by the
+    same murmur2 partitioner ``send()`` uses, so a session lands in the same
+    partition either way. Batches of one partition are sent in the order they
+    were filled, and the producer is idempotent, so per-partition order holds.
+    The partition of each key is remembered (murmur2 is pure Python, and a
+    session sends many turns); the partition list is fixed for a batcher's life.
+
+    :meth:`PartitionBatcher.add` is synchronous and cheap: a batch that fills up
+    waits in :attr:`PartitionBatcher.full` until the caller sends it
+    (:meth:`~PartitionBatcher.send_full`), so the per-record path never awaits.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, partitions: Sequence[int]) -> None:
+        if not partitions:
+            raise BrokerError(f"topic {topic!r} has no partitions")
+        self._producer = producer
+        self._topic = topic
+        self._partitions = sorted(partitions)
+        self._partitioner = DefaultPartitioner()
+        self._open: dict[int, Any] = {}
+        self._partition_of: dict[bytes, int] = {}
+        #: Batches that filled up, in the order they filled: (partition, batch).
+        self.full: list[tuple[int, Any]] = []
+
+    def partition_of(self, key: bytes) -> int:
+        partition = self._partition_of.get(key)
+        if partition is None:
+            partition = int(self._partitioner(key, self._partitions, self._partitions))
+            if len(self._partition_of) >= _KEYS_REMEMBERED:
+                self._partition_of.clear()
+            self._partition_of[key] = partition
+        return partition
+
+    def add(self, key: bytes, value: bytes) -> bool:
+        """Add a record; True when a batch filled up and waits in :attr:`full`."""
+        return self._append(self.partition_of(key), key, value)
+
+    def add_everywhere(self, value: bytes) -> None:
+        """Add an unkeyed record (a watermark) to every partition, after what each holds."""
+        for partition in self._partitions:
+            self._append(partition, None, value)
+
+    def _append(self, partition: int, key: bytes | None, value: bytes) -> bool:
+        batch = self._open.get(partition)
+        if batch is None:
+            batch = self._open[partition] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=None) is not None:
+            return False
+        # Full: it waits to be sent; the next batch starts with this record.
+        self.full.append((partition, batch))
+        batch = self._open[partition] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            raise BrokerError(f"a record of {len(value)} bytes does not fit in an empty batch")
+        return True
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        return tuple(self._partitions)
+
+    async def send_full(self) -> list[asyncio.Future[Any]]:
+        """Send the batches that filled up; their ack futures (failing with
+        :class:`~mongomem.errors.BrokerError`).
+
+        aiokafka queues one batch per partition behind the one in flight; a
+        second one waits here until the first is taken (backpressure).
+        """
+        full, self.full = self.full, []
+        return [await self._send(batch, partition) for partition, batch in full]
+
+    async def send_all(self) -> list[asyncio.Future[Any]]:
+        """Send the full batches, then every open batch; their ack futures."""
+        futures = await self.send_full()
+        batches, self._open = self._open, {}
+        futures += [await self._send(batch, partition) for partition, batch in batches.items()]
+        return futures
+
+    async def _send(self, batch: Any, partition: int) -> asyncio.Future[Any]:
+        try:
+            future: asyncio.Future[Any] = await self._producer.send_batch(
+                batch, self._topic, partition=partition
+            )
+        except KafkaError as exc:
+            raise BrokerError(f"could not publish to {self._topic}[{partition}]: {exc}") from exc
+        return _acknowledged(self._topic, future)

@@ -1,0 +1,171 @@
+"""The ports of the stage runtime: what a stage reads, writes and checkpoints.
+
+Stages depend on these Protocols, never on a client library. The Kafka
+adapters are :mod:`mongomem.stages.runtime.kafka`; the in-memory test double
+is :mod:`mongomem.stages.runtime.memory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from mongomem.kafka import DeadLetter
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "ConsumerStage",
+    "DeadLetterSink",
+    "Headers",
+    "Message",
+    "PartitionReader",
+    "Publisher",
+    "Record",
+    "RecordSource",
+    "Stage",
+]
+
+#: Kafka-style record headers: (name, bytes) pairs.
+Headers = Sequence[tuple[str, bytes]]
+
+
+class Record(Protocol):
+    """One consumed record (an aiokafka ``ConsumerRecord`` fits)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Headers: ...
+
+
+@dataclass(frozen=True)
+class Message:
+    """A plain :class:`Record` (the in-memory broker's, and the tests')."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+class RecordSource(Protocol):
+    """A partitioned, ordered source with committed positions (a consumer group)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        """The next records per partition, in offset order (empty after ``timeout_s``)."""
+        ...
+
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
+        """Record that every record below ``offsets[partition]`` is handled; ``False`` when
+        the partitions were taken away first (their new owner reads them again)."""
+        ...
+
+    def lag(self) -> Mapping[int, int]:
+        """Records between the committed position and the end, per partition, as far as
+        this source knows without asking the broker (partitions it knows nothing of are
+        left out)."""
+        ...
+
+
+class Publisher(Protocol):
+    """Writes records; a write counts only once its acknowledgement has arrived."""
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+    ) -> Awaitable[Any]:
+        """Hand a record over (to ``partition``, else the key's); the returned awaitable
+        completes when it is acknowledged (and raises
+        :class:`~mongomem.errors.BrokerError` if it is not). ``None`` is a tombstone."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until everything handed over is acknowledged or failed."""
+        ...
+
+
+class DeadLetterSink(Protocol):
+    """Where :func:`~mongomem.stages.runtime.dead_letter` puts a letter; returns once it is
+    kept (acknowledged). :class:`~mongomem.stages.runtime.consume.PublishedDeadLetters` is
+    the real one (``dlq.<stage>`` through a :class:`Publisher`)."""
+
+    async def send(self, letter: DeadLetter, key: bytes | None) -> None: ...
+
+
+class PartitionReader(Protocol):
+    """Reads whole partitions outside any group (a changelog restored on assignment)."""
+
+    def read(self, topic: str, partitions: Iterable[int]) -> AsyncIterator[Record]:
+        """Every record of ``partitions`` from the beginning up to their end as of the call."""
+        ...
+
+
+T = TypeVar("T")
+Checkpoint = Mapping[str, Any]
+
+
+class CheckpointStore(Protocol[T]):
+    """Where a source that is not a consumer group keeps its position (the watcher's
+    resume token and marks: :class:`mongomem.stages.watcher_checkpoints.WatcherCheckpoints`)."""
+
+    async def load(self) -> T | None: ...
+
+    async def save(self, checkpoint: T) -> bool:
+        """Store ``checkpoint`` (only ever after what it covers was acknowledged);
+        ``False`` when there was nothing to write."""
+        ...
+
+
+class ConsumerStage(Protocol):
+    """A stage's pure core behind one method, driven by :func:`~mongomem.stages.runtime.consume`.
+
+    ``handle(partition, batch)`` returns only when every output of ``batch``
+    is acknowledged, and raises (nothing acknowledged is then assumed) when
+    it cannot. The runtime decides what a failure means: retry, apply the
+    records one by one, dead-letter one, or stop the stage.
+    """
+
+    @property
+    def stage(self) -> str: ...
+
+    async def handle(self, partition: int, batch: Sequence[Record]) -> None: ...
+
+    async def dead_lettered(self, record: Record, error: BaseException) -> None:
+        """Called after ``record`` was dead-lettered (record the failure, say)."""
+        ...
+
+
+class Stage(Protocol):
+    """What :func:`~mongomem.stages.runtime.run_stage` runs: one attempt of a stage.
+
+    ``run`` opens its connections, works until ``stop`` is set, drains (finishes
+    and checkpoints what is in flight) and returns. It raises a retriable
+    :class:`~mongomem.errors.MongomemError` to be restarted, anything else to
+    end the process.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
