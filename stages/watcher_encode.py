@@ -45,7 +45,7 @@ from mongomem.models import Role, SessionKey, Turn, check_identifier
 from mongomem.stages.watcher_logic import Slot
 from mongomem.stm import end_from_document, turn_from_document
 
-__all__ = ["SessionParts", "TurnEncoder", "TurnRecord", "fast_value"]
+__all__ = ["EncodedTurn", "SessionParts", "TurnEncoder", "fast_value"]
 
 _KIND = kind_of(Turn)
 #: The settings of :func:`mongomem.codec.encode`, built once.
@@ -66,7 +66,7 @@ _KEYS_CACHED = 65_536
 _NO_METADATA: dict[str, Any] = {}
 
 
-class TurnRecord(NamedTuple):
+class EncodedTurn(NamedTuple):
     """One seq of a session as a Kafka record (a turn or a session end).
 
     Its session, seq, key and envelope bytes, and its time (UTC).
@@ -88,7 +88,7 @@ class SessionParts(NamedTuple):
 
 
 class TurnEncoder:
-    """Documents of ``turns`` → :class:`TurnRecord` (fast path, full path fallback).
+    """Documents of ``turns`` → :class:`EncodedTurn` (fast path, full path fallback).
 
     Remembers the sessions whose ids were checked, so a session's later turns
     skip that check; ``fast``/``full`` count the turns taken by each path.
@@ -99,7 +99,7 @@ class TurnEncoder:
         self.fast = 0
         self.full = 0
 
-    def record(self, doc: Mapping[str, Any]) -> TurnRecord:
+    def record(self, doc: Mapping[str, Any]) -> EncodedTurn:
         """The record of ``doc``; :class:`pydantic.ValidationError` when it is not a turn."""
         fast = fast_value(doc, self._sessions)
         if fast is not None:
@@ -109,16 +109,16 @@ class TurnEncoder:
         if "event" in doc:
             end = end_from_document(doc)
             slot = (end.project_id, end.user_id, end.session_id)
-            return TurnRecord(slot, end.seq, end.session.kafka_key(), encode(end), end.created_at)
+            return EncodedTurn(slot, end.seq, end.session.kafka_key(), encode(end), end.created_at)
         turn = turn_from_document(doc)
         slot = (turn.project_id, turn.user_id, turn.session_id)
         key = SessionKey.model_construct(
             project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
         ).kafka_key()  # already validated as part of the turn
-        return TurnRecord(slot, turn.seq, key, encode(turn), turn.created_at)
+        return EncodedTurn(slot, turn.seq, key, encode(turn), turn.created_at)
 
 
-def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnRecord | None:
+def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> EncodedTurn | None:
     """The record of a document in the plain shape of a valid turn, else ``None``.
 
     ``known`` holds the sessions whose ids are valid (:class:`SessionParts`);
@@ -198,7 +198,7 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> TurnR
         )
     except orjson.JSONEncodeError:  # an unpaired surrogate or a huge seq: the full path says
         return None
-    return TurnRecord(
+    return EncodedTurn(
         slot, seq, parts.key, value, created if tz is not None else created.replace(tzinfo=UTC)
     )
 

@@ -20,14 +20,14 @@ from mongomem.errors import ConfigError
 from mongomem.project_config import enabled_types, load_project_config
 from mongomem.readiness import ensure_ready
 from mongomem.settings import Settings
-from mongomem.stages.extractor.handler import Outcome, TypeHandler
+from mongomem.stages.extractor.handler import HandledRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec, spec_for
 from mongomem.stages.extractor.worker import TypeConsumer, run_extractors
 from mongomem.stages.runtime import run_stage
 
 __all__ = [
     "ExtractorStage",
-    "Outcome",
+    "HandledRecord",
     "TypeConsumer",
     "TypeHandler",
     "TypeSpec",

@@ -74,7 +74,7 @@ from mongomem.stages.runtime import (
 )
 from mongomem.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
-__all__ = ["Outcome", "SourceRecord", "TypeHandler"]
+__all__ = ["HandledRecord", "SourceRecord", "TypeHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ SourceRecord = Record
 
 
 @dataclass(frozen=True)
-class Outcome:
+class HandledRecord:
     """How one record was handled."""
 
     snapshot_id: str | None
@@ -155,22 +155,22 @@ class TypeHandler:
         self._next_start = 0.0  # monotonic time of the next free slot under max_rps
         self._topic = kafka.topic(CANDIDATES)
 
-    async def handle(self, record: SourceRecord) -> Outcome:
+    async def handle(self, record: SourceRecord) -> HandledRecord:
         """Handle one record: candidates acknowledged, or a dead letter acknowledged."""
         async with self._limit:
             return await self._handle(record)
 
-    async def _handle(self, record: SourceRecord) -> Outcome:
+    async def _handle(self, record: SourceRecord) -> HandledRecord:
         try:
             snapshot = decode(record.value, Snapshot)
         except MongomemError as exc:
             await self._dead_letter(record, exc, attempts=1)
-            return Outcome(None, (), 1, True, str(exc))
+            return HandledRecord(None, (), 1, True, str(exc))
         if self._erasures is not None and await self._erasures.is_erased(
             snapshot.project_id, snapshot.user_id, snapshot.session_id
         ):  # SPEC J3: an erased session's snapshot (a replay) leaves nothing behind
             metrics.MESSAGES.labels(self.stage, "erased").inc()
-            return Outcome(snapshot.snapshot_id, (), 0, False)
+            return HandledRecord(snapshot.snapshot_id, (), 0, False)
 
         meter = UsageMeter(
             self._usage,
@@ -182,7 +182,7 @@ class TypeHandler:
             metrics.MESSAGES.labels(self.stage, "ok").inc()
             await self._note(snapshot, [], None)  # done for this type: nothing to extract
             await self._record(snapshot, None, meter, 0, 0, "nothing-to-extract")
-            return Outcome(snapshot.snapshot_id, (), 0, False)
+            return HandledRecord(snapshot.snapshot_id, (), 0, False)
         known = await self._known(snapshot, roles)
         messages = render_messages(self.spec, snapshot, roles, known)
         answer: LLMResult[BaseModel] | None = None
@@ -236,11 +236,11 @@ class TypeHandler:
                 await self._dead_letter(record, exc, attempts=attempt)
                 await self._note(snapshot, None, f"{type(exc).__name__}: {exc}")
                 await self._record(snapshot, answer, meter, attempt, 0, "dead-letter")
-                return Outcome(snapshot.snapshot_id, (), attempt, True, str(exc))
+                return HandledRecord(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
             await self._note(snapshot, [c.candidate_id for c in candidates], None)
             await self._record(snapshot, answer, meter, attempt, len(candidates), "ok")
-            return Outcome(
+            return HandledRecord(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
 

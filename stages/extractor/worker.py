@@ -33,7 +33,12 @@ from mongomem.mongo import Document, connect, database
 from mongomem.progress import Progress, until_stored
 from mongomem.settings import Settings
 from mongomem.stages.extractor.core import Known
-from mongomem.stages.extractor.handler import KnownMemories, Outcome, SourceRecord, TypeHandler
+from mongomem.stages.extractor.handler import (
+    HandledRecord,
+    KnownMemories,
+    SourceRecord,
+    TypeHandler,
+)
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.runtime import RetryPolicy, consume
 from mongomem.stages.runtime.kafka import KafkaSource, kafka_publisher, kafka_source
@@ -71,12 +76,12 @@ class TypeConsumer:
     async def dead_lettered(self, record: SourceRecord, error: BaseException) -> None:
         """Nothing to add: the handler dead-letters its own failures (and notes them)."""
 
-    async def handle_batch(self, records: Sequence[SourceRecord]) -> list[Outcome]:
+    async def handle_batch(self, records: Sequence[SourceRecord]) -> list[HandledRecord]:
         """Handle records: same (partition, key) in order, the rest concurrently."""
         chains: dict[tuple[int, bytes | None], list[SourceRecord]] = defaultdict(list)
         for record in records:
             chains[(record.partition, record.key)].append(record)
-        outcomes: list[Outcome] = []
+        outcomes: list[HandledRecord] = []
 
         async def run_chain(chain: list[SourceRecord]) -> None:
             for record in chain:

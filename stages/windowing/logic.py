@@ -157,7 +157,7 @@ class WindowResult:
 
 
 #: What became of a turn that changed nothing: it came after its place was promoted, or twice.
-Outcome = Literal["late", "duplicate"] | None
+Arrival = Literal["late", "duplicate"] | None
 
 
 class Window:
@@ -288,7 +288,7 @@ class Window:
 
     def on_turn(
         self, turn: SnapshotTurn, policy: WindowPolicy, arrived_at: AwareDatetime | None = None
-    ) -> Outcome:
+    ) -> Arrival:
         """A turn of this session (all three rules); says if it was late or a duplicate.
 
         ``arrived_at`` is the ``recorded_at`` of a turn recorded with its own past time.
@@ -324,7 +324,7 @@ class Window:
             self.arrived_at = None
         return None
 
-    def on_end(self, seq: int, at: AwareDatetime, policy: WindowPolicy) -> Outcome:
+    def on_end(self, seq: int, at: AwareDatetime, policy: WindowPolicy) -> Arrival:
         """``end_session`` at ``seq`` (rule 4, after rules 1 and 2 at ``at``)."""
         self._time_closes(policy, at, self.arrived_at)  # an end just after an import: "end"
         if seq < self.next_seq:

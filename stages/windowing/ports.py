@@ -4,7 +4,7 @@
 through these. The stage plugs in a changelog-backed table
 (:class:`~mongomem.stages.windowing.consumer.ChangelogTable`, or a faust table) and the
 MongoDB + Kafka publisher (:mod:`mongomem.stages.windowing.sinks`); tests plug in
-:class:`MemoryStore` and recording sinks.
+:class:`DictWindowStore` and recording sinks.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mongomem.stages.windowing.logic import WindowPolicy, WindowState
 __all__ = [
     "BulkSnapshotSink",
     "DeadLetterSink",
+    "DictWindowStore",
     "ErasureCheck",
-    "MemoryStore",
     "Policies",
     "ResumePoints",
     "SnapshotSink",
@@ -76,7 +76,7 @@ class BulkSnapshotSink(SnapshotSink, Protocol):
         """Like :meth:`deliver` for each, one session's in the given order; returns when all are."""
 
 
-class MemoryStore:
+class DictWindowStore:
     """A :class:`WindowStore` on a dict: the test double, and the faust table's cache."""
 
     def __init__(self) -> None:

@@ -77,8 +77,8 @@ from mongomem.stages.windowing.logic import Window
 from mongomem.stages.windowing.ports import (
     BulkSnapshotSink,
     DeadLetterSink,
+    DictWindowStore,
     ErasureCheck,
-    MemoryStore,
     Policies,
     ResumePoints,
     SnapshotSink,
@@ -90,7 +90,7 @@ __all__ = [
     "STAGE",
     "BulkSnapshotSink",
     "DeadLetterSink",
-    "MemoryStore",
+    "DictWindowStore",
     "PlannedBatch",
     "Policies",
     "Record",

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from mongomem.codec import decode, encode
 from mongomem.models import Role, SessionKey, Turn, check_identifier
-from mongomem.stages.watcher_encode import SessionParts, TurnEncoder, TurnRecord, fast_value
+from mongomem.stages.watcher_encode import EncodedTurn, SessionParts, TurnEncoder, fast_value
 from mongomem.stm import turn_document, turn_from_document
 
 
@@ -72,12 +72,12 @@ def turns(draw: st.DrawFn) -> Turn:
     )
 
 
-def full_record(doc: dict[str, Any]) -> TurnRecord:
+def full_record(doc: dict[str, Any]) -> EncodedTurn:
     turn = turn_from_document(doc)
     key = SessionKey(
         project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
     ).kafka_key()
-    return TurnRecord(
+    return EncodedTurn(
         (turn.project_id, turn.user_id, turn.session_id), turn.seq, key, encode(turn),
         turn.created_at,
     )  # fmt: skip
@@ -154,7 +154,7 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
 def assert_same_judgement(doc: dict[str, Any]) -> None:
     fast = fast_value(doc, {})
     try:
-        expected: TurnRecord | None = full_record(doc)
+        expected: EncodedTurn | None = full_record(doc)
     except ValidationError:
         expected = None
     if fast is not None:

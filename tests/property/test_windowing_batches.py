@@ -28,7 +28,7 @@ from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.batches import BatchPipeline
-from mongomem.stages.windowing.windower import MemoryStore, Policies, Record, SnapshotWindower
+from mongomem.stages.windowing.windower import DictWindowStore, Policies, Record, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDLE = 10
@@ -180,7 +180,7 @@ class Resume:
 
 
 def windower(
-    store: MemoryStore, sink: RecordingSink, letters: Letters, ttl: float | None = None
+    store: DictWindowStore, sink: RecordingSink, letters: Letters, ttl: float | None = None
 ) -> SnapshotWindower:
     """A windower; with ``ttl``, sessions are retired and resume through :class:`Resume`."""
     settings = WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE, state_ttl_s=ttl)
@@ -204,11 +204,11 @@ def per_session(snapshots: list[Snapshot]) -> dict[str, list[Snapshot]]:
 
 async def one_by_one(
     records: list[Record],
-    store: MemoryStore | None = None,
+    store: DictWindowStore | None = None,
     partition: int = 0,
     ttl: float | None = None,
-) -> tuple[MemoryStore, RecordingSink, Letters, SnapshotWindower]:
-    store, sink, letters = store or MemoryStore(), RecordingSink(), Letters()
+) -> tuple[DictWindowStore, RecordingSink, Letters, SnapshotWindower]:
+    store, sink, letters = store or DictWindowStore(), RecordingSink(), Letters()
     w = windower(store, sink, letters, ttl)
     for offset, key, value in records:
         await w.process(partition, offset, key, value)
@@ -248,7 +248,7 @@ def test_batches_leave_what_records_one_by_one_leave(data: st.DataObject) -> Non
         )
 
         sink = BulkRecordingSink(failures) if bulk else RecordingSink(failures)
-        store, letters = MemoryStore(), Letters()
+        store, letters = DictWindowStore(), Letters()
         w = windower(store, sink, letters, ttl)
         if pipelined:
             done: list[int] = []
@@ -290,14 +290,14 @@ async def test_a_batch_planned_after_one_that_fell_back_is_planned_again() -> No
         for offset in range(2 * MAX)
     ]
     sink, letters = PoisonOnce(), Letters()
-    store = MemoryStore()
+    store = DictWindowStore()
     w = windower(store, sink, letters)
     pipeline = BatchPipeline(w, 0)
     await pipeline.submit(turns[:MAX])  # closes seqs 1..MAX: delivery fails, record 3 is dead
     await pipeline.submit(turns[MAX:])  # planned on the first plan's windows
     await pipeline.drain()
 
-    expected_store, expected_sink, expected_letters = MemoryStore(), PoisonOnce(), Letters()
+    expected_store, expected_sink, expected_letters = DictWindowStore(), PoisonOnce(), Letters()
     one = windower(expected_store, expected_sink, expected_letters)
     for turn in turns:
         await one.process(0, *turn)
@@ -321,7 +321,7 @@ def test_a_restart_in_batches_yields_the_live_snapshots(data: st.DataObject) -> 
     async def scenario() -> None:
         _, live, _, _ = await one_by_one(records)
 
-        store, sink, letters = MemoryStore(), RecordingSink(), Letters()
+        store, sink, letters = DictWindowStore(), RecordingSink(), Letters()
         first = windower(store, sink, letters)
         for batch in data.draw(cuts(records[:crash_at]), label="before") if crash_at else []:
             await first.process_batch(0, batch)
@@ -343,7 +343,7 @@ async def test_a_batch_that_cannot_be_delivered_writes_nothing_and_raises() -> N
     records: list[Record] = [
         (offset, None, encode(make_turn(session, offset + 1, offset))) for offset in range(3)
     ]
-    store = MemoryStore()
+    store = DictWindowStore()
     w = windower(store, RecordingSink(failures=100), Letters())
     with pytest.raises(StorageError):
         await w.process_batch(0, records)
@@ -356,7 +356,7 @@ async def test_a_batch_that_cannot_be_delivered_writes_nothing_and_raises() -> N
 
 
 async def test_many_sessions_close_in_one_batch_and_each_state_is_written_once() -> None:
-    class CountingStore(MemoryStore):
+    class CountingStore(DictWindowStore):
         puts = 0
 
         def put(self, key: bytes, state: object) -> None:
@@ -382,7 +382,7 @@ async def test_a_pipeline_raises_the_failure_of_a_batch_that_finished_with_one()
     records: list[Record] = [
         (offset, None, encode(make_turn(session, offset + 1, offset))) for offset in range(MAX)
     ]
-    pipeline = BatchPipeline(windower(MemoryStore(), RecordingSink(failures=100), Letters()), 0)
+    pipeline = BatchPipeline(windower(DictWindowStore(), RecordingSink(failures=100), Letters()), 0)
     await pipeline.submit(records)
     pipeline.raise_failure()  # still in flight: nothing to raise yet
     for _ in range(100):

@@ -21,7 +21,7 @@ from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.logic import WindowPolicy, advance, initial_state
-from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.stages.windowing.windower import DictWindowStore, Policies, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDLE = 10  # seconds
@@ -180,7 +180,7 @@ def records(log: Log, partitions: int = 2) -> list[Record]:
     return out
 
 
-def windower(store: MemoryStore, sink: RecordingSink) -> SnapshotWindower:
+def windower(store: DictWindowStore, sink: RecordingSink) -> SnapshotWindower:
     defaults = WindowingSettings(max_messages=MAX, idle_timeout_s=IDLE)
     return SnapshotWindower(
         store=store,
@@ -212,7 +212,7 @@ def test_crash_restart_and_replay_yield_the_live_snapshots(log: Log, data: st.Da
 
     async def scenario() -> None:
         live_sink = RecordingSink()
-        await feed(windower(MemoryStore(), live_sink), recs)
+        await feed(windower(DictWindowStore(), live_sink), recs)
         live = live_sink.delivered
         assert len(distinct(live)) == len(live), "an uninterrupted run delivers each snapshot once"
         by_session = {
@@ -223,14 +223,14 @@ def test_crash_restart_and_replay_yield_the_live_snapshots(log: Log, data: st.Da
 
         # replay from offset 0 in a new group: fresh state, same records
         replay_sink = RecordingSink()
-        await feed(windower(MemoryStore(), replay_sink), recs)
+        await feed(windower(DictWindowStore(), replay_sink), recs)
         assert replay_sink.delivered == live
 
         # crash after `crash_at` records; the table's changelog got further than the
         # committed offsets, which fall anywhere at or before it, per partition
         crash_at = data.draw(st.integers(0, len(recs)), label="crash_at")
         sink = RecordingSink()
-        store = MemoryStore()
+        store = DictWindowStore()
         await feed(windower(store, sink), recs[:crash_at])
         committed = {}
         for p in {r[0] for r in recs}:

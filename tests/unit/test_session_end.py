@@ -23,7 +23,7 @@ from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.windowing import WindowPolicy, advance
 from mongomem.stages.windowing.logic import initial_state
 from mongomem.stages.windowing.reader import EndRecord, TurnReader
-from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.stages.windowing.windower import DictWindowStore, Policies, SnapshotWindower
 from mongomem.stm import end_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -150,7 +150,7 @@ class Resume:
 
 def windower(sink: Sink, resume: Resume | None = None) -> SnapshotWindower:
     return SnapshotWindower(
-        store=MemoryStore(),
+        store=DictWindowStore(),
         sink=sink,
         policies=Policies(WindowingSettings(max_messages=10, idle_timeout_s=60)),
         dead_letters=NoLetters(),

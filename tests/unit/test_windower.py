@@ -15,7 +15,7 @@ from mongomem.project_config import WindowingConfig, WindowOverride
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing import WindowPolicy, advance
 from mongomem.stages.windowing.logic import initial_state
-from mongomem.stages.windowing.windower import MemoryStore, Policies, SnapshotWindower
+from mongomem.stages.windowing.windower import DictWindowStore, Policies, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SESSION = SessionKey(project_id="p", user_id="u", session_id="s")
@@ -58,13 +58,16 @@ class Letters:
 
 
 def make(
-    sink: Sink, letters: Letters | None = None, store: MemoryStore | None = None, **policy: float
+    sink: Sink,
+    letters: Letters | None = None,
+    store: DictWindowStore | None = None,
+    **policy: float,
 ) -> SnapshotWindower:
     defaults = WindowingSettings(
         max_messages=int(policy.get("max_messages", 3)), idle_timeout_s=policy.get("idle", 10)
     )
     return SnapshotWindower(
-        store=store or MemoryStore(),
+        store=store or DictWindowStore(),
         sink=sink,
         policies=Policies(defaults),
         dead_letters=letters or Letters(),
@@ -118,7 +121,7 @@ async def test_a_replayed_watermark_is_not_applied_to_a_state_that_is_ahead_of_i
         await w.process(p, o, None, v)
     assert spans(live.delivered) == [(1, 1, "idle"), (2, 4, "idle")]
 
-    crashed, store = Sink(), MemoryStore()
+    crashed, store = Sink(), DictWindowStore()
     first = make(crashed, store=store, max_messages=10)
     for p, o, v in records[:5]:
         await first.process(p, o, None, v)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from mongomem.codec import encode
 from mongomem.models import SessionKey, Watermark
-from mongomem.stages.windowing.windower import MemoryStore, Record
+from mongomem.stages.windowing.windower import DictWindowStore, Record
 from tests.property.test_windowing_batches import (
     SESSIONS,
     T0,
@@ -35,7 +35,7 @@ def turns(session: SessionKey, seqs: range, offset: int) -> list[Record]:
 
 
 async def test_an_erased_sessions_turns_leave_no_state_and_no_snapshot() -> None:
-    store, sink, register = MemoryStore(), BulkRecordingSink(), Register()
+    store, sink, register = DictWindowStore(), BulkRecordingSink(), Register()
     w = windower(store, sink, Letters())
     w.erasures = register
     await w.process_batch(0, turns(GONE, range(1, 3), 0) + turns(KEPT, range(1, 3), 2))
@@ -59,7 +59,7 @@ async def test_an_erased_session_that_only_waits_is_dropped_at_the_next_watermar
     """No event of its own arrives after the erasure: its idle state must not linger, nor
     close into a snapshot, when a watermark comes (batch and record by record)."""
     for by_record in (False, True):
-        store, sink, register = MemoryStore(), BulkRecordingSink(), Register()
+        store, sink, register = DictWindowStore(), BulkRecordingSink(), Register()
         w = windower(store, sink, Letters())
         w.erasures = register
         await w.process_batch(0, turns(GONE, range(1, 3), 0) + turns(KEPT, range(1, 3), 2))

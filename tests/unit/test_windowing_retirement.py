@@ -16,7 +16,7 @@ from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.logic import Window, WindowPolicy
-from mongomem.stages.windowing.ports import MemoryStore, Policies
+from mongomem.stages.windowing.ports import DictWindowStore, Policies
 from mongomem.stages.windowing.windower import Record, SnapshotWindower
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,7 +73,7 @@ class Letters:
         raise AssertionError(f"nothing should be dead-lettered: {letter}")
 
 
-def windower(store: MemoryStore, sink: Sink, ttl: float | None = TTL) -> SnapshotWindower:
+def windower(store: DictWindowStore, sink: Sink, ttl: float | None = TTL) -> SnapshotWindower:
     settings = WindowingSettings(max_messages=3, idle_timeout_s=10, state_ttl_s=ttl)
     return SnapshotWindower(
         store=store,
@@ -101,7 +101,7 @@ def spans(snapshots: list[Snapshot]) -> list[tuple[str, int, int, str]]:
 
 
 async def test_a_quiet_session_is_retired_and_resumes_after_its_last_snapshot() -> None:
-    store, sink = MemoryStore(), Sink()
+    store, sink = DictWindowStore(), Sink()
     w = windower(store, sink)
     records = [turn(A, 1, 0), turn(A, 2, 1), turn(B, 1, 1), tick(20)]  # A's 1..2 close idle
     records += [turn(B, 2, 150), tick(160)]  # A quiet for 159 s > TTL: retired; B is not
@@ -127,8 +127,8 @@ async def test_retiring_changes_no_snapshot() -> None:
     records = [turn(A, 1, 0), tick(20), tick(150), turn(A, 2, 300), tick(320)]
     records += [turn(A, 3, 500), turn(A, 4, 501), turn(A, 5, 502), tick(600)]
     with_ttl, without = Sink(), Sink()
-    await feed(windower(MemoryStore(), with_ttl), records)
-    await feed(windower(MemoryStore(), without, ttl=None), records)
+    await feed(windower(DictWindowStore(), with_ttl), records)
+    await feed(windower(DictWindowStore(), without, ttl=None), records)
     assert spans(with_ttl.delivered) == spans(without.delivered)
     assert spans(without.delivered) == [
         ("a", 1, 1, "idle"),
@@ -138,7 +138,7 @@ async def test_retiring_changes_no_snapshot() -> None:
 
 
 async def test_a_pending_or_recent_session_is_never_retired() -> None:
-    store, sink = MemoryStore(), Sink()
+    store, sink = DictWindowStore(), Sink()
     w = windower(store, sink)
     # A's window is open (idle timeout not reached by event time of the ticks before 500).
     await feed(w, [turn(A, 1, 0), turn(A, 2, 1), tick(5), tick(90)])
@@ -148,7 +148,7 @@ async def test_a_pending_or_recent_session_is_never_retired() -> None:
 
 async def test_a_new_session_starting_at_seq_1_asks_nothing() -> None:
     sink = Sink()
-    w = windower(MemoryStore(), sink)
+    w = windower(DictWindowStore(), sink)
     await feed(w, [turn(A, 1, 0), turn(A, 2, 1)])
     assert isinstance(w.resume, Resume)
     assert w.resume.asked == []
@@ -157,9 +157,9 @@ async def test_a_new_session_starting_at_seq_1_asks_nothing() -> None:
 async def test_a_session_first_seen_mid_way_starts_after_its_last_snapshot() -> None:
     """A consumer group that starts mid-topic (or a retired session): no false gap."""
     sink = Sink()
-    first = windower(MemoryStore(), sink)
+    first = windower(DictWindowStore(), sink)
     await feed(first, [turn(A, s, s) for s in range(1, 4)])  # snapshot 1..3 exists
-    late = windower(MemoryStore(), sink)  # an empty table, the same MongoDB
+    late = windower(DictWindowStore(), sink)  # an empty table, the same MongoDB
     await feed(late, [turn(A, s, 10 + s) for s in range(4, 7)])
     assert spans(sink.delivered) == [("a", 1, 3, "count"), ("a", 4, 6, "count")]
     assert late.stats.lost == 0
@@ -168,7 +168,7 @@ async def test_a_session_first_seen_mid_way_starts_after_its_last_snapshot() -> 
 async def test_a_turn_redelivered_long_after_is_late_not_a_new_window() -> None:
     """Past the TTL assumption: the turn is covered by a snapshot, so it is late (no overlap)."""
     sink = Sink()
-    w = windower(MemoryStore(), sink)
+    w = windower(DictWindowStore(), sink)
     await feed(w, [turn(A, s, s) for s in range(1, 7)])  # snapshots 1..3 and 4..6
     await feed(w, [tick(500), turn(A, 2, 2), tick(600)])  # A retired at 500, then seq 2 again
     assert spans(sink.delivered) == [("a", 1, 3, "count"), ("a", 4, 6, "count")]
