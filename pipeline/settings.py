@@ -369,6 +369,22 @@ class ServiceSettings(BaseSettings):
         default=20, ge=1, description="requests a key may make at once above its rate"
     )
 
+    request_deadline_s: OptionalNumber = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "seconds a /v1 request may take before it is answered 503 with nothing stored "
+            "(its queued embedding is dropped); a client that disconnects ends it at once; "
+            "'none': no deadline"
+        ),
+    )
+    embedding_batch: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="most queued texts one embedding model call takes at once (1: no batching)",
+    )
+
     tls_cert_file: Path | None = Field(
         default=None, description="PEM certificate (chain) to serve HTTPS with; with the key"
     )
