@@ -66,6 +66,7 @@ class _Job:
     texts: list[str]
     cost: int
     future: asyncio.Future[Vectors] = field(repr=False)
+    taken: bool = False  # in a batch (or skipped): no longer waiting
 
 
 class FairScheduler:
@@ -97,12 +98,13 @@ class FairScheduler:
         self._now = 0  # virtual time: the start tag of the latest job begun
         self._arrivals = itertools.count()
         self._running = 0
+        self._waiting = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def queued(self) -> int:
-        """Jobs waiting (abandoned ones may still be counted until they are skipped)."""
-        return len(self._heap)
+        """Jobs waiting to be embedded (an abandoned job stops counting at once)."""
+        return self._waiting
 
     async def submit(self, tenant: str, texts: Sequence[str]) -> Vectors:
         """The vectors of ``texts``, once the scheduler has run them for ``tenant``."""
@@ -118,12 +120,19 @@ class FairScheduler:
         if len(self._finish) > 4096:  # forget tenants that are idle: they start at now anyway
             self._finish = {t: f for t, f in self._finish.items() if f > self._now}
         heapq.heappush(self._heap, (start, next(self._arrivals), job))
+        self._waiting += 1
+        future.add_done_callback(lambda _: self._leave(job))
         self._pump()
         try:
             return await future
         finally:
             if not future.done():  # the caller was cancelled: drop the job
                 future.cancel()
+
+    def _leave(self, job: _Job) -> None:
+        if not job.taken:
+            job.taken = True
+            self._waiting -= 1
 
     def _take(self) -> list[_Job]:
         """The next batch: the jobs of the smallest start tags that fit (empty: none queued)."""
@@ -138,6 +147,7 @@ class FairScheduler:
             if batch and full:
                 break
             heapq.heappop(self._heap)
+            self._leave(job)
             self._now = max(self._now, start)
             batch.append(job)
             cost += job.cost

@@ -435,7 +435,11 @@ def make_app(
     judge: Judge | None = None,
     thresholds: Thresholds | None = None,
 ) -> Plumbing:
-    """The service as an ASGI application (MongoDB is reached once it starts)."""
+    """The service as an ASGI application (MongoDB is reached once it starts).
+
+    ``embedder`` goes behind a :class:`~mongomem.scheduling.FairEmbedder`
+    (unless it is one already); without it, the configured one, made on first use.
+    """
     from mongomem.service.inspector import inspector_router, ui_router
     from mongomem.service.spaces_routes import MAX_IMPORT_BYTES, SpacesRegistry, spaces_router
 
@@ -445,10 +449,10 @@ def make_app(
     # JSON may escape a byte as six: leave room for the largest turn the STM accepts
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
     service = settings.service
-    fair = FairEmbedder(
+    fair = embedder if isinstance(embedder, FairEmbedder) else FairEmbedder(
         embedder if embedder is not None else partial(default_embedder, settings.embedding),
         batch_texts=service.embedding_batch,
-    )
+    )  # fmt: skip
     registry = SpacesRegistry(settings, fair)
 
     @asynccontextmanager
