@@ -115,7 +115,7 @@ async def test_a_save_whose_client_closed_the_socket_is_not_embedded_nor_stored(
         )  # fmt: skip
         await until(gated.busy.is_set, "the embedder is busy with tenant A's save")
         host, port = base.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
+        _reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(raw_save(base, KEY_B, "the client of this save gave up"))
         await writer.drain()
         await until(lambda: fair.stored.queued == 1, "tenant B's save is queued")
