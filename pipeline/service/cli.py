@@ -72,7 +72,12 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, stop)
 
-    asyncio.run(until_signal())
+    try:  # the faster event loop, where it is installed (the service extra has it)
+        import uvloop
+    except ImportError:
+        asyncio.run(until_signal())
+    else:
+        uvloop.run(until_signal())
     return 0
 
 
