@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from mongomem.deadlines import ABANDONED, Deadline, check_deadline, within
+from mongomem.deadlines import ABANDONED, Deadline, check_deadline, current_deadline, within
 from mongomem.errors import DeadlineExceeded, EmbeddingError
 from mongomem.scheduling import TENANT, FairEmbedder, FairScheduler, estimated_tokens
+from mongomem.service.deadlines import RequestDeadlines
 
 WINDOW = 512
 BIG = "x" * 4096  # costs a whole window (as A0, A1, ...: see big())
@@ -260,3 +261,44 @@ def test_the_cost_estimate_is_bounded_by_the_window() -> None:
     assert estimated_tokens("a" * 100_000, WINDOW) == WINDOW
     with pytest.raises(ValueError, match="at least 1"):
         FairScheduler(GatedEmbedder().embed, cost=len, quantum=0)
+
+
+async def test_the_middleware_abandons_a_request_whose_client_disconnects() -> None:
+    hang_up = asyncio.Event()
+    seen: list[str | None] = []
+    replayed: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        if not replayed:
+            replayed.append({"type": "http.request", "body": b"{}", "more_body": False})
+            return replayed[0]
+        await hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def app(scope: object, receive_: object, send: object) -> None:
+        deadline = current_deadline()
+        assert deadline is not None
+        assert (await receive_())["body"] == b"{}"  # type: ignore[operator]
+        seen.append(deadline.ended)
+        hang_up.set()  # the client goes away while the request is handled
+        assert (await receive_())["type"] == "http.disconnect"  # type: ignore[operator]
+        seen.append(deadline.ended)  # ended before the app heard of the disconnect
+
+    async def send(message: object) -> None:
+        raise AssertionError("nothing is sent")
+
+    middleware = RequestDeadlines(app, None)  # type: ignore[arg-type]
+    await middleware({"type": "http", "path": "/v1/x"}, receive, send)  # type: ignore[arg-type]
+    assert seen == [None, ABANDONED]
+
+
+async def test_the_middleware_leaves_exempt_paths_without_a_deadline() -> None:
+    seen: list[object] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        seen.append(current_deadline())
+
+    middleware = RequestDeadlines(app, 5.0, exempt=("/v1/spaces/import",))  # type: ignore[arg-type]
+    await middleware({"type": "http", "path": "/v1/spaces/import"}, None, None)  # type: ignore[arg-type]
+    await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
+    assert seen == [None, None]
