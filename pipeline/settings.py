@@ -378,11 +378,15 @@ class ServiceSettings(BaseSettings):
             "'none': no deadline"
         ),
     )
-    embedding_batch: int = Field(
-        default=16,
+    embedding_batch: int | None = Field(
+        default=None,
         ge=1,
         le=256,
-        description="most queued texts one embedding model call takes at once (1: no batching)",
+        description=(
+            "most queued texts one embedding call takes at once (1: no batching); default 16 "
+            "for an OpenAI-compatible endpoint, 1 for the local model (its engine embeds a "
+            "batch no faster than one text at a time: bench.service)"
+        ),
     )
 
     tls_cert_file: Path | None = Field(

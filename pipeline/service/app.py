@@ -449,9 +449,10 @@ def make_app(
     # JSON may escape a byte as six: leave room for the largest turn the STM accepts
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
     service = settings.service
+    batch = service.embedding_batch or (16 if settings.embedding.provider == "openai" else 1)
     fair = embedder if isinstance(embedder, FairEmbedder) else FairEmbedder(
         embedder if embedder is not None else partial(default_embedder, settings.embedding),
-        batch_texts=service.embedding_batch,
+        batch_texts=batch,
     )  # fmt: skip
     registry = SpacesRegistry(settings, fair)
 

@@ -72,12 +72,7 @@ def serve_command(args: argparse.Namespace, settings: Settings) -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(settings, stop)
 
-    try:  # the faster event loop, where it is installed (the service extra has it)
-        import uvloop
-    except ImportError:
-        asyncio.run(until_signal())
-    else:
-        uvloop.run(until_signal())
+    asyncio.run(until_signal())
     return 0
 
 
