@@ -21,7 +21,7 @@ from pymongo import AsyncMongoClient
 from service_http import serving
 
 from mongomem.embeddings import HashingEmbedder
-from mongomem.mongo import MEMORIES, Document
+from mongomem.mongo import MEMORIES, TURNS, Document
 from mongomem.scheduling import FairEmbedder
 from mongomem.service.app import make_app
 from mongomem.service.http import RunningServer, start_server
@@ -157,3 +157,32 @@ async def test_a_save_past_its_deadline_answers_503_and_stores_nothing(
         gated.gate.set()
         await running.stop()
     assert await stored_texts(mongo, settings) == ["the user prefers aisle seats"]
+
+
+async def test_nothing_is_written_once_the_deadline_has_passed(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """A deadline of a microsecond has passed before any write: every writer refuses."""
+    keys = (SecretStr(f"alpha:{KEY_A}"),)
+    served = serving(settings, api_keys=keys, request_deadline_s=1e-6)
+    running = await start_server(make_app(served, embedder=HashingEmbedder(64)))
+    auth = {"Authorization": f"Bearer {KEY_A}"}
+    try:
+        async with httpx.AsyncClient(base_url=running.url, headers=auth, timeout=60) as client:
+            answers = [
+                await client.post("/v1/users/u1/sessions/s1/turns",
+                                  json={"role": "user", "content": "hello"}),
+                await client.post("/v1/users/u1/sessions/s1/end"),
+                await client.post(SAVE, params={"session_id": "s1"},
+                                  json={"fields": {"label": "l", "text": "a late save"}}),
+            ]  # fmt: skip
+            health = await client.get("/healthz")
+    finally:
+        await running.stop()
+    for answer in answers:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["type"] == "DeadlineExceeded"
+    assert health.status_code == 200  # nothing to write: a deadline changes nothing there
+    db = mongo[settings.mongodb.database]
+    assert await db[TURNS].count_documents({}) == 0
+    assert await db[MEMORIES].count_documents({}) == 0
