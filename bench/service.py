@@ -247,14 +247,15 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
         "|---|---|---|---|---|",
         *rows,
         "",
-        "| ratio | value | goal |",
-        "|---|---|---|",
+        "| ratio | value | goal | met |",
+        "|---|---|---|---|",
         *(
-            f"| {name} | {value:.2f}× | {'≤ 3×' if 'record_turn' in name else '≥ 0.8×'} |"
+            f"| {name} | {value:.2f}× | {'≤ 3×' if 'record_turn' in name else '≥ 0.8×'} | "
+            f"{met(value <= 3.0 if 'record_turn' in name else value >= 0.8)} |"
             for name, value in ratios.items()
         ),
         f"| tenant B search p99 under A's 32K-character saves / quiet p99 | {fairness:.2f}× "
-        f"({loaded[2]:.0f} vs {quiet[2]:.0f} ms) | ≤ 2× |",
+        f"({loaded[2]:.0f} vs {quiet[2]:.0f} ms) | ≤ 2× | {met(fairness <= 2.0)} |",
         "",
         "What bounds `record_turn` here: the HTTP round trip itself (the same client "
         "library, uvicorn, a route that does nothing):\n",
@@ -262,8 +263,36 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
         "|---|---|",
         *(f"| {name} | {value:.2f}× |" for name, value in bounds.items()),
         "",
+        *bounded_by(args, bounds, fairness),
     ]
     return "\n".join(lines)
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def bounded_by(args: argparse.Namespace, bounds: dict[str, float], fairness: float) -> list[str]:
+    """What limits the goals on this machine, in the run's own numbers."""
+    top = max(args.concurrency)
+    http = bounds.get(f"GET /healthz p50 / raw insert_one p50, c={top}", 0.0)
+    work = bounds.get(f"record_turn p50 / GET /healthz p50, c={top}", 0.0)
+    return [
+        "Why a goal is missed here:\n",
+        f"- `record_turn` ≤ 3× `insert_one`: at c={top} an HTTP round trip that does nothing "
+        f"already costs {http:.1f}× a raw `insert_one` (Python client and uvicorn server on "
+        f"the same 2 shared cores; the driver's insert skips both), and `record_turn` costs "
+        f"{work:.2f}× that round trip. The service's own path (key, erasure check, "
+        "validation, insert, JSON) is not what bounds it: no server-side cut can bring the "
+        "ratio under the round trip's.",
+        "- save and search at c=1: one call at a time cannot overlap the model with the HTTP "
+        "round trip and the database work of the request, so the ratio is at most "
+        "embed / (embed + round trip + database); from c=10 on the queues keep the model busy.",
+        f"- fairness ({fairness:.2f}× here): A's saves and B's queries run on separate engines "
+        "and queues (B never waits behind A), but share the cores; a p99 of "
+        f"{args.requests} samples is the slowest one or two, so it moves run to run.",
+        "",
+    ]
 
 
 def main() -> int:
