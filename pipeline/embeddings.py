@@ -269,6 +269,15 @@ class LocalE5Embedder:
             return []
         return await asyncio.to_thread(self._encode, list(texts), False)
 
+    def cached_queries(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """The cached vectors of ``texts`` if every one is cached, else ``None`` (no model call)."""
+        found = [self._queries.get(text) for text in texts]
+        if not texts or any(vector is None for vector in found):
+            return None
+        for text in texts:
+            self._queries.move_to_end(text)
+        return [list(vector) for vector in found if vector is not None]
+
     async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []

@@ -28,6 +28,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── NotReady                     a dependency is missing at start      (final)
     │   └── MissingExtra             an optional extra is not installed    (final)
     ├── RateLimitExceeded            a key over its rate; ``retry_after``  (retriable)
+    ├── DeadlineExceeded             the request's deadline passed or its
+    │                                client left; nothing stored          (retriable)
     ├── ProcessingTimeout            extraction not caught up in time      (retriable)
     ├── ProcessingFailed             a snapshot was dead-lettered          (final)
     └── ScopeError                   identity or scope violation           (final)
@@ -44,6 +46,7 @@ __all__ = [
     "BrokerError",
     "ChangeFeedError",
     "ConfigError",
+    "DeadlineExceeded",
     "EmbeddingError",
     "Erased",
     "ExtractionError",
@@ -258,6 +261,17 @@ class RateLimitExceeded(MongomemError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class DeadlineExceeded(MongomemError):
+    """A request's deadline passed, or its client went away, before it was done (HTTP 503).
+
+    Raised before anything is written: the request's embedding was dropped from
+    its queue (or its result ignored) and nothing of it was stored. Sending it
+    again may succeed once the service is less busy (:mod:`mongomem.deadlines`).
+    """
+
+    retriable = True
 
 
 class ProcessingTimeout(MongomemError):

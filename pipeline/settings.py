@@ -369,6 +369,26 @@ class ServiceSettings(BaseSettings):
         default=20, ge=1, description="requests a key may make at once above its rate"
     )
 
+    request_deadline_s: OptionalNumber = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "seconds a /v1 request may take before it is answered 503 with nothing stored "
+            "(its queued embedding is dropped); a client that disconnects ends it at once; "
+            "'none': no deadline"
+        ),
+    )
+    embedding_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description=(
+            "most queued texts one embedding call takes at once (1: no batching); default 16 "
+            "for an OpenAI-compatible endpoint, 1 for the local model (its engine embeds a "
+            "batch no faster than one text at a time: bench.service)"
+        ),
+    )
+
     tls_cert_file: Path | None = Field(
         default=None, description="PEM certificate (chain) to serve HTTPS with; with the key"
     )

@@ -72,6 +72,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from mongomem.deadlines import check_deadline
 from mongomem.errors import InputError, StorageError, WriteConflict
 from mongomem.ltm.batch import reconcile_batch
 from mongomem.ltm.browse import BROWSE_INDEX
@@ -203,12 +204,19 @@ class MemoryStore(MemoryReads):
         a repeat with another fingerprint is refused (:class:`InputError` naming
         ``idempotency_key``; nothing is written), and a repeat that arrives while
         the first is still in flight waits for its outcome (:meth:`_keyed_entry`).
+
+        A request's deadline (:mod:`mongomem.deadlines`) is checked before the
+        claim and before each apply: once it has ended no memory is written
+        (:class:`~mongomem.errors.DeadlineExceeded`; a claimed entry stays
+        pending, as after an interruption, until its TTL or a repeat resumes it).
         """
+        check_deadline()
         answered = await self._claim(candidate, fingerprint)
         if answered is not None:
             return answered
         for attempt in range(1, self.max_attempts + 1):
             decision = await self.plan(candidate)
+            check_deadline()  # planning may have asked the judge: a slow LLM
             try:
                 return await self._apply(candidate, decision, attempt)
             except WriteConflict:

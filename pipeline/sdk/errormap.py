@@ -91,6 +91,10 @@ _PUBLIC: tuple[tuple[type[MongomemError], str], ...] = (
     (errors.EmbeddingError, "the embedding provider is unavailable; retry later"),
     (errors.WriteConflict, "a concurrent write won; retry"),
     (errors.NotReady, "the service is not ready; retry later"),
+    (
+        errors.DeadlineExceeded,
+        "the service is busy: the request ran out of time and stored nothing; retry later",
+    ),
 )
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
 
+from mongomem.deadlines import check_deadline
 from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
 from mongomem.erasure import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure_register import ErasureRegister
@@ -64,10 +65,10 @@ from mongomem.sdk.models import (
     item_of,
     record_of,
 )
-from mongomem.settings import Settings
+from mongomem.settings import EmbeddingSettings, Settings
 from mongomem.stm import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
-__all__ = ["DirectTransport", "MemoryTransport"]
+__all__ = ["DirectTransport", "MemoryTransport", "default_embedder"]
 
 
 class MemoryTransport(Protocol):
@@ -187,6 +188,13 @@ class MemoryTransport(Protocol):
     async def close(self) -> None: ...
 
 
+def default_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The configured embedder; with no provider set, the local model if it is installed."""
+    if settings.provider is None and local_model_installed():
+        settings = settings.model_copy(update={"provider": "local"})
+    return make_embedder(settings)
+
+
 class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
@@ -249,10 +257,7 @@ class DirectTransport:
         """The store and the embedder: only saves and searches need the embedder."""
         store = await self._store_ready()
         if self._embedder is None:
-            embedding = self._settings.embedding
-            if embedding.provider is None and local_model_installed():
-                embedding = embedding.model_copy(update={"provider": "local"})
-            self._embedder = make_embedder(embedding)
+            self._embedder = default_embedder(self._settings.embedding)
         return store, self._embedder
 
     async def _short_term(self) -> ShortTermMemory:
@@ -423,6 +428,7 @@ class DirectTransport:
         at: datetime | None = None,
     ) -> Turn:
         stm = await self._short_term()
+        check_deadline()  # a request past its deadline stores nothing
         return await stm.record_turn(who.session(), role, content, metadata, at=at)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
@@ -431,6 +437,7 @@ class DirectTransport:
 
     async def end_session(self, who: Identity) -> SessionEnd:
         stm = await self._short_term()
+        check_deadline()
         return await stm.end_session(who.session())
 
     async def list_sessions(self, who: Identity, limit: int) -> list[SessionSummary]:

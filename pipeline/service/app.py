@@ -44,6 +44,14 @@ speaks HTTPS only (TLS 1.2 at least); a certificate or key that cannot be
 loaded stops the service before it listens (:mod:`mongomem.tls`). Without them
 it speaks plain HTTP, for loopback or behind a TLS-terminating proxy.
 
+Embedding is fair between projects and bounded in time: the service's embedder
+sits behind :class:`~mongomem.scheduling.FairEmbedder` (queues served by
+tokens, so one project's long texts cannot starve another's short ones;
+micro-batches of ``MONGOMEM_SERVICE_EMBEDDING_BATCH`` texts), and every request
+has a deadline (``MONGOMEM_SERVICE_REQUEST_DEADLINE_S``, default 30 s) that a
+client's disconnect ends early: its queued embedding is dropped and nothing is
+written (:mod:`mongomem.service.deadlines`).
+
 Metrics: ``mongomem_service_requests_total`` (operation, status; a refusal
 over the rate limit is status 429) and ``mongomem_service_request_seconds``
 (operation). Errors, the access log and body limits: :mod:`mongomem.service.http`.
@@ -58,6 +66,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
@@ -72,10 +81,11 @@ from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import MemoryFilter, make_filter
 from mongomem.mongo import Document, connect, database
 from mongomem.readiness import check_ready, ensure_ready
+from mongomem.scheduling import TENANT, FairEmbedder
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from mongomem.sdk.models import MemoryRequestContext
-from mongomem.sdk.transport import DirectTransport, MemoryTransport
+from mongomem.sdk.transport import DirectTransport, MemoryTransport, default_embedder
 from mongomem.sdk.wire import (
     OPERATIONS,
     ROUTES,
@@ -102,6 +112,7 @@ from mongomem.sdk.wire import (
     SearchRequest,
     SessionRequest,
 )
+from mongomem.service.deadlines import RequestDeadlines
 from mongomem.service.http import (
     REQUEST_SECONDS,
     REQUESTS,
@@ -266,6 +277,7 @@ async def authorise(
     backend = backend_of(request)
     key = credentials.credentials.strip() if credentials is not None else None
     project = await backend.keys.project_of(key or None)
+    TENANT.set(project)  # embedding queues are fair between projects (mongomem.scheduling)
     limiter = backend.limiter
     if limiter is not None and key:
         wait = limiter.acquire(hash_key(key))  # never the plaintext
@@ -428,7 +440,11 @@ def make_app(
     judge: Judge | None = None,
     thresholds: Thresholds | None = None,
 ) -> Plumbing:
-    """The service as an ASGI application (MongoDB is reached once it starts)."""
+    """The service as an ASGI application (MongoDB is reached once it starts).
+
+    ``embedder`` goes behind a :class:`~mongomem.scheduling.FairEmbedder`
+    (unless it is one already); without it, the configured one, made on first use.
+    """
     from mongomem.service.export_routes import MAX_IMPORT_BYTES as MAX_USER_IMPORT_BYTES
     from mongomem.service.export_routes import export_router
     from mongomem.service.inspector import inspector_router, ui_router
@@ -439,14 +455,20 @@ def make_app(
     stm = settings.stm
     # JSON may escape a byte as six: leave room for the largest turn the STM accepts
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
-    registry = SpacesRegistry(settings, embedder)
+    service = settings.service
+    batch = service.embedding_batch or (16 if settings.embedding.provider == "openai" else 1)
+    fair = embedder if isinstance(embedder, FairEmbedder) else FairEmbedder(
+        embedder if embedder is not None else partial(default_embedder, settings.embedding),
+        batch_texts=batch,
+    )  # fmt: skip
+    registry = SpacesRegistry(settings, fair)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = connect(settings.mongodb)
         store = ApiKeyStore(database(client, settings.mongodb))
         transport = DirectTransport(
-            settings, embedder=embedder, judge=judge, thresholds=thresholds, client=client
+            settings, embedder=fair, judge=judge, thresholds=thresholds, client=client
         )
         limiter = None if rate is None else RateLimiter(rate, settings.service.rate_limit_burst)
         app.state.backend = Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
@@ -487,7 +509,10 @@ def make_app(
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}
     )
-    return Plumbing(app, limits)
+    # Bulk transfers stream for as long as they take, and are not buffered for a deadline.
+    bulk = BodyLimits(0, {"/v1/spaces/import": 1}, {"import": 1, "export": 1})
+    timed = RequestDeadlines(app, service.request_deadline_s, exempt=lambda p: bulk.of(p) > 0)
+    return Plumbing(timed, limits)
 
 
 async def serve(

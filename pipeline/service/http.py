@@ -29,7 +29,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 from urllib.parse import unquote
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json
 from pymongo.errors import PyMongoError
 
 from mongomem.errors import InputError, MongomemError, StorageError
@@ -76,9 +76,16 @@ REQUEST_SECONDS = Histogram(
 )
 
 
-def result(value: Any, status: int = 200) -> JSONResponse:
-    """A success: ``{"result": ...}``."""
-    return JSONResponse({"result": to_jsonable_python(value)}, status_code=status)
+class _JSONBytes(Response):
+    """A JSON answer whose body is already encoded."""
+
+    media_type = "application/json"
+
+
+def result(value: Any, status: int = 200) -> Response:
+    """A success: ``{"result": ...}``, encoded in one step by pydantic-core (as
+    :func:`~pydantic_core.to_jsonable_python` then ``json.dumps`` would, faster)."""
+    return _JSONBytes(to_json({"result": value}, inf_nan_mode="null"), status_code=status)
 
 
 def error_response(exc: MongomemError, status: int | None = None) -> JSONResponse:
