@@ -64,27 +64,24 @@ import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
-from pymongo import AsyncMongoClient
 from pymongo.errors import PyMongoError
 
 from mongomem import __version__
 from mongomem.embeddings import Embedder
-from mongomem.errors import InputError, RateLimitExceeded, ScopeError
+from mongomem.errors import ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import MemoryFilter, make_filter
-from mongomem.mongo import Document, connect, database
+from mongomem.mongo import connect, database
 from mongomem.readiness import check_ready, ensure_ready
-from mongomem.scheduling import TENANT, FairEmbedder
+from mongomem.scheduling import FairEmbedder
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
-from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
-from mongomem.sdk.models import MemoryRequestContext
+from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.transport import DirectTransport, MemoryTransport, default_embedder
 from mongomem.sdk.wire import (
     OPERATIONS,
@@ -100,7 +97,6 @@ from mongomem.sdk.wire import (
     DeleteRequest,
     EraseSessionRequest,
     EraseUserRequest,
-    ErrorBody,
     GetMemoryRequest,
     GetRequest,
     HistoryRequest,
@@ -113,6 +109,14 @@ from mongomem.sdk.wire import (
     SessionRequest,
 )
 from mongomem.service.deadlines import RequestDeadlines
+from mongomem.service.deps import (
+    ERRORS,
+    Backend,
+    Project,
+    authorise,
+    backend_of,
+    identity_of,
+)
 from mongomem.service.http import (
     REQUEST_SECONDS,
     REQUESTS,
@@ -124,15 +128,14 @@ from mongomem.service.http import (
     start_server,
     unrouted,
 )
-from mongomem.service.keys import ApiKeyStore, KeyRing, hash_key, parse_env_keys
+from mongomem.service.keys import ApiKeyStore, KeyRing, parse_env_keys
 from mongomem.service.limits import RateLimiter
 from mongomem.settings import Settings
 from mongomem.tls import server_context
 
 with require("service"):
-    from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request, Response
+    from fastapi import APIRouter, Body, FastAPI, Path, Query, Request, Response
     from fastapi.responses import JSONResponse
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
     from starlette.exceptions import HTTPException
 
@@ -149,67 +152,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _HEADROOM = 64 * 1024
-
-#: The API-key security scheme of the OpenAPI document (``Authorization: Bearer``).
-BEARER = HTTPBearer(
-    auto_error=False,
-    scheme_name="ApiKey",
-    description="An API key of the project: `Authorization: Bearer <key>`. The key decides "
-    "the project; `mongomem keys create` makes one.",
-)
-
-
-class ErrorAnswer(BaseModel):
-    """A failure: ``{"error": ErrorBody}``."""
-
-    error: ErrorBody
-
-
-#: The error answers every ``/v1`` route may give, for the document.
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorAnswer, "description": text}
-    for code, text in [
-        (400, "the body is not JSON"),
-        (401, "no API key, or one this service does not know"),
-        (403, "the caller is outside the key's project, or a reserved id"),
-        (404, "no such memory, space or item"),
-        (422, "an argument is missing or bad: `error.field` names it; nothing was stored"),
-        (429, "the key is over its rate limit: see `Retry-After`"),
-        (503, "a dependency is unavailable: retry after `Retry-After`"),
-    ]
-}
-
-
-@dataclass
-class Backend:
-    """What the routes share: settings, keys, the transport, the MongoDB client, limits."""
-
-    settings: Settings
-    keys: KeyRing
-    transport: MemoryTransport
-    client: AsyncMongoClient[Document]
-    limiter: RateLimiter | None
-
-
-def backend_of(request: Request) -> Backend:
-    return cast(Backend, request.app.state.backend)
-
-
-def identity_of(project_id: str, caller: Caller) -> Identity:
-    """The identity a request acts as, inside the key's project (SPEC F1–F3)."""
-    if caller.project_id != project_id:
-        raise ScopeError("this API key belongs to another project")
-    if caller.service_account:
-        if not caller.user_id.startswith(SERVICE_ACCOUNT_PREFIX):
-            raise InputError(
-                f"a service account's user_id begins with {SERVICE_ACCOUNT_PREFIX!r}",
-                field="user_id",
-            )
-        account = caller.user_id.removeprefix(SERVICE_ACCOUNT_PREFIX)
-        ctx = MemoryRequestContext(service_account=account, session_id=caller.session_id)
-    else:
-        ctx = MemoryRequestContext(user_id=caller.user_id, session_id=caller.session_id)
-    return resolve_identity(project_id, ctx)
 
 
 def _filter(a: CountMemoriesRequest) -> MemoryFilter:
@@ -267,30 +209,6 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
         case LimitRequest():
             return await t.list_sessions(who, a.limit)
     return await t.list_domains(who)
-
-
-async def authorise(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
-) -> str:
-    """The project of the request's API key (401), if the key is within its rate (429)."""
-    backend = backend_of(request)
-    key = credentials.credentials.strip() if credentials is not None else None
-    project = await backend.keys.project_of(key or None)
-    TENANT.set(project)  # embedding queues are fair between projects (mongomem.scheduling)
-    limiter = backend.limiter
-    if limiter is not None and key:
-        wait = limiter.acquire(hash_key(key))  # never the plaintext
-        if wait > 0:
-            raise RateLimitExceeded(
-                f"this API key is over its rate limit of {limiter.rate_per_s:g} requests/s "
-                f"(burst {limiter.burst}); retry in {wait:.2f}s",
-                retry_after=wait,
-            )
-    return project
-
-
-Project = Annotated[str, Depends(authorise)]
 
 
 def _iso_time(value: Any) -> Any:

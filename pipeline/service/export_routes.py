@@ -25,7 +25,7 @@ from mongomem.ltm.export import ImportResult
 from mongomem.ltm.export_format import MAX_LINE_BYTES
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, Answer, Caller
-from mongomem.service.app import ERRORS, Project, backend_of, identity_of
+from mongomem.service.deps import ERRORS, Project, backend_of, identity_of
 from mongomem.service.http import AnsweringRoute, result, segment
 
 with require("service"):

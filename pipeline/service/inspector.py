@@ -50,7 +50,7 @@ from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, database
 from mongomem.project_config import enabled_types
 from mongomem.restarts import StageRestarts, read_restarts
 from mongomem.sdk.wire import Answer
-from mongomem.service.app import ERRORS, Project, backend_of
+from mongomem.service.deps import ERRORS, Project, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.settings import Settings
 from mongomem.stm import NOT_AN_EVENT

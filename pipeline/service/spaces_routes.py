@@ -42,7 +42,7 @@ from mongomem.sdk.spaces.wire import (
     decode_argument,
 )
 from mongomem.sdk.wire import Answer
-from mongomem.service.app import authorise, backend_of
+from mongomem.service.deps import authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces
