@@ -14,9 +14,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = [
-    "stm_watcher", "windowing", "embeddings", "reconciler", "pipeline_e2e", "decisions",
-    "lifecycle", "service", "erase", "export",
-]  # fmt: skip
+    "stm_watcher",
+    "windowing",
+    "embeddings",
+    "reconciler",
+    "pipeline_e2e",
+    "decisions",
+    "lifecycle",
+    "service",
+    "erase",
+    "export",
+]
 
 
 def collect() -> Path:

@@ -68,11 +68,16 @@ class Case:
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> Case:
         return cls(
-            id=row["id"], split=row["split"], memory_type=row["memory_type"],
-            category=row["category"], existing_key=row["existing"]["key"],
-            existing_text=row["existing"]["text"], new_key=row["new"]["key"],
-            new_text=row["new"]["text"], expected=Action(row["expected"]),
-        )  # fmt: skip
+            id=row["id"],
+            split=row["split"],
+            memory_type=row["memory_type"],
+            category=row["category"],
+            existing_key=row["existing"]["key"],
+            existing_text=row["existing"]["text"],
+            new_key=row["new"]["key"],
+            new_text=row["new"]["text"],
+            expected=Action(row["expected"]),
+        )
 
 
 def load_cases(path: Path = DATA, split: str = "all") -> list[Case]:
@@ -90,15 +95,25 @@ def pair(case: Case, similarity: float) -> tuple[MemoryCandidate, Neighbour]:
     """The candidate and its one neighbour, as the store would find them."""
     scope = scope_of(case)
     existing = Neighbour(
-        memory_id=f"mem_{case.id}", version=1, memory_type=case.memory_type, scope=scope,
-        key=case.existing_key, text=case.existing_text, similarity=similarity,
-    )  # fmt: skip
+        memory_id=f"mem_{case.id}",
+        version=1,
+        memory_type=case.memory_type,
+        scope=scope,
+        key=case.existing_key,
+        text=case.existing_text,
+        similarity=similarity,
+    )
     candidate = MemoryCandidate(
-        candidate_id=f"cand_{case.id}", memory_type=case.memory_type, scope=scope,
-        key=case.new_key, fields={}, text=case.new_text, embedding=(1.0,),
+        candidate_id=f"cand_{case.id}",
+        memory_type=case.memory_type,
+        scope=scope,
+        key=case.new_key,
+        fields={},
+        text=case.new_text,
+        embedding=(1.0,),
         evidence=Evidence(source="snapshot", ref=f"snap-{case.id}", at=STATED),
         created_at=STATED,
-    )  # fmt: skip
+    )
     return candidate, existing
 
 
@@ -111,8 +126,10 @@ class StandInLLM:
     async def structured(
         self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
     ) -> Any:
-        body = {"messages": list(messages), "response_format": {"json_schema":
-                                                                {"name": schema_name}}}  # fmt: skip
+        body = {
+            "messages": list(messages),
+            "response_format": {"json_schema": {"name": schema_name}},
+        }
         answer = self._responder(ChatRequest(body=body))
 
         @dataclass
@@ -168,8 +185,9 @@ async def run_mode(
             return [LEARNED]
 
         decision: Decision = await decide(candidate, [existing], thresholds, judge, dates)
-        out.append(Outcome(case, mode, decision.action, decision.judged, bool(asked),
-                           existing.similarity))  # fmt: skip
+        out.append(
+            Outcome(case, mode, decision.action, decision.judged, bool(asked), existing.similarity)
+        )
     return out
 
 
@@ -207,9 +225,18 @@ def report(
     embedder: str,
     sweep: Mapping[float, list[Outcome]],
 ) -> str:
-    categories = sorted({c.category for c in cases}, key=lambda c: [
-        "paraphrase", "value change", "negation", "partial update", "unrelated fact, same label",
-        "same fact, different label", "different fact, different label"].index(c))  # fmt: skip
+    categories = sorted(
+        {c.category for c in cases},
+        key=lambda c: [
+            "paraphrase",
+            "value change",
+            "negation",
+            "partial update",
+            "unrelated fact, same label",
+            "same fact, different label",
+            "different fact, different label",
+        ].index(c),
+    )
     lines = [
         "# Benchmark: reconciliation decisions on the labelled set (K1)",
         "",
@@ -243,8 +270,13 @@ def report(
             right = sum(o.action is o.case.expected for o in got)
             row.append(_pct(right, len(got)))
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "## Accuracy per split", "", "| split | n | " + " | ".join(MODES) + " |",
-              "|---|---|" + "---|" * len(MODES)]  # fmt: skip
+    lines += [
+        "",
+        "## Accuracy per split",
+        "",
+        "| split | n | " + " | ".join(MODES) + " |",
+        "|---|---|" + "---|" * len(MODES),
+    ]
     for split in ("dev", "holdout"):
         row = [split, str(sum(c.split == split for c in cases))]
         for mode in MODES:
@@ -252,10 +284,12 @@ def report(
             row.append(_pct(sum(o.action is o.case.expected for o in got), len(got)))
         lines.append("| " + " | ".join(row) + " |")
     lines += [
-        "", "## Stale values and cost", "",
+        "",
+        "## Stale values and cost",
+        "",
         "| | " + " | ".join(MODES) + " |",
         "|---|" + "---|" * len(MODES),
-    ]  # fmt: skip
+    ]
     changes = [c for c in cases if c.category in CHANGES]
     stale, auto, calls = [], [], []
     for mode in MODES:
@@ -273,8 +307,9 @@ def report(
     routed = sum(o.action is o.case.expected for o in oracle) / len(oracle)
     auto_stale = sum(
         o.action is Action.REINFORCE and not o.judged and o.case.category in CHANGES
-        for mode in MODES[1:] for o in results[mode]
-    )  # fmt: skip
+        for mode in MODES[1:]
+        for o in results[mode]
+    )
     lines += [
         "",
         f"Goals: (b) ≥ 97% overall — {100 * routed:.1f}%, "
@@ -299,18 +334,26 @@ def report(
     sims = defaultdict(list)
     for c in cases:
         sims[c.category].append(results[MODES[0]][cases.index(c)].similarity)
-    lines += ["## Similarity per category (why it cannot decide)", "",
-              "| category | min | median | max |", "|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "## Similarity per category (why it cannot decide)",
+        "",
+        "| category | min | median | max |",
+        "|---|---|---|---|",
+    ]
     for cat in categories:
         s = sorted(sims[cat])
         lines.append(f"| {cat} | {s[0]:.3f} | {s[len(s) // 2]:.3f} | {s[-1]:.3f} |")
     lines += [
-        "", "## Routing cost against `ambiguous_at` (oracle judge)", "",
+        "",
+        "## Routing cost against `ambiguous_at` (oracle judge)",
+        "",
         "A key match is always shown to the judge; `ambiguous_at` only decides which "
-        "memories under *another* key are. Same embedder, same cases:", "",
+        "memories under *another* key are. Same embedder, same cases:",
+        "",
         "| `ambiguous_at` | (b) accuracy | judge calls per 100 | same fact, different label "
-        "found |", "|---|---|---|---|",
-    ]  # fmt: skip
+        "found |",
+        "|---|---|---|---|",
+    ]
     for at, got in sorted(sweep.items()):
         relabelled = [o for o in got if o.case.category == "same fact, different label"]
         lines.append(
@@ -372,9 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="'-' prints only")
     args = parser.parse_args(argv)
     command = ".venv/bin/python -m bench.decisions" + "".join(
-        f" --{k} {v}" for k, v in (("split", args.split), ("embedder", args.embedder))
+        f" --{k} {v}"
+        for k, v in (("split", args.split), ("embedder", args.embedder))
         if v != parser.get_default(k)
-    )  # fmt: skip
+    )
     out = None if str(args.out) == "-" else args.out
     text = asyncio.run(run(args.split, args.embedder, command))
     if out is None:

@@ -36,27 +36,65 @@ PROJECT = "bench"
 
 def seed_docs(user: str, turns: int, memories: int) -> dict[str, list[dict[str, Any]]]:
     now = utcnow()
-    docs: dict[str, list[dict[str, Any]]] = {c: [] for c in (TURNS, SNAPSHOTS, MEMORIES,
-                                                             DECISIONS, LEDGER)}  # fmt: skip
+    docs: dict[str, list[dict[str, Any]]] = {
+        c: [] for c in (TURNS, SNAPSHOTS, MEMORIES, DECISIONS, LEDGER)
+    }
     for seq in range(1, turns + 1):
-        docs[TURNS].append({"_id": stable_id("turn", user, seq), "project_id": PROJECT,
-                            "user_id": user, "session_id": f"s{seq // 100}", "seq": seq,
-                            "role": "user", "content": "x" * 80, "created_at": now})  # fmt: skip
+        docs[TURNS].append(
+            {
+                "_id": stable_id("turn", user, seq),
+                "project_id": PROJECT,
+                "user_id": user,
+                "session_id": f"s{seq // 100}",
+                "seq": seq,
+                "role": "user",
+                "content": "x" * 80,
+                "created_at": now,
+            }
+        )
     for n in range(turns // 10):
-        docs[SNAPSHOTS].append({"_id": stable_id("snap", user, n), "project_id": PROJECT,
-                                "user_id": user, "session_id": f"s{n // 10}",
-                                "first_seq": n * 10 + 1, "last_seq": n * 10 + 10})  # fmt: skip
+        docs[SNAPSHOTS].append(
+            {
+                "_id": stable_id("snap", user, n),
+                "project_id": PROJECT,
+                "user_id": user,
+                "session_id": f"s{n // 10}",
+                "first_seq": n * 10 + 1,
+                "last_seq": n * 10 + 10,
+            }
+        )
     for m in range(memories):
         cid = stable_id("cand", user, m)
-        ev = {"source": "snapshot", "ref": stable_id("snap", user, m % max(1, turns // 10)),
-              "session_id": "s0", "user_id": user, "at": now}  # fmt: skip
-        docs[MEMORIES].append({"_id": stable_id("ver", user, m), "memory_id": f"mem-{user}-{m}",
-                               "version": 1, "memory_type": "semantic", "key": f"k{m}",
-                               "scope": {"project_id": PROJECT, "user_id": user},
-                               "status": "current", "text": "t", "evidence": [ev],
-                               "candidate_ids": [cid], "embedding": b"\0" * 1536})  # fmt: skip
-        docs[DECISIONS].append({"_id": cid, "scope": {"project_id": PROJECT, "user_id": user},
-                                "evidence": ev, "action": "ADD"})  # fmt: skip
+        ev = {
+            "source": "snapshot",
+            "ref": stable_id("snap", user, m % max(1, turns // 10)),
+            "session_id": "s0",
+            "user_id": user,
+            "at": now,
+        }
+        docs[MEMORIES].append(
+            {
+                "_id": stable_id("ver", user, m),
+                "memory_id": f"mem-{user}-{m}",
+                "version": 1,
+                "memory_type": "semantic",
+                "key": f"k{m}",
+                "scope": {"project_id": PROJECT, "user_id": user},
+                "status": "current",
+                "text": "t",
+                "evidence": [ev],
+                "candidate_ids": [cid],
+                "embedding": b"\0" * 1536,
+            }
+        )
+        docs[DECISIONS].append(
+            {
+                "_id": cid,
+                "scope": {"project_id": PROJECT, "user_id": user},
+                "evidence": ev,
+                "action": "ADD",
+            }
+        )
         docs[LEDGER].append({"_id": cid, "state": "done", "at": now})
     return docs
 
@@ -65,13 +103,31 @@ def shared_terms(users: tuple[str, str], count: int) -> list[dict[str, Any]]:
     now = utcnow()
     out = []
     for m in range(count):
-        evs = [{"source": "direct", "ref": stable_id("cand", u, "t", m), "user_id": u,
-                "session_id": "s0", "at": now} for u in users]  # fmt: skip
-        out.append({"_id": stable_id("ver", "term", m), "memory_id": f"term-{m}", "version": 1,
-                    "memory_type": "taxonomic", "key": f"d/t{m}",
-                    "scope": {"project_id": PROJECT, "user_id": None}, "status": "current",
-                    "text": "t", "evidence": evs, "candidate_ids": [e["ref"] for e in evs],
-                    "embedding": b"\0" * 1536})  # fmt: skip
+        evs = [
+            {
+                "source": "direct",
+                "ref": stable_id("cand", u, "t", m),
+                "user_id": u,
+                "session_id": "s0",
+                "at": now,
+            }
+            for u in users
+        ]
+        out.append(
+            {
+                "_id": stable_id("ver", "term", m),
+                "memory_id": f"term-{m}",
+                "version": 1,
+                "memory_type": "taxonomic",
+                "key": f"d/t{m}",
+                "scope": {"project_id": PROJECT, "user_id": None},
+                "status": "current",
+                "text": "t",
+                "evidence": evs,
+                "candidate_ids": [e["ref"] for e in evs],
+                "embedding": b"\0" * 1536,
+            }
+        )
     return out
 
 

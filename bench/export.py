@@ -42,20 +42,36 @@ SOURCE = MemoryScope(project_id="bench", user_id="alice")
 async def seed(store: MemoryStore, memories: int) -> None:
     for m in range(memories):
         text = f"Fact {m} is {m * 7}."
-        await store.reconcile(candidate("semantic", project_id="bench", user_id="alice",
-                                        snapshot=f"snap-{m // 10}", position=m % 10,
-                                        label=f"fact-{m}", text=text))  # fmt: skip
+        await store.reconcile(
+            candidate(
+                "semantic",
+                project_id="bench",
+                user_id="alice",
+                snapshot=f"snap-{m // 10}",
+                position=m % 10,
+                label=f"fact-{m}",
+                text=text,
+            )
+        )
     for m in range(0, memories, 5):
-        await store.reconcile(candidate("semantic", project_id="bench", user_id="alice",
-                                        snapshot=f"snap-u{m}", label=f"fact-{m}",
-                                        text=f"Fact {m} is now {m * 11}."))  # fmt: skip
+        await store.reconcile(
+            candidate(
+                "semantic",
+                project_id="bench",
+                user_id="alice",
+                snapshot=f"snap-u{m}",
+                label=f"fact-{m}",
+                text=f"Fact {m} is now {m * 11}.",
+            )
+        )
 
 
 async def timed_export(db: Any) -> tuple[float, list[str], int]:
     started = time.perf_counter()
     lines, size = [], 0
-    async for line in export_lines(db, SOURCE, ("stand-in:hashing-64 (NOT a model)", 64),
-                                   version="bench"):  # fmt: skip
+    async for line in export_lines(
+        db, SOURCE, ("stand-in:hashing-64 (NOT a model)", 64), version="bench"
+    ):
         size += len(line.encode("utf-8"))
         lines.append(line)
     return time.perf_counter() - started, lines, size
@@ -99,8 +115,7 @@ async def run(args: argparse.Namespace) -> str:
             versions, decisions = len(got_versions), len(got_decisions)
             target = MemoryScope(project_id="bench", user_id=f"copy-{r}")
             started = time.perf_counter()
-            done = await import_lines(db, target, as_lines(lines), embedder=None,
-                                      register=register)  # fmt: skip
+            done = await import_lines(db, target, as_lines(lines), embedder=None, register=register)
             imports.append(time.perf_counter() - started)
             assert done.versions == versions
             fresh = client[f"bench-export-raw-{r}"]
@@ -119,8 +134,10 @@ async def run(args: argparse.Namespace) -> str:
 
     def row(name: str, values: list[float]) -> str:
         med = statistics.median(values)
-        return (f"| {name} | {med:.3f} s | {len(lines) / med:,.0f} lines/s | "
-                f"{', '.join(f'{x:.3f}' for x in values)} |")  # fmt: skip
+        return (
+            f"| {name} | {med:.3f} s | {len(lines) / med:,.0f} lines/s | "
+            f"{', '.join(f'{x:.3f}' for x in values)} |"
+        )
 
     out = [
         "# Exporting and importing a user's memory — against raw cursor reads and inserts",

@@ -50,10 +50,16 @@ def snapshot(session: str, n: int) -> Snapshot:
         for s in (seq, seq + 1)
     )
     return Snapshot(
-        snapshot_id=stable_id("snap", "bench", "u", session, seq, seq + 1), project_id="bench",
-        user_id="u", session_id=session, first_seq=seq, last_seq=seq + 1, turns=turns,
-        reason="count", closed_at=at,
-    )  # fmt: skip
+        snapshot_id=stable_id("snap", "bench", "u", session, seq, seq + 1),
+        project_id="bench",
+        user_id="u",
+        session_id=session,
+        first_seq=seq,
+        last_seq=seq + 1,
+        turns=turns,
+        reason="count",
+        closed_at=at,
+    )
 
 
 async def seed_session(db: Any, progress: Progress, session: str, count: int) -> list[Snapshot]:
@@ -65,12 +71,22 @@ async def seed_session(db: Any, progress: Progress, session: str, count: int) ->
     for s in snaps:
         for t in TYPES:
             cid = stable_id("cand", s.snapshot_id, t)
-            docs.append({
-                "_id": stable_id("prog", s.snapshot_id, t), "project_id": "bench",
-                "user_id": "u", "session_id": session, "snapshot_id": s.snapshot_id,
-                "memory_type": t, "first_seq": s.first_seq, "last_seq": s.last_seq, "at": now,
-                "candidates": [cid], "reconciled": [cid], "dead_letter": None,
-            })  # fmt: skip
+            docs.append(
+                {
+                    "_id": stable_id("prog", s.snapshot_id, t),
+                    "project_id": "bench",
+                    "user_id": "u",
+                    "session_id": session,
+                    "snapshot_id": s.snapshot_id,
+                    "memory_type": t,
+                    "first_seq": s.first_seq,
+                    "last_seq": s.last_seq,
+                    "at": now,
+                    "candidates": [cid],
+                    "reconciled": [cid],
+                    "dead_letter": None,
+                }
+            )
     await progress.entries.insert_many(docs)
     return snaps
 
@@ -78,8 +94,10 @@ async def seed_session(db: Any, progress: Progress, session: str, count: int) ->
 def stats(samples: list[float]) -> str:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"p50 {statistics.median(ordered):.2f} ms, p99 {p99:.2f} ms, "
-            f"mean {statistics.fmean(ordered):.2f} ms")  # fmt: skip
+    return (
+        f"p50 {statistics.median(ordered):.2f} ms, p99 {p99:.2f} ms, "
+        f"mean {statistics.fmean(ordered):.2f} ms"
+    )
 
 
 async def status_latency(
@@ -99,8 +117,9 @@ async def status_latency(
             assert status.state == "done"
             assert len(status.snapshots) == size
             t0 = time.perf_counter()
-            await progress.entries.find_one({"project_id": "bench", "user_id": "u",
-                                             "session_id": session})  # fmt: skip
+            await progress.entries.find_one(
+                {"project_id": "bench", "user_id": "u", "session_id": session}
+            )
             raw.append((time.perf_counter() - t0) * 1000)
         rows.append((size, stats(ours), stats(raw)))
     return rows
@@ -144,8 +163,9 @@ async def delete_latency(settings: Any, db: Any, memories: int) -> tuple[str, st
             ours.append((time.perf_counter() - t0) * 1000)
             other = saved[memories // 2 + i]
             t0 = time.perf_counter()
-            await db[MEMORIES].update_one({"_id": other.version_id},
-                                            {"$set": {"updated_at": utcnow()}})  # fmt: skip
+            await db[MEMORIES].update_one(
+                {"_id": other.version_id}, {"$set": {"updated_at": utcnow()}}
+            )
             raw.append((time.perf_counter() - t0) * 1000)
         return stats(ours), stats(raw)
 
@@ -170,8 +190,10 @@ async def run(args: argparse.Namespace) -> str:
         embedder = HashingEmbedder(384)
         async with AsyncMemory(project_id="bench", settings=settings, embedder=embedder) as memory:
             status_rows = await status_latency(memory, db, progress, args.snapshots, args.queries)
-            waits = [(p, await wait_latency(memory, db, progress, p, args.rounds, 20))
-                     for p in (0.05, 0.25)]  # fmt: skip
+            waits = [
+                (p, await wait_latency(memory, db, progress, p, args.rounds, 20))
+                for p in (0.05, 0.25)
+            ]
         deletes = await delete_latency(settings, db, args.memories)
         await client.drop_database("bench-lifecycle")
         await client.close()

@@ -19,11 +19,30 @@ import random
 __all__ = ["texts"]
 
 _MODULES = (
-    "argparse", "asyncio", "collections", "csv", "dataclasses", "decimal", "email.message",
-    "functools", "http.client", "inspect", "json", "logging", "pathlib", "pickle", "shutil",
-    "subprocess", "tarfile", "textwrap", "threading", "typing", "unittest", "urllib.request",
+    "argparse",
+    "asyncio",
+    "collections",
+    "csv",
+    "dataclasses",
+    "decimal",
+    "email.message",
+    "functools",
+    "http.client",
+    "inspect",
+    "json",
+    "logging",
+    "pathlib",
+    "pickle",
+    "shutil",
+    "subprocess",
+    "tarfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.request",
     "zipfile",
-)  # fmt: skip
+)
 
 
 def _words() -> list[str]:

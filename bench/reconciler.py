@@ -101,14 +101,22 @@ def seed_doc(i: int, rng: np.random.Generator, now: datetime) -> Document:
     label = f"fact-{i}"
     memory_id = memory_id_for(SCOPE, "semantic", label)
     version = MemoryVersion(
-        version_id=MemoryVersion.make_version_id(memory_id, 1), memory_id=memory_id, version=1,
-        memory_type="semantic", scope=SCOPE, key=label,
+        version_id=MemoryVersion.make_version_id(memory_id, 1),
+        memory_id=memory_id,
+        version=1,
+        memory_type="semantic",
+        scope=SCOPE,
+        key=label,
         fields={"label": label, "text": f"Fact number {i} about the user."},
-        text=f"Fact number {i} about the user.", embedding=tuple(unit(rng)),
-        status=MemoryStatus.CURRENT, action=Action.ADD, reinforcement_count=1,
+        text=f"Fact number {i} about the user.",
+        embedding=tuple(unit(rng)),
+        status=MemoryStatus.CURRENT,
+        action=Action.ADD,
+        reinforcement_count=1,
         evidence=(Evidence(source="direct", ref=f"seed-{i}", at=now),),
-        created_at=now, updated_at=now,
-    )  # fmt: skip
+        created_at=now,
+        updated_at=now,
+    )
     return to_document(version, f"seed-{i}")
 
 
@@ -137,10 +145,14 @@ def make(i: int, kind: str, rng: np.random.Generator, snapshot: str) -> MemoryCa
     else:
         label, text = f"new-{snapshot}-{i}", f"A brand new fact {i} from {snapshot}."
     return make_candidate(
-        "semantic", SCOPE, {"label": label, "text": text}, unit(rng),
+        "semantic",
+        SCOPE,
+        {"label": label, "text": text},
+        unit(rng),
         candidate_id=stable_id("cand", snapshot, i),
-        evidence=Evidence(source="snapshot", ref=snapshot, at=now), created_at=now,
-    )  # fmt: skip
+        evidence=Evidence(source="snapshot", ref=snapshot, at=now),
+        created_at=now,
+    )
 
 
 def workload(n: int, seeded: int, snapshot: str, seed_: int) -> list[MemoryCandidate]:
@@ -167,9 +179,13 @@ async def p6(db: Any, seeded: int, queries: int) -> dict[str, Any]:
         search.append((time.perf_counter() - t0) * 1000)
         assert len(hits) == 10
         t0 = time.perf_counter()
-        key = {"scope.project_id": SCOPE.project_id, "scope.user_id": SCOPE.user_id,
-               "memory_type": "semantic", "status": "current",
-               "key_norm": f"fact-{q * 7 % seeded}"}  # fmt: skip
+        key = {
+            "scope.project_id": SCOPE.project_id,
+            "scope.user_id": SCOPE.user_id,
+            "memory_type": "semantic",
+            "status": "current",
+            "key_norm": f"fact-{q * 7 % seeded}",
+        }
         doc = await coll.find_one(key)
         raw.append((time.perf_counter() - t0) * 1000)
         assert doc is not None
@@ -246,8 +262,10 @@ async def until(check: Any) -> None:
 
 
 def stats(samples: list[float]) -> str:
-    return (f"p50 {percentile(samples, 50):.2f} ms, p99 {percentile(samples, 99):.2f} ms, "
-            f"mean {statistics.fmean(samples):.2f} ms")  # fmt: skip
+    return (
+        f"p50 {percentile(samples, 50):.2f} ms, p99 {percentile(samples, 99):.2f} ms, "
+        f"mean {statistics.fmean(samples):.2f} ms"
+    )
 
 
 async def run(args: argparse.Namespace) -> str:
@@ -256,9 +274,10 @@ async def run(args: argparse.Namespace) -> str:
     try:
         settings = load_settings(
             mongodb=MongoSettings(uri=servers.mongodb_uri, database="bench-p6"),
-            kafka=KafkaSettings(bootstrap=servers.kafka_bootstrap, topic_prefix="bench",
-                                partitions=1),
-        )  # fmt: skip
+            kafka=KafkaSettings(
+                bootstrap=servers.kafka_bootstrap, topic_prefix="bench", partitions=1
+            ),
+        )
         client = connect(settings.mongodb)
         db = client["bench-p6"]
         store = MemoryStore(db)

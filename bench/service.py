@@ -143,7 +143,8 @@ async def level(
         ),
         "search": await load(
             lambda i: chat_b.search_semantic(f"where does the user fly {base + i}"),
-            requests, concurrency,
+            requests,
+            concurrency,
         ),
         "build_context": await load(
             lambda i: chat_b.build_context(f"plan a trip {base + i}"), requests, concurrency
@@ -152,15 +153,17 @@ async def level(
         # seq), so writers of one session queue behind each other by design
         "record_turn": await load(
             lambda i: sessions[i % concurrency].record_turn("user", text(i)),
-            requests * 4, concurrency,
+            requests * 4,
+            concurrency,
         ),
         "raw insert_one": await load(
             lambda i: raw.insert_one({"session": concurrency, "i": i, "text": text(i)}),
-            requests * 4, concurrency,
+            requests * 4,
+            concurrency,
         ),
         # the HTTP stack alone: the same client library, a route that does nothing
         "GET /healthz": await load(lambda i: http.get("/healthz"), requests * 4, concurrency),
-    }  # fmt: skip
+    }
 
 
 async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
@@ -174,8 +177,9 @@ async def measure(args: argparse.Namespace, settings: Any, url: str) -> str:
     batch = 16  # what one call of the service's micro-batches may hold (the default)
     bare_batched = await load(
         lambda i: embedder.embed([text(20_000 + i * batch + k) for k in range(batch)]),
-        max(1, args.requests // 8), 1,
-    )  # fmt: skip
+        max(1, args.requests // 8),
+        1,
+    )
     client = connect(settings.mongodb)
     raw = client[settings.mongodb.database]["raw_turns"]
 

@@ -152,8 +152,10 @@ async def run_demo(
         await _show(two, say)
     say("")
     if not ok:
-        say(f"mongomem: the demo's memories did not all appear within {timeout_s:.0f}s; "
-            "see the stage logs in .mongomem/stages/ and `mongomem status`.")  # fmt: skip
+        say(
+            f"mongomem: the demo's memories did not all appear within {timeout_s:.0f}s; "
+            "see the stage logs in .mongomem/stages/ and `mongomem status`."
+        )
         return 1
     say("The pipeline keeps running: record more turns with the SDK, watch `mongomem status`,")
     say("and stop everything with `make stop`.")

@@ -45,8 +45,12 @@ def add_cli(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="erase_what", required=True)
     for name in ("user", "session", "project", "resume"):
-        sub = actions.add_parser(name, help=f"erase a {name}" if name != "resume" else
-                                 "complete every erasure a crash left running")  # fmt: skip
+        sub = actions.add_parser(
+            name,
+            help=f"erase a {name}"
+            if name != "resume"
+            else "complete every erasure a crash left running",
+        )
         if name != "resume":
             sub.add_argument("--project-id", required=True)
             sub.add_argument("--yes", action="store_true", help="confirm: this is irreversible")
@@ -56,13 +60,17 @@ def add_cli(subparsers: Any) -> None:
             sub.add_argument("--session-id", required=True)
         sub.add_argument("--actor", default="cli", help="who the erasure is recorded as")
         sub.add_argument(
-            "--changelog-group", action="append", default=[], metavar="GROUP",
+            "--changelog-group",
+            action="append",
+            default=[],
+            metavar="GROUP",
             help="another windowing consumer group whose changelog gets tombstones",
-        )  # fmt: skip
+        )
         sub.add_argument(
-            "--no-changelog", action="store_true",
+            "--no-changelog",
+            action="store_true",
             help="skip the changelog tombstones (no Kafka reachable)",
-        )  # fmt: skip
+        )
         # crash drills: stop (sleep) after this step, to be killed there
         sub.add_argument("--pause-after", default=None, help=argparse.SUPPRESS)
         sub.set_defaults(handler=erase_command)

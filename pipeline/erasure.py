@@ -173,10 +173,12 @@ class _Erasure:
         self.scopes: set[tuple[str | None, str]] = set()
 
     async def checkpoint(self, name: str) -> None:
-        await _run(self.db[ERASURES].update_one(
-            {"_id": erasure_id(self.t.project_id, self.t.user_id, self.t.session_id)},
-            {"$addToSet": {"steps": name}},
-        ))  # fmt: skip
+        await _run(
+            self.db[ERASURES].update_one(
+                {"_id": erasure_id(self.t.project_id, self.t.user_id, self.t.session_id)},
+                {"$addToSet": {"steps": name}},
+            )
+        )
         if self._step is not None:
             await self._step(name)
 
@@ -224,18 +226,31 @@ class _Erasure:
         snaps = await _run(db[SNAPSHOTS].find(whose, fields).to_list())
         snapshot_ids = {str(s["_id"]) for s in snaps}
         for s in snaps:
-            self.sessions.add(SessionKey(project_id=s["project_id"], user_id=s["user_id"],
-                                         session_id=s["session_id"]))  # fmt: skip
+            self.sessions.add(
+                SessionKey(
+                    project_id=s["project_id"], user_id=s["user_id"], session_id=s["session_id"]
+                )
+            )
         for s in await _run(db[TURNS].distinct("session_id", whose)):
             if t.user_id is not None:
-                self.sessions.add(SessionKey(project_id=t.project_id, user_id=t.user_id,
-                                             session_id=s))  # fmt: skip
+                self.sessions.add(
+                    SessionKey(project_id=t.project_id, user_id=t.user_id, session_id=s)
+                )
         if self.sessions:  # kept in the job: a resumed erasure still knows them
-            await _run(db[ERASURES].update_one(
-                {"_id": erasure_id(t.project_id, t.user_id, t.session_id)},
-                {"$addToSet": {"sessions": {"$each": [
-                    [k.project_id, k.user_id, k.session_id] for k in self.sessions]}}},
-            ))  # fmt: skip
+            await _run(
+                db[ERASURES].update_one(
+                    {"_id": erasure_id(t.project_id, t.user_id, t.session_id)},
+                    {
+                        "$addToSet": {
+                            "sessions": {
+                                "$each": [
+                                    [k.project_id, k.user_id, k.session_id] for k in self.sessions
+                                ]
+                            }
+                        }
+                    },
+                )
+            )
         erased = self.evidence_erased(snapshot_ids)
         # -- 1: the erased candidates, and their ledger entries
         own = self.own_scope()
@@ -243,10 +258,12 @@ class _Erasure:
         if t.kind != "project":
             dec_filter["$or"] = [
                 {"evidence.ref": {"$in": sorted(snapshot_ids)}},
-                {"evidence.user_id": t.user_id,
-                 **({} if t.session_id is None else {"evidence.session_id": t.session_id})},
+                {
+                    "evidence.user_id": t.user_id,
+                    **({} if t.session_id is None else {"evidence.session_id": t.session_id}),
+                },
                 *([{"scope.user_id": t.user_id}] if t.kind == "user" else []),
-            ]  # fmt: skip
+            ]
         cids: set[str] = set()
         for d in await _run(db[DECISIONS].find(dec_filter, {"_id": 1}).to_list()):
             cids.add(str(d["_id"]))  # the filter matches only erased decisions
@@ -278,8 +295,11 @@ class _Erasure:
             self.count(DECISIONS, r.deleted_count)
         r = await _run(db[PROGRESS].delete_many(whose))
         self.count(PROGRESS, r.deleted_count)
-        usage: Doc = ({"project_id": t.project_id} if t.kind == "project"
-                      else {"snapshot_id": {"$in": sorted(snapshot_ids)}})  # fmt: skip
+        usage: Doc = (
+            {"project_id": t.project_id}
+            if t.kind == "project"
+            else {"snapshot_id": {"$in": sorted(snapshot_ids)}}
+        )
         r = await _run(db[LLM_USAGE].delete_many(usage))
         self.count(LLM_USAGE, r.deleted_count)
         await self.checkpoint("derived")
@@ -298,15 +318,21 @@ class _Erasure:
         memory_ids = await _run(db[MEMORIES].distinct("memory_id", f))
         now = utcnow()
         for memory_id in memory_ids:
-            docs = await _run(db[MEMORIES].find({"memory_id": memory_id},
-                                                {"embedding": 0}).to_list())  # fmt: skip
+            docs = await _run(
+                db[MEMORIES].find({"memory_id": memory_id}, {"embedding": 0}).to_list()
+            )
             if not docs:
                 continue
             by_version = {int(d["version"]): d for d in docs}
-            facts = [VersionFacts(version=v, status=str(d.get("status")),
-                                  evidence=tuple(d.get("evidence", ())),
-                                  candidate_ids=tuple(d.get("candidate_ids", ())))
-                     for v, d in by_version.items()]  # fmt: skip
+            facts = [
+                VersionFacts(
+                    version=v,
+                    status=str(d.get("status")),
+                    evidence=tuple(d.get("evidence", ())),
+                    candidate_ids=tuple(d.get("candidate_ids", ())),
+                )
+                for v, d in by_version.items()
+            ]
             plan = prune(facts, erased, cids)
             if plan.untouched:
                 continue
@@ -316,14 +342,22 @@ class _Erasure:
             ops: list[Any] = []
             for v, (evidence, ids) in plan.changed.items():
                 if v not in plan.removed:
-                    ops.append(UpdateOne({"_id": by_version[v]["_id"]}, {"$set": {
-                        "evidence": list(evidence), "candidate_ids": list(ids)}}))  # fmt: skip
+                    ops.append(
+                        UpdateOne(
+                            {"_id": by_version[v]["_id"]},
+                            {"$set": {"evidence": list(evidence), "candidate_ids": list(ids)}},
+                        )
+                    )
             if plan.reverted_to is not None:
-                ops.append(UpdateOne(
-                    {"_id": by_version[plan.reverted_to]["_id"]},
-                    {"$set": {"status": "current", "updated_at": now},
-                     "$unset": {"superseded_at": "", "superseded_by": ""}},
-                ))  # fmt: skip
+                ops.append(
+                    UpdateOne(
+                        {"_id": by_version[plan.reverted_to]["_id"]},
+                        {
+                            "$set": {"status": "current", "updated_at": now},
+                            "$unset": {"superseded_at": "", "superseded_by": ""},
+                        },
+                    )
+                )
                 self.reverted += 1
             if ops:
                 await _run(db[MEMORIES].bulk_write(ops, ordered=True))
@@ -340,10 +374,12 @@ class _Erasure:
         t = self.t
         for user, memory_type in self.scopes:
             scope = MemoryScope(project_id=t.project_id, user_id=user)
-            await _run(log.update_one(
-                {"_id": scope_log_id(scope, memory_type)},
-                {"$inc": {"rev": LOG_LENGTH + 1}, "$set": {"log": []}},
-            ))  # fmt: skip
+            await _run(
+                log.update_one(
+                    {"_id": scope_log_id(scope, memory_type)},
+                    {"$inc": {"rev": LOG_LENGTH + 1}, "$set": {"log": []}},
+                )
+            )
 
 
 async def erase(
@@ -360,18 +396,31 @@ async def erase(
     job = await _run(register.find_one({"_id": rid}))
     if job is None and not await _has_data(db, target):
         return ErasureResult(
-            kind=target.kind, project_id=target.project_id, user_id=target.user_id,
-            session_id=target.session_id, erased=False, removed={},
+            kind=target.kind,
+            project_id=target.project_id,
+            user_id=target.user_id,
+            session_id=target.session_id,
+            erased=False,
+            removed={},
             message=f"nothing to erase: no data for {target.describe()}",
-        )  # fmt: skip
+        )
     now = utcnow()
-    await _run(register.update_one(
-        {"_id": rid},
-        {"$setOnInsert": {**target.model_dump(), "kind": target.kind, "requested_at": now,
-                          "actor": actor, "steps": []},
-         "$set": {"state": "running", "attempt_at": now}},
-        upsert=True,
-    ))  # fmt: skip
+    await _run(
+        register.update_one(
+            {"_id": rid},
+            {
+                "$setOnInsert": {
+                    **target.model_dump(),
+                    "kind": target.kind,
+                    "requested_at": now,
+                    "actor": actor,
+                    "steps": [],
+                },
+                "$set": {"state": "running", "attempt_at": now},
+            },
+            upsert=True,
+        )
+    )
     run = _Erasure(db, target, on_step)
     for p, u, s in (job or {}).get("sessions", ()):
         run.sessions.add(SessionKey(project_id=p, user_id=u, session_id=s))
@@ -382,17 +431,24 @@ async def erase(
     await run.checkpoint("window-states")
     await run.sweep()  # what a writer that had checked just before step 0 may have added
     done: datetime = utcnow()
-    await _run(register.update_one(
-        {"_id": rid},
-        {"$set": {"state": "done", "done_at": done, "removed": run.removed}},
-    ))  # fmt: skip
+    await _run(
+        register.update_one(
+            {"_id": rid},
+            {"$set": {"state": "done", "done_at": done, "removed": run.removed}},
+        )
+    )
     total = sum(run.removed.values())
     return ErasureResult(
-        kind=target.kind, project_id=target.project_id, user_id=target.user_id,
-        session_id=target.session_id, erased=True, removed=run.removed,
-        memories_pruned=run.pruned, memories_reverted=run.reverted,
+        kind=target.kind,
+        project_id=target.project_id,
+        user_id=target.user_id,
+        session_id=target.session_id,
+        erased=True,
+        removed=run.removed,
+        memories_pruned=run.pruned,
+        memories_reverted=run.reverted,
         message=f"erased {target.describe()}: {total} document(s) removed or changed",
-    )  # fmt: skip
+    )
 
 
 async def resume_erasures(
@@ -402,7 +458,10 @@ async def resume_erasures(
     jobs = await _run(db[ERASURES].find({"state": "running"}).to_list())
     out = []
     for job in jobs:
-        target = Target(project_id=job["project_id"], user_id=job.get("user_id"),
-                        session_id=job.get("session_id"))  # fmt: skip
+        target = Target(
+            project_id=job["project_id"],
+            user_id=job.get("user_id"),
+            session_id=job.get("session_id"),
+        )
         out.append(await erase(db, target, actor=actor, on_sessions=on_sessions))
     return out

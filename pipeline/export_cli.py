@@ -34,8 +34,13 @@ def add_cli(subparsers: Any) -> None:
     imp = subparsers.add_parser("import", help="import a user's memory from an export")
     imp.add_argument("file", help="the export (JSON lines); '-' reads stdin")
     imp.add_argument("--project-id", required=True)
-    imp.add_argument("--user", "--user-id", dest="user_id", required=True,
-                     help="the user it goes to (may differ from the export's)")  # fmt: skip
+    imp.add_argument(
+        "--user",
+        "--user-id",
+        dest="user_id",
+        required=True,
+        help="the user it goes to (may differ from the export's)",
+    )
     imp.set_defaults(handler=import_command)
 
 
@@ -46,8 +51,11 @@ async def _export(args: argparse.Namespace, settings: Settings) -> int:
     async with AsyncMemory(project_id=args.project_id, transport=transport) as memory:
         out = args.out if args.out is not None else sys.stdout
         done = await memory.export_user(args.user_id, out)
-    print(f"exported {done.versions} versions and {done.decisions} decision-log entries of "
-          f"user {args.user_id!r}", file=sys.stderr)  # fmt: skip
+    print(
+        f"exported {done.versions} versions and {done.decisions} decision-log entries of "
+        f"user {args.user_id!r}",
+        file=sys.stderr,
+    )
     return 0
 
 

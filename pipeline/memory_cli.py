@@ -72,8 +72,9 @@ def add_cli(subparsers: Any) -> None:
 
     def filters(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--type", dest="memory_type", default=None, help="default: every type")
-        sub.add_argument("--status", default="current",
-                         choices=["current", "superseded", "deleted", "expired"])  # fmt: skip
+        sub.add_argument(
+            "--status", default="current", choices=["current", "superseded", "deleted", "expired"]
+        )
         sub.add_argument("--since", type=_aware_time, default=None, help="updated at or after")
         sub.add_argument("--prefix", default=None, help="keys starting with this")
 
@@ -96,9 +97,12 @@ def add_cli(subparsers: Any) -> None:
     status = action("status", "extraction progress of one session (pending, done, dead letters)")
     status.add_argument("--session-id", required=True)
     status.add_argument(
-        "--wait", type=float, default=None, metavar="SECONDS",
+        "--wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
         help="wait until every turn so far is processed (exit 1 on timeout)",
-    )  # fmt: skip
+    )
     parser.set_defaults(handler=memory_command)
 
 
@@ -127,15 +131,23 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         match args.memory_action:
             case "list":
                 page = await chat.browse_memories(
-                    args.memory_type, status=args.status, updated_since=args.since,
-                    key_prefix=args.prefix, limit=args.limit, cursor=args.cursor,
-                )  # fmt: skip
+                    args.memory_type,
+                    status=args.status,
+                    updated_since=args.since,
+                    key_prefix=args.prefix,
+                    limit=args.limit,
+                    cursor=args.cursor,
+                )
                 _lines(page.items, page.next_cursor)
             case "count":
-                print(await chat.count_memories(
-                    args.memory_type, status=args.status, updated_since=args.since,
-                    key_prefix=args.prefix,
-                ))  # fmt: skip
+                print(
+                    await chat.count_memories(
+                        args.memory_type,
+                        status=args.status,
+                        updated_since=args.since,
+                        key_prefix=args.prefix,
+                    )
+                )
             case "get":
                 found = await chat.get_memory(args.memory_id)
                 if found is None:
@@ -180,8 +192,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                     return 1
                 state = "was already deleted" if done.already_deleted else "deleted"
                 at = done.deleted_at.isoformat()
-                print(f"{done.memory_type} {done.key!r} ({done.memory_id}) {state}: "
-                      f"version {done.version} at {at} by {done.actor}")  # fmt: skip
+                print(
+                    f"{done.memory_type} {done.key!r} ({done.memory_id}) {state}: "
+                    f"version {done.version} at {at} by {done.actor}"
+                )
     return 0
 
 

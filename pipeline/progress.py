@@ -114,8 +114,12 @@ class ProcessingStatus(Frozen):
 
     def where(self, state: ProcessingState) -> list[tuple[str, str, str | None]]:
         """``(snapshot_id, memory_type, error)`` of every pair in ``state``."""
-        return [(s.snapshot_id, t.memory_type, t.error) for s in self.snapshots
-                for t in s.types if t.state == state]  # fmt: skip
+        return [
+            (s.snapshot_id, t.memory_type, t.error)
+            for s in self.snapshots
+            for t in s.types
+            if t.state == state
+        ]
 
 
 def _overall(states: Sequence[ProcessingState]) -> ProcessingState:
@@ -139,8 +143,13 @@ def type_progress(memory_type: str, row: Document | None) -> TypeProgress:
     if error is None and failures:
         error = str(failures[0].get("error"))
     if error is not None:
-        return TypeProgress(memory_type=memory_type, state="dead_lettered", candidates=count,
-                            reconciled=done, error=error)  # fmt: skip
+        return TypeProgress(
+            memory_type=memory_type,
+            state="dead_lettered",
+            candidates=count,
+            reconciled=done,
+            error=error,
+        )
     state: ProcessingState = "done" if count is not None and done == count else "pending"
     return TypeProgress(memory_type=memory_type, state=state, candidates=count, reconciled=done)
 
@@ -175,8 +184,11 @@ async def until_stored(
 
 
 def _session(session: SessionKey) -> Document:
-    return {"project_id": session.project_id, "user_id": session.user_id,
-            "session_id": session.session_id}  # fmt: skip
+    return {
+        "project_id": session.project_id,
+        "user_id": session.user_id,
+        "session_id": session.session_id,
+    }
 
 
 class Progress:
@@ -187,35 +199,55 @@ class Progress:
         self.entries = db[PROGRESS]
 
     async def ensure_index(self) -> None:
-        await _run(self.entries.create_index(
-            [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING)],
-            name="session",
-        ))  # fmt: skip
+        await _run(
+            self.entries.create_index(
+                [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING)],
+                name="session",
+            )
+        )
 
     def _snapshot_fields(self, snapshot: Snapshot, memory_type: str, now: datetime) -> Document:
-        return {**_session(snapshot.session), "snapshot_id": snapshot.snapshot_id,
-                "memory_type": memory_type, "first_seq": snapshot.first_seq,
-                "last_seq": snapshot.last_seq, "at": now}  # fmt: skip
+        return {
+            **_session(snapshot.session),
+            "snapshot_id": snapshot.snapshot_id,
+            "memory_type": memory_type,
+            "first_seq": snapshot.first_seq,
+            "last_seq": snapshot.last_seq,
+            "at": now,
+        }
 
     async def extracted(
         self, snapshot: Snapshot, memory_type: str, candidate_ids: Sequence[str], now: datetime
     ) -> None:
         """The extractor of ``memory_type`` published ``candidate_ids`` (maybe none)."""
-        fields = {**self._snapshot_fields(snapshot, memory_type, now),
-                  "candidates": list(candidate_ids), "dead_letter": None}  # fmt: skip
-        await _run(self.entries.update_one(
-            {"_id": progress_id(snapshot.snapshot_id, memory_type)}, {"$set": fields}, upsert=True
-        ))  # fmt: skip
+        fields = {
+            **self._snapshot_fields(snapshot, memory_type, now),
+            "candidates": list(candidate_ids),
+            "dead_letter": None,
+        }
+        await _run(
+            self.entries.update_one(
+                {"_id": progress_id(snapshot.snapshot_id, memory_type)},
+                {"$set": fields},
+                upsert=True,
+            )
+        )
 
     async def extraction_failed(
         self, snapshot: Snapshot, memory_type: str, error: str, now: datetime
     ) -> None:
         """The extractor of ``memory_type`` dead-lettered ``snapshot``."""
-        fields = {**self._snapshot_fields(snapshot, memory_type, now),
-                  "dead_letter": {"stage": f"extractor.{memory_type}", "error": error}}  # fmt: skip
-        await _run(self.entries.update_one(
-            {"_id": progress_id(snapshot.snapshot_id, memory_type)}, {"$set": fields}, upsert=True
-        ))  # fmt: skip
+        fields = {
+            **self._snapshot_fields(snapshot, memory_type, now),
+            "dead_letter": {"stage": f"extractor.{memory_type}", "error": error},
+        }
+        await _run(
+            self.entries.update_one(
+                {"_id": progress_id(snapshot.snapshot_id, memory_type)},
+                {"$set": fields},
+                upsert=True,
+            )
+        )
 
     async def reconciled(self, candidates: Sequence[MemoryCandidate]) -> None:
         """The reconciler applied ``candidates`` (those extracted from snapshots count)."""
@@ -225,21 +257,30 @@ class Progress:
                 key = progress_id(c.evidence.ref, c.memory_type)
                 by_entry.setdefault(key, []).append(c.candidate_id)
         if by_entry:
-            await _run(self.entries.bulk_write(
-                [UpdateOne({"_id": key}, {"$addToSet": {"reconciled": {"$each": ids}}},
-                           upsert=True) for key, ids in by_entry.items()],
-                ordered=False,
-            ))  # fmt: skip
+            await _run(
+                self.entries.bulk_write(
+                    [
+                        UpdateOne(
+                            {"_id": key}, {"$addToSet": {"reconciled": {"$each": ids}}}, upsert=True
+                        )
+                        for key, ids in by_entry.items()
+                    ],
+                    ordered=False,
+                )
+            )
 
     async def reconcile_failed(self, candidate: MemoryCandidate, error: str) -> None:
         """The reconciler dead-lettered ``candidate``."""
         if candidate.evidence.source != "snapshot":
             return
         failure = {"candidate_id": candidate.candidate_id, "error": error}
-        await _run(self.entries.update_one(
-            {"_id": progress_id(candidate.evidence.ref, candidate.memory_type)},
-            {"$addToSet": {"failed": failure}}, upsert=True,
-        ))  # fmt: skip
+        await _run(
+            self.entries.update_one(
+                {"_id": progress_id(candidate.evidence.ref, candidate.memory_type)},
+                {"$addToSet": {"failed": failure}},
+                upsert=True,
+            )
+        )
 
     async def _aggregate(self, collection: str, pipeline: list[Document]) -> list[Document]:
         cursor = await _run(self._db[collection].aggregate(pipeline))
@@ -251,31 +292,60 @@ class Progress:
     ) -> ProcessingStatus:
         """Every snapshot of ``session`` with the progress of each of ``memory_types``."""
         query = _session(session)
-        entries = {"$lookup": {"from": PROGRESS, "as": "entries", "pipeline": [
-            {"$match": query},
-            {"$project": {"memory_type": 1, "snapshot_id": 1, "candidates": 1,
-                          "reconciled": 1, "failed": 1, "dead_letter": 1}},
-        ]}}  # fmt: skip
+        entries = {
+            "$lookup": {
+                "from": PROGRESS,
+                "as": "entries",
+                "pipeline": [
+                    {"$match": query},
+                    {
+                        "$project": {
+                            "memory_type": 1,
+                            "snapshot_id": 1,
+                            "candidates": 1,
+                            "reconciled": 1,
+                            "failed": 1,
+                            "dead_letter": 1,
+                        }
+                    },
+                ],
+            }
+        }
         snapshot_fields = {"first_seq": 1, "last_seq": 1, "closed_at": 1}
-        joined = await self._aggregate(TURNS, [
-            # The last turn, session ends left out: an end is never in a snapshot.
-            {"$match": {**query, **NOT_AN_EVENT}},
-            {"$sort": {"seq": -1}},
-            {"$limit": 1},
-            {"$project": {"seq": 1}},
-            {"$lookup": {"from": SNAPSHOTS, "as": "snapshots", "pipeline": [
-                {"$match": query}, {"$project": snapshot_fields},
-            ]}},
-            entries,
-        ])  # fmt: skip
+        joined = await self._aggregate(
+            TURNS,
+            [
+                # The last turn, session ends left out: an end is never in a snapshot.
+                {"$match": {**query, **NOT_AN_EVENT}},
+                {"$sort": {"seq": -1}},
+                {"$limit": 1},
+                {"$project": {"seq": 1}},
+                {
+                    "$lookup": {
+                        "from": SNAPSHOTS,
+                        "as": "snapshots",
+                        "pipeline": [
+                            {"$match": query},
+                            {"$project": snapshot_fields},
+                        ],
+                    }
+                },
+                entries,
+            ],
+        )
         last = joined[0] if joined else None
         if last is not None:
             snaps, rows = last["snapshots"], last["entries"]
         else:  # no turn: snapshots stored by other means, if any (module docstring)
-            grouped = await self._aggregate(SNAPSHOTS, [
-                {"$match": query}, {"$project": snapshot_fields},
-                {"$group": {"_id": None, "snapshots": {"$push": "$$ROOT"}}}, entries,
-            ])  # fmt: skip
+            grouped = await self._aggregate(
+                SNAPSHOTS,
+                [
+                    {"$match": query},
+                    {"$project": snapshot_fields},
+                    {"$group": {"_id": None, "snapshots": {"$push": "$$ROOT"}}},
+                    entries,
+                ],
+            )
             snaps = grouped[0]["snapshots"] if grouped else []
             rows = grouped[0]["entries"] if grouped else []
         found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
@@ -283,17 +353,24 @@ class Progress:
         out = []
         for snap in sorted(snaps, key=lambda d: int(d["first_seq"])):
             progress = tuple(type_progress(t, found.get((snap["_id"], t))) for t in types)
-            out.append(SnapshotProgress(
-                snapshot_id=snap["_id"], first_seq=int(snap["first_seq"]),
-                last_seq=int(snap["last_seq"]), closed_at=snap.get("closed_at"),
-                state=_overall([p.state for p in progress]), types=progress,
-            ))  # fmt: skip
+            out.append(
+                SnapshotProgress(
+                    snapshot_id=snap["_id"],
+                    first_seq=int(snap["first_seq"]),
+                    last_seq=int(snap["last_seq"]),
+                    closed_at=snap.get("closed_at"),
+                    state=_overall([p.state for p in progress]),
+                    types=progress,
+                )
+            )
         return ProcessingStatus(
-            **query, memory_types=types, snapshots=tuple(out),
+            **query,
+            memory_types=types,
+            snapshots=tuple(out),
             state=_overall([s.state for s in out]),
             last_turn_seq=int(last["seq"]) if last else 0,
             last_snapshot_seq=max((s.last_seq for s in out), default=0),
-        )  # fmt: skip
+        )
 
 
 async def session_status(

@@ -122,8 +122,9 @@ class MemoryConfig(_Strict):
         known = set(BUILTIN_MEMORY_TYPES) | {c.name for c in self.extraction.custom}
         unknown = sorted(t for t in self.retention if t not in known)
         if unknown:
-            raise ValueError(f"retention names unknown memory types {unknown}; known: "
-                             f"{sorted(known)}")  # fmt: skip
+            raise ValueError(
+                f"retention names unknown memory types {unknown}; known: {sorted(known)}"
+            )
         return self
 
 

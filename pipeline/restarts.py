@@ -58,8 +58,9 @@ async def _record(settings: Settings, stage: str, error: str) -> None:
 async def record_restart(settings: Settings, stage: str, error: BaseException) -> None:
     """Count one restart of ``stage`` (best effort, see the module doc)."""
     try:
-        await asyncio.wait_for(_record(settings, stage, f"{type(error).__name__}: {error}"),
-                               RECORD_WAIT_S)  # fmt: skip
+        await asyncio.wait_for(
+            _record(settings, stage, f"{type(error).__name__}: {error}"), RECORD_WAIT_S
+        )
     except (PyMongoError, StorageError, TimeoutError) as exc:
         log.warning("could not record the restart of %s: %s", stage, exc)
 

@@ -47,8 +47,11 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
 
     rules = retention_rules(settings)
     if not rules:
-        print("mongomem: no memory type has a retention (memory.retention in the project "
-              "config); nothing to do", file=sys.stderr)  # fmt: skip
+        print(
+            "mongomem: no memory type has a retention (memory.retention in the project "
+            "config); nothing to do",
+            file=sys.stderr,
+        )
     client = connect(settings.mongodb)
     try:
         store = MemoryStore(database(client, settings.mongodb))

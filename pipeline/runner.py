@@ -184,9 +184,14 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     for name, stage, args in stage_specs(types):
         metrics_port = free_port()
         process = StageProcess(
-            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root,
-            env={**env, "MONGOMEM_METRICS_PORT": str(metrics_port)}, settle_s=1.0,
-        )  # fmt: skip
+            name=name,
+            stage=stage,
+            args=args,
+            state_dir=stage_dir,
+            cache_dir=root,
+            env={**env, "MONGOMEM_METRICS_PORT": str(metrics_port)},
+            settle_s=1.0,
+        )
         pid = process.running_pid()
         if pid is not None:
             say(f"  {name:<24} already running (pid {pid})")
@@ -274,9 +279,11 @@ def _start_service(
     keys = ",".join([*entries, f"{DEMO_PROJECT}:{key}"])
     port = settings.service.port if not port_in_use(settings.service.port) else free_port()
     service = LocalService(
-        port=port, state_dir=stage_dir, cache_dir=root,
+        port=port,
+        state_dir=stage_dir,
+        cache_dir=root,
         env={**env, "MONGOMEM_SERVICE_API_KEYS": keys},
-    )  # fmt: skip
+    )
     pid = service.running_pid()
     if pid is None:
         service.start(timeout_s=60)
@@ -320,9 +327,14 @@ def restart_extractors(
         if stage != "extractor":
             continue
         process = StageProcess(
-            name=name, stage=stage, args=args, state_dir=stage_dir, cache_dir=root, env=env,
+            name=name,
+            stage=stage,
+            args=args,
+            state_dir=stage_dir,
+            cache_dir=root,
+            env=env,
             settle_s=1.0,
-        )  # fmt: skip
+        )
         process.start(timeout_s=30)
         say(f"  {name:<24} started (pid {process.running_pid()})")
         started.append(process)

@@ -226,9 +226,11 @@ class FairEmbedder:
             return estimated_tokens(text, self._window)
 
         options: dict[str, Any] = {
-            "cost": cost, "quantum": self._window, "batch_texts": batch_texts,
+            "cost": cost,
+            "quantum": self._window,
+            "batch_texts": batch_texts,
             "concurrency": concurrency,
-        }  # fmt: skip
+        }
         self.stored = FairScheduler(lambda texts: self.inner.embed(texts), **options)
         self.queries = FairScheduler(lambda texts: embed_queries(self.inner, texts), **options)
 

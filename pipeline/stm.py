@@ -625,9 +625,15 @@ class ShortTermMemory:
             after = _after("sessions", cursor, str)
             pipeline[0]["$match"]["session_id"] = {"$gt": after}
         pipeline += [
-            {"$group": {"_id": "$session_id", "turn_count": {"$sum": 1},
-                        "last_seq": {"$max": "$seq"}, "last_activity": {"$max": "$created_at"}}},
-        ]  # fmt: skip
+            {
+                "$group": {
+                    "_id": "$session_id",
+                    "turn_count": {"$sum": 1},
+                    "last_seq": {"$max": "$seq"},
+                    "last_activity": {"$max": "$created_at"},
+                }
+            },
+        ]
         if active_since is not None:
             pipeline.append({"$match": {"last_activity": {"$gte": active_since}}})
         pipeline += [{"$sort": {"_id": 1}}, {"$limit": limit + 1}]
@@ -741,9 +747,13 @@ def _summary(project: str, user: str, row: Mapping[str, Any]) -> SessionSummary:
     if isinstance(at, datetime) and at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
     return SessionSummary(
-        project_id=project, user_id=user, session_id=row["_id"], turn_count=row["turn_count"],
-        last_seq=row["last_seq"], last_activity=at,
-    )  # fmt: skip
+        project_id=project,
+        user_id=user,
+        session_id=row["_id"],
+        turn_count=row["turn_count"],
+        last_seq=row["last_seq"],
+        last_activity=at,
+    )
 
 
 def _parse(doc: Mapping[str, Any]) -> Turn:

@@ -355,9 +355,13 @@ class ChangeStreamWatcher:
         before = self.published
         try:
             cursor = self._turns.find({}).sort(
-                [("project_id", ASCENDING), ("user_id", ASCENDING), ("session_id", ASCENDING),
-                 ("seq", ASCENDING)]
-            )  # fmt: skip
+                [
+                    ("project_id", ASCENDING),
+                    ("user_id", ASCENDING),
+                    ("session_id", ASCENDING),
+                    ("seq", ASCENDING),
+                ]
+            )
             handled = 0
             async for document in cursor:
                 self._publish(document, streamed=False)
@@ -622,9 +626,11 @@ async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
             if not await unless_stopped(stop, opening):
                 return
             watcher = ChangeStreamWatcher(
-                database(client, settings.mongodb), opening.result().producer, settings.kafka,
+                database(client, settings.mongodb),
+                opening.result().producer,
+                settings.kafka,
                 settings.stm,
-            )  # fmt: skip
+            )
             await watcher.run(stop)
     finally:
         await client.close()

@@ -24,10 +24,13 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     settings = with_local_pipeline(settings)
     out = args.out or Path("eval-results") / f"{args.benchmark}-{args.data.stem}"
     options = EvalOptions(
-        out=out, data=args.data, command=["mongomem", *sys.argv[1:]],
-        limit_per_type=args.limit_per_type, max_chars=args.max_chars,
+        out=out,
+        data=args.data,
+        command=["mongomem", *sys.argv[1:]],
+        limit_per_type=args.limit_per_type,
+        max_chars=args.max_chars,
         wait_timeout_s=args.wait_timeout,
-    )  # fmt: skip
+    )
 
     async def go() -> dict[str, Any]:
         llm = make_llm(settings.llm)
@@ -41,8 +44,10 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     if report["not_a_quality_score"]:
         print("NOT A QUALITY SCORE: the LLM was the rule-based stand-in (NOT a model)")
     if every is not None:
-        print(f"J memory {every['memory']['j']} / full context {every['full']['j']} "
-              f"over {every['questions']} questions")  # fmt: skip
+        print(
+            f"J memory {every['memory']['j']} / full context {every['full']['j']} "
+            f"over {every['questions']} questions"
+        )
     print(f"report: {out / 'report.md'} and {out / 'report.json'}")
     return 0
 
@@ -52,12 +57,20 @@ def add_cli(sub: Any) -> None:
     p = sub.add_parser("eval", help="score memory on LoCoMo/LongMemEval vs full context")
     p.add_argument("benchmark", choices=BENCHMARKS)
     p.add_argument("--data", type=Path, required=True, help="the benchmark's JSON file")
-    p.add_argument("--out", type=Path, default=None,
-                   help="results and checkpoint folder (default eval-results/<benchmark>-<file>); "
-                   "rerun with the same one to resume")  # fmt: skip
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results and checkpoint folder (default eval-results/<benchmark>-<file>); "
+        "rerun with the same one to resume",
+    )
     p.add_argument("--conversations", type=int, default=None, help="only the first N")
     p.add_argument("--limit-per-type", type=int, default=5, help="build_context limit_per_type")
     p.add_argument("--max-chars", type=int, default=4000, help="build_context max_chars")
-    p.add_argument("--wait-timeout", type=float, default=600.0,
-                   help="seconds to wait for extraction per session")  # fmt: skip
+    p.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for extraction per session",
+    )
     p.set_defaults(handler=_eval)

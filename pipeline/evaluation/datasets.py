@@ -209,9 +209,10 @@ def read_locomo(path: Path) -> list[EvalConversation]:
                 )
             )
         conversations.append(
-            EvalConversation(conversation_id=cid, sessions=tuple(sessions),
-                             questions=tuple(questions))
-        )  # fmt: skip
+            EvalConversation(
+                conversation_id=cid, sessions=tuple(sessions), questions=tuple(questions)
+            )
+        )
     return conversations
 
 

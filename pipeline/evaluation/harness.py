@@ -95,8 +95,10 @@ def answer_messages(question: EvalQuestion, material: str, heading: str) -> list
     """The answer prompt: instruction, then ``Question:``, then the material."""
     asked = f" (asked on {question.question_date})" if question.question_date else ""
     user = f"Question{asked}: {question.question}\n\n{heading}:\n{material}"
-    return [{"role": "system", "content": _prompt(ANSWER_PROMPT_VERSION)},
-            {"role": "user", "content": user}]  # fmt: skip
+    return [
+        {"role": "system", "content": _prompt(ANSWER_PROMPT_VERSION)},
+        {"role": "user", "content": user},
+    ]
 
 
 def judge_messages(question: EvalQuestion, generated: str) -> list[ChatMessage]:
@@ -105,8 +107,10 @@ def judge_messages(question: EvalQuestion, generated: str) -> list[ChatMessage]:
         f"Question: {question.question}\nGold answer: {question.answer}\n"
         f"Generated answer: {generated}"
     )
-    return [{"role": "system", "content": _prompt(JUDGE_PROMPT_VERSION)},
-            {"role": "user", "content": user}]  # fmt: skip
+    return [
+        {"role": "system", "content": _prompt(JUDGE_PROMPT_VERSION)},
+        {"role": "user", "content": user},
+    ]
 
 
 @dataclass(frozen=True)
@@ -189,8 +193,10 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
     client = connect(settings.mongodb)
     try:
         db = client[settings.mongodb.database]
-        ids = [d["_id"] async for d in db[SNAPSHOTS].find(
-            {"project_id": project, "user_id": user}, {"_id": 1})]  # fmt: skip
+        ids = [
+            d["_id"]
+            async for d in db[SNAPSHOTS].find({"project_id": project, "user_id": user}, {"_id": 1})
+        ]
         totals = {"snapshots": len(ids), "calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         query: Document = {"kind": "extraction", "snapshot_id": {"$in": ids}}
         async for doc in db[LLM_USAGE].find(query):
@@ -246,22 +252,30 @@ async def _question(
     )
     search_s = time.perf_counter() - started
     line: dict[str, Any] = {
-        "kind": "question", "id": question.question_id, "conversation": conv.conversation_id,
-        "category": question.category, "question": question.question, "gold": question.answer,
-        "search_s": search_s, "context_items": len(context.items),
-    }  # fmt: skip
+        "kind": "question",
+        "id": question.question_id,
+        "conversation": conv.conversation_id,
+        "category": question.category,
+        "question": question.question,
+        "gold": question.answer,
+        "search_s": search_s,
+        "context_items": len(context.items),
+    }
     arms = {
         "memory": (context.text or "(no memories found)", "Memories", "eval-answer"),
         "full": (conv.transcript(), "Conversation", "eval-answer-full"),
     }
     for arm, (material, heading, purpose) in arms.items():
         meter = UsageMeter(recorder, UsageKey.query(question.question_id, purpose, project))
-        answer = await _ask(llm, answer_messages(question, material, heading), EvalAnswer,
-                            "eval_answer", meter)  # fmt: skip
-        jmeter = UsageMeter(recorder, UsageKey.query(
-            f"{question.question_id}/{arm}", "eval-judge", project))  # fmt: skip
-        verdict = await _ask(llm, judge_messages(question, answer.value.answer), EvalVerdict,
-                             "eval_judge", jmeter)  # fmt: skip
+        answer = await _ask(
+            llm, answer_messages(question, material, heading), EvalAnswer, "eval_answer", meter
+        )
+        jmeter = UsageMeter(
+            recorder, UsageKey.query(f"{question.question_id}/{arm}", "eval-judge", project)
+        )
+        verdict = await _ask(
+            llm, judge_messages(question, answer.value.answer), EvalVerdict, "eval_judge", jmeter
+        )
         line[arm] = {
             "answer": answer.value.answer,
             "label": verdict.value.label,
@@ -293,11 +307,16 @@ async def run_eval(
     header = cp.header()
     if header is None:
         header = {
-            "kind": "run", "id": uuid.uuid4().hex[:12], "benchmark": benchmark,
-            "data": options.data.name, "data_sha256": digest,
-            "started_at": utcnow().isoformat(), "command": shlex.join(options.command),
-            "answer_prompt": ANSWER_PROMPT_VERSION, "judge_prompt": JUDGE_PROMPT_VERSION,
-        }  # fmt: skip
+            "kind": "run",
+            "id": uuid.uuid4().hex[:12],
+            "benchmark": benchmark,
+            "data": options.data.name,
+            "data_sha256": digest,
+            "started_at": utcnow().isoformat(),
+            "command": shlex.join(options.command),
+            "answer_prompt": ANSWER_PROMPT_VERSION,
+            "judge_prompt": JUDGE_PROMPT_VERSION,
+        }
         cp.add(header)
     elif header.get("benchmark") != benchmark or header.get("data_sha256") != digest:
         raise ConfigError(
@@ -320,15 +339,23 @@ async def run_eval(
                 began = time.perf_counter()
                 await _ingest(memory, conv, user, cp, options.wait_timeout_s)
                 usage = await _extraction_usage(settings, project, user)
-                cp.add({"kind": "conversation", "id": conv.conversation_id, "user": user,
+                cp.add(
+                    {
+                        "kind": "conversation",
+                        "id": conv.conversation_id,
+                        "user": user,
                         "sessions": len(conv.sessions),
                         "turns": sum(len(s.turns) for s in conv.sessions),
-                        "ingest_s": time.perf_counter() - began, "extraction": usage})  # fmt: skip
+                        "ingest_s": time.perf_counter() - began,
+                        "extraction": usage,
+                    }
+                )
             for question in conv.questions:
                 if question.question_id in answered:
                     continue
-                line = await _question(llm, memory, recorder, conv, question, user, project,
-                                       options)  # fmt: skip
+                line = await _question(
+                    llm, memory, recorder, conv, question, user, project, options
+                )
                 cp.add(line)
                 bar.step(question.question_id)
     finally:
@@ -336,6 +363,11 @@ async def run_eval(
         await memory.close()
         await usage_client.close()
     return write_report(
-        cp.header() or header, cp.conversations(), cp.questions(), options.out,
-        settings=settings, llm_name=llm.name, finished_at=datetime.now().astimezone(),
-    )  # fmt: skip
+        cp.header() or header,
+        cp.conversations(),
+        cp.questions(),
+        options.out,
+        settings=settings,
+        llm_name=llm.name,
+        finished_at=datetime.now().astimezone(),
+    )

@@ -192,9 +192,14 @@ def _mongo_container(servers: Servers) -> None:
     servers._stops.append(container.stop)
     wait_for_logs(container, "Waiting for connections", timeout=120)
     code, output = container.exec(
-        ["mongosh", "--quiet", "--eval", "rs.initiate({_id:'rs0',members:[{_id:0,"
-         "host:'localhost:27017'}]}); while(!db.hello().isWritablePrimary){sleep(200)}"]
-    )  # fmt: skip
+        [
+            "mongosh",
+            "--quiet",
+            "--eval",
+            "rs.initiate({_id:'rs0',members:[{_id:0,"
+            "host:'localhost:27017'}]}); while(!db.hello().isWritablePrimary){sleep(200)}",
+        ]
+    )
     if code != 0:
         raise InfraError(f"could not initiate the mongo replica set: {output!r}")
     host, port = container.get_container_host_ip(), container.get_exposed_port(27017)

@@ -120,9 +120,15 @@ def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
     out = cache_dir / f"classpath-{profile}.tmp"
     log = cache_dir / f"maven-{profile}.log"
     cmd = [
-        mvn, "-B", "-q", "-f", str(pom), f"-P{profile}",
-        "dependency:build-classpath", f"-Dmdep.outputFile={out}",
-    ]  # fmt: skip
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        f"-P{profile}",
+        "dependency:build-classpath",
+        f"-Dmdep.outputFile={out}",
+    ]
     with log.open("wb") as sink:
         proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0 or not out.exists():
@@ -327,10 +333,20 @@ class LocalKafka(LocalServer):
         if not (data_dir / "meta.properties").exists():
             cluster_id = _kafka_cluster_id()
             fmt = subprocess.run(
-                [java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 f"--cluster-id={cluster_id}", "-c", str(config), "--ignore-formatted"],
-                capture_output=True, check=False,
-            )  # fmt: skip
+                [
+                    java,
+                    "-cp",
+                    classpath,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    f"--cluster-id={cluster_id}",
+                    "-c",
+                    str(config),
+                    "--ignore-formatted",
+                ],
+                capture_output=True,
+                check=False,
+            )
             if fmt.returncode != 0:
                 raise InfraError(
                     "formatting the Kafka data folder failed: "
@@ -338,9 +354,16 @@ class LocalKafka(LocalServer):
                     + fmt.stderr.decode(errors="replace")[-800:]
                 )
         return [
-            java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC",
-            "-Djava.awt.headless=true", "-cp", classpath, "kafka.Kafka", str(config),
-        ]  # fmt: skip
+            java,
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(config),
+        ]
 
     def _ready(self) -> bool:
         if not port_in_use(self.port):
@@ -387,14 +410,21 @@ class LocalMongo(LocalServer):
             classes.mkdir(parents=True, exist_ok=True)
             build = subprocess.run(
                 [javac, "-cp", classpath, "-d", str(classes), str(source)],
-                capture_output=True, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                check=False,
+            )
             if build.returncode != 0:
                 raise InfraError("compiling the MongoDB launcher failed: " + build.stderr.decode())
         args = [
-            java, "-Xmx1g", "-XX:+UseG1GC", "-cp", f"{classes}{os.pathsep}{classpath}",
-            "MongoServerMain", "127.0.0.1", str(self.port),
-        ]  # fmt: skip
+            java,
+            "-Xmx1g",
+            "-XX:+UseG1GC",
+            "-cp",
+            f"{classes}{os.pathsep}{classpath}",
+            "MongoServerMain",
+            "127.0.0.1",
+            str(self.port),
+        ]
         if self.persistent:
             args.append(str(self.state_dir / "mongo.h2"))
         return args

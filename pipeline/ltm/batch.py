@@ -74,8 +74,9 @@ async def reconcile_batch(store: BatchHost, candidates: Sequence[MemoryCandidate
     ids = list(dict.fromkeys(c.candidate_id for c in candidates))
     entries = {d["_id"]: d for d in await _run(store.ledger.find({"_id": {"$in": ids}}).to_list())}
     now = store.clock()
-    settled = {cid for cid, e in entries.items()
-               if e.get("state") == DONE and not ledger_expired(e, now)}  # fmt: skip
+    settled = {
+        cid for cid, e in entries.items() if e.get("state") == DONE and not ledger_expired(e, now)
+    }
     replayed = list(settled)
     logged = {}
     if replayed:
@@ -101,8 +102,9 @@ async def reconcile_batch(store: BatchHost, candidates: Sequence[MemoryCandidate
     if fresh:
         now = store.clock()
         try:
-            await store.ledger.insert_many([pending_entry(cid, now) for cid in fresh],
-                                           ordered=False)  # fmt: skip
+            await store.ledger.insert_many(
+                [pending_entry(cid, now) for cid in fresh], ordered=False
+            )
         except BulkWriteError as exc:  # someone else started some of them: still safe
             if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
                 raise StorageError(f"writing the ledger failed: {exc}") from exc
@@ -183,9 +185,13 @@ async def _reconcile_scope(
     finished = []
     for i, c, d in done:
         outcomes[i] = Outcome(
-            candidate_id=c.candidate_id, action=d.action, memory_id=d.memory_id,
-            version=d.version, version_id=d.version_id, reason=d.reason,
-        )  # fmt: skip
+            candidate_id=c.candidate_id,
+            action=d.action,
+            memory_id=d.memory_id,
+            version=d.version,
+            version_id=d.version_id,
+            reason=d.reason,
+        )
         finished.append((c, d, outcomes[i]))
     if finished:
         logged = [decision_entry(c, d, o, now) for c, d, o in finished]
@@ -200,10 +206,14 @@ async def _reconcile_scope(
         except PyMongoError as exc:
             raise StorageError(f"writing the decision log failed: {exc}") from exc
         # One _id-only update per entry: mongo-java-server scans for anything else.
-        await _run(store.ledger.bulk_write(
-            [UpdateOne({"_id": o.candidate_id}, done_update(now, store.ledger_ttl_s))
-             for _, _, o in finished],
-            ordered=False,
-        ))  # fmt: skip
+        await _run(
+            store.ledger.bulk_write(
+                [
+                    UpdateOne({"_id": o.candidate_id}, done_update(now, store.ledger_ttl_s))
+                    for _, _, o in finished
+                ],
+                ordered=False,
+            )
+        )
     for i, c in redo:
         outcomes[i] = await store.reconcile(c)

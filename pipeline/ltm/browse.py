@@ -77,8 +77,12 @@ def make_filter(
     ):
         raise InputError("updated_since must be a timezone-aware datetime", field="updated_since")
     try:
-        return MemoryFilter(memory_type=memory_type, status=status,
-                            updated_since=updated_since, key_prefix=key_prefix)  # fmt: skip
+        return MemoryFilter(
+            memory_type=memory_type,
+            status=status,
+            updated_since=updated_since,
+            key_prefix=key_prefix,
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "filter"
@@ -86,8 +90,10 @@ def make_filter(
 
 
 def _query(scopes: Sequence[MemoryScope], f: MemoryFilter) -> Doc:
-    query: Doc = {"$or": [scope_filter(s.project_id, s.user_id) for s in scopes],
-                  "status": f.status}  # fmt: skip
+    query: Doc = {
+        "$or": [scope_filter(s.project_id, s.user_id) for s in scopes],
+        "status": f.status,
+    }
     if f.memory_type is not None:
         query["memory_type"] = f.memory_type
     if f.updated_since is not None:
@@ -119,8 +125,9 @@ def decode_cursor(f: MemoryFilter, cursor: str) -> tuple[datetime, str]:
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise InputError("cursor is not one this call returned", field="cursor") from None
     if fingerprint != f.fingerprint():
-        raise InputError("cursor belongs to another filter (type, status, since, prefix)",
-                         field="cursor")  # fmt: skip
+        raise InputError(
+            "cursor belongs to another filter (type, status, since, prefix)", field="cursor"
+        )
     return at, last_id
 
 
@@ -135,14 +142,24 @@ async def browse(
     query = _query(scopes, f)
     if cursor is not None:
         at, last_id = decode_cursor(f, cursor)
-        query = {"$and": [query, {"$or": [
-            {"created_at": {"$lt": at}}, {"created_at": at, "_id": {"$lt": last_id}},
-        ]}]}  # fmt: skip
+        query = {
+            "$and": [
+                query,
+                {
+                    "$or": [
+                        {"created_at": {"$lt": at}},
+                        {"created_at": at, "_id": {"$lt": last_id}},
+                    ]
+                },
+            ]
+        }
     try:
         docs = await memories.find(
-            query, {"embedding": 0}, sort=[("created_at", DESCENDING), ("_id", DESCENDING)],
+            query,
+            {"embedding": 0},
+            sort=[("created_at", DESCENDING), ("_id", DESCENDING)],
             limit=limit + 1,
-        ).to_list()  # fmt: skip
+        ).to_list()
     except PyMongoError as exc:
         raise StorageError(f"MongoDB read failed: {exc}") from exc
     more = len(docs) > limit

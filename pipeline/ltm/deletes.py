@@ -157,21 +157,32 @@ async def _complete(store: StoreCollections, tombstone: Doc, now: datetime) -> N
     cid = tombstone["candidate_id"]
     # Every version below still marked current: the one before, and any a crash left
     # current beside it (readers take the higher of two; none may outlive the deletion).
-    below = await _run(store.memories.find(
-        {"memory_id": memory_id, "status": MemoryStatus.CURRENT.value,
-         "version": {"$lt": version}}, {"_id": 1, "version": 1},
-    ).to_list())  # fmt: skip
+    below = await _run(
+        store.memories.find(
+            {
+                "memory_id": memory_id,
+                "status": MemoryStatus.CURRENT.value,
+                "version": {"$lt": version},
+            },
+            {"_id": 1, "version": 1},
+        ).to_list()
+    )
     superseded = False
     for doc in below:
-        result = await _run(store.memories.update_one(
-            {"_id": doc["_id"], "status": MemoryStatus.CURRENT.value},
-            supersede_update(tombstone["_id"], now),
-        ))  # fmt: skip
+        result = await _run(
+            store.memories.update_one(
+                {"_id": doc["_id"], "status": MemoryStatus.CURRENT.value},
+                supersede_update(tombstone["_id"], now),
+            )
+        )
         superseded = superseded or bool(result.modified_count)
     # the version before is named even when it was superseded already (by an
     # interrupted attempt): the scope log must still tell other caches to drop it
-    before = [{"_id": MemoryVersion.make_version_id(memory_id, version - 1),
-               "version": version - 1}] if version > 1 else []  # fmt: skip
+    before = (
+        [{"_id": MemoryVersion.make_version_id(memory_id, version - 1), "version": version - 1}]
+        if version > 1
+        else []
+    )
     dropped = list({d["_id"]: d for d in [*below, *before]}.values())
     changed = [tombstone["_id"], *(d["_id"] for d in dropped)]
     logged = await _run(store.decisions.find_one({"_id": cid}, {"_id": 1}))
@@ -179,20 +190,35 @@ async def _complete(store: StoreCollections, tombstone: Doc, now: datetime) -> N
         return  # completed before
     rev = await _run(bump_scope(store.scope_log, scope, memory_type, changed, deleted=1))
     gone = [tombstone] + [
-        {"_id": d["_id"], "memory_id": memory_id, "version": int(d["version"]), "key": "",
-         "text": "", "status": MemoryStatus.SUPERSEDED.value}
+        {
+            "_id": d["_id"],
+            "memory_id": memory_id,
+            "version": int(d["version"]),
+            "key": "",
+            "text": "",
+            "status": MemoryStatus.SUPERSEDED.value,
+        }
         for d in dropped
-    ]  # fmt: skip
+    ]
     store.cache.note_write(scope, memory_type, rev, gone)
     if logged is None:
         try:
-            await store.decisions.insert_one({
-                "_id": cid, "candidate_id": cid, "action": tombstone["action"],
-                "memory_id": memory_id, "version": version, "base_version": version - 1,
-                "memory_type": memory_type, "scope": scope.model_dump(),
-                "key": tombstone["key"], "reason": tombstone.get("reason"),
-                "actor": tombstone.get("actor"), "at": tombstone["created_at"],
-            })  # fmt: skip
+            await store.decisions.insert_one(
+                {
+                    "_id": cid,
+                    "candidate_id": cid,
+                    "action": tombstone["action"],
+                    "memory_id": memory_id,
+                    "version": version,
+                    "base_version": version - 1,
+                    "memory_type": memory_type,
+                    "scope": scope.model_dump(),
+                    "key": tombstone["key"],
+                    "reason": tombstone.get("reason"),
+                    "actor": tombstone.get("actor"),
+                    "at": tombstone["created_at"],
+                }
+            )
         except DuplicateKeyError:
             pass
         except PyMongoError as exc:

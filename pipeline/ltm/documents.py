@@ -35,8 +35,14 @@ __all__ = [
 
 #: Document fields that are not part of the model.
 STORED_ONLY = (
-    "_id", "key_norm", "candidate_id", "candidate_ids", "variants", "import_id", "evidence_turns",
-)  # fmt: skip
+    "_id",
+    "key_norm",
+    "candidate_id",
+    "candidate_ids",
+    "variants",
+    "import_id",
+    "evidence_turns",
+)
 
 
 def encode_embedding(vector: Sequence[float], *, bson_vector: bool = False) -> Binary | bytes:

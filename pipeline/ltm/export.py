@@ -137,14 +137,23 @@ async def _run(op: Any) -> Any:
 
 async def ensure_export_indexes(db: AsyncDatabase[Document]) -> None:
     """The indexes the export cursors are served by."""
-    await _run(db[MEMORIES].create_index(
-        [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
-         ("memory_id", ASCENDING), ("version", ASCENDING)], name=EXPORT_INDEX,
-    ))  # fmt: skip
-    await _run(db[DECISIONS].create_index(
-        [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING), ("_id", ASCENDING)],
-        name="scope_id",
-    ))  # fmt: skip
+    await _run(
+        db[MEMORIES].create_index(
+            [
+                ("scope.project_id", ASCENDING),
+                ("scope.user_id", ASCENDING),
+                ("memory_id", ASCENDING),
+                ("version", ASCENDING),
+            ],
+            name=EXPORT_INDEX,
+        )
+    )
+    await _run(
+        db[DECISIONS].create_index(
+            [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING), ("_id", ASCENDING)],
+            name="scope_id",
+        )
+    )
     await _run(db[MEMORIES].create_index("import_id", name="import_id", sparse=True))
     await _run(db[DECISIONS].create_index("import_id", name="import_id", sparse=True))
 
@@ -182,8 +191,9 @@ async def export_lines(
         versions += len(chunk)
         async for doc in db[DECISIONS].find(
             {"scope.project_id": scope.project_id, "scope.user_id": scope.user_id},
-            sort=[("_id", ASCENDING)], batch_size=CHUNK,
-        ):  # fmt: skip
+            sort=[("_id", ASCENDING)],
+            batch_size=CHUNK,
+        ):
             yield decision_line(doc)
             decisions += 1
     except PyMongoError as exc:
@@ -192,10 +202,14 @@ async def export_lines(
 
 
 async def _version_lines(db: AsyncDatabase[Document], docs: list[Doc]) -> list[str]:
-    refs = sorted({
-        e["ref"] for d in docs for e in d.get("evidence", ())
-        if isinstance(e, dict) and e.get("source") == "snapshot"
-    })  # fmt: skip
+    refs = sorted(
+        {
+            e["ref"]
+            for d in docs
+            for e in d.get("evidence", ())
+            if isinstance(e, dict) and e.get("source") == "snapshot"
+        }
+    )
     turns: dict[str, list[str]] = {}
     if refs:
         async for snap in db[SNAPSHOTS].find({"_id": {"$in": refs}}, {"turn_ids": 1}):
@@ -205,9 +219,10 @@ async def _version_lines(db: AsyncDatabase[Document], docs: list[Doc]) -> list[s
         kept = doc.get(EVIDENCE_TURNS) or {}
         per = [
             turns.get(e.get("ref"), kept.get(e.get("ref"), []))
-            if e.get("source") == "snapshot" else []
+            if e.get("source") == "snapshot"
+            else []
             for e in doc.get("evidence", ())
-        ]  # fmt: skip
+        ]
         lines.append(version_line({k: v for k, v in doc.items() if k != EVIDENCE_TURNS}, per))
     return lines
 
@@ -312,10 +327,13 @@ class _Import:
             doc["import_id"] = self.import_id
             doc["scope"] = self.hidden
             kept = {
-                e["ref"]: ids for e, ids in zip(doc.get("evidence", ()), turn_ids, strict=True)
-                if ids and isinstance(e.get("ref"), str) and "." not in e["ref"]
+                e["ref"]: ids
+                for e, ids in zip(doc.get("evidence", ()), turn_ids, strict=True)
+                if ids
+                and isinstance(e.get("ref"), str)
+                and "." not in e["ref"]
                 and not e["ref"].startswith("$")
-            }  # fmt: skip
+            }
             if kept:
                 doc[EVIDENCE_TURNS] = kept
         self.pending.append((group, docs))
@@ -328,8 +346,10 @@ class _Import:
             return
         memories = self.db[MEMORIES]
         ids = [docs[0]["memory_id"] for _, docs in pending]
-        there = {d["memory_id"] async for d in memories.find(
-            {"memory_id": {"$in": ids}}, {"memory_id": 1})}  # fmt: skip
+        there = {
+            d["memory_id"]
+            async for d in memories.find({"memory_id": {"$in": ids}}, {"memory_id": 1})
+        }
         new = [(g, docs) for g, docs in pending if docs[0]["memory_id"] not in there]
         self.skipped += len(pending) - len(new)
         wanted: dict[tuple[str, str], MemoryGroup] = {}
@@ -344,12 +364,16 @@ class _Import:
                 )
             wanted[key] = group
         if wanted:
-            clash = await _run(memories.find_one(
-                {**scope_filter(self.target.project_id, self.target.user_id),
-                 "status": MemoryStatus.CURRENT.value,
-                 "$or": [{"memory_type": t, "key_norm": k} for t, k in wanted]},
-                {"memory_type": 1, "key_norm": 1, "key": 1, "memory_id": 1},
-            ))  # fmt: skip
+            clash = await _run(
+                memories.find_one(
+                    {
+                        **scope_filter(self.target.project_id, self.target.user_id),
+                        "status": MemoryStatus.CURRENT.value,
+                        "$or": [{"memory_type": t, "key_norm": k} for t, k in wanted],
+                    },
+                    {"memory_type": 1, "key_norm": 1, "key": 1, "memory_id": 1},
+                )
+            )
             if clash is not None:
                 group = wanted[(clash["memory_type"], clash["key_norm"])]
                 raise LineError(
@@ -377,8 +401,11 @@ class _Import:
         decisions = self.db[DECISIONS]
         ids = [d["_id"] for _, d in pending]
         there = {d["_id"] async for d in decisions.find({"_id": {"$in": ids}}, {"_id": 1})}
-        new = [{**d, "scope": self.hidden, "import_id": self.import_id}
-               for _, d in pending if d["_id"] not in there]  # fmt: skip
+        new = [
+            {**d, "scope": self.hidden, "import_id": self.import_id}
+            for _, d in pending
+            if d["_id"] not in there
+        ]
         self.decisions_skipped += len(pending) - len(new)
         if new:
             await _run(decisions.insert_many(new, ordered=False))
@@ -389,11 +416,16 @@ class _Import:
     def result(self) -> ImportResult:
         assert self.header is not None
         return ImportResult(
-            import_id=self.import_id, source_project_id=self.header.project_id,
-            source_user_id=self.header.user_id, memories=self.memories, versions=self.versions,
-            decisions=self.decisions, skipped=self.skipped,
-            decisions_skipped=self.decisions_skipped, re_embedded=self.re_embed,
-        )  # fmt: skip
+            import_id=self.import_id,
+            source_project_id=self.header.project_id,
+            source_user_id=self.header.user_id,
+            memories=self.memories,
+            versions=self.versions,
+            decisions=self.decisions,
+            skipped=self.skipped,
+            decisions_skipped=self.decisions_skipped,
+            re_embedded=self.re_embed,
+        )
 
 
 def _target_of(job: Doc) -> MemoryScope:
@@ -410,31 +442,45 @@ async def _commit(db: AsyncDatabase[Document], job: Doc) -> None:
     deleted: dict[str, int] = job.get("deleted", {})
     for memory_type in job.get("types", []):
         inc = {"rev": LOG_LENGTH + 1, "deletes": int(deleted.get(memory_type, 0))}
-        await _run(db[SCOPE_LOG].update_one(
-            {"_id": scope_log_id(target, memory_type)},
-            {"$inc": inc, "$set": {"log": []}}, upsert=True,
-        ))  # fmt: skip
-    await _run(db[IMPORTS].update_one(
-        {"_id": job["_id"]}, {"$set": {"state": "done", "finished_at": utcnow()}}
-    ))  # fmt: skip
+        await _run(
+            db[SCOPE_LOG].update_one(
+                {"_id": scope_log_id(target, memory_type)},
+                {"$inc": inc, "$set": {"log": []}},
+                upsert=True,
+            )
+        )
+    await _run(
+        db[IMPORTS].update_one(
+            {"_id": job["_id"]}, {"$set": {"state": "done", "finished_at": utcnow()}}
+        )
+    )
 
 
 async def _roll_back(db: AsyncDatabase[Document], import_id: str, error: str) -> None:
     await _run(db[MEMORIES].delete_many({"import_id": import_id}))
     await _run(db[DECISIONS].delete_many({"import_id": import_id}))
-    await _run(db[IMPORTS].update_one(
-        {"_id": import_id},
-        {"$set": {"state": "rolled_back", "error": error[:2000], "finished_at": utcnow()}},
-    ))  # fmt: skip
+    await _run(
+        db[IMPORTS].update_one(
+            {"_id": import_id},
+            {"$set": {"state": "rolled_back", "error": error[:2000], "finished_at": utcnow()}},
+        )
+    )
 
 
 async def _settle_unfinished(db: AsyncDatabase[Document], target: MemoryScope) -> None:
     """Finish the commit of an import to ``target`` that a crash interrupted; roll back one
     that was still reading (or running now: one import per user at a time)."""
-    jobs = await _run(db[IMPORTS].find({
-        "project_id": target.project_id, "user_id": target.user_id,
-        "state": {"$in": ["running", "committing"]},
-    }).to_list())  # fmt: skip
+    jobs = await _run(
+        db[IMPORTS]
+        .find(
+            {
+                "project_id": target.project_id,
+                "user_id": target.user_id,
+                "state": {"$in": ["running", "committing"]},
+            }
+        )
+        .to_list()
+    )
     for job in jobs:
         if job["state"] == "committing":
             await _commit(db, job)
@@ -460,10 +506,17 @@ async def import_lines(
     await register.refuse_erased(target.project_id, target.user_id, None)
     await _settle_unfinished(db, target)
     job = _Import(db, target, embedder, bson_vector)
-    await _run(db[IMPORTS].insert_one({
-        "_id": job.import_id, "project_id": target.project_id, "user_id": target.user_id,
-        "state": "running", "started_at": utcnow(),
-    }))  # fmt: skip
+    await _run(
+        db[IMPORTS].insert_one(
+            {
+                "_id": job.import_id,
+                "project_id": target.project_id,
+                "user_id": target.user_id,
+                "state": "running",
+                "started_at": utcnow(),
+            }
+        )
+    )
     number = 0
     try:
         ended = False
@@ -480,16 +533,23 @@ async def import_lines(
             raise LineError(number + 1, "the export ends without its end line (cut short?)")
         await register.refuse_erased(target.project_id, target.user_id, None)
         record = {"types": sorted(job.types), "deleted": job.deleted}
-        still = await _run(db[IMPORTS].update_one(
-            {"_id": job.import_id, "state": "running"}, {"$set": record}
-        ))  # fmt: skip
+        still = await _run(
+            db[IMPORTS].update_one({"_id": job.import_id, "state": "running"}, {"$set": record})
+        )
         if not still.matched_count:
             raise StorageError(
                 "another import of this user rolled this one back (one import per user at "
                 "a time); run it again"
             )
-        await _commit(db, {"_id": job.import_id, "project_id": target.project_id,
-                           "user_id": target.user_id, **record})  # fmt: skip
+        await _commit(
+            db,
+            {
+                "_id": job.import_id,
+                "project_id": target.project_id,
+                "user_id": target.user_id,
+                **record,
+            },
+        )
     except BaseException as exc:
         try:
             if (await _run(db[IMPORTS].find_one({"_id": job.import_id}, {"state": 1})) or {}).get(

@@ -113,20 +113,29 @@ def dump_line(obj: Doc) -> str:
 def header_line(
     project_id: str, user_id: str, embedder: tuple[str, int] | None, at: datetime, version: str
 ) -> str:
-    return dump_line({
-        "kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION,
-        "project_id": project_id, "user_id": user_id,
-        "embedder": None if embedder is None else {"name": embedder[0], "dimensions": embedder[1]},
-        "exported_at": at.isoformat(), "mongomem_version": version,
-    })  # fmt: skip
+    return dump_line(
+        {
+            "kind": "header",
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "project_id": project_id,
+            "user_id": user_id,
+            "embedder": None
+            if embedder is None
+            else {"name": embedder[0], "dimensions": embedder[1]},
+            "exported_at": at.isoformat(),
+            "mongomem_version": version,
+        }
+    )
 
 
 def version_line(doc: Doc, turn_ids: list[list[str]]) -> str:
     """The line of one stored version; ``turn_ids`` has one list per evidence item."""
     kept = {k: v for k, v in doc.items() if k not in _NOT_EXPORTED}
     count = max(1, len(doc.get("candidate_ids", ())))
-    return dump_line({"kind": "version", "doc": kept, "turn_ids": turn_ids,
-                   "reinforcement_count": count})  # fmt: skip
+    return dump_line(
+        {"kind": "version", "doc": kept, "turn_ids": turn_ids, "reinforcement_count": count}
+    )
 
 
 def decision_line(doc: Doc) -> str:
@@ -166,8 +175,11 @@ def parse_header(obj: Doc, number: int) -> ExportHeader:
     embedder = obj.get("embedder")
     named: tuple[str, int] | None = None
     if embedder is not None:
-        if not (isinstance(embedder, dict) and isinstance(embedder.get("name"), str)
-                and isinstance(embedder.get("dimensions"), int)):  # fmt: skip
+        if not (
+            isinstance(embedder, dict)
+            and isinstance(embedder.get("name"), str)
+            and isinstance(embedder.get("dimensions"), int)
+        ):
             raise LineError(number, "embedder must be {name, dimensions} or null")
         named = (embedder["name"], embedder["dimensions"])
     try:
@@ -257,8 +269,12 @@ def relocate_group(group: MemoryGroup, source: MemoryScope, target: MemoryScope)
     numbers = {d["_id"]: int(d["version"]) for d in group.docs}
     out = []
     for doc in group.docs:
-        moved = {**doc, "memory_id": new_memory, "scope": target.model_dump(),
-                 "_id": MemoryVersion.make_version_id(new_memory, int(doc["version"]))}  # fmt: skip
+        moved = {
+            **doc,
+            "memory_id": new_memory,
+            "scope": target.model_dump(),
+            "_id": MemoryVersion.make_version_id(new_memory, int(doc["version"])),
+        }
         by = doc.get("superseded_by")
         if isinstance(by, str) and by in numbers:
             moved["superseded_by"] = MemoryVersion.make_version_id(new_memory, numbers[by])
@@ -285,9 +301,10 @@ def relocate_decision(doc: Doc, source: MemoryScope, target: MemoryScope) -> Doc
     if isinstance(scores, list):
         moved["scores"] = [
             {**s, "memory_id": moved_id(target, s["memory_id"])}
-            if isinstance(s, dict) and isinstance(s.get("memory_id"), str) else s
+            if isinstance(s, dict) and isinstance(s.get("memory_id"), str)
+            else s
             for s in scores
-        ]  # fmt: skip
+        ]
     return moved
 
 

@@ -134,13 +134,21 @@ async def decide(
     decision = plan_reconcile(candidate, neighbours, thresholds)
     if not decision.needs_judge or judge is None:
         return decision
-    target = next((n for n in neighbours if n.memory_id == decision.ask_about
-                   and n.scope == candidate.scope and n.memory_type == candidate.memory_type),
-                  None)  # fmt: skip
+    target = next(
+        (
+            n
+            for n in neighbours
+            if n.memory_id == decision.ask_about
+            and n.scope == candidate.scope
+            and n.memory_type == candidate.memory_type
+        ),
+        None,
+    )
     if target is None:
         return decision
-    target = max((n for n in neighbours if n.memory_id == target.memory_id),
-                 key=lambda n: n.version)  # fmt: skip
+    target = max(
+        (n for n in neighbours if n.memory_id == target.memory_id), key=lambda n: n.version
+    )
     question = JudgeQuestion.of(candidate, target, decision, await evidence_dates(target))
     started = time.perf_counter()
     try:

@@ -130,9 +130,7 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    MemoryType.SEMANTIC: Kind(
-        MemoryType.SEMANTIC, ("label", "text"), ("label",), ScopeKind.USER
-    ),
+    MemoryType.SEMANTIC: Kind(MemoryType.SEMANTIC, ("label", "text"), ("label",), ScopeKind.USER),
     MemoryType.EPISODIC: Kind(
         MemoryType.EPISODIC, ("title", "content"), ("title",), ScopeKind.USER
     ),
@@ -140,10 +138,12 @@ KINDS: dict[str, Kind] = {
         MemoryType.PROCEDURAL, ("name", "description", "content"), ("name",), ScopeKind.USER
     ),
     MemoryType.TAXONOMIC: Kind(
-        MemoryType.TAXONOMIC, ("domain", "term", "definition"), ("domain", "term"),
+        MemoryType.TAXONOMIC,
+        ("domain", "term", "definition"),
+        ("domain", "term"),
         ScopeKind.PROJECT,
     ),
-}  # fmt: skip
+}
 
 
 def kind_of(memory_type: str) -> Kind:

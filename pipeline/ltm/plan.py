@@ -252,14 +252,22 @@ def plan_reconcile(
     )
 
     def decide(
-        action: Action, target: Neighbour | None, reason: str, *, about: Neighbour | None = None,
-        needs_judge: bool = False, judged: bool = False,
-    ) -> Decision:  # fmt: skip
+        action: Action,
+        target: Neighbour | None,
+        reason: str,
+        *,
+        about: Neighbour | None = None,
+        needs_judge: bool = False,
+        judged: bool = False,
+    ) -> Decision:
         compared = about or target
         differences = () if compared is None else value_changes(compared.text, candidate.text)
         if target is None:
-            memory_id, version, base = memory_id_for(candidate.scope, candidate.memory_type,
-                                                     candidate.key), 1, None  # fmt: skip
+            memory_id, version, base = (
+                memory_id_for(candidate.scope, candidate.memory_type, candidate.key),
+                1,
+                None,
+            )
         elif action is Action.UPDATE:
             memory_id, version, base = target.memory_id, target.version + 1, target.version
         else:
@@ -295,9 +303,11 @@ def plan_reconcile(
         if settled is not None:
             return settled
         return decide(
-            Action.UPDATE, keyed, f"same key, another statement (similarity {sim:.3f}); "
-            "no verdict: the newest wins", needs_judge=True,
-        )  # fmt: skip
+            Action.UPDATE,
+            keyed,
+            f"same key, another statement (similarity {sim:.3f}); no verdict: the newest wins",
+            needs_judge=True,
+        )
 
     same = next((n for n in ranked if equivalent(n.text, candidate.text)), None)
     if same is not None:
@@ -310,9 +320,12 @@ def plan_reconcile(
         if settled is not None:
             return settled
         return decide(
-            Action.ADD, None, f"near another key (similarity {best.similarity:.3f}); no verdict",
-            about=best, needs_judge=True,
-        )  # fmt: skip
+            Action.ADD,
+            None,
+            f"near another key (similarity {best.similarity:.3f}); no verdict",
+            about=best,
+            needs_judge=True,
+        )
     return decide(Action.ADD, None, f"no match (best similarity {best.similarity:.3f})", about=best)
 
 

@@ -134,9 +134,11 @@ class MemoryReads:
         """The memory's highest version (current, or its ``DELETE`` version once deleted) —
         only if it lives in one of ``scopes``."""
         ors = [scope_filter(s.project_id, s.user_id) for s in scopes]
-        doc = await _run(self.memories.find_one(
-            {"memory_id": memory_id, "$or": ors}, NO_EMBEDDING, sort=[("version", DESCENDING)]
-        ))  # fmt: skip
+        doc = await _run(
+            self.memories.find_one(
+                {"memory_id": memory_id, "$or": ors}, NO_EMBEDDING, sort=[("version", DESCENDING)]
+            )
+        )
         return None if doc is None else from_document(doc)
 
     async def decisions_for(self, memory_id: str) -> list[Doc]:

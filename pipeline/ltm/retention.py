@@ -112,8 +112,11 @@ async def expire_unreinforced(
             more = True
             break
         cutoff = now - timedelta(days=days)
-        query = {"memory_type": memory_type, "status": MemoryStatus.CURRENT.value,
-                 "evidence.at": {"$not": {"$gte": cutoff}}}  # fmt: skip
+        query = {
+            "memory_type": memory_type,
+            "status": MemoryStatus.CURRENT.value,
+            "evidence.at": {"$not": {"$gte": cutoff}},
+        }
         try:
             found = await memories.find(
                 query, {"memory_id": 1, "scope": 1}, limit=left + 1
@@ -127,9 +130,15 @@ async def expire_unreinforced(
         for doc in found:
             scope = MemoryScope.model_validate(doc["scope"])
             expired = await delete_memory(
-                store, doc["memory_id"], [scope], actor=actor, reason=reason, now=now,
-                expire=True, still=_stale(cutoff),
-            )  # fmt: skip
+                store,
+                doc["memory_id"],
+                [scope],
+                actor=actor,
+                reason=reason,
+                now=now,
+                expire=True,
+                still=_stale(cutoff),
+            )
             if expired is not None and not expired.already:
                 done += 1
         left -= len(found)

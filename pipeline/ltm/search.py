@@ -72,14 +72,18 @@ def vector_index_definition(dimensions: int) -> dict[str, Any]:
     """The Atlas vector search index the memories collection needs."""
     return {
         "fields": [
-            {"type": "vector", "path": "embedding", "numDimensions": dimensions,
-             "similarity": "cosine"},
+            {
+                "type": "vector",
+                "path": "embedding",
+                "numDimensions": dimensions,
+                "similarity": "cosine",
+            },
             {"type": "filter", "path": "scope.project_id"},
             {"type": "filter", "path": "scope.user_id"},
             {"type": "filter", "path": "memory_type"},
             {"type": "filter", "path": "status"},
         ]
-    }  # fmt: skip
+    }
 
 
 async def probe_vector_search(memories: AsyncCollection[Doc]) -> bool:
@@ -137,8 +141,10 @@ def neighbours_in(
     keyed = index.keyed(candidate.key)
     if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
         found.append((keyed, index.similarity(keyed, vector)))
-    return [_neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
-            for row, sim in found]  # fmt: skip
+    return [
+        _neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
+        for row, sim in found
+    ]
 
 
 def _neighbour(
@@ -185,14 +191,26 @@ class AtlasVectorSearch:
         }
         fetch = limit * 4 if key_prefix else limit
         pipeline: list[Doc] = [
-            {"$vectorSearch": {
-                "index": VECTOR_INDEX, "path": "embedding",
-                "queryVector": [float(x) for x in vector],
-                "numCandidates": max(100, fetch * self._oversample), "limit": fetch,
-                "filter": filters}},
-            {"$project": {"memory_id": 1, "version": 1, "key": 1, "text": 1,
-                          "score": {"$meta": "vectorSearchScore"}}},
-        ]  # fmt: skip
+            {
+                "$vectorSearch": {
+                    "index": VECTOR_INDEX,
+                    "path": "embedding",
+                    "queryVector": [float(x) for x in vector],
+                    "numCandidates": max(100, fetch * self._oversample),
+                    "limit": fetch,
+                    "filter": filters,
+                }
+            },
+            {
+                "$project": {
+                    "memory_id": 1,
+                    "version": 1,
+                    "key": 1,
+                    "text": 1,
+                    "score": {"$meta": "vectorSearchScore"},
+                }
+            },
+        ]
         try:
             docs = await (await self._memories.aggregate(pipeline)).to_list()
         except PyMongoError as exc:
@@ -221,10 +239,16 @@ class AtlasVectorSearch:
         if floor is not None:
             docs = [d for d in docs if 2.0 * float(d["score"]) - 1.0 >= floor]
         found = [
-            _neighbour(candidate, d["memory_id"], int(d["version"]), d["key"], d["text"],
-                       2.0 * float(d["score"]) - 1.0)
+            _neighbour(
+                candidate,
+                d["memory_id"],
+                int(d["version"]),
+                d["key"],
+                d["text"],
+                2.0 * float(d["score"]) - 1.0,
+            )
             for d in docs
-        ]  # fmt: skip
+        ]
         query = {
             **scope_filter(candidate.scope.project_id, candidate.scope.user_id),
             "memory_type": candidate.memory_type,
@@ -233,15 +257,24 @@ class AtlasVectorSearch:
         }
         try:
             keyed = await self._memories.find_one(
-                query, {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1},
+                query,
+                {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1},
                 sort=[("version", -1)],
-            )  # fmt: skip
+            )
         except PyMongoError as exc:
             raise StorageError(f"MongoDB read failed: {exc}") from exc
         if keyed is not None and all(n.memory_id != keyed["memory_id"] for n in found):
             stored = decode_embedding(keyed["embedding"])
             denom = float(np.linalg.norm(stored) * np.linalg.norm(vector)) or 1.0
             sim = float(stored @ vector) / denom
-            found.append(_neighbour(candidate, keyed["memory_id"], int(keyed["version"]),
-                                    keyed["key"], keyed["text"], sim))  # fmt: skip
+            found.append(
+                _neighbour(
+                    candidate,
+                    keyed["memory_id"],
+                    int(keyed["version"]),
+                    keyed["key"],
+                    keyed["text"],
+                    sim,
+                )
+            )
         return found

@@ -159,16 +159,25 @@ class MemoryStore(MemoryReads):
         """Create indexes; probe transactions and ``$vectorSearch`` when ``probe``."""
         try:
             await self.memories.create_index(
-                [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
-                 ("memory_type", ASCENDING), ("status", ASCENDING), ("key_norm", ASCENDING)],
+                [
+                    ("scope.project_id", ASCENDING),
+                    ("scope.user_id", ASCENDING),
+                    ("memory_type", ASCENDING),
+                    ("status", ASCENDING),
+                    ("key_norm", ASCENDING),
+                ],
                 name="scope_type_status_key",
-            )  # fmt: skip
+            )
             await self.memories.create_index("memory_id", name="memory_id")
             await self.memories.create_index(
-                [("scope.project_id", ASCENDING), ("scope.user_id", ASCENDING),
-                 ("status", ASCENDING), ("created_at", DESCENDING)],
+                [
+                    ("scope.project_id", ASCENDING),
+                    ("scope.user_id", ASCENDING),
+                    ("status", ASCENDING),
+                    ("created_at", DESCENDING),
+                ],
                 name=BROWSE_INDEX,
-            )  # fmt: skip
+            )
             await self.memories.create_index("candidate_ids", name="candidate_ids")
             await self.decisions.create_index("memory_id", name="memory_id")
             await ensure_export_indexes(self.db)
@@ -331,8 +340,9 @@ class MemoryStore(MemoryReads):
 
     async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]:
         """When the evidence of ``neighbour``'s version was recorded (for the judge)."""
-        doc = await self._read(self.memories.find_one({"_id": neighbour.version_id},
-                                                      {"evidence.at": 1}))  # fmt: skip
+        doc = await self._read(
+            self.memories.find_one({"_id": neighbour.version_id}, {"evidence.at": 1})
+        )
         dates = []
         for item in (doc or {}).get("evidence", []):
             at = item.get("at") if isinstance(item, dict) else None
@@ -344,11 +354,14 @@ class MemoryStore(MemoryReads):
         """``decision`` with the first incarnation of its key not taken by a deleted (or
         expired) memory."""
         for incarnation in range(1_000):
-            memory_id = memory_id_for(candidate.scope, candidate.memory_type, candidate.key,
-                                      incarnation)  # fmt: skip
-            latest = await self._read(self.memories.find_one(
-                {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
-            ))  # fmt: skip
+            memory_id = memory_id_for(
+                candidate.scope, candidate.memory_type, candidate.key, incarnation
+            )
+            latest = await self._read(
+                self.memories.find_one(
+                    {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
+                )
+            )
             if latest is None or latest.get("status") not in CLOSED_STATUSES:
                 if memory_id == decision.memory_id:
                     return decision
@@ -365,8 +378,9 @@ class MemoryStore(MemoryReads):
     ) -> Deleted | None:
         """Delete one memory of ``scopes`` (``None`` if it is not there); see
         :mod:`mongomem.ltm.deletes` for what is guaranteed."""
-        return await delete_memory(self, memory_id, scopes, actor=actor, reason=reason,
-                                   now=self.clock())  # fmt: skip
+        return await delete_memory(
+            self, memory_id, scopes, actor=actor, reason=reason, now=self.clock()
+        )
 
     async def _catch_up(self, candidate: MemoryCandidate, decision: Decision) -> None:
         """After a conflict, read the contested memory straight into the cache."""
@@ -407,9 +421,11 @@ class MemoryStore(MemoryReads):
     ) -> tuple[int | None, list[Doc]]:
         cid = candidate.candidate_id
         if decision.action is Action.REINFORCE:
-            result = await self._read(self.memories.update_one(
-                {"_id": decision.version_id}, reinforce_update(candidate, now), session=session
-            ))  # fmt: skip
+            result = await self._read(
+                self.memories.update_one(
+                    {"_id": decision.version_id}, reinforce_update(candidate, now), session=session
+                )
+            )
             if result.matched_count == 0:
                 raise WriteConflict(f"{decision.version_id} does not exist")
             return None, []
@@ -418,9 +434,11 @@ class MemoryStore(MemoryReads):
         try:
             await self.memories.insert_one(doc, session=session)
         except DuplicateKeyError as exc:
-            found = await self._read(self.memories.find_one(
-                {"_id": decision.version_id}, {"candidate_id": 1}, session=session
-            ))  # fmt: skip
+            found = await self._read(
+                self.memories.find_one(
+                    {"_id": decision.version_id}, {"candidate_id": 1}, session=session
+                )
+            )
             if found is None or found.get("candidate_id") != cid:
                 raise WriteConflict(f"{decision.version_id} was written by another writer") from exc
         except PyMongoError as exc:
@@ -429,12 +447,21 @@ class MemoryStore(MemoryReads):
         if decision.base_version_id is not None:
             await self._supersede(decision.base_version_id, decision.version_id, now, session)
             changed.append(decision.base_version_id)
-            docs.append({"_id": decision.base_version_id, "memory_id": decision.memory_id,
-                         "version": decision.base_version, "key": "", "text": "",
-                         "status": "superseded"})  # fmt: skip
-        rev = await self._read(bump_scope(
-            self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
-        ))  # fmt: skip
+            docs.append(
+                {
+                    "_id": decision.base_version_id,
+                    "memory_id": decision.memory_id,
+                    "version": decision.base_version,
+                    "key": "",
+                    "text": "",
+                    "status": "superseded",
+                }
+            )
+        rev = await self._read(
+            bump_scope(
+                self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
+            )
+        )
         return rev, docs
 
     async def _supersede(
@@ -448,9 +475,11 @@ class MemoryStore(MemoryReads):
         self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
     ) -> None:
         await self.record_decision(decision_entry(candidate, decision, outcome, now))
-        await self._read(self.ledger.update_one(
-            {"_id": candidate.candidate_id}, done_update(now, self.ledger_ttl_s), upsert=True
-        ))  # fmt: skip
+        await self._read(
+            self.ledger.update_one(
+                {"_id": candidate.candidate_id}, done_update(now, self.ledger_ttl_s), upsert=True
+            )
+        )
 
     async def record_decision(self, entry: Doc) -> None:
         """Write a decision-log ``entry``, replacing the candidate's earlier one if any.
@@ -483,10 +512,12 @@ class MemoryStore(MemoryReads):
     async def _resume(self, candidate: MemoryCandidate) -> Outcome | None:
         """Finish a ``pending`` candidate from what it wrote; ``None`` if it wrote nothing."""
         cid = candidate.candidate_id
-        doc = await self._read(self.memories.find_one(
-            {"candidate_ids": cid},
-            {"memory_id": 1, "version": 1, "candidate_id": 1, "action": 1, "status": 1},
-        ))  # fmt: skip
+        doc = await self._read(
+            self.memories.find_one(
+                {"candidate_ids": cid},
+                {"memory_id": 1, "version": 1, "candidate_id": 1, "action": 1, "status": 1},
+            )
+        )
         if doc is None:
             return None
         now = self.clock()
@@ -514,9 +545,13 @@ class MemoryStore(MemoryReads):
             reason="completed an interrupted apply",
         )
         outcome = Outcome(
-            candidate_id=cid, action=action, memory_id=doc["memory_id"], version=version,
-            version_id=doc["_id"], reason=decision.reason,
-        )  # fmt: skip
+            candidate_id=cid,
+            action=action,
+            memory_id=doc["memory_id"],
+            version=version,
+            version_id=doc["_id"],
+            reason=decision.reason,
+        )
         await self._record(candidate, decision, outcome, now)
         return outcome
 

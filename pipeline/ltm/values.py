@@ -57,19 +57,55 @@ def _words(text: str) -> frozenset[str]:
 
 
 _UNITS_WORDS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
-    "nineteen": 19, "dozen": 12, "once": 1, "twice": 2,
-}  # fmt: skip
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "dozen": 12,
+    "once": 1,
+    "twice": 2,
+}
 _TENS_WORDS = {
-    "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-    "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000, "million": 1_000_000,
-}  # fmt: skip
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+    "hundred": 100,
+    "thousand": 1000,
+    "million": 1_000_000,
+}
 _ORDINAL_WORDS = {
-    "first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
-    "sixth": "6th", "seventh": "7th", "eighth": "8th", "ninth": "9th", "tenth": "10th",
-}  # fmt: skip
+    "first": "1st",
+    "second": "2nd",
+    "third": "3rd",
+    "fourth": "4th",
+    "fifth": "5th",
+    "sixth": "6th",
+    "seventh": "7th",
+    "eighth": "8th",
+    "ninth": "9th",
+    "tenth": "10th",
+}
 _MONTHS = _words(
     "january february march april may june july august september october november "
     "december jan feb mar apr jun jul aug sep sept oct nov dec"
@@ -92,8 +128,24 @@ _UNITS = _words(
     "kcal calorie calories degree degrees celsius fahrenheit c f k"
 )
 _CURRENCY = {"$": "usd", "€": "eur", "£": "gbp", "¥": "yen"}
-_NEGATIONS = ("not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without",
-              "cannot", "stopped", "quit", "anymore", "formerly", "former", "longer")  # fmt: skip
+_NEGATIONS = (
+    "not",
+    "no",
+    "never",
+    "none",
+    "nobody",
+    "nothing",
+    "neither",
+    "nor",
+    "without",
+    "cannot",
+    "stopped",
+    "quit",
+    "anymore",
+    "formerly",
+    "former",
+    "longer",
+)
 #: Antonym-like alternatives: two statements that differ by a swap inside one group
 #: state different values even when an embedding scores them as near-identical.
 SWAP_GROUPS: tuple[frozenset[str], ...] = tuple(
@@ -225,9 +277,13 @@ class _Token:
 @lru_cache(maxsize=8192)
 def _tokens(text: str) -> tuple[_Token, ...]:
     clean = (
-        text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"')
-        .replace("\u201d", '"').replace("\u2212", "-").replace("\u2013", "-")
-    )  # fmt: skip
+        text.replace("\u2019", "'")
+        .replace("\u2018", "'")
+        .replace("\u201c", '"')
+        .replace("\u201d", '"')
+        .replace("\u2212", "-")
+        .replace("\u2013", "-")
+    )
     out: list[_Token] = []
     words = [match.group(0) for match in _TOKEN.finditer(clean)]
     i = 0
@@ -371,10 +427,11 @@ def value_changes(old: str, new: str) -> tuple[str, ...]:
     )
     swapped = {_SWAP_OF[w] for w in a.swaps} ^ {_SWAP_OF[w] for w in b.swaps}
     same_group = [
-        g for g in {_SWAP_OF[w] for w in a.swaps} & {_SWAP_OF[w] for w in b.swaps}
+        g
+        for g in {_SWAP_OF[w] for w in a.swaps} & {_SWAP_OF[w] for w in b.swaps}
         if Counter(w for w in a.swaps if _SWAP_OF[w] == g)
         != Counter(w for w in b.swaps if _SWAP_OF[w] == g)
-    ]  # fmt: skip
+    ]
     if same_group or swapped:
         out += _diff("alternative", a.swaps, b.swaps)
     return tuple(out)

@@ -67,8 +67,14 @@ def reinforce_update(candidate: MemoryCandidate, now: datetime) -> Doc:
 
 
 def supersede_update(by: str, now: datetime) -> Doc:
-    return {"$set": {"status": "superseded", "superseded_at": now, "superseded_by": by,
-                     "updated_at": now}}  # fmt: skip
+    return {
+        "$set": {
+            "status": "superseded",
+            "superseded_at": now,
+            "superseded_by": by,
+            "updated_at": now,
+        }
+    }
 
 
 def pending_entry(candidate_id: str, now: datetime, fingerprint: str | None = None) -> Doc:

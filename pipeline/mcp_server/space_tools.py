@@ -220,10 +220,12 @@ def _read_tool(spaces: LazySpaces, agent: str, tool: str, call: str) -> Callable
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(_TOOL_PARAMETERS[f][0], keyword, annotation=_TOOL_PARAMETERS[f][1])
-         for f in fields],
+        [
+            inspect.Parameter(_TOOL_PARAMETERS[f][0], keyword, annotation=_TOOL_PARAMETERS[f][1])
+            for f in fields
+        ],
         return_annotation=op.result,
-    )  # fmt: skip
+    )
     run.__name__ = run.__qualname__ = tool
     return run
 
@@ -262,9 +264,15 @@ def _writing(server: MCPServer[Any], spaces: LazySpaces, agent: str) -> None:
         with tool_errors(ALIASES):
             choice = on_duplicate_from(on_duplicate, replace_ids, sentiment_wins)
             return await (await spaces.get()).add_item(
-                space, inputs=inputs, outputs=outputs, outcome=outcome, comment=comment,
-                sentiment=sentiment, agent_id=agent, on_duplicate=choice,
-            )  # fmt: skip
+                space,
+                inputs=inputs,
+                outputs=outputs,
+                outcome=outcome,
+                comment=comment,
+                sentiment=sentiment,
+                agent_id=agent,
+                on_duplicate=choice,
+            )
 
     @server.tool(annotations=SAVE)
     async def resolve_escalation(
@@ -277,6 +285,10 @@ def _writing(server: MCPServer[Any], spaces: LazySpaces, agent: str) -> None:
         resolved the same way next time (see check_escalation)."""
         with tool_errors(ALIASES):
             return await (await spaces.get()).resolve_escalation(
-                space, inputs=inputs, resolution=resolution, outcome=outcome,
-                agent_id=agent, resolved_by=agent,
-            )  # fmt: skip
+                space,
+                inputs=inputs,
+                resolution=resolution,
+                outcome=outcome,
+                agent_id=agent,
+                resolved_by=agent,
+            )

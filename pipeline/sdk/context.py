@@ -63,11 +63,16 @@ async def compose_context(
     for memory_type in order:
         hits = await transport.search(who, memory_type, query, limit_per_type, None)
         items.extend(
-            ContextItem(memory_type=memory_type, memory_id=h.memory.memory_id,
-                        key=h.memory.key, text=context_text(h.memory), score=h.score)
+            ContextItem(
+                memory_type=memory_type,
+                memory_id=h.memory.memory_id,
+                key=h.memory.key,
+                text=context_text(h.memory),
+                score=h.score,
+            )
             for h in hits
             if min_score is None or h.score >= min_score
-        )  # fmt: skip
+        )
     return render_context(query, items, order, max_chars)
 
 

@@ -24,9 +24,13 @@ __all__ = ["ExportSink", "ImportSource", "read_lines", "write_export"]
 ExportSink = str | os.PathLike[str] | IO[str] | IO[bytes]
 #: A path, a file open for reading, or lines.
 ImportSource = (
-    str | os.PathLike[str] | IO[str] | IO[bytes]
-    | Iterable[str | bytes] | AsyncIterable[str | bytes]
-)  # fmt: skip
+    str
+    | os.PathLike[str]
+    | IO[str]
+    | IO[bytes]
+    | Iterable[str | bytes]
+    | AsyncIterable[str | bytes]
+)
 
 
 def _binary(out: IO[Any]) -> bool:
@@ -54,8 +58,13 @@ async def write_export(
         end = {}
     if end.get("kind") != "end":
         raise StorageError(f"the export was cut short after {count} lines; export again")
-    return ExportResult(project_id=project_id, user_id=user_id, lines=count,
-                        versions=int(end["versions"]), decisions=int(end["decisions"]))  # fmt: skip
+    return ExportResult(
+        project_id=project_id,
+        user_id=user_id,
+        lines=count,
+        versions=int(end["versions"]),
+        decisions=int(end["decisions"]),
+    )
 
 
 async def read_lines(source: ImportSource) -> AsyncIterator[str | bytes]:

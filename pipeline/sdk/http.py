@@ -210,9 +210,14 @@ class HttpTransport(ServiceClient):
     ) -> MemoryContext:
         order = check_context_arguments(include, limit_per_type, max_chars)  # as directly
         result = await self._call(
-            "build_context", who, query=query, include=order, limit_per_type=limit_per_type,
-            max_chars=max_chars, min_score=min_score,
-        )  # fmt: skip
+            "build_context",
+            who,
+            query=query,
+            include=order,
+            limit_per_type=limit_per_type,
+            max_chars=max_chars,
+            min_score=min_score,
+        )
         return self._decode(TypeAdapter(MemoryContext), result)
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
@@ -306,8 +311,12 @@ class HttpTransport(ServiceClient):
                 "a whole project is not erased over HTTP (one API key must not wipe a "
                 "project): use `mongomem erase project --yes` or a direct client"
             )
-        who = Identity(project_id=project_id, user_id=user_id, session_id=session_id,
-                       service_account=user_id.startswith(SERVICE_ACCOUNT_PREFIX))  # fmt: skip
+        who = Identity(
+            project_id=project_id,
+            user_id=user_id,
+            session_id=session_id,
+            service_account=user_id.startswith(SERVICE_ACCOUNT_PREFIX),
+        )
         op = "erase_user" if session_id is None else "erase_session"
         result = await self._call(op, who, confirm=True)
         return self._decode(TypeAdapter(ErasureResult), result)
@@ -323,9 +332,12 @@ class HttpTransport(ServiceClient):
         url = self.base_url + EXPORT_PATH.format(user_id=quote(user_id, safe=""))
         try:
             async with self._http().stream(
-                "GET", url, headers=self._auth(), params={"project_id": project_id},
+                "GET",
+                url,
+                headers=self._auth(),
+                params={"project_id": project_id},
                 timeout=httpx.Timeout(self._timeout, read=None),
-            ) as response:  # fmt: skip
+            ) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise self._error(response, self._payload(response))
@@ -347,10 +359,13 @@ class HttpTransport(ServiceClient):
 
         path = IMPORT_PATH.format(user_id=quote(user_id, safe=""))
         response = await self._request(
-            "POST", path, params={"project_id": project_id}, content=body(),
+            "POST",
+            path,
+            params={"project_id": project_id},
+            content=body(),
             headers={**self._auth(), "Content-Type": NDJSON},
             timeout=httpx.Timeout(self._timeout, read=None, write=None),
-        )  # fmt: skip
+        )
         payload = self._payload(response)
         if response.status_code == 200 and isinstance(payload, dict) and "result" in payload:
             return self._decode(TypeAdapter(ImportResult), payload["result"])

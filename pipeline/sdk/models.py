@@ -209,10 +209,16 @@ def check_reason(reason: object) -> str | None:
 def delete_result(found: Deleted) -> DeleteResult:
     v = found.version
     return DeleteResult(
-        memory_id=v.memory_id, memory_type=v.memory_type, key=v.key, version=v.version,
-        version_id=v.version_id, deleted_at=v.created_at, actor=v.actor or "",
-        reason=v.reason, already_deleted=found.already,
-    )  # fmt: skip
+        memory_id=v.memory_id,
+        memory_type=v.memory_type,
+        key=v.key,
+        version=v.version,
+        version_id=v.version_id,
+        deleted_at=v.created_at,
+        actor=v.actor or "",
+        reason=v.reason,
+        already_deleted=found.already,
+    )
 
 
 def record_of(version: MemoryVersion) -> MemoryRecord:
@@ -245,7 +251,10 @@ def typed(record: MemoryRecord) -> MemoryRecord:
             )
         case MemoryType.TAXONOMIC:
             return TaxonomicTerm(
-                **base, domain=f["domain"], term=f["term"], definition=f["definition"],
+                **base,
+                domain=f["domain"],
+                term=f["term"],
+                definition=f["definition"],
                 variants=tuple(f.get("variants", ())),
-            )  # fmt: skip
+            )
     return record

@@ -183,10 +183,16 @@ class Memory(SyncClient[AsyncMemory]):
     ) -> None:
         async def make() -> AsyncMemory:
             return AsyncMemory(
-                project_id=project_id, api_key=api_key, settings=settings, embedder=embedder,
-                judge=judge, thresholds=thresholds, transport=transport, base_url=base_url,
+                project_id=project_id,
+                api_key=api_key,
+                settings=settings,
+                embedder=embedder,
+                judge=judge,
+                thresholds=thresholds,
+                transport=transport,
+                base_url=base_url,
                 verify=verify,
-            )  # fmt: skip
+            )
 
         super().__init__(make, timeout_s)
 
@@ -306,10 +312,13 @@ class BoundMemory:
     ) -> MemoryContext:
         return self._m._call(
             self._inner.build_context(
-                query, include=include, limit_per_type=limit_per_type, max_chars=max_chars,
+                query,
+                include=include,
+                limit_per_type=limit_per_type,
+                max_chars=max_chars,
                 min_score=min_score,
             )
-        )  # fmt: skip
+        )
 
     def history(self, memory_id: str) -> list[VersionRecord]:
         return self._m._call(self._inner.history(memory_id))
@@ -346,10 +355,16 @@ class BoundMemory:
         limit: int = 50,
         cursor: str | None = None,
     ) -> MemoryPage:
-        return self._m._call(self._inner.browse_memories(
-            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix,
-            limit=limit, cursor=cursor,
-        ))  # fmt: skip
+        return self._m._call(
+            self._inner.browse_memories(
+                memory_type,
+                status=status,
+                updated_since=updated_since,
+                key_prefix=key_prefix,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
 
     def count_memories(
         self,
@@ -359,9 +374,11 @@ class BoundMemory:
         updated_since: datetime | None = None,
         key_prefix: str | None = None,
     ) -> int:
-        return self._m._call(self._inner.count_memories(
-            memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix
-        ))  # fmt: skip
+        return self._m._call(
+            self._inner.count_memories(
+                memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix
+            )
+        )
 
     def get_memory(self, memory_id: str) -> MemoryItem | None:
         return self._m._call(self._inner.get_memory(memory_id))

@@ -239,9 +239,11 @@ class DirectTransport:
                 db = database(self._client, self._settings.mongodb)
                 thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
                 store = MemoryStore(
-                    db, judge=self._judge, thresholds=thresholds,
+                    db,
+                    judge=self._judge,
+                    thresholds=thresholds,
                     ledger_ttl_s=self._settings.reconcile.ledger_ttl_s,
-                )  # fmt: skip
+                )
                 await store.setup()
                 stm = ShortTermMemory(db, self._settings.stm)
                 await stm.ensure_indexes()
@@ -287,18 +289,31 @@ class DirectTransport:
         [vector] = await embedder.embed([text])
         now = utcnow()
         evidence = Evidence(
-            source="direct", ref=cid, session_id=who.session_id, user_id=who.user_id,
-            text=text, at=now,
-        )  # fmt: skip
+            source="direct",
+            ref=cid,
+            session_id=who.session_id,
+            user_id=who.user_id,
+            text=text,
+            at=now,
+        )
         candidate = make_candidate(
-            memory_type, who.scope(memory_type), checked, vector,
-            candidate_id=cid, evidence=evidence, created_at=now, model=embedder.name,
-        )  # fmt: skip
+            memory_type,
+            who.scope(memory_type),
+            checked,
+            vector,
+            candidate_id=cid,
+            evidence=evidence,
+            created_at=now,
+            model=embedder.name,
+        )
         out = await store.reconcile(candidate, fingerprint=fingerprint)
         return SaveResult(
-            action=out.action, memory_id=out.memory_id, version=out.version,
-            version_id=out.version_id, reason=out.reason,
-        )  # fmt: skip
+            action=out.action,
+            memory_id=out.memory_id,
+            version=out.version,
+            version_id=out.version_id,
+            reason=out.reason,
+        )
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
         store = await self._store_ready()
@@ -477,9 +492,13 @@ class DirectTransport:
         store, embedder = await self._ready()
         scope = MemoryScope(project_id=project_id, user_id=user_id)
         return await import_lines(
-            store.db, scope, lines, embedder=embedder, register=self._register(store),
+            store.db,
+            scope,
+            lines,
+            embedder=embedder,
+            register=self._register(store),
             bson_vector=store.bson_vectors,
-        )  # fmt: skip
+        )
 
     async def close(self) -> None:
         if self._client is not None and self._own_client:

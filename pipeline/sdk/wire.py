@@ -315,46 +315,66 @@ NDJSON = "application/x-ndjson"
 #: Operation → its route (the module table). The service serves exactly these.
 ROUTES: dict[str, HttpRoute] = {
     "save": HttpRoute(
-        "POST", f"{_USER}/memories/{{memory_type}}", SaveResult,
+        "POST",
+        f"{_USER}/memories/{{memory_type}}",
+        SaveResult,
         "Save a memory: ADD, UPDATE or REINFORCE, reconciled as extracted ones are",
     ),
     "list_memories": HttpRoute(
-        "GET", f"{_USER}/memories/{{memory_type}}", list[MemoryRecord],
+        "GET",
+        f"{_USER}/memories/{{memory_type}}",
+        list[MemoryRecord],
         "The current memories of a type, newest first",
     ),
     "search": HttpRoute(
-        "POST", f"{_USER}/memories/{{memory_type}}/search", list[SearchHit[MemoryRecord]],
+        "POST",
+        f"{_USER}/memories/{{memory_type}}/search",
+        list[SearchHit[MemoryRecord]],
         "Search the memories of a type by meaning",
     ),
     "get": HttpRoute(
-        "GET", f"{_USER}/memories/{{memory_type}}/{{key}}", MemoryRecord,
+        "GET",
+        f"{_USER}/memories/{{memory_type}}/{{key}}",
+        MemoryRecord,
         "The current memory with this key (404 if there is none)",
     ),
     "list_domains": HttpRoute(
         "GET", f"{_USER}/domains", list[str], "The taxonomic domains of the project"
     ),
     "build_context": HttpRoute(
-        "POST", f"{_USER}/context", MemoryContext,
+        "POST",
+        f"{_USER}/context",
+        MemoryContext,
         "Memories relevant to a query, by type, rendered within a character budget",
     ),
     "delete_by_key": HttpRoute(
-        "DELETE", f"{_USER}/memories/{{memory_type}}/{{key}}", DeleteResult,
+        "DELETE",
+        f"{_USER}/memories/{{memory_type}}/{{key}}",
+        DeleteResult,
         "Delete the current memory with this key: a DELETE version closes its history",
     ),
     "get_memory": HttpRoute(
-        "GET", f"{_USER}/memory/{{memory_id}}", MemoryItem,
+        "GET",
+        f"{_USER}/memory/{{memory_id}}",
+        MemoryItem,
         "A memory by id, in whatever status (404 if it is not the caller's)",
     ),
     "delete": HttpRoute(
-        "DELETE", f"{_USER}/memory/{{memory_id}}", DeleteResult,
+        "DELETE",
+        f"{_USER}/memory/{{memory_id}}",
+        DeleteResult,
         "Delete a memory by id: a DELETE version closes its history (404 if none)",
     ),
     "history": HttpRoute(
-        "GET", f"{_USER}/memory/{{memory_id}}/history", list[VersionRecord],
+        "GET",
+        f"{_USER}/memory/{{memory_id}}/history",
+        list[VersionRecord],
         "Every version of a memory, oldest first, with its evidence",
     ),
     "browse_memories": HttpRoute(
-        "GET", f"{_USER}/browse/memories", MemoryPage,
+        "GET",
+        f"{_USER}/browse/memories",
+        MemoryPage,
         "Memory versions by type, status, update time and key prefix, newest first, paged",
     ),
     "count_memories": HttpRoute(
@@ -364,36 +384,50 @@ ROUTES: dict[str, HttpRoute] = {
         "GET", f"{_USER}/browse/sessions", SessionPage, "The user's sessions by id, paged"
     ),
     "browse_turns": HttpRoute(
-        "GET", f"{_USER}/browse/sessions/{{session_id}}/turns", TurnPage,
+        "GET",
+        f"{_USER}/browse/sessions/{{session_id}}/turns",
+        TurnPage,
         "A session's turns by sequence number, paged",
     ),
     "record_turn": HttpRoute(
-        "POST", f"{_USER}/sessions/{{session_id}}/turns", Turn,
+        "POST",
+        f"{_USER}/sessions/{{session_id}}/turns",
+        Turn,
         "Record a conversation turn (short-term memory)",
     ),
     "recent_turns": HttpRoute(
-        "GET", f"{_USER}/sessions/{{session_id}}/turns", list[Turn],
+        "GET",
+        f"{_USER}/sessions/{{session_id}}/turns",
+        list[Turn],
         "The session's latest turns, in order",
     ),
     "end_session": HttpRoute(
-        "POST", f"{_USER}/sessions/{{session_id}}/end", SessionEnd,
+        "POST",
+        f"{_USER}/sessions/{{session_id}}/end",
+        SessionEnd,
         "End the session now: its window closes at once (an event in the turns stream)",
     ),
     "processing_status": HttpRoute(
-        "GET", f"{_USER}/sessions/{{session_id}}/status", ProcessingStatus,
+        "GET",
+        f"{_USER}/sessions/{{session_id}}/status",
+        ProcessingStatus,
         "For each snapshot of the session and each type: pending, done or dead-lettered",
     ),
     "list_sessions": HttpRoute(
         "GET", f"{_USER}/sessions", list[SessionSummary], "The user's sessions, latest first"
     ),
     "erase_user": HttpRoute(
-        "DELETE", _USER, ErasureResult,
+        "DELETE",
+        _USER,
+        ErasureResult,
         "Erase the user: every turn, snapshot, memory and record derived from them "
         "(confirm=true required; irreversible)",
     ),
     "erase_session": HttpRoute(
-        "DELETE", f"{_USER}/sessions/{{session_id}}", ErasureResult,
+        "DELETE",
+        f"{_USER}/sessions/{{session_id}}",
+        ErasureResult,
         "Erase one session of the user and what was derived from it "
         "(confirm=true required; irreversible)",
     ),
-}  # fmt: skip
+}

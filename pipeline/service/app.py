@@ -234,8 +234,10 @@ def _arguments_model(op: str, route: HttpRoute) -> type[BaseModel]:
     """The operation's arguments outside the path: a query (GET) or a JSON body (POST)."""
     request = OPERATIONS[op]
     names = route.arguments(op)
-    fields: dict[str, Any] = {name: (_field(request.model_fields[name].annotation),
-                                     request.model_fields[name]) for name in names}  # fmt: skip
+    fields: dict[str, Any] = {
+        name: (_field(request.model_fields[name].annotation), request.model_fields[name])
+        for name in names
+    }
     in_query = route.method != "POST"
     if in_query:
         fields["project_id"] = (str | None, None)
@@ -283,28 +285,43 @@ def _memory_endpoint(op: str, route: HttpRoute) -> Any:
         inspect.Parameter("project", inspect.Parameter.KEYWORD_ONLY, annotation=Project),
     ]
     for name in route.path_fields:
-        params.append(inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[str, Path(min_length=1, max_length=1024)],
-        ))  # fmt: skip
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[str, Path(min_length=1, max_length=1024)],
+            )
+        )
     if route.method != "POST":
-        params.append(inspect.Parameter(
-            "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Query()]
-        ))  # fmt: skip
+        params.append(
+            inspect.Parameter(
+                "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Query()]
+            )
+        )
     else:
         if route.arguments(op):  # a POST without arguments (end_session) takes no body
-            params.append(inspect.Parameter(
-                "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Body()]
-            ))  # fmt: skip
+            params.append(
+                inspect.Parameter(
+                    "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[arguments, Body()]
+                )
+            )
         if "session_id" not in route.path_fields:
-            params.append(inspect.Parameter(
-                "session_id", inspect.Parameter.KEYWORD_ONLY, default=None,
-                annotation=Annotated[str | None, Query(description="the caller's session")],
-            ))  # fmt: skip
-        params.append(inspect.Parameter(
-            "project_id", inspect.Parameter.KEYWORD_ONLY, default=None,
-            annotation=Annotated[str | None, Query(description="must be the key's, if given")],
-        ))  # fmt: skip
+            params.append(
+                inspect.Parameter(
+                    "session_id",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=Annotated[str | None, Query(description="the caller's session")],
+                )
+            )
+        params.append(
+            inspect.Parameter(
+                "project_id",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[str | None, Query(description="must be the key's, if given")],
+            )
+        )
     endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return endpoint
 
@@ -375,10 +392,14 @@ def make_app(
     max_size = 6 * (stm.max_content_bytes + stm.max_metadata_bytes) + _HEADROOM
     service = settings.service
     batch = service.embedding_batch or (16 if settings.embedding.provider == "openai" else 1)
-    fair = embedder if isinstance(embedder, FairEmbedder) else FairEmbedder(
-        embedder if embedder is not None else partial(default_embedder, settings.embedding),
-        batch_texts=batch,
-    )  # fmt: skip
+    fair = (
+        embedder
+        if isinstance(embedder, FairEmbedder)
+        else FairEmbedder(
+            embedder if embedder is not None else partial(default_embedder, settings.embedding),
+            batch_texts=batch,
+        )
+    )
     registry = SpacesRegistry(settings, fair)
 
     @asynccontextmanager
@@ -413,13 +434,20 @@ def make_app(
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(
-        "/readyz", _readyz, methods=["GET"], name="readyz",
+        "/readyz",
+        _readyz,
+        methods=["GET"],
+        name="readyz",
         responses={200: {"model": Readiness}, 503: {"model": Readiness}},
-    )  # fmt: skip
+    )
     ops.add_api_route(
-        "/metrics", _metrics, methods=["GET"], name="metrics", response_class=Response,
+        "/metrics",
+        _metrics,
+        methods=["GET"],
+        name="metrics",
+        response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
-    )  # fmt: skip
+    )
     routers.append(ops)
     for router in routers:
         app.include_router(router)

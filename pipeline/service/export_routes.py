@@ -47,8 +47,9 @@ def _user(project: str, user_id: str, named: str | None) -> str:
         raise ScopeError("this API key belongs to another project")
     user = segment(user_id)
     if user.startswith(SERVICE_ACCOUNT_PREFIX):
-        raise InputError("a service account has no memory of its own to export or import",
-                         field="user_id")  # fmt: skip
+        raise InputError(
+            "a service account has no memory of its own to export or import", field="user_id"
+        )
     who = identity_of(project, Caller(project_id=project, user_id=user))
     return who.user_id
 
@@ -94,18 +95,27 @@ def export_router() -> APIRouter:
     """The two streaming routes, to include in the service's app."""
     router = APIRouter(route_class=AnsweringRoute, responses=ERRORS, tags=["memory"])
     router.add_api_route(
-        EXPORT_PATH, export_user, methods=["GET"], name="export_user",
-        operation_id="export_user", response_class=Response,
+        EXPORT_PATH,
+        export_user,
+        methods=["GET"],
+        name="export_user",
+        operation_id="export_user",
+        response_class=Response,
         summary="The user's memory as JSON lines: header, every version with its evidence, "
         "the decision log, an end line (streamed)",
         responses={200: {"content": {NDJSON: {"schema": {"type": "string"}}}}},
-    )  # fmt: skip
+    )
     router.add_api_route(
-        IMPORT_PATH, import_user, methods=["POST"], name="import_user",
-        operation_id="import_user", response_model=Answer[ImportResult],
+        IMPORT_PATH,
+        import_user,
+        methods=["POST"],
+        name="import_user",
+        operation_id="import_user",
+        response_model=Answer[ImportResult],
         summary="Import an export into the user: the same history, all or nothing, "
         "idempotent (the body is the NDJSON export)",
-        openapi_extra={"requestBody": {"required": True, "content": {
-            NDJSON: {"schema": {"type": "string"}}}}},
-    )  # fmt: skip
+        openapi_extra={
+            "requestBody": {"required": True, "content": {NDJSON: {"schema": {"type": "string"}}}}
+        },
+    )
     return router

@@ -200,15 +200,28 @@ async def list_users(
     grows with the project's size (fine for inspection, not for a hot path).
     """
     db = database(client, settings.mongodb)
-    turns = await _run(db[TURNS].aggregate([
-        {"$match": {"project_id": project, **NOT_AN_EVENT}},
-        {"$group": {"_id": {"u": "$user_id", "s": "$session_id"}, "turns": {"$sum": 1},
-                    "last": {"$max": "$created_at"}}},
-    ]))  # fmt: skip
-    memories = await _run(db[MEMORIES].aggregate([
-        {"$match": {"scope.project_id": project, "status": "current"}},
-        {"$group": {"_id": "$scope.user_id", "n": {"$sum": 1}}},
-    ]))  # fmt: skip
+    turns = await _run(
+        db[TURNS].aggregate(
+            [
+                {"$match": {"project_id": project, **NOT_AN_EVENT}},
+                {
+                    "$group": {
+                        "_id": {"u": "$user_id", "s": "$session_id"},
+                        "turns": {"$sum": 1},
+                        "last": {"$max": "$created_at"},
+                    }
+                },
+            ]
+        )
+    )
+    memories = await _run(
+        db[MEMORIES].aggregate(
+            [
+                {"$match": {"scope.project_id": project, "status": "current"}},
+                {"$group": {"_id": "$scope.user_id", "n": {"$sum": 1}}},
+            ]
+        )
+    )
     users: dict[str, dict[str, Any]] = {}
 
     def user(uid: str) -> dict[str, Any]:
@@ -292,9 +305,15 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
         from mongomem.operate import local_stage_processes, stage_groups
         from mongomem.ops import dead_letter_counts, group_lag, recent_dead_letters
     except MongomemError as exc:  # the [stages] extra is not installed
-        return PipelineStatus(groups=[], dead_letter_counts={}, dead_letters=[],
-                              hidden_dead_letters=0, processes=[], restarts=restarts,
-                              problems=[str(exc)])  # fmt: skip
+        return PipelineStatus(
+            groups=[],
+            dead_letter_counts={},
+            dead_letters=[],
+            hidden_dead_letters=0,
+            processes=[],
+            restarts=restarts,
+            problems=[str(exc)],
+        )
     types = enabled_types(settings)
     kafka = settings.kafka
     stages = ["watcher", "windowing", "reconciler"] + [f"extractor.{t}" for t in types]
@@ -304,16 +323,19 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
         for stage in ("windowing", "extractor", "reconciler"):
             for group, topic in stage_groups(kafka, stage, types):
                 lag = await group_lag(kafka, group, topic)
-                groups.append(GroupLagView(group=group, topic=topic, committed=lag.committed,
-                                           end=lag.end, lag=lag.lag))  # fmt: skip
+                groups.append(
+                    GroupLagView(
+                        group=group, topic=topic, committed=lag.committed, end=lag.end, lag=lag.lag
+                    )
+                )
         counts.update(await dead_letter_counts(kafka, stages))
         for letter in await recent_dead_letters(kafka, stages, DEAD_LETTERS_PER_PARTITION):
             if _project_of_letter(letter) != project:
                 hidden += 1
                 continue
-            mine.append(DeadLetterView.model_validate(
-                letter.model_dump(exclude={"key_b64", "value_b64"})
-            ))  # fmt: skip
+            mine.append(
+                DeadLetterView.model_validate(letter.model_dump(exclude={"key_b64", "value_b64"}))
+            )
 
     try:
         await asyncio.wait_for(read_kafka(), KAFKA_WAIT_S)
@@ -323,9 +345,15 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
         log.warning("inspector: %s", exc)
         problems.append("Kafka could not be read: lag and dead letters unavailable")
     processes = [StageProcessView(name=n, state=s) for n, s in local_stage_processes(settings)]
-    return PipelineStatus(groups=groups, dead_letter_counts=counts, dead_letters=mine,
-                          hidden_dead_letters=hidden, processes=processes,
-                          restarts=restarts, problems=problems)  # fmt: skip
+    return PipelineStatus(
+        groups=groups,
+        dead_letter_counts=counts,
+        dead_letters=mine,
+        hidden_dead_letters=hidden,
+        processes=processes,
+        restarts=restarts,
+        problems=problems,
+    )
 
 
 def inspector_router() -> APIRouter:
@@ -336,20 +364,23 @@ def inspector_router() -> APIRouter:
 
     @router.get("/users", response_model=Answer[list[UserSummary]], summary="The project's users")
     async def users(
-        request: Request, project: Project,
+        request: Request,
+        project: Project,
         limit: Annotated[int, Query(ge=1, le=1000)] = 200,
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         backend = backend_of(request)
         return result(await list_users(backend.settings, backend.client, project, limit))
 
     @router.get(
-        "/memories/{memory_id}/decisions", response_model=Answer[DecisionLog],
+        "/memories/{memory_id}/decisions",
+        response_model=Answer[DecisionLog],
         summary="The decision log of a memory, with scores, thresholds and the judge's reasons",
-    )  # fmt: skip
+    )
     async def decisions(
-        request: Request, project: Project,
+        request: Request,
+        project: Project,
         memory_id: Annotated[str, Path(min_length=1, max_length=1024)],
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
         query = {"memory_id": segment(memory_id), "scope.project_id": project}
@@ -362,13 +393,15 @@ def inspector_router() -> APIRouter:
         return result(log_)
 
     @router.get(
-        "/snapshots/{snapshot_id}", response_model=Answer[SnapshotView],
+        "/snapshots/{snapshot_id}",
+        response_model=Answer[SnapshotView],
         summary="One snapshot of a session and its turns",
-    )  # fmt: skip
+    )
     async def snapshot(
-        request: Request, project: Project,
+        request: Request,
+        project: Project,
         snapshot_id: Annotated[str, Path(min_length=1, max_length=1024)],
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
         doc = await _run(
@@ -377,17 +410,22 @@ def inspector_router() -> APIRouter:
         if doc is None:
             return _not_found("snapshot")
         view = SnapshotView(
-            snapshot_id=str(doc["_id"]), user_id=doc["user_id"], session_id=doc["session_id"],
-            first_seq=doc["first_seq"], last_seq=doc["last_seq"], reason=doc["reason"],
+            snapshot_id=str(doc["_id"]),
+            user_id=doc["user_id"],
+            session_id=doc["session_id"],
+            first_seq=doc["first_seq"],
+            last_seq=doc["last_seq"],
+            reason=doc["reason"],
             closed_at=doc["closed_at"],
             turns=[SnapshotTurn.model_validate(t) for t in doc.get("turns", ())],
-        )  # fmt: skip
+        )
         return result(view)
 
     @router.get(
-        "/pipeline", response_model=Answer[PipelineStatus],
+        "/pipeline",
+        response_model=Answer[PipelineStatus],
         summary="Consumer lag per group, the project's dead letters, local stage processes",
-    )  # fmt: skip
+    )
     async def pipeline(request: Request, project: Project) -> Response:
         backend = backend_of(request)
         return result(await pipeline_status(backend.settings, backend.client, project))

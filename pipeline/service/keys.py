@@ -120,9 +120,12 @@ def _utc(at: datetime | None) -> datetime | None:
 
 def _info(doc: Document) -> ApiKeyInfo:
     return ApiKeyInfo(
-        key_id=doc["_id"], project_id=doc["project_id"], name=doc.get("name", ""),
-        created_at=_utc(doc["created_at"]), revoked_at=_utc(doc.get("revoked_at")),
-    )  # fmt: skip
+        key_id=doc["_id"],
+        project_id=doc["project_id"],
+        name=doc.get("name", ""),
+        created_at=_utc(doc["created_at"]),
+        revoked_at=_utc(doc.get("revoked_at")),
+    )
 
 
 class ApiKeyStore:
@@ -140,9 +143,13 @@ class ApiKeyStore:
         key_id = secrets.token_hex(8)
         key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         doc: Document = {
-            "_id": key_id, "project_id": project, "name": name, "sha256": hash_key(key),
-            "created_at": utcnow(), "revoked_at": None,
-        }  # fmt: skip
+            "_id": key_id,
+            "project_id": project,
+            "name": name,
+            "sha256": hash_key(key),
+            "created_at": utcnow(),
+            "revoked_at": None,
+        }
         try:
             await self._keys.insert_one(doc)
         except PyMongoError as exc:

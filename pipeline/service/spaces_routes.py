@@ -73,9 +73,11 @@ class SpacesRegistry:
             if self._embedder is None:
                 self._embedder = make_embedder(self._settings.embedding)
             spaces = AsyncSpaces(
-                self._settings, project_id=project_id, embedder=self._embedder,
+                self._settings,
+                project_id=project_id,
+                embedder=self._embedder,
                 client=backend_of(request).client,
-            )  # fmt: skip
+            )
             self._open[project_id] = spaces
         return spaces
 
@@ -184,8 +186,12 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
             )
         if op.confirmable and getattr(answer, "applied", True) is False:
             warning = getattr(answer, "warning", None) or "confirm the change"
-            error = {"type": CONFIRMATION_REQUIRED, "message": warning, "retriable": False,
-                     "field": "confirm"}  # fmt: skip
+            error = {
+                "type": CONFIRMATION_REQUIRED,
+                "message": warning,
+                "retriable": False,
+                "field": "confirm",
+            }
             return JSONResponse(
                 {"error": error, "result": to_jsonable_python(answer)}, status_code=409
             )
@@ -200,9 +206,11 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
     for f in op.in_query:
         info = op.request.model_fields[f]
         query = Query(description=info.description)
-        params.append(inspect.Parameter(
-            f, keyword, default=info.default, annotation=Annotated[str | None, query]
-        ))  # fmt: skip
+        params.append(
+            inspect.Parameter(
+                f, keyword, default=info.default, annotation=Annotated[str | None, query]
+            )
+        )
     if body is not None:
         params.append(inspect.Parameter("args", keyword, annotation=Annotated[body, Body()]))
     endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -227,7 +235,12 @@ def spaces_router() -> APIRouter:
     router = APIRouter(prefix=SPACES_PREFIX, route_class=_SpacesRoute, tags=["spaces"])
     for name, op in SPACE_OPERATIONS.items():
         router.add_api_route(
-            op.path, _endpoint(name, op), methods=[op.method], name=name,
-            summary=op.summary, operation_id=f"spaces_{name}", **_route_options(op),
-        )  # fmt: skip
+            op.path,
+            _endpoint(name, op),
+            methods=[op.method],
+            name=name,
+            summary=op.summary,
+            operation_id=f"spaces_{name}",
+            **_route_options(op),
+        )
     return router

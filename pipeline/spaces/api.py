@@ -147,14 +147,21 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             raise InputError("encrypted must be true or false", field="encrypted")
         now = self.clock()
         space = Space(
-            project_id=self.project_id, space_id=space_id,
-            name=check_text(name if name is not None else space_id, "name", max_chars=200,
-                            allow_empty=False),
+            project_id=self.project_id,
+            space_id=space_id,
+            name=check_text(
+                name if name is not None else space_id, "name", max_chars=200, allow_empty=False
+            ),
             description=check_text(description, "description", max_chars=4000),
-            kind=kind, encrypted=encrypted, keys=check_keys(keys),
+            kind=kind,
+            encrypted=encrypted,
+            keys=check_keys(keys),
             recall=check_recall(recall if recall is not None else {}),
-            embedder="", dimensions=0, created_at=now, updated_at=now,
-        )  # fmt: skip
+            embedder="",
+            dimensions=0,
+            created_at=now,
+            updated_at=now,
+        )
         if encrypted and self._keys.current is None:  # the caller asked: a 422, not a 500
             raise InputError(
                 "an encrypted space needs a key, and this deployment has none: set "

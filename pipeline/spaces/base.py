@@ -83,9 +83,16 @@ class SpacesBase:
         return space, store
 
     async def _new_item(
-        self, space: Space, inputs: Any, *, agent_id: str | None, comment: str,
-        sentiment: Any, by: str | None = None, **fields: Any,
-    ) -> tuple[SpaceItem, Vectors]:  # fmt: skip
+        self,
+        space: Space,
+        inputs: Any,
+        *,
+        agent_id: str | None,
+        comment: str,
+        sentiment: Any,
+        by: str | None = None,
+        **fields: Any,
+    ) -> tuple[SpaceItem, Vectors]:
         """Validate everything, then summarise and embed (nothing is written here)."""
         checked = check_inputs(inputs)
         if agent_id is not None:
@@ -112,10 +119,18 @@ class SpacesBase:
         _, embedder = await self._ready()
         vectors = await embed_texts(embedder, texts)
         item = SpaceItem(
-            item_id=f"item_{uuid.uuid4().hex}", space_id=space.space_id, kind=space.kind,
-            inputs=stored, key_texts=texts, sentiment=mood, feedback=feedback,
-            agent_id=agent_id, created_at=now, updated_at=now, **fields,
-        )  # fmt: skip
+            item_id=f"item_{uuid.uuid4().hex}",
+            space_id=space.space_id,
+            kind=space.kind,
+            inputs=stored,
+            key_texts=texts,
+            sentiment=mood,
+            feedback=feedback,
+            agent_id=agent_id,
+            created_at=now,
+            updated_at=now,
+            **fields,
+        )
         return item, vectors
 
     async def _query(self, space: Space, inputs: Any, agent_id: str | None) -> Query:
@@ -123,9 +138,12 @@ class SpacesBase:
             check_id(agent_id, "agent_id")
         _, embedder = await self._ready()
         return await build_query(
-            space, check_inputs(inputs), agent_id=agent_id, embedder=embedder,
+            space,
+            check_inputs(inputs),
+            agent_id=agent_id,
+            embedder=embedder,
             summariser=self._summariser_now,
-        )  # fmt: skip
+        )
 
     async def _scored(
         self, space: Space, store: SpaceStore, query: Query

@@ -106,13 +106,22 @@ def space_from_doc(doc: Mapping[str, Any], item_count: int = 0) -> Space:
         for a in doc.get("agents") or []
     }
     return Space(
-        project_id=doc["project_id"], space_id=doc["space_id"], name=doc["name"],
-        description=doc.get("description", ""), kind=doc["kind"], encrypted=doc["encrypted"],
-        keys=tuple(SearchKey(**k) for k in doc["keys"]), recall=RecallSettings(**doc["recall"]),
-        agents=agents, embedder=doc["embedder"], dimensions=doc["dimensions"],
+        project_id=doc["project_id"],
+        space_id=doc["space_id"],
+        name=doc["name"],
+        description=doc.get("description", ""),
+        kind=doc["kind"],
+        encrypted=doc["encrypted"],
+        keys=tuple(SearchKey(**k) for k in doc["keys"]),
+        recall=RecallSettings(**doc["recall"]),
+        agents=agents,
+        embedder=doc["embedder"],
+        dimensions=doc["dimensions"],
         key_id=doc.get("key_id"),
-        created_at=doc["created_at"], updated_at=doc["updated_at"], item_count=item_count,
-    )  # fmt: skip
+        created_at=doc["created_at"],
+        updated_at=doc["updated_at"],
+        item_count=item_count,
+    )
 
 
 def key_change_warning(space: Space, new_keys: Sequence[SearchKey]) -> tuple[str, tuple[str, ...]]:

@@ -66,9 +66,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     create = action("create", "a new, empty space")
     create.add_argument("space_id")
     create.add_argument(
-        "--key", dest="keys", action="append", required=True, type=_search_key,
-        metavar="ARG[=WEIGHT]", help="an input argument that takes part in matching (repeatable)",
-    )  # fmt: skip
+        "--key",
+        dest="keys",
+        action="append",
+        required=True,
+        type=_search_key,
+        metavar="ARG[=WEIGHT]",
+        help="an input argument that takes part in matching (repeatable)",
+    )
     create.add_argument("--name", default=None, help="display name (default: the id)")
     create.add_argument("--description", default="", help="what the space holds")
     create.add_argument("--kind", choices=["episodic", "escalation"], default="episodic")
@@ -76,9 +81,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--top-k", type=int, default=None, help="cases recall returns at most")
     create.add_argument("--mode", choices=["hybrid", "meaning"], default=None, help="recall mode")
     create.add_argument(
-        "--encrypted", action="store_true",
+        "--encrypted",
+        action="store_true",
         help="encrypt the items (MONGOMEM_SPACES_ENCRYPTION_KEY); fixed for good",
-    )  # fmt: skip
+    )
     action("show", "one space as JSON").add_argument("space_id")
     delete = action("delete", "delete a space and all of its items")
     delete.add_argument("space_id")
@@ -88,12 +94,22 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("file", help="the export (JSON lines); '-' reads stdin")
     imp.add_argument("--space-id", default=None, help="the new space's id (default: the file's)")
     secret = imp.add_mutually_exclusive_group()
-    secret.add_argument("--encrypted", dest="encrypted", action="store_true", default=None,
-                        help="encrypt the new space (MONGOMEM_SPACES_ENCRYPTION_KEY)")  # fmt: skip
-    secret.add_argument("--plain", dest="encrypted", action="store_false",
-                        help="do not encrypt the new space")  # fmt: skip
-    imp.add_argument("--reembed", choices=["auto", "always"], default="auto",
-                     help="re-embed every item even when the embedder is the same")  # fmt: skip
+    secret.add_argument(
+        "--encrypted",
+        dest="encrypted",
+        action="store_true",
+        default=None,
+        help="encrypt the new space (MONGOMEM_SPACES_ENCRYPTION_KEY)",
+    )
+    secret.add_argument(
+        "--plain", dest="encrypted", action="store_false", help="do not encrypt the new space"
+    )
+    imp.add_argument(
+        "--reembed",
+        choices=["auto", "always"],
+        default="auto",
+        help="re-embed every item even when the embedder is the same",
+    )
     rekey = action("rekey", "re-seal an encrypted space's items under the current key")
     rekey.add_argument("space_id")
     parser.set_defaults(handler=spaces_command)
@@ -139,18 +155,26 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{'space_id':<24}  {'kind':<10}  {'items':>6}  {'encrypted':<9}  name")
                 for s in await spaces.list_spaces():
                     secret = "yes" if s.encrypted else "no"
-                    print(f"{s.space_id:<24}  {s.kind:<10}  {s.item_count:>6}  {secret:<9}  "
-                          f"{s.name}")  # fmt: skip
+                    print(
+                        f"{s.space_id:<24}  {s.kind:<10}  {s.item_count:>6}  {secret:<9}  {s.name}"
+                    )
             case "create":
                 asked = {"threshold": args.threshold, "top_k": args.top_k, "mode": args.mode}
                 recall = {name: value for name, value in asked.items() if value is not None}
                 space = await spaces.create_space(
-                    args.space_id, keys=args.keys, name=args.name, description=args.description,
-                    kind=args.kind, recall=recall, encrypted=args.encrypted,
-                )  # fmt: skip
+                    args.space_id,
+                    keys=args.keys,
+                    name=args.name,
+                    description=args.description,
+                    kind=args.kind,
+                    recall=recall,
+                    encrypted=args.encrypted,
+                )
                 secret = ", encrypted" if space.encrypted else ""
-                print(f"created {space.kind} space {space.space_id} in project "
-                      f"{spaces.project_id}{secret}")  # fmt: skip
+                print(
+                    f"created {space.kind} space {space.space_id} in project "
+                    f"{spaces.project_id}{secret}"
+                )
             case "show":
                 print((await spaces.get_space(args.space_id)).model_dump_json(indent=2))
             case "delete":
@@ -166,14 +190,18 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                     sys.stdout.write(line + "\n")
             case "rekey":
                 done = await spaces.rekey_space(args.space_id)
-                print(f"re-sealed {done.resealed} of {done.space.item_count} items of space "
-                      f"{done.space.space_id} under key {done.space.key_id}")  # fmt: skip
+                print(
+                    f"re-sealed {done.resealed} of {done.space.item_count} items of space "
+                    f"{done.space.space_id} under key {done.space.key_id}"
+                )
             case _:
                 space = await spaces.import_space(
                     lines, space_id=args.space_id, encrypted=args.encrypted, reembed=args.reembed
                 )
-                print(f"imported space {space.space_id} with {space.item_count} items "
-                      f"into project {spaces.project_id}")  # fmt: skip
+                print(
+                    f"imported space {space.space_id} with {space.item_count} items "
+                    f"into project {spaces.project_id}"
+                )
     return 0
 
 

@@ -119,11 +119,12 @@ class EditCalls(SpacesBase):
             else await self.list_items(space_id)
         )
         views = [
-            FeedbackView(item_id=i.item_id, comment=f.comment, sentiment=f.sentiment, at=f.at,
-                         by=f.by)
+            FeedbackView(
+                item_id=i.item_id, comment=f.comment, sentiment=f.sentiment, at=f.at, by=f.by
+            )
             for i in items
             for f in i.feedback
             if f.at >= since
-        ]  # fmt: skip
+        ]
         views.sort(key=lambda v: (v.at, v.item_id), reverse=True)
         return views

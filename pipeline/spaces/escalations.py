@@ -65,10 +65,16 @@ class EscalationCalls(SpacesBase):
         if why is None:
             raise InputError("resolution must be a string", field="resolution")
         item, vectors = await self._new_item(
-            space, inputs, agent_id=agent_id, comment="", sentiment="neutral", by=resolved_by,
-            outcome=chosen, resolution=why,
+            space,
+            inputs,
+            agent_id=agent_id,
+            comment="",
+            sentiment="neutral",
+            by=resolved_by,
+            outcome=chosen,
+            resolution=why,
             source={"resolved_by": resolved_by} if resolved_by is not None else {},
-        )  # fmt: skip
+        )
         await store.insert_items([store.item_document(self.project_id, space, item, vectors)])
         return item
 
@@ -91,10 +97,12 @@ class EscalationCalls(SpacesBase):
             decision = decide(scored, space.recall.threshold)
             top = () if decision.top is None else (decision.top,)
             return PlaygroundResult(
-                space_id=space.space_id, kind=space.kind,
-                matches=top if decision.apply else (), near_misses=() if decision.apply else top,
+                space_id=space.space_id,
+                kind=space.kind,
+                matches=top if decision.apply else (),
+                near_misses=() if decision.apply else top,
                 escalation=decision,
-            )  # fmt: skip
+            )
         k = space.recall.top_k
         matches = rank(scored, threshold=space.recall.threshold, top_k=k)
         chosen = {s.candidate_id for s in matches}

@@ -83,9 +83,16 @@ class EpisodicCalls(SpacesBase):
     ) -> AddResult:
         """Add an episodic item, unless near-duplicates exist and no choice was given."""
         return await self._add(
-            space_id, inputs=inputs, outputs=outputs, outcome=outcome, comment=comment,
-            sentiment=sentiment, agent_id=agent_id, on_duplicate=on_duplicate, source={},
-        )  # fmt: skip
+            space_id,
+            inputs=inputs,
+            outputs=outputs,
+            outcome=outcome,
+            comment=comment,
+            sentiment=sentiment,
+            agent_id=agent_id,
+            on_duplicate=on_duplicate,
+            source={},
+        )
 
     async def promote_feedback(
         self,
@@ -112,14 +119,30 @@ class EpisodicCalls(SpacesBase):
             kept = {part: kept[part]}
             source["part"] = part
         return await self._add(
-            space_id, inputs=inputs, outputs=kept, outcome=outcome, comment=comment,
-            sentiment=sentiment, agent_id=agent_id, on_duplicate=on_duplicate, source=source,
-        )  # fmt: skip
+            space_id,
+            inputs=inputs,
+            outputs=kept,
+            outcome=outcome,
+            comment=comment,
+            sentiment=sentiment,
+            agent_id=agent_id,
+            on_duplicate=on_duplicate,
+            source=source,
+        )
 
     async def _add(
-        self, space_id: str, *, inputs: Any, outputs: Any, outcome: Any, comment: str,
-        sentiment: Any, agent_id: str | None, on_duplicate: Any, source: dict[str, str],
-    ) -> AddResult:  # fmt: skip
+        self,
+        space_id: str,
+        *,
+        inputs: Any,
+        outputs: Any,
+        outcome: Any,
+        comment: str,
+        sentiment: Any,
+        agent_id: str | None,
+        on_duplicate: Any,
+        source: dict[str, str],
+    ) -> AddResult:
         if on_duplicate is not None and not isinstance(on_duplicate, AddAnyway | Replace | Merge):
             raise InputError(
                 "on_duplicate must be AddAnyway(), Replace(item_ids=...) or Merge()",
@@ -127,10 +150,15 @@ class EpisodicCalls(SpacesBase):
             )
         space, store = await self._space_of(space_id, "episodic")
         item, vectors = await self._new_item(
-            space, inputs, agent_id=agent_id, comment=comment, sentiment=sentiment,
-            outputs=check_outputs(outputs), outcome=optional_text(outcome, "outcome"),
+            space,
+            inputs,
+            agent_id=agent_id,
+            comment=comment,
+            sentiment=sentiment,
+            outputs=check_outputs(outputs),
+            outcome=optional_text(outcome, "outcome"),
             source=source,
-        )  # fmt: skip
+        )
         dups = await self._duplicates_of(space, store, item, vectors)
         if isinstance(on_duplicate, Replace):
             chosen = await store.find_items(self.project_id, space, on_duplicate.item_ids)

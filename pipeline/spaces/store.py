@@ -128,11 +128,16 @@ class SpaceStore:
                 f"the item is larger than {MAX_PAYLOAD_BYTES} bytes as JSON", field="outputs"
             )
         doc: Document = {
-            "_id": item.item_id, "project_id": project_id, "space_id": item.space_id,
-            "kind": item.kind, "agent_id": item.agent_id, "source": dict(item.source),
-            "created_at": item.created_at, "updated_at": item.updated_at,
+            "_id": item.item_id,
+            "project_id": project_id,
+            "space_id": item.space_id,
+            "kind": item.kind,
+            "agent_id": item.agent_id,
+            "source": dict(item.source),
+            "created_at": item.created_at,
+            "updated_at": item.updated_at,
             "vectors": {arg: encode_embedding(v) for arg, v in vectors.items()},
-        }  # fmt: skip
+        }
         if not space.encrypted:
             doc["payload"] = text
         else:
@@ -150,8 +155,10 @@ class SpaceStore:
         cipher = self.keys.opener(key_id, sealed=f"item {doc['_id']} of space {doc['space_id']!r}")
         return cipher.open(
             bytes(doc["sealed"]),
-            project_id=doc["project_id"], space_id=doc["space_id"], item_id=doc["_id"],
-        )  # fmt: skip
+            project_id=doc["project_id"],
+            space_id=doc["space_id"],
+            item_id=doc["_id"],
+        )
 
     def read_item(self, space: Space, doc: Document) -> tuple[SpaceItem, Vectors]:
         payload: dict[str, Any] = (
@@ -194,8 +201,11 @@ class SpaceStore:
     ) -> list[Document]:
         """Up to ``limit`` items of the space not marked as sealed under ``key_id`` (older
         items, with no mark, included), by id, from just after ``after``."""
-        query: Document = {"project_id": project_id, "space_id": space_id,
-                           "key_id": {"$ne": key_id}}  # fmt: skip
+        query: Document = {
+            "project_id": project_id,
+            "space_id": space_id,
+            "key_id": {"$ne": key_id},
+        }
         if after is not None:
             query["_id"] = {"$gt": after}
         fields = {"project_id": 1, "space_id": 1, "sealed": 1, "key_id": 1}
@@ -211,10 +221,14 @@ class SpaceStore:
         concurrent write is never overwritten. ``False`` when it was rewritten or deleted."""
         try:
             done = await self.items.update_one(
-                {"_id": doc["_id"], "project_id": doc["project_id"],
-                 "space_id": doc["space_id"], "sealed": doc["sealed"]},
+                {
+                    "_id": doc["_id"],
+                    "project_id": doc["project_id"],
+                    "space_id": doc["space_id"],
+                    "sealed": doc["sealed"],
+                },
                 {"$set": {"sealed": sealed, "key_id": key_id}},
-            )  # fmt: skip
+            )
         except PyMongoError as exc:
             raise StorageError(f"could not re-seal the item: {exc}") from exc
         return done.matched_count == 1

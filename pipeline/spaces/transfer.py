@@ -42,8 +42,16 @@ __all__ = ["FORMAT", "VERSION", "TransferCalls"]
 
 FORMAT = "mongomem.space"
 VERSION = 1
-_SPACE_FIELDS = ("space_id", "name", "description", "kind", "encrypted", "recall", "embedder",
-                 "dimensions")  # fmt: skip
+_SPACE_FIELDS = (
+    "space_id",
+    "name",
+    "description",
+    "kind",
+    "encrypted",
+    "recall",
+    "embedder",
+    "dimensions",
+)
 
 
 def _line(text: str, n: int) -> dict[str, Any]:
@@ -70,8 +78,12 @@ class TransferCalls(SpacesBase):
             {"agent_id": a, "keys": None if k is None else [x.model_dump() for x in k]}
             for a, k in sorted(space.agents.items())
         ]
-        lines = [json.dumps({"format": FORMAT, "version": VERSION, "items": len(rows),
-                             "space": head}, ensure_ascii=False)]  # fmt: skip
+        lines = [
+            json.dumps(
+                {"format": FORMAT, "version": VERSION, "items": len(rows), "space": head},
+                ensure_ascii=False,
+            )
+        ]
         for item, vectors in rows:
             body = item.model_dump(mode="json", exclude={"space_id"})
             lines.append(json.dumps({"item": body, "vectors": vectors}, ensure_ascii=False))
@@ -110,13 +122,20 @@ class TransferCalls(SpacesBase):
         now = self.clock()
         try:
             space = Space(
-                project_id=self.project_id, space_id=target, name=head["name"],
-                description=head.get("description", ""), kind=head["kind"], encrypted=secret,
+                project_id=self.project_id,
+                space_id=target,
+                name=head["name"],
+                description=head.get("description", ""),
+                kind=head["kind"],
+                encrypted=secret,
                 keys=check_keys(head.get("keys"), "lines.0.space.keys"),
-                recall=check_recall(head.get("recall") or {}), agents=self._agents(head),
-                embedder=str(head["embedder"]), dimensions=int(head["dimensions"]),
-                created_at=now, updated_at=now,
-            )  # fmt: skip
+                recall=check_recall(head.get("recall") or {}),
+                agents=self._agents(head),
+                embedder=str(head["embedder"]),
+                dimensions=int(head["dimensions"]),
+                created_at=now,
+                updated_at=now,
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(
                 f"the header's space is invalid: {exc}", field="lines.0.space"
@@ -132,9 +151,12 @@ class TransferCalls(SpacesBase):
         if secret and cipher is None:
             raise ConfigError("an encrypted space needs MONGOMEM_SPACES_ENCRYPTION_KEY")
         space = space.model_copy(
-            update={"embedder": embedder.name, "dimensions": embedder.dimensions,
-                    "key_id": cipher.key_id if cipher is not None else None}
-        )  # fmt: skip
+            update={
+                "embedder": embedder.name,
+                "dimensions": embedder.dimensions,
+                "key_id": cipher.key_id if cipher is not None else None,
+            }
+        )
         docs = [store.item_document(self.project_id, space, i, v) for i, v in rows]
         await store.insert_space(space_document(space))
         try:
@@ -160,8 +182,11 @@ class TransferCalls(SpacesBase):
             raise InputError(f"line {n + 1} needs 'item' and 'vectors'", field=f"lines.{n}")
         old_id = check_id(body.get("item_id"), f"lines.{n}.item.item_id")
         new_id = stable_id("item", self.project_id, space.space_id, old_id)
-        item = validated(SpaceItem, {**body, "item_id": new_id, "space_id": space.space_id},
-                         prefix=f"lines.{n}.item")  # fmt: skip
+        item = validated(
+            SpaceItem,
+            {**body, "item_id": new_id, "space_id": space.space_id},
+            prefix=f"lines.{n}.item",
+        )
         if item.kind != space.kind:
             raise InputError(f"line {n + 1} is a {item.kind} item", field=f"lines.{n}.item.kind")
         clean: Vectors = {}
@@ -176,6 +201,7 @@ class TransferCalls(SpacesBase):
                 )
             clean[arg] = [float(x) for x in vec]
         if set(clean) != set(item.key_texts):
-            raise InputError(f"line {n + 1}: vectors do not match the key texts",
-                             field=f"lines.{n}.vectors")  # fmt: skip
+            raise InputError(
+                f"line {n + 1}: vectors do not match the key texts", field=f"lines.{n}.vectors"
+            )
         return item, clean

@@ -36,10 +36,16 @@ class Certificates:
 
 #: What the CA's key is for: signing certificates (and revocation lists).
 _CA_USAGE = x509.KeyUsage(
-    digital_signature=True, content_commitment=False, key_encipherment=False,
-    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-    encipher_only=False, decipher_only=False,
-)  # fmt: skip
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
 def _name(common_name: str) -> x509.Name:

@@ -124,9 +124,14 @@ class Pipeline:
     def start(self, stage: str, *extra: str, name: str | None = None) -> StageProcess:
         name = name or stage
         process = StageProcess(
-            name=name, stage=stage, args=extra, state_dir=self.root / "stages",
-            cache_dir=self.root, env=self.env(), settle_s=0.2,
-        )  # fmt: skip
+            name=name,
+            stage=stage,
+            args=extra,
+            state_dir=self.root / "stages",
+            cache_dir=self.root,
+            env=self.env(),
+            settle_s=0.2,
+        )
         process.state_dir.mkdir(parents=True, exist_ok=True)
         process.start(timeout_s=60)
         self.processes[name] = process
@@ -256,8 +261,11 @@ async def snapshot_invariants(db: Any) -> dict[str, int]:
         assert covered == seqs, f"{session}: snapshots {runs} do not tile turns 1..{len(seqs)}"
         key = SessionKey(project_id=session[0], user_id=session[1], session_id=session[2])
         for snap in snaps[session]:
-            for seq in {snap["first_seq"], (snap["first_seq"] + snap["last_seq"]) // 2,
-                        snap["last_seq"]}:  # fmt: skip
+            for seq in {
+                snap["first_seq"],
+                (snap["first_seq"] + snap["last_seq"]) // 2,
+                snap["last_seq"],
+            }:
                 holder = await snapshot_holding(db, key, seq)
                 assert holder == snap["_id"], f"{session} turn {seq}: lineage"
         counts["/".join(session)] = len(runs)
@@ -273,8 +281,12 @@ async def memory_invariants(db: Any) -> list[Document]:
         versions[doc["memory_id"]].append(doc["version"])
         if doc["status"] == "current":
             scope = doc["scope"]
-            key = (doc["memory_type"], scope["project_id"], scope.get("user_id"),
-                   normalize_key(doc["key"]))  # fmt: skip
+            key = (
+                doc["memory_type"],
+                scope["project_id"],
+                scope.get("user_id"),
+                normalize_key(doc["key"]),
+            )
             current[key].append(doc["memory_id"])
     dupes = {k: v for k, v in current.items() if len(v) > 1}
     assert not dupes, f"duplicate current memories: {dupes}"

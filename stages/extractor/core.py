@@ -68,8 +68,9 @@ def extractable_turns(
             continue
         content = strip_recalled(turn.content)
         if content.strip():
-            out.append(turn if content == turn.content else turn.model_copy(
-                update={"content": content}))  # fmt: skip
+            out.append(
+                turn if content == turn.content else turn.model_copy(update={"content": content})
+            )
     return out
 
 

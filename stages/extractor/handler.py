@@ -256,8 +256,7 @@ class TypeHandler:
                 scope_of(self.spec, snapshot), self.spec.name, vector, KNOWN_LIMIT
             )
         except MongomemError as exc:
-            log.warning("%s: known memories unavailable (%s); extracting without", self.stage,
-                        exc)  # fmt: skip
+            log.warning("%s: known memories unavailable (%s); extracting without", self.stage, exc)
             return []
         return known_within(found, budget)
 

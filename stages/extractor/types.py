@@ -219,8 +219,10 @@ def custom_spec(config: CustomTypeConfig) -> TypeSpec:
             spec = Field(alias=name, max_length=4000, description=description)
             definitions[f"f_{name}"] = (str | None, spec)
     if "corrects" not in config.fields:  # a declared field of that name keeps its meaning
-        definitions["hint_corrects"] = (str | None, Field(
-            default=None, alias="corrects", max_length=512, description=CORRECTS))  # fmt: skip
+        definitions["hint_corrects"] = (
+            str | None,
+            Field(default=None, alias="corrects", max_length=512, description=CORRECTS),
+        )
     item = create_model(
         f"Custom_{config.name.replace('-', '_')}",
         __config__=ConfigDict(frozen=True, extra="forbid"),

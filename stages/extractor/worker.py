@@ -147,8 +147,11 @@ async def run_extractors(
             publisher = await stack.enter_async_context(kafka_publisher(kafka))
             # SPEC J3: the snapshots of erased sessions are skipped (the register lives beside
             # processing_status)
-            erasures = (ErasureRegister(progress.entries.database)
-                        if isinstance(progress, Progress) else None)  # fmt: skip
+            erasures = (
+                ErasureRegister(progress.entries.database)
+                if isinstance(progress, Progress)
+                else None
+            )
             consumers: list[tuple[TypeConsumer, KafkaSource]] = []
             for spec in specs:
                 handler = TypeHandler(
@@ -163,10 +166,15 @@ async def run_extractors(
                     progress=progress,
                     erasures=erasures,
                 )
-                source = await stack.enter_async_context(kafka_source(
-                    kafka, kafka.topic(SNAPSHOTS), handler.stage, group_suffix,
-                    max_poll_interval_ms=_max_poll_interval_ms(settings, batch_size),
-                ))  # fmt: skip
+                source = await stack.enter_async_context(
+                    kafka_source(
+                        kafka,
+                        kafka.topic(SNAPSHOTS),
+                        handler.stage,
+                        group_suffix,
+                        max_poll_interval_ms=_max_poll_interval_ms(settings, batch_size),
+                    )
+                )
                 consumers.append((TypeConsumer(handler), source))
             log.info(
                 "extractor running: %s; LLM %s; embeddings %s",
@@ -181,10 +189,17 @@ async def run_extractors(
             )
             async with asyncio.TaskGroup() as group:
                 for consumer, source in consumers:
-                    group.create_task(consume(
-                        source, consumer, publisher=publisher, kafka=kafka,
-                        stop=stop, policy=policy, max_records=batch_size,
-                    ))  # fmt: skip
+                    group.create_task(
+                        consume(
+                            source,
+                            consumer,
+                            publisher=publisher,
+                            kafka=kafka,
+                            stop=stop,
+                            policy=policy,
+                            max_records=batch_size,
+                        )
+                    )
     except* Exception as failures:  # the first failure of a type, as itself (for the restarts)
         raise failures.exceptions[0] from None
     finally:

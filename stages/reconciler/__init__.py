@@ -63,19 +63,28 @@ async def run_reconciler(
         await store.setup()
         publisher = await stack.enter_async_context(kafka_publisher(kafka))
         # Candidates carry embeddings (~8 KB as JSON): fetch enough for full batches.
-        source = await stack.enter_async_context(kafka_source(
-            kafka, topic, STAGE, group_suffix,
-            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
-        ))  # fmt: skip
+        source = await stack.enter_async_context(
+            kafka_source(
+                kafka,
+                topic,
+                STAGE,
+                group_suffix,
+                max_partition_fetch_bytes=16 * 1024 * 1024,
+                fetch_max_bytes=64 * 1024 * 1024,
+            )
+        )
         log.info(
             "reconciler consuming %s (search: %s, judge: %s)",
-            topic, store.search_backend.name, "on" if judge else "off",
-        )  # fmt: skip
+            topic,
+            store.search_backend.name,
+            "on" if judge else "off",
+        )
         progress = Progress(store.db)
         await progress.ensure_index()
         reconciler = Reconciler(store, progress=progress)
-        await consume(source, reconciler, publisher=publisher, kafka=kafka, stop=stop,
-                      policy=POLICY)  # fmt: skip
+        await consume(
+            source, reconciler, publisher=publisher, kafka=kafka, stop=stop, policy=POLICY
+        )
 
 
 class ReconcilerStage:
@@ -88,8 +97,9 @@ class ReconcilerStage:
         self.group_suffix = group_suffix
 
     async def run(self, stop: asyncio.Event) -> None:
-        await run_reconciler(self.settings, stop, group_suffix=self.group_suffix,
-                             judge=_judge(self.settings))  # fmt: skip
+        await run_reconciler(
+            self.settings, stop, group_suffix=self.group_suffix, judge=_judge(self.settings)
+        )
 
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:

@@ -99,14 +99,26 @@ async def dead_letter(
     logged and always counted (``mongomem_dead_letters_total`` and
     ``mongomem_messages_total`` with outcome ``dead_letter``)."""
     letter = DeadLetter.of(
-        stage=stage, topic=record.topic, partition=record.partition, offset=record.offset,
-        key=record.key, value=record.value, error=error, attempts=attempts, at=at,
-    )  # fmt: skip
+        stage=stage,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        error=error,
+        attempts=attempts,
+        at=at,
+    )
     log.warning(
         "%s: dead-lettering %s[%d]@%d after %d attempt(s): %s: %s",
-        stage, record.topic, record.partition, record.offset, attempts,
-        type(error).__name__, error,
-    )  # fmt: skip
+        stage,
+        record.topic,
+        record.partition,
+        record.offset,
+        attempts,
+        type(error).__name__,
+        error,
+    )
     await sink.send(letter, record.key)
     DEAD_LETTERS.labels(stage).inc()
     MESSAGES.labels(stage, "dead_letter").inc()
@@ -142,8 +154,9 @@ class _Consumer:
             return_exceptions=True,
         )
         parts = [p for p, records in batch.items() if records]
-        offsets = {p: batch[p][-1].offset + 1 for p, ok in zip(parts, done, strict=True)
-                   if ok is True}  # fmt: skip
+        offsets = {
+            p: batch[p][-1].offset + 1 for p, ok in zip(parts, done, strict=True) if ok is True
+        }
         if offsets:
             await self.source.commit(offsets)
         failure = next((d for d in done if isinstance(d, BaseException)), None)
@@ -172,8 +185,11 @@ class _Consumer:
                     return await self.one(partition, records[0], exc)
                 log.info(
                     "%s: a batch of %d failed (%s: %s); handling its records one by one",
-                    self.stage.stage, len(records), type(exc).__name__, exc,
-                )  # fmt: skip
+                    self.stage.stage,
+                    len(records),
+                    type(exc).__name__,
+                    exc,
+                )
                 for record in records:
                     await self.one(partition, record)
                 return True
@@ -203,9 +219,14 @@ class _Consumer:
             if decision is Decision.RETRY:
                 log.warning(
                     "%s: %s[%d]@%d attempt %d failed (%s: %s); retrying",
-                    self.stage.stage, record.topic, partition, record.offset, attempt,
-                    type(error).__name__, error,
-                )  # fmt: skip
+                    self.stage.stage,
+                    record.topic,
+                    partition,
+                    record.offset,
+                    attempt,
+                    type(error).__name__,
+                    error,
+                )
                 await self._back_off(attempt, error)
                 continue
             await dead_letter(self.letters, self.stage.stage, record, error, attempt)

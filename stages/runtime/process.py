@@ -68,8 +68,9 @@ async def _attempt(stage: Stage, stop: asyncio.Event, drain_timeout_s: float) ->
         if not task.done():
             done, _ = await asyncio.wait([task], timeout=drain_timeout_s)
             if not done:
-                log.warning("%s did not drain within %.0f s; cancelling it", stage.name,
-                            drain_timeout_s)  # fmt: skip
+                log.warning(
+                    "%s did not drain within %.0f s; cancelling it", stage.name, drain_timeout_s
+                )
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -111,15 +112,21 @@ async def supervise(
             if not exc.retriable:
                 raise
             if stop.is_set():  # an outage while draining: what was not committed is read again
-                log.warning("%s stopped during an outage (%s: %s)", stage.name,
-                            type(exc).__name__, exc)  # fmt: skip
+                log.warning(
+                    "%s stopped during an outage (%s: %s)", stage.name, type(exc).__name__, exc
+                )
                 return
             if time.monotonic() - started > HEALTHY_RUN_S:
                 attempt = 0  # it ran well for a while: back off afresh
             attempt += 1
             delay = restarts.delay(attempt)
-            log.warning("%s stopped on a retriable error (%s: %s); restarting in %.1fs",
-                        stage.name, type(exc).__name__, exc, delay)  # fmt: skip
+            log.warning(
+                "%s stopped on a retriable error (%s: %s); restarting in %.1fs",
+                stage.name,
+                type(exc).__name__,
+                exc,
+                delay,
+            )
             if on_restart is not None:
                 await on_restart(stage.name, exc)
             try:

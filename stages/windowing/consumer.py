@@ -192,8 +192,10 @@ class WindowingConsumer:
             self._windower.invalidate_index()
             log.info(
                 "assigned partitions %s; restored %d changelog records in %.2f s",
-                assigned, read, time.monotonic() - started,
-            )  # fmt: skip
+                assigned,
+                read,
+                time.monotonic() - started,
+            )
             self.ready.set()
 
     async def _commit(self, only: set[int] | None = None) -> None:
@@ -245,11 +247,16 @@ class WindowingConsumer:
     async def run(self) -> None:
         """Consume until cancelled; a record that fails for good is never committed."""
         async with kafka_source(
-            self._kafka, self._topic, STAGE, self._group_suffix,
-            on_assigned=self.on_assigned, on_revoked=self.on_revoked,
+            self._kafka,
+            self._topic,
+            STAGE,
+            self._group_suffix,
+            on_assigned=self.on_assigned,
+            on_revoked=self.on_revoked,
             session_timeout_ms=int(self._session_timeout_s * 1000),
-            heartbeat_interval_ms=1000, max_poll_records=MAX_POLL_RECORDS,
-        ) as source:  # fmt: skip
+            heartbeat_interval_ms=1000,
+            max_poll_records=MAX_POLL_RECORDS,
+        ) as source:
             self._source = source
             try:
                 await self._consume(source)

@@ -172,9 +172,17 @@ class Window:
     """
 
     __slots__ = (
-        "ahead", "arrived_at", "gap_since", "last_at", "lost", "next_seq", "open", "seen_at",
-        "session", "snapshots",
-    )  # fmt: skip
+        "ahead",
+        "arrived_at",
+        "gap_since",
+        "last_at",
+        "lost",
+        "next_seq",
+        "open",
+        "seen_at",
+        "session",
+        "snapshots",
+    )
 
     def __init__(
         self,

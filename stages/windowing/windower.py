@@ -277,8 +277,11 @@ class SnapshotWindower:
         if self.erasures is not None and any(
             isinstance(e, Watermark) for e in run.events.values()
         ):  # an erased session that is only waiting (no event of its own) is dropped too
-            waiting = {k: s.session for k in self._open_in(run.partition)
-                       if k not in run.erased and (s := self.store.get(k)) is not None}  # fmt: skip
+            waiting = {
+                k: s.session
+                for k in self._open_in(run.partition)
+                if k not in run.erased and (s := self.store.get(k)) is not None
+            }
             if waiting:
                 idle_gone = await self.erasures.erased_among(waiting.values())
                 run.erased |= {k for k, s in waiting.items() if s in idle_gone}
@@ -323,8 +326,13 @@ class SnapshotWindower:
         except Exception as exc:
             log.warning(
                 "batch %s[%d]@%d..%d failed (%s: %s); applying it record by record",
-                self.topic, partition, records[0][0], records[-1][0], type(exc).__name__, exc,
-            )  # fmt: skip
+                self.topic,
+                partition,
+                records[0][0],
+                records[-1][0],
+                type(exc).__name__,
+                exc,
+            )
             self._replanning = dict(run.starts)
             try:
                 for offset, key, value in records:
@@ -353,16 +361,24 @@ class SnapshotWindower:
                 if decision is Decision.OUTAGE and attempt >= self.max_attempts:
                     log.error(
                         "giving up on %s[%d]@%d after %d attempts: %s",
-                        self.topic, partition, offset, attempt, exc,
-                    )  # fmt: skip
+                        self.topic,
+                        partition,
+                        offset,
+                        attempt,
+                        exc,
+                    )
                     raise  # the stage restarts from its checkpoint (nothing committed past it)
                 if decision is Decision.DEAD_LETTER:
                     await self._dead_letter(partition, offset, key, value, exc, attempt)
                     return
                 log.warning(
                     "retrying %s[%d]@%d after %s: %s",
-                    self.topic, partition, offset, type(exc).__name__, exc,
-                )  # fmt: skip
+                    self.topic,
+                    partition,
+                    offset,
+                    type(exc).__name__,
+                    exc,
+                )
                 await asyncio.sleep(policy.delay(attempt, exc))
 
     def _policy(self) -> RetryPolicy:
@@ -566,9 +582,12 @@ class SnapshotWindower:
                     run.stats.resumed += 1
                     log.info(
                         "session %s/%s/%s is not in the table: resuming after seq %d, its "
-                        "last snapshot", record.session.project_id, record.session.user_id,
-                        record.session.session_id, start - 1,
-                    )  # fmt: skip
+                        "last snapshot",
+                        record.session.project_id,
+                        record.session.user_id,
+                        record.session.session_id,
+                        start - 1,
+                    )
             else:
                 return None  # a watermark for a session nobody has seen
         entry = run.windows[session_key] = _Open(window)
@@ -587,8 +606,11 @@ class SnapshotWindower:
             session = window.session
             log.warning(
                 "session %s/%s/%s: seq(s) %s never arrived; closed the window without them",
-                session.project_id, session.user_id, session.session_id, seqs,
-            )  # fmt: skip
+                session.project_id,
+                session.user_id,
+                session.session_id,
+                seqs,
+            )
 
     def _report_turn(self, stats: WindowerStats, window: Window, seq: int, outcome: str) -> None:
         if outcome == "late":

@@ -131,9 +131,12 @@ class WindowingWorker:
                 await ensure_changelog(kafka, changelog, len(partitions))
                 table = ChangelogTable(publisher, changelog, KafkaPartitionReader(kafka))
                 consumer = WindowingConsumer(
-                    kafka, group_suffix=self.group_suffix, topic=turns, table=table,
+                    kafka,
+                    group_suffix=self.group_suffix,
+                    topic=turns,
+                    table=table,
                     windower=make_windower(table),
-                )  # fmt: skip
+                )
                 consuming = asyncio.create_task(consumer.run())
                 consuming.add_done_callback(lambda task: _forward(task, failure))
                 ready: asyncio.Task[Any] = asyncio.create_task(consumer.ready.wait())
@@ -144,8 +147,10 @@ class WindowingWorker:
             self.started.set()
             log.info(
                 "windowing (%s) running as %s over %d partitions",
-                self.engine, self.group, len(partitions),
-            )  # fmt: skip
+                self.engine,
+                self.group,
+                len(partitions),
+            )
             await failure
         finally:
             if consuming is not None and not consuming.done():

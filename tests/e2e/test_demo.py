@@ -27,9 +27,12 @@ async def test_demo_shows_update_and_reinforcement_and_reruns(
             **DEMO_WINDOWING,
         }
         stage = StageProcess(
-            name="all", stage="all", state_dir=root, cache_dir=root,
+            name="all",
+            stage="all",
+            state_dir=root,
+            cache_dir=root,
             env={**subprocess_env, **overrides},
-        )  # fmt: skip
+        )
         await asyncio.to_thread(stage.start)
         demo_settings = settings.model_copy(
             update={"embedding": EmbeddingSettings(provider="stand-in")}

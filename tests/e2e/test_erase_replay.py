@@ -72,8 +72,9 @@ async def pipeline(
     servers: Any, llm: FakeOpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Pipeline]:
     kafka, mongo = servers
-    pipe = Pipeline(root=tmp_path, kafka=kafka, mongo=mongo, llm=llm, prefix="erase",
-                    database="erase")  # fmt: skip
+    pipe = Pipeline(
+        root=tmp_path, kafka=kafka, mongo=mongo, llm=llm, prefix="erase", database="erase"
+    )
     pipe.start_all()
     try:
         yield pipe
@@ -152,13 +153,30 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
 
         async def erase_now() -> subprocess.CompletedProcess[bytes]:
             await asyncio.sleep(0.3)  # the second sessions are flowing
-            cmd = [sys.executable, "-m", "mongomem.cli", "erase", "user", "--project-id",
-                   PROJECT, "--user-id", GONE, "--yes", "--changelog-group",
-                   "erase.windowing-replay"]  # fmt: skip
-            erasing = asyncio.create_task(asyncio.to_thread(
-                subprocess.run, cmd, env=pipeline.env(), capture_output=True, timeout=240,
-                check=False,
-            ))  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "mongomem.cli",
+                "erase",
+                "user",
+                "--project-id",
+                PROJECT,
+                "--user-id",
+                GONE,
+                "--yes",
+                "--changelog-group",
+                "erase.windowing-replay",
+            ]
+            erasing = asyncio.create_task(
+                asyncio.to_thread(
+                    subprocess.run,
+                    cmd,
+                    env=pipeline.env(),
+                    capture_output=True,
+                    timeout=240,
+                    check=False,
+                )
+            )
             await asyncio.sleep(0.2)
             await asyncio.to_thread(pipeline.kill, "windowing")  # mid-erase
             await asyncio.to_thread(pipeline.restart, "windowing")
@@ -194,10 +212,21 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
 
         replay = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "mongomem.cli", "replay", "windowing", "--from-offset", "0",
-             "--group-suffix=-replay"],
-            env=pipeline.env(), capture_output=True, timeout=240, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "mongomem.cli",
+                "replay",
+                "windowing",
+                "--from-offset",
+                "0",
+                "--group-suffix=-replay",
+            ],
+            env=pipeline.env(),
+            capture_output=True,
+            timeout=240,
+            check=False,
+        )
         assert replay.returncode == 0, replay.stderr.decode()[-3000:]
         assert b"caught up" in replay.stdout
         await settled(pipeline, memory)

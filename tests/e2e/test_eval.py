@@ -62,10 +62,25 @@ async def pipeline(
 
 def run_eval(pipe: Pipeline, benchmark: str, data: Path, out: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "mongomem.cli", "eval", benchmark, "--data", str(data),
-         "--out", str(out), "--wait-timeout", "60"],
-        env=pipe.env(), capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mongomem.cli",
+            "eval",
+            benchmark,
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--wait-timeout",
+            "60",
+        ],
+        env=pipe.env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "questions" in done.stderr  # the progress bar
     return done.stdout
@@ -130,7 +145,11 @@ async def test_longmemeval_end_to_end(pipeline: Pipeline, tmp_path: Path) -> Non
     report = json.loads((out / "report.json").read_text())
     assert (out / "report.md").read_text().splitlines()[0] == NOT_A_SCORE
     cats = report["categories"]
-    assert set(cats) == {"single-session-user", "single-session-user (abstention)",
-                         "knowledge-update", "all"}  # fmt: skip
+    assert set(cats) == {
+        "single-session-user",
+        "single-session-user (abstention)",
+        "knowledge-update",
+        "all",
+    }
     assert cats["all"]["questions"] == 3
     assert cats["single-session-user"]["full"]["j"] == 100.0

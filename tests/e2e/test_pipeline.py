@@ -220,10 +220,21 @@ async def test_sigkill_every_stage_nothing_lost_nothing_duplicated(pipeline: Pip
         before = await counts(pipeline)
         replay = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-m", "mongomem.cli", "replay", "windowing", "--from-offset", "0",
-             "--group-suffix=-replay"],
-            env=pipeline.env(), capture_output=True, timeout=240, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "mongomem.cli",
+                "replay",
+                "windowing",
+                "--from-offset",
+                "0",
+                "--group-suffix=-replay",
+            ],
+            env=pipeline.env(),
+            capture_output=True,
+            timeout=240,
+            check=False,
+        )
         assert replay.returncode == 0, replay.stderr.decode()[-3000:]
         assert b"caught up" in replay.stdout
         await settle(pipeline, memory)

@@ -45,10 +45,17 @@ async def http_server(
     the TLS files) once the port accepts connections."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", *command, *args,
-        "--transport", "streamable-http", "--port", str(port),
-        env={**env, "PYTHONPATH": os.getcwd()}, stderr=stderr,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        *command,
+        *args,
+        "--transport",
+        "streamable-http",
+        "--port",
+        str(port),
+        env={**env, "PYTHONPATH": os.getcwd()},
+        stderr=stderr,
+    )
     try:
         for _ in range(300):
             assert process.returncode is None, "the server exited"

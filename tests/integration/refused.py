@@ -10,9 +10,11 @@ import sys
 async def refused_start(*argv: str, env: dict[str, str]) -> tuple[int | None, str]:
     """Run ``python <argv>`` (from this checkout); kill it if it serves instead of exiting."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, *argv,
-        env={**env, "PYTHONPATH": os.getcwd()}, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        *argv,
+        env={**env, "PYTHONPATH": os.getcwd()},
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
     finally:

@@ -22,9 +22,12 @@ def all_stages(
         "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
     }
     return StageProcess(
-        name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path,
+        name="all",
+        stage="all",
+        state_dir=tmp_path,
+        cache_dir=tmp_path,
         env={**subprocess_env, **defaults, **env},
-    )  # fmt: skip
+    )
 
 
 def with_stand_in_embedder(settings: Settings) -> Settings:

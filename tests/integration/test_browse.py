@@ -69,12 +69,16 @@ async def test_browse_filters_counts_and_pages_without_skipping_or_repeating(
 
         superseded = await chat.browse_memories("semantic", status="superseded")
         assert [(i.key, i.version, i.status) for i in superseded.items] == [
-            ("fact-01", 1, MemoryStatus.SUPERSEDED), ("fact-00", 1, MemoryStatus.SUPERSEDED),
-        ]  # newest first  # fmt: skip
+            ("fact-01", 1, MemoryStatus.SUPERSEDED),
+            ("fact-00", 1, MemoryStatus.SUPERSEDED),
+        ]  # newest first
         deleted = await chat.browse_memories(status="deleted")
         [gone] = deleted.items
-        assert (gone.memory_id, gone.action, gone.reason) == (ids["fact-01"], Action.DELETE,
-                                                              "wrong")  # fmt: skip
+        assert (gone.memory_id, gone.action, gone.reason) == (
+            ids["fact-01"],
+            Action.DELETE,
+            "wrong",
+        )
         assert await chat.count_memories(status="deleted") == 1
 
         assert await chat.count_memories("semantic", key_prefix="fact-1") == 2  # 10, 11
@@ -97,8 +101,11 @@ async def test_browse_filters_counts_and_pages_without_skipping_or_repeating(
 
         item = await chat.get_memory(ids["fact-00"])
         assert item is not None
-        assert (item.version, item.status, item.memory_type) == (2, MemoryStatus.CURRENT,
-                                                                 "semantic")  # fmt: skip
+        assert (item.version, item.status, item.memory_type) == (
+            2,
+            MemoryStatus.CURRENT,
+            "semantic",
+        )
         deleted_item = await chat.get_memory(ids["fact-01"])
         assert deleted_item is not None
         assert deleted_item.status is MemoryStatus.DELETED
@@ -213,8 +220,10 @@ def test_cli_lists_counts_gets_and_pages(
     assert json.loads(capsys.readouterr().out)["key"] == "k0"
     assert main(["memory", "history", saved[0].memory_id, *who]) == 0
     assert json.loads(capsys.readouterr().out)["action"] == "ADD"
-    assert main(["memory", "get", saved[0].memory_id, "--project-id", "travel",
-                 "--user-id", "bob"]) == 1  # fmt: skip
+    assert (
+        main(["memory", "get", saved[0].memory_id, "--project-id", "travel", "--user-id", "bob"])
+        == 1
+    )
     assert main(["memory", "sessions", *who]) == 0
     assert json.loads(capsys.readouterr().out)["session_id"] == "s1"
     assert main(["memory", "turns", *who, "--session-id", "s1"]) == 0
@@ -234,7 +243,8 @@ async def test_an_ended_session_browses_its_turns_only(
         await chat.record_turn("user", "And a hotel.")
         page = await chat.browse_turns(limit=10)
         assert [(t.seq, t.content) for t in page.items] == [
-            (1, "Book me a flight to Lisbon."), (3, "And a hotel."),
-        ]  # fmt: skip
+            (1, "Book me a flight to Lisbon."),
+            (3, "And a hotel."),
+        ]
         sessions = await chat.browse_sessions()
         assert [(s.session_id, s.turn_count) for s in sessions.items] == [("ended", 2)]

@@ -91,8 +91,11 @@ def test_apply_restarts_extractors_to_match_and_waits_until_ready(
             # As a process, the way an operator runs it: the extractors it starts outlive it.
             done = subprocess.run(
                 [sys.executable, "-m", "mongomem.cli", "apply", str(config), "--timeout", "60"],
-                capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert done.returncode == 0, done.stderr[-3000:]
             assert "ready: extractions in force: semantic, taxonomic" in done.stdout
             running = sorted(p.stem for p in stages.glob("extractor-*.pid"))

@@ -140,9 +140,12 @@ async def test_erase_session_keeps_the_users_other_sessions(
 
 
 async def test_erasing_needs_confirmation_and_an_unknown_user_is_a_no_op(
-    memory: AsyncMemory, settings: Settings, mongo: AsyncMongoClient[Document],
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    memory: AsyncMemory,
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     await fill(memory, "ana")
     before = await snapshot_of(mongo, settings)
     for attempt in (
@@ -242,8 +245,17 @@ def test_a_cli_erasure_killed_mid_way_is_completed_by_resume(
             chat.record_turn("user", f"I am {user}.")
             chat.save_semantic("home", f"{user} lives in Porto.")
         who = ["--project-id", "travel", "--user-id", "ana", "--yes"]
-        cmd = [sys.executable, "-m", "mongomem.cli", "erase", "user", *who, "--no-changelog",
-               "--pause-after", "memories"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mongomem.cli",
+            "erase",
+            "user",
+            *who,
+            "--no-changelog",
+            "--pause-after",
+            "memories",
+        ]
         proc = subprocess.Popen(cmd, env=subprocess_env, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None
@@ -271,8 +283,12 @@ def test_a_cli_erasure_killed_mid_way_is_completed_by_resume(
         assert memory.bind(ctx("ana")).get_semantic("home") is None
         resumed = subprocess.run(
             [sys.executable, "-m", "mongomem.cli", "erase", "resume", "--no-changelog"],
-            env=subprocess_env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert resumed.returncode == 0, resumed.stderr
         assert "erased user 'ana'" in resumed.stdout
         assert asyncio.run(state()) == ("done", 0)

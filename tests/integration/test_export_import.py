@@ -314,8 +314,9 @@ def test_the_cli_and_the_sync_sdk(
     assert "unknown kind 'fin'" in capsys.readouterr().err
 
     embedding = EmbeddingSettings(provider="stand-in", dimensions=64)
-    with Memory(project_id="travel", settings=settings.model_copy(
-        update={"embedding": embedding})) as sync:  # fmt: skip
+    with Memory(
+        project_id="travel", settings=settings.model_copy(update={"embedding": embedding})
+    ) as sync:
         copy = tmp_path / "hal.jsonl"
         written = sync.export_user("hal", copy)
         assert written.versions == 10
@@ -367,8 +368,10 @@ async def test_an_import_a_crash_interrupted_is_rolled_back_or_completed_by_the_
             await database_[export_module.IMPORTS].update_one(
                 {"_id": job["_id"]}, {"$set": {"state": "committing"}}
             )
-            move = {"$set": {"scope": {"project_id": "travel", "user_id": "lee"}},
-                    "$unset": {"import_id": ""}}  # fmt: skip
+            move = {
+                "$set": {"scope": {"project_id": "travel", "user_id": "lee"}},
+                "$unset": {"import_id": ""},
+            }
             await database_[MEMORIES].update_many({"import_id": job["_id"]}, move)
             raise SystemExit("killed between the two moves")
 

@@ -385,9 +385,13 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
     store = MemoryStore(mongo[cfg.mongodb.database])
     await store.setup()
     known = ltm_candidate(
-        "semantic", project_id="proj", user_id="user-1", label="home-airport",
-        text="The user's home airport is Boston.", embedder=HashingEmbedder(32),
-    )  # fmt: skip
+        "semantic",
+        project_id="proj",
+        user_id="user-1",
+        label="home-airport",
+        text="The user's home airport is Boston.",
+        embedder=HashingEmbedder(32),
+    )
     await store.reconcile(known)
 
     def relabelling(request: ChatRequest) -> Reply:

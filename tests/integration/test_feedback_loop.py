@@ -79,9 +79,10 @@ async def test_recalled_memories_pasted_back_add_no_evidence(
             await again.record_turn("assistant", f"Here is what I know:\n{recalled}")
             await again.record_turn("user", "My seat preference is aisle.")
             await wait_until(
-                lambda: learned("meal-preference", "seat-preference"), 120,
+                lambda: learned("meal-preference", "seat-preference"),
+                120,
                 "the new facts of the second conversation",
-            )  # fmt: skip
+            )
 
             airport = await first.get_semantic("home-airport")
             assert airport is not None

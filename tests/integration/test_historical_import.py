@@ -99,8 +99,14 @@ async def test_historical_turns_over_http(
                 await chat.record_turn("user", "out of order", at=OLD - timedelta(days=1))
             assert bad.value.field == "at"
         before = await turns(mongo, settings)
-        body = {"project_id": "travel", "user_id": "u", "session_id": "http-old",
-                "role": "user", "content": "naive", "at": "2024-03-02T00:00:00"}  # fmt: skip
+        body = {
+            "project_id": "travel",
+            "user_id": "u",
+            "session_id": "http-old",
+            "role": "user",
+            "content": "naive",
+            "at": "2024-03-02T00:00:00",
+        }
         answer = await call(url, "record_turn", body, KEY_A)
         assert answer.status_code == 422
         assert answer.json()["error"]["field"] == "at"
@@ -110,9 +116,11 @@ async def test_historical_turns_over_http(
 
 
 async def test_an_old_conversation_windows_by_its_own_times(
-    settings: Settings, mongo: AsyncMongoClient[Document], subprocess_env: dict[str, str],
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    subprocess_env: dict[str, str],
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     """Own pauses of a minute split it (idle timeout 5 s); the wall-clock ticks, every
     0.2 s while it is imported, do not; the last window closes 5 s after the import."""
     with stand_in_llm() as llm:
@@ -125,8 +133,9 @@ async def test_an_old_conversation_windows_by_its_own_times(
             "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "5",
             "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.2",
         }
-        stage = StageProcess(name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path,
-                             env=env)  # fmt: skip
+        stage = StageProcess(
+            name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env
+        )
         await asyncio.to_thread(stage.start)
         with_embedder = settings.model_copy(
             update={"embedding": EmbeddingSettings(provider="stand-in")}
@@ -151,8 +160,9 @@ async def test_an_old_conversation_windows_by_its_own_times(
                     assert stage.process.poll() is None, stage.log_file.read_text()[-3000:]
                     await asyncio.sleep(0.1)
             assert [(s["first_seq"], s["last_seq"], s["reason"]) for s in found] == [
-                (1, 4, "idle"), (5, 7, "idle"),
-            ]  # fmt: skip
+                (1, 4, "idle"),
+                (5, 7, "idle"),
+            ]
             # an idle close is dated last turn + idle timeout (turn 4 at 3 s, idle 5 s)
             assert found[0]["closed_at"] == OLD + timedelta(seconds=3 + 5)
             own = [t["created_at"] for s in found for t in s["turns"]]

@@ -84,11 +84,25 @@ def with_keys(settings: Settings) -> Settings:
 
 def _snapshot(turns: list[Turn], snapshot_id: str) -> Document:
     snap = Snapshot(
-        snapshot_id=snapshot_id, project_id=PROJECT, user_id="ada", session_id="trip-1",
-        first_seq=turns[0].seq, last_seq=turns[-1].seq, reason="count", closed_at=utcnow(),
-        turns=tuple(SnapshotTurn(turn_id=t.turn_id, seq=t.seq, role=t.role, content=t.content,
-                                 created_at=t.created_at) for t in turns),
-    )  # fmt: skip
+        snapshot_id=snapshot_id,
+        project_id=PROJECT,
+        user_id="ada",
+        session_id="trip-1",
+        first_seq=turns[0].seq,
+        last_seq=turns[-1].seq,
+        reason="count",
+        closed_at=utcnow(),
+        turns=tuple(
+            SnapshotTurn(
+                turn_id=t.turn_id,
+                seq=t.seq,
+                role=t.role,
+                content=t.content,
+                created_at=t.created_at,
+            )
+            for t in turns
+        ),
+    )
     return snapshot_document(snap)
 
 
@@ -97,9 +111,11 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
     db = mongo[settings.mongodb.database]
     async with AsyncMemory(project_id=PROJECT, settings=settings, embedder=EMBEDDER) as memory:
         ada = memory.bind(MemoryRequestContext(user_id="ada", session_id="trip-1"))
-        said = [await ada.record_turn("user", "I live in Lisbon and fly from LIS."),
-                await ada.record_turn("assistant", "Noted: Lisbon, LIS."),
-                await ada.record_turn("user", "I moved to Porto, so OPO now.")]  # fmt: skip
+        said = [
+            await ada.record_turn("user", "I live in Lisbon and fly from LIS."),
+            await ada.record_turn("assistant", "Noted: Lisbon, LIS."),
+            await ada.record_turn("user", "I moved to Porto, so OPO now."),
+        ]
         await memory.bind(MemoryRequestContext(user_id="bob", session_id="s-bob")).record_turn(
             "user", "Hello there."
         )
@@ -118,9 +134,17 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
             at=first,
         )
     )
-    await store.reconcile(candidate("semantic", project_id=PROJECT, user_id="ada", snapshot=SNAP_2,
-                                    label="home-airport", text="Flies from OPO (Porto).",
-                                    position=1))  # fmt: skip
+    await store.reconcile(
+        candidate(
+            "semantic",
+            project_id=PROJECT,
+            user_id="ada",
+            snapshot=SNAP_2,
+            label="home-airport",
+            text="Flies from OPO (Porto).",
+            position=1,
+        )
+    )
     await store.reconcile(
         candidate(
             "semantic",
@@ -159,9 +183,15 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
             where = SessionKey(project_id=project, user_id="u", session_id="s")
             when = utcnow()
             turn = SnapshotTurn(turn_id="t-1", seq=1, role=Role.USER, content="x", created_at=when)
-            original = Snapshot(snapshot_id=Snapshot.make_id(where, 1, 1), **where.model_dump(),
-                                first_seq=1, last_seq=1, reason="end", closed_at=when,
-                                turns=(turn,))  # fmt: skip
+            original = Snapshot(
+                snapshot_id=Snapshot.make_id(where, 1, 1),
+                **where.model_dump(),
+                first_seq=1,
+                last_seq=1,
+                reason="end",
+                closed_at=when,
+                turns=(turn,),
+            )
             letter = DeadLetter.of(
                 stage="reconciler",
                 topic="t",
@@ -199,8 +229,9 @@ async def test_the_routes_answer_for_the_keys_project_only(url: str) -> None:
     assert answer.status_code == 200, answer.text
     users = answer.json()["result"]
     assert {u["user_id"]: (u["sessions"], u["turns"], u["memories"]) for u in users} == {
-        "ada": (1, 3, 1), "bob": (1, 1, 0),
-    }  # fmt: skip
+        "ada": (1, 3, 1),
+        "bob": (1, 1, 0),
+    }
     assert (await get(url, "/v1/inspector/users", OTHER_KEY)).json()["result"] == [
         {"user_id": "eve", "turns": 0, "sessions": 0, "memories": 1, "last_activity": None}
     ]

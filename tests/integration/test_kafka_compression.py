@@ -15,8 +15,20 @@ pytestmark = pytest.mark.integration
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 #: Compressible like conversation text: the same words, in other orders.
-WORDS = ("please", "compare", "the", "flights", "to", "lisbon", "by", "price", "stops", "and",
-         "travel", "time")  # fmt: skip
+WORDS = (
+    "please",
+    "compare",
+    "the",
+    "flights",
+    "to",
+    "lisbon",
+    "by",
+    "price",
+    "stops",
+    "and",
+    "travel",
+    "time",
+)
 
 
 def records(n: int) -> list[bytes]:

@@ -54,8 +54,11 @@ async def test_delete_hides_the_memory_from_every_read_and_keeps_the_history(
     done = await chat.delete_memory(saved.memory_id, reason="the user asked")
     assert done is not None
     assert (done.memory_id, done.version, done.actor, done.reason) == (
-        saved.memory_id, 3, "user_1", "the user asked",
-    )  # fmt: skip
+        saved.memory_id,
+        3,
+        "user_1",
+        "the user asked",
+    )
     assert not done.already_deleted
 
     assert await chat.get_semantic("home-airport") is None
@@ -72,8 +75,11 @@ async def test_delete_hides_the_memory_from_every_read_and_keeps_the_history(
         (3, Action.DELETE, MemoryStatus.DELETED),
     ]
     last = history[-1]
-    assert (last.actor, last.reason, last.created_at) == ("user_1", "the user asked",
-                                                          done.deleted_at)  # fmt: skip
+    assert (last.actor, last.reason, last.created_at) == (
+        "user_1",
+        "the user asked",
+        done.deleted_at,
+    )
     assert history[1].superseded_by == last.version_id
 
     again = await chat.delete_memory(saved.memory_id, reason="twice")
@@ -119,14 +125,19 @@ async def test_an_extracted_candidate_after_a_delete_is_a_fresh_add_through_the_
         snap = stable_id("snap", n)
         now = utcnow()
         return make_candidate(
-            "semantic", scope_for("semantic", "travel", "user_1"), fields, vector,
-            candidate_id=stable_id("cand", snap), created_at=now,
+            "semantic",
+            scope_for("semantic", "travel", "user_1"),
+            fields,
+            vector,
+            candidate_id=stable_id("cand", snap),
+            created_at=now,
             evidence=Evidence(source="snapshot", ref=snap, session_id="s", at=now),
-        )  # fmt: skip
+        )
 
     added = await store.reconcile(candidate(1))
-    gone = await store.delete(added.memory_id, [scope_for("semantic", "travel", "user_1")],
-                              actor="test", reason="r")  # fmt: skip
+    gone = await store.delete(
+        added.memory_id, [scope_for("semantic", "travel", "user_1")], actor="test", reason="r"
+    )
     assert gone is not None
     # a second store, as in another process: its first read sees the deletion
     other = MemoryStore(db)
@@ -346,14 +357,17 @@ async def test_a_delete_leaves_no_current_version_behind_even_two_left_by_a_cras
 
 EXAMPLES = itertools.count()
 OPS = st.lists(
-    st.tuples(st.sampled_from(["save", "save", "delete"]), st.sampled_from(["a", "b"]),
-              st.integers(0, 2)),
-    min_size=1, max_size=10,
-)  # fmt: skip
+    st.tuples(
+        st.sampled_from(["save", "save", "delete"]), st.sampled_from(["a", "b"]), st.integers(0, 2)
+    ),
+    min_size=1,
+    max_size=10,
+)
 
 
-@settings_(max_examples=20, deadline=None,
-           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings_(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS)
 async def test_random_saves_and_deletes_never_bring_a_deleted_memory_back(
     memory: AsyncMemory, ops: list[tuple[str, str, int]]

@@ -61,9 +61,12 @@ async def make_store(
 
 def airport(city: str, snapshot: str = "snap-a", **kw: Any) -> MemoryCandidate:
     return candidate(
-        "semantic", label="home-airport", text=f"The user's home airport is {city}.",
-        snapshot=snapshot, **kw,
-    )  # fmt: skip
+        "semantic",
+        label="home-airport",
+        text=f"The user's home airport is {city}.",
+        snapshot=snapshot,
+        **kw,
+    )
 
 
 def keyed(city: str, cid: str = "cand_keyed") -> MemoryCandidate:
@@ -177,9 +180,9 @@ async def test_concurrent_repeats_after_expiry_apply_once(db: AsyncDatabase[Docu
     await stores[0].reconcile(airport("Boston", "snap-0", position=1))
     await stores[0].reconcile(keyed("Boston"), fingerprint="boston")
     clock.advance(TTL)
-    outcomes = await asyncio.gather(*(
-        stores[i % 2].reconcile(keyed("Denver"), fingerprint="denver") for i in range(6)
-    ))  # fmt: skip
+    outcomes = await asyncio.gather(
+        *(stores[i % 2].reconcile(keyed("Denver"), fingerprint="denver") for i in range(6))
+    )
     assert sum(not o.replayed for o in outcomes) == 1
     assert len({(o.action, o.version_id) for o in outcomes}) == 1
     assert outcomes[0].action is Action.UPDATE

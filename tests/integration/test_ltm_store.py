@@ -30,9 +30,12 @@ async def store(mongo: AsyncMongoClient[Document], settings: Settings) -> Memory
 
 def airport(city: str, snapshot: str, **kw: Any) -> MemoryCandidate:
     return candidate(
-        "semantic", label="home-airport", text=f"The user's home airport is {city}.",
-        snapshot=snapshot, **kw,
-    )  # fmt: skip
+        "semantic",
+        label="home-airport",
+        text=f"The user's home airport is {city}.",
+        snapshot=snapshot,
+        **kw,
+    )
 
 
 async def test_evolving_fact_updates_and_keeps_history(store: MemoryStore) -> None:
@@ -143,17 +146,24 @@ async def test_judge_settles_a_key_match_and_sees_the_stored_evidence_dates(
     await store.reconcile(airport("Boston", "snap-b", at=confirmed))  # equivalent: no judge
     assert judge.calls == 0
     out = await store.reconcile(
-        candidate("semantic", label="home-airport", text="User flies out of Boston",
-                  snapshot="snap-c", at=stated)
-    )  # fmt: skip
+        candidate(
+            "semantic",
+            label="home-airport",
+            text="User flies out of Boston",
+            snapshot="snap-c",
+            at=stated,
+        )
+    )
     assert (out.action, judge.calls) == (Action.REINFORCE, 1)
     assert out.reason == "judge: scripted"
     question = judge.questions[0]
     assert question.existing_evidence_at == (learned, confirmed)
     assert question.new_stated_at == stated
     assert (question.same_key, question.existing_key, question.memory_type) == (
-        True, "home-airport", "semantic",
-    )  # fmt: skip
+        True,
+        "home-airport",
+        "semantic",
+    )
     logged = await store.decisions.find_one({"_id": out.candidate_id})
     assert logged is not None
     assert logged["judged"] is True
@@ -204,10 +214,14 @@ async def test_batched_and_single_writers_racing_stay_consistent(
     cities = ["Boston", "Denver", "Austin", "Denver"]
     staged = [airport(cities[i % 4], f"snap-{i}") for i in range(20)]
     direct = [
-        candidate("semantic", label="home-airport", snapshot=None,
-                  text=f"The user's home airport is {cities[i % 3]}.")
+        candidate(
+            "semantic",
+            label="home-airport",
+            snapshot=None,
+            text=f"The user's home airport is {cities[i % 3]}.",
+        )
         for i in range(20)
-    ]  # fmt: skip
+    ]
     rng = random.Random(seed)
 
     async def batches() -> None:
@@ -235,8 +249,11 @@ async def test_batch_applies_in_order_and_skips_repeats(store: MemoryStore) -> N
     again = airport("Denver", "c")
     outcomes = await store.reconcile_many([boston, denver, denver, again])
     assert [o.action for o in outcomes] == [
-        Action.ADD, Action.UPDATE, Action.UPDATE, Action.REINFORCE,
-    ]  # fmt: skip
+        Action.ADD,
+        Action.UPDATE,
+        Action.UPDATE,
+        Action.REINFORCE,
+    ]
     assert [o.replayed for o in outcomes] == [False, False, True, False]
     assert all(o.replayed for o in await store.reconcile_many([boston, again]))
     current = await store.get(ME, "semantic", "home-airport")

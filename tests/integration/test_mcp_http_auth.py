@@ -76,10 +76,18 @@ async def test_without_a_token_a_host_off_loopback_is_refused_before_it_starts(
     env: dict[str, str],
 ) -> None:
     code, stderr = await refused_start(
-        "-m", "mongomem.cli", "mcp", *SERVER,
-        "--transport", "streamable-http", "--host", "0.0.0.0", "--port", str(free_port()),
+        "-m",
+        "mongomem.cli",
+        "mcp",
+        *SERVER,
+        "--transport",
+        "streamable-http",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(free_port()),
         env=env,
-    )  # fmt: skip
+    )
     assert code == 1  # what every configuration error exits with
     assert stderr == (
         "mongomem: refusing to serve MCP over HTTP on '0.0.0.0' without a token: "

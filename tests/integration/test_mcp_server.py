@@ -51,8 +51,11 @@ async def test_tools_turns_and_semantic_memory_round_trip(
         said = ["My home airport is Boston.", "Noted: Boston.", "I prefer aisle seats."]
         for role, content in zip(["user", "assistant", "user"], said, strict=True):
             ok(await client.call_tool("record_turn", {"role": role, "content": content}))
-        ok(await client.call_tool("record_turn", {"role": "user", "content": "elsewhere",
-                                                  "session_id": "s2"}))  # fmt: skip
+        ok(
+            await client.call_tool(
+                "record_turn", {"role": "user", "content": "elsewhere", "session_id": "s2"}
+            )
+        )
 
         turns = ok(await client.call_tool("recent_turns", {"limit": 10}))["result"]
         assert [(t["seq"], t["role"], t["content"]) for t in turns] == [
@@ -68,8 +71,12 @@ async def test_tools_turns_and_semantic_memory_round_trip(
         read = await client.read_resource("mongomem://sessions/s1/turns")
         assert said[2] in read.contents[0].text  # type: ignore[union-attr]
 
-        saved = ok(await client.call_tool("save_semantic", {
-            "label": "home-airport", "text": "The user's home airport is Boston."}))  # fmt: skip
+        saved = ok(
+            await client.call_tool(
+                "save_semantic",
+                {"label": "home-airport", "text": "The user's home airport is Boston."},
+            )
+        )
         assert saved["action"] == "ADD"
         found = ok(await client.call_tool("get_semantic", {"label": "home-airport"}))
         assert found["found"] is True
@@ -154,17 +161,24 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         assert "Oslo" not in context["text"]
 
         # Alice's own fact under the same label does not touch bob's.
-        mine = ok(await client.call_tool("save_semantic", {
-            "label": "home-airport", "text": "Alice's home airport is Denver."}))  # fmt: skip
+        mine = ok(
+            await client.call_tool(
+                "save_semantic",
+                {"label": "home-airport", "text": "Alice's home airport is Denver."},
+            )
+        )
         assert mine["memory_id"] != bobs.memory_id
         assert mine["action"] == "ADD"
 
         # Deleting: bob's memory is not alice's to delete; her own goes (J1).
         theirs = ok(await client.call_tool("delete_memory", {"memory_id": bobs.memory_id}))
         assert theirs == {"found": False, "deletion": None}
-        gone = ok(await client.call_tool(
-            "delete_memory_by_key", {"memory_type": "semantic", "key": "home-airport",
-                                     "reason": "moved"}))  # fmt: skip
+        gone = ok(
+            await client.call_tool(
+                "delete_memory_by_key",
+                {"memory_type": "semantic", "key": "home-airport", "reason": "moved"},
+            )
+        )
         assert gone["found"] is True
         assert gone["deletion"]["memory_id"] == mine["memory_id"]
         assert gone["deletion"]["reason"] == "moved"
@@ -173,18 +187,31 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         blank = await client.call_tool("delete_memory", {"memory_id": ""})
         assert "invalid input (memory_id)" in error(blank)
 
-        old = ok(await client.call_tool("record_turn", {
-            "role": "user", "content": "from 2024", "session_id": "import",
-            "at": "2024-03-01T10:00:00+01:00"}))  # fmt: skip
+        old = ok(
+            await client.call_tool(
+                "record_turn",
+                {
+                    "role": "user",
+                    "content": "from 2024",
+                    "session_id": "import",
+                    "at": "2024-03-01T10:00:00+01:00",
+                },
+            )
+        )
         assert old["created_at"] == "2024-03-01T09:00:00Z"
-        naive = await client.call_tool("record_turn", {
-            "role": "user", "content": "naive", "session_id": "import",
-            "at": "2024-03-01T11:00:00"})  # fmt: skip
+        naive = await client.call_tool(
+            "record_turn",
+            {
+                "role": "user",
+                "content": "naive",
+                "session_id": "import",
+                "at": "2024-03-01T11:00:00",
+            },
+        )
         assert "invalid input (at)" in error(naive)
 
         status = ok(await client.call_tool("processing_status", {}))
-        assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice",
-                                                                              "done")  # fmt: skip
+        assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice", "done")
         assert status["snapshots"] == []  # bob's session of the same id is not alice's
 
     still = await bob.get_semantic("home-airport")

@@ -56,9 +56,11 @@ async def spaces(
             recall={"threshold": 0.3, "top_k": 3},
         )
         await s.create_space(
-            "escalations", kind="escalation", keys=[{"argument": "question"}],
+            "escalations",
+            kind="escalation",
+            keys=[{"argument": "question"}],
             recall={"threshold": 0.8},
-        )  # fmt: skip
+        )
         yield s
 
 
@@ -84,8 +86,12 @@ async def test_add_recall_and_duplicates_through_mcp(
         first = added["item"]["item_id"]
         assert added["item"]["agent_id"] == "alice"
         assert added["item"]["feedback"][0]["by"] == "alice"
-        ok(await client.call_tool("add_case", {"space": "refunds", "inputs": ROUTER,
-                                               "outcome": "sent the reset guide"}))  # fmt: skip
+        ok(
+            await client.call_tool(
+                "add_case",
+                {"space": "refunds", "inputs": ROUTER, "outcome": "sent the reset guide"},
+            )
+        )
 
         asked = {"question": "my blender came broken, can I get a refund", "tier": "gold"}
         hits = ok(await client.call_tool("recall_cases", {"space": "refunds", "inputs": asked}))
@@ -96,8 +102,12 @@ async def test_add_recall_and_duplicates_through_mcp(
         assert all(h["score"] <= hits[0]["score"] for h in hits)
 
         # A near-duplicate without a choice: the duplicates come back, nothing is stored.
-        again = {"space": "refunds", "inputs": BLENDER_AGAIN, "comment": "Fast and friendly",
-                 "sentiment": "positive"}  # fmt: skip
+        again = {
+            "space": "refunds",
+            "inputs": BLENDER_AGAIN,
+            "comment": "Fast and friendly",
+            "sentiment": "positive",
+        }
         choice = ok(await client.call_tool("add_case", again))
         assert choice["action"] == "needs-choice"
         assert choice["item"] is None
@@ -106,8 +116,11 @@ async def test_add_recall_and_duplicates_through_mcp(
 
         merged = ok(await client.call_tool("add_case", {**again, "on_duplicate": "merge"}))
         assert (merged["action"], merged["item"]["item_id"]) == ("merged", first)
-        replaced = ok(await client.call_tool("add_case", {
-            **again, "on_duplicate": "replace", "replace_ids": [first]}))  # fmt: skip
+        replaced = ok(
+            await client.call_tool(
+                "add_case", {**again, "on_duplicate": "replace", "replace_ids": [first]}
+            )
+        )
         assert replaced["action"] == "replaced"
         assert replaced["removed"] == [first]
 
@@ -129,9 +142,16 @@ async def test_a_resolved_escalation_is_applied_next_time(
         before = ok(await client.call_tool("check_escalation", check))
         assert (before["apply"], before["outcome"], before["top"]) == (False, None, None)
 
-        resolved = ok(await client.call_tool("resolve_escalation", {
-            **check, "resolution": "Approved by the team lead: transport damage.",
-            "outcome": "approve"}))  # fmt: skip
+        resolved = ok(
+            await client.call_tool(
+                "resolve_escalation",
+                {
+                    **check,
+                    "resolution": "Approved by the team lead: transport damage.",
+                    "outcome": "approve",
+                },
+            )
+        )
         assert resolved["agent_id"] == "sa:support-bot"
         assert resolved["source"] == {"resolved_by": "sa:support-bot"}
 
@@ -164,16 +184,25 @@ async def test_bad_input_names_the_argument_and_stores_nothing(
             ("add_case", {**base, "inputs": {"colour": "red"}}, "invalid input (inputs)"),
             ("add_case", {**base, "inputs": {"question": "  "}}, "invalid input (inputs.question)"),
             ("add_case", {**base, "on_duplicate": "replace"}, "invalid input (replace_ids)"),
-            ("add_case", {**base, "on_duplicate": "replace", "replace_ids": ["item_nope"]},
-             "invalid input (replace_ids)"),
-            ("add_case", {**base, "sentiment": "negative", "on_duplicate": "merge"},
-             "invalid input (sentiment_wins)"),
+            (
+                "add_case",
+                {**base, "on_duplicate": "replace", "replace_ids": ["item_nope"]},
+                "invalid input (replace_ids)",
+            ),
+            (
+                "add_case",
+                {**base, "sentiment": "negative", "on_duplicate": "merge"},
+                "invalid input (sentiment_wins)",
+            ),
             ("add_case", {**base, "sentiment": "furious"}, "sentiment"),
             ("recall_cases", {"space": "refunds", "inputs": {}}, "invalid input (inputs)"),
-            ("resolve_escalation", {"space": "escalations", "inputs": TV, "resolution": "r",
-                                    "outcome": " "}, "invalid input (outcome)"),
+            (
+                "resolve_escalation",
+                {"space": "escalations", "inputs": TV, "resolution": "r", "outcome": " "},
+                "invalid input (outcome)",
+            ),
             ("add_case", {**base, "agent_id": "mallory"}, "unknown argument 'agent_id'"),
-        ]  # fmt: skip
+        ]
         for tool, arguments, expected in calls:
             assert expected in error(await client.call_tool(tool, arguments)), (tool, arguments)
         # The server keeps serving after bad input.
@@ -191,8 +220,9 @@ async def test_a_server_of_one_project_never_sees_another_projects_space(
     mongo: AsyncMongoClient[Document],
 ) -> None:
     async with project_spaces(settings, mongo, "other") as other:
-        await other.create_space("refunds", keys=[{"argument": "question"}],
-                                 recall={"threshold": 0.0})  # fmt: skip
+        await other.create_space(
+            "refunds", keys=[{"argument": "question"}], recall={"threshold": 0.0}
+        )
         await other.create_space("secret", keys=[{"argument": "question"}])
         theirs = await other.add_item("refunds", inputs=BLENDER, outcome="their outcome")
         assert theirs.item is not None

@@ -73,10 +73,16 @@ async def test_a_certificate_that_cannot_be_loaded_is_refused_before_it_starts(
     junk.write_text("not a certificate\n")
     port = free_port()
     code, stderr = await refused_start(
-        "-m", "mongomem.cli", "mcp", *SERVER,
-        "--transport", "streamable-http", "--port", str(port),
+        "-m",
+        "mongomem.cli",
+        "mcp",
+        *SERVER,
+        "--transport",
+        "streamable-http",
+        "--port",
+        str(port),
         env={**env, "MONGOMEM_MCP_TLS_CERT_FILE": str(junk)},
-    )  # fmt: skip
+    )
     assert code == 1
     assert stderr == (f"mongomem: MONGOMEM_MCP_TLS_CERT_FILE ({junk}) holds no PEM certificate")
 
@@ -86,10 +92,15 @@ async def test_a_key_that_is_not_the_certificates_is_refused(
 ) -> None:
     other = make_certificates(tmp_path, name="other")
     code, stderr = await refused_start(
-        "-m", "mongomem.mcp_server", *SERVER,
-        "--transport", "streamable-http", "--port", str(free_port()),
+        "-m",
+        "mongomem.mcp_server",
+        *SERVER,
+        "--transport",
+        "streamable-http",
+        "--port",
+        str(free_port()),
         env={**env, "MONGOMEM_MCP_TLS_KEY_FILE": str(other.key_file)},
-    )  # fmt: skip
+    )
     assert code == 1
     assert stderr.startswith(
         f"mongomem mcp: MONGOMEM_MCP_TLS_KEY_FILE ({other.key_file}) is not the key of"

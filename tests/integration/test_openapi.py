@@ -107,22 +107,37 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     served: str, tmp_path: Path
 ) -> None:
     command = [
-        str(SCHEMATHESIS), "run", f"{served}/openapi.json",
-        "--header", f"Authorization: Bearer {KEY}",
-        "--checks", "not_a_server_error,response_schema_conformance,negative_data_rejection",
-        "--phases", "examples,coverage,fuzzing",
-        "--max-examples", str(MAX_EXAMPLES),
-        "--seed", "20261201",
-        "--workers", "1",  # hypothesis describes strategies with ast: not thread-safe on 3.11
+        str(SCHEMATHESIS),
+        "run",
+        f"{served}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {KEY}",
+        "--checks",
+        "not_a_server_error,response_schema_conformance,negative_data_rejection",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        "20261201",
+        "--workers",
+        "1",  # hypothesis describes strategies with ast: not thread-safe on 3.11
         "--no-color",
-        "--generation-database", "none",
-        "--request-timeout", "30",
-        "--report", "junit",
-        "--report-dir", str(tmp_path),
-        "--exclude-path", "/metrics",  # Prometheus text: no JSON schema to check
-        "--exclude-path", "/v1/spaces/import",  # NDJSON: Schemathesis cannot write one
-        "--exclude-path", "/v1/users/{user_id}/import",  # the same (test_export_import.py)
-    ]  # fmt: skip
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "30",
+        "--report",
+        "junit",
+        "--report-dir",
+        str(tmp_path),
+        "--exclude-path",
+        "/metrics",  # Prometheus text: no JSON schema to check
+        "--exclude-path",
+        "/v1/spaces/import",  # NDJSON: Schemathesis cannot write one
+        "--exclude-path",
+        "/v1/users/{user_id}/import",  # the same (test_export_import.py)
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONGOMEM_")}
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=900, check=False, env=env, cwd=tmp_path

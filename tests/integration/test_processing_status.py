@@ -44,13 +44,20 @@ def scripted(request: ChatRequest) -> Reply:
 def snapshot_doc(project: str, session: str) -> dict[str, object]:
     """A snapshot document as the windowing stage stores it (one turn, seq 1)."""
     now = utcnow().replace(microsecond=0)
-    turn = SnapshotTurn(turn_id=stable_id("turn", session, 1), seq=1, role="user",
-                        content="hi", created_at=now)  # fmt: skip
+    turn = SnapshotTurn(
+        turn_id=stable_id("turn", session, 1), seq=1, role="user", content="hi", created_at=now
+    )
     snap = Snapshot(
-        snapshot_id=stable_id("snap", project, "u", session, 1, 1), project_id=project,
-        user_id="u", session_id=session, first_seq=1, last_seq=1, turns=(turn,),
-        reason="idle", closed_at=now,
-    )  # fmt: skip
+        snapshot_id=stable_id("snap", project, "u", session, 1, 1),
+        project_id=project,
+        user_id="u",
+        session_id=session,
+        first_seq=1,
+        last_seq=1,
+        turns=(turn,),
+        reason="idle",
+        closed_at=now,
+    )
     return {"_id": snap.snapshot_id, **snap.model_dump(mode="python")}
 
 
@@ -61,10 +68,12 @@ def llm() -> Iterator[FakeOpenAIServer]:
 
 
 def configured(settings: Settings) -> Settings:
-    return settings.model_copy(update={
-        "embedding": EmbeddingSettings(provider="stand-in"),
-        "extraction": ExtractionSettings(enabled=TYPES),
-    })  # fmt: skip
+    return settings.model_copy(
+        update={
+            "embedding": EmbeddingSettings(provider="stand-in"),
+            "extraction": ExtractionSettings(enabled=TYPES),
+        }
+    )
 
 
 @pytest.fixture
@@ -161,8 +170,9 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
         with pytest.raises(ProcessingTimeout, match=f"{snap_id} \\(semantic\\)") as late:
             await chat.wait_until_processed(0.5, poll_s=0.1)
         assert f"{snap_id} (episodic)" in str(late.value)
-        await db[TURNS].insert_one({"_id": "t2", "project_id": "travel", "user_id": "u",
-                                    "session_id": "stuck", "seq": 2})  # fmt: skip
+        await db[TURNS].insert_one(
+            {"_id": "t2", "project_id": "travel", "user_id": "u", "session_id": "stuck", "seq": 2}
+        )
         with pytest.raises(ProcessingTimeout, match="turns 2-2 \\(not in a snapshot yet\\)"):
             await chat.wait_until_processed(0.3, all_turns=True, poll_s=0.1)
         assert late.value.retriable
@@ -175,8 +185,11 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
         assert direct.state == "pending"
         assert [t.candidates for t in direct.snapshots[0].types] == [None, None]
 
-        runner, url = await start(with_keys(configured(settings)).model_copy(
-            update={"extraction": ExtractionSettings(enabled=TYPES)}))  # fmt: skip
+        runner, url = await start(
+            with_keys(configured(settings)).model_copy(
+                update={"extraction": ExtractionSettings(enabled=TYPES)}
+            )
+        )
         try:
             async with AsyncMemory(project_id="travel", api_key=KEY_A, base_url=url) as remote:
                 chat_remote = remote.bind(session)
@@ -184,8 +197,9 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
             # the reconciler's record may come before the extractor's: still pending
             await db[PROGRESS].update_one(
                 {"_id": stable_id("prog", snap_id, "semantic")},
-                {"$addToSet": {"reconciled": {"$each": ["c1"]}}}, upsert=True,
-            )  # fmt: skip
+                {"$addToSet": {"reconciled": {"$each": ["c1"]}}},
+                upsert=True,
+            )
             assert (await chat.processing_status()).snapshots[0].types[0].state == "pending"
         finally:
             await runner.stop()
@@ -197,8 +211,7 @@ async def test_the_reconciler_records_applied_and_dead_lettered_candidates(
     """The reconciler stage's own records, as `processing_status` reads them."""
     good = candidate("semantic", label="seat", text="Aisle seats.", snapshot="snap-a")
     small = HashingEmbedder(8)  # another size than the scope's memories: refused by the store
-    bad = candidate("semantic", label="meal", text="Vegetarian.", snapshot="snap-b",
-                    embedder=small)  # fmt: skip
+    bad = candidate("semantic", label="meal", text="Vegetarian.", snapshot="snap-b", embedder=small)
     direct = candidate("semantic", label="pet", text="A cat.", snapshot=None)
     topics = [settings.kafka.topic(CANDIDATES), dead_letter_topic(settings.kafka, "reconciler")]
     await ensure_topics(settings.kafka, topics)
@@ -206,8 +219,9 @@ async def test_the_reconciler_records_applied_and_dead_lettered_candidates(
     await producer.start()
     try:
         for c in (good, direct, bad):
-            await producer.send(settings.kafka.topic(CANDIDATES), encode(c),
-                                key=c.scope.kafka_key())  # fmt: skip
+            await producer.send(
+                settings.kafka.topic(CANDIDATES), encode(c), key=c.scope.kafka_key()
+            )
         await producer.flush()
     finally:
         await producer.stop()
@@ -280,11 +294,18 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
     await stm.record_turn(session, "user", "the airport is Boston", None)
     snap = snapshot_doc("p", "s1")
     await db[SNAPSHOTS].insert_one(snap)
-    await db[PROGRESS].insert_one({
-        "_id": stable_id("prog", snap["_id"], "semantic"), "project_id": "p", "user_id": "u",
-        "session_id": "s1", "snapshot_id": snap["_id"], "memory_type": "semantic",
-        "candidates": ["c1"], "reconciled": ["c1"],
-    })  # fmt: skip
+    await db[PROGRESS].insert_one(
+        {
+            "_id": stable_id("prog", snap["_id"], "semantic"),
+            "project_id": "p",
+            "user_id": "u",
+            "session_id": "s1",
+            "snapshot_id": snap["_id"],
+            "memory_type": "semantic",
+            "candidates": ["c1"],
+            "reconciled": ["c1"],
+        }
+    )
     names: list[str] = []
 
     class Listener(monitoring.CommandListener):
@@ -304,8 +325,9 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
         names.clear()
         status = await progress.session_status(session, TYPES)
         assert names == ["aggregate"]  # one command: no getMore, no second read
-        other = await progress.session_status(session.model_copy(update={"session_id": "s9"}),
-                                              TYPES)  # fmt: skip
+        other = await progress.session_status(
+            session.model_copy(update={"session_id": "s9"}), TYPES
+        )
     finally:
         await watched.close()
     assert (status.last_turn_seq, status.last_snapshot_seq) == (2, 1)

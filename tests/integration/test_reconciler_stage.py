@@ -64,21 +64,33 @@ async def running(settings: Settings, suffix: str = "") -> AsyncIterator[None]:
 
 
 def airport(city: str, snapshot: str, user: str = "u1") -> MemoryCandidate:
-    return candidate("semantic", user_id=user, label="home-airport",
-                     text=f"The user's home airport is {city}.", snapshot=snapshot)  # fmt: skip
+    return candidate(
+        "semantic",
+        user_id=user,
+        label="home-airport",
+        text=f"The user's home airport is {city}.",
+        snapshot=snapshot,
+    )
 
 
 async def test_stage_updates_reinforces_dedupes_and_dead_letters(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     db = mongo[settings.mongodb.database]
-    await ensure_topics(settings.kafka, [settings.kafka.topic(CANDIDATES),
-                                         dead_letter_topic(settings.kafka, STAGE)])  # fmt: skip
+    await ensure_topics(
+        settings.kafka, [settings.kafka.topic(CANDIDATES), dead_letter_topic(settings.kafka, STAGE)]
+    )
     boston, denver, denver2 = airport("Boston", "a"), airport("Denver", "b"), airport("Denver", "c")
-    await produce(settings, [
-        message(boston), (b"junk", b"not a candidate"), message(denver), message(denver),
-        message(denver2),
-    ])  # fmt: skip
+    await produce(
+        settings,
+        [
+            message(boston),
+            (b"junk", b"not a candidate"),
+            message(denver),
+            message(denver),
+            message(denver2),
+        ],
+    )
 
     async def ledger_has(n: int) -> bool:
         return await db[LEDGER].count_documents({"state": "done"}) >= n
@@ -87,15 +99,17 @@ async def test_stage_updates_reinforces_dedupes_and_dead_letters(
         await until(lambda: ledger_has(3))
     docs = await db[MEMORIES].find({}).sort("version").to_list()
     assert [(d["version"], d["status"], d["action"]) for d in docs] == [
-        (1, "superseded", "ADD"), (2, "current", "UPDATE"),
-    ]  # fmt: skip
+        (1, "superseded", "ADD"),
+        (2, "current", "UPDATE"),
+    ]
     assert len(docs[1]["candidate_ids"]) == 2
     assert [e["ref"] for e in docs[1]["evidence"]] == ["b", "c"]
 
     consumer = AIOKafkaConsumer(
-        dead_letter_topic(settings.kafka, STAGE), bootstrap_servers=settings.kafka.bootstrap,
+        dead_letter_topic(settings.kafka, STAGE),
+        bootstrap_servers=settings.kafka.bootstrap,
         auto_offset_reset="earliest",
-    )  # fmt: skip
+    )
     await consumer.start()
     try:
         record = await asyncio.wait_for(consumer.getone(), 30)
@@ -107,11 +121,12 @@ async def test_stage_updates_reinforces_dedupes_and_dead_letters(
     # mongomem_consumer_lag is set from the consumer's own highwater marks: caught up, 0
     lags = [
         sample.value
-        for metric in REGISTRY.collect() if metric.name == "mongomem_consumer_lag"
+        for metric in REGISTRY.collect()
+        if metric.name == "mongomem_consumer_lag"
         for sample in metric.samples
         if sample.labels["stage"] == STAGE
         and sample.labels["topic"] == settings.kafka.topic(CANDIDATES)
-    ]  # fmt: skip
+    ]
     assert lags
     assert set(lags) == {0.0}
 
@@ -169,10 +184,15 @@ async def test_mongomem_run_reconciler_stops_cleanly_on_sigterm(
     await ensure_topics(settings.kafka, [settings.kafka.topic(CANDIDATES)])
     await produce(settings, [message(airport("Boston", "x"))])
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mongomem.cli", "run", "reconciler",
+        sys.executable,
+        "-m",
+        "mongomem.cli",
+        "run",
+        "reconciler",
         env={**subprocess_env, "PYTHONPATH": os.getcwd()},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         await until(lambda: ledger_count_is(db, 1))
         proc.send_signal(signal.SIGTERM)

@@ -31,17 +31,44 @@ DAY = timedelta(days=1)
 async def seeded(store: MemoryStore) -> None:
     """Two facts last confirmed 100 days ago, one confirmed again yesterday, an old episode."""
     now = utcnow()
-    for position, (label, text) in enumerate([("old-a", "A is 1."), ("old-b", "B is 2."),
-                                              ("kept", "K is 3.")]):  # fmt: skip
-        await store.reconcile(candidate("semantic", project_id="travel", user_id="alice",
-                                        snapshot="snap-old", position=position,
-                                        at=now - 100 * DAY, label=label, text=text))  # fmt: skip
-    await store.reconcile(candidate("semantic", project_id="travel", user_id="alice",
-                                    snapshot="snap-new", at=now - DAY, label="kept",
-                                    text="K is 3."))  # fmt: skip
-    await store.reconcile(candidate("episodic", project_id="travel", user_id="alice",
-                                    snapshot="snap-old", position=9, at=now - 100 * DAY,
-                                    title="Old trip", content="A trip long ago."))  # fmt: skip
+    for position, (label, text) in enumerate(
+        [("old-a", "A is 1."), ("old-b", "B is 2."), ("kept", "K is 3.")]
+    ):
+        await store.reconcile(
+            candidate(
+                "semantic",
+                project_id="travel",
+                user_id="alice",
+                snapshot="snap-old",
+                position=position,
+                at=now - 100 * DAY,
+                label=label,
+                text=text,
+            )
+        )
+    await store.reconcile(
+        candidate(
+            "semantic",
+            project_id="travel",
+            user_id="alice",
+            snapshot="snap-new",
+            at=now - DAY,
+            label="kept",
+            text="K is 3.",
+        )
+    )
+    await store.reconcile(
+        candidate(
+            "episodic",
+            project_id="travel",
+            user_id="alice",
+            snapshot="snap-old",
+            position=9,
+            at=now - 100 * DAY,
+            title="Old trip",
+            content="A trip long ago.",
+        )
+    )
 
 
 async def test_unreinforced_memories_expire_into_history_bounded_and_once(
@@ -91,16 +118,26 @@ async def test_a_memory_reinforced_after_it_was_chosen_is_kept(
     scope = MemoryScope(project_id="travel", user_id="alice")
     old = await store.get(scope, "semantic", "old-a")
     assert old is not None
-    kept = await delete_memory(store, old.memory_id, [scope], actor="retention", reason="x",
-                               now=utcnow(), expire=True, still=lambda latest: False)  # fmt: skip
+    kept = await delete_memory(
+        store,
+        old.memory_id,
+        [scope],
+        actor="retention",
+        reason="x",
+        now=utcnow(),
+        expire=True,
+        still=lambda latest: False,
+    )
     assert kept is None
     assert await store.get(scope, "semantic", "old-a") is not None  # nothing was written
 
 
 def test_the_cli_runs_one_sweep_from_the_project_config(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     async def seed() -> None:
         client = connect(settings.mongodb)
         store = MemoryStore(database(client, settings.mongodb))

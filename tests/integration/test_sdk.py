@@ -61,9 +61,10 @@ async def test_async_round_trip_of_every_call(memory: AsyncMemory) -> None:
     assert [e.title for e in await chat.list_episodes()] == ["Vacation planning"]
 
     await chat.save_procedure(
-        procedure="compare-flights", description="Compare flight options.",
+        procedure="compare-flights",
+        description="Compare flight options.",
         content="Rank flights by price, stops, and total travel time.",
-    )  # fmt: skip
+    )
     found = await chat.discover_procedures("compare flights")
     assert isinstance(found[0].memory, Procedure)
     proc = await chat.get_procedure("compare-flights")
@@ -101,16 +102,19 @@ async def test_evolving_fact_through_the_sdk(memory: AsyncMemory) -> None:
     second = await chat.save_semantic("home-airport", "The user's home airport is Denver.")
     third = await chat.save_semantic("Home Airport", "The user's home airport is Denver.")
     assert [first.action, second.action, third.action] == [
-        Action.ADD, Action.UPDATE, Action.REINFORCE,
-    ]  # fmt: skip
+        Action.ADD,
+        Action.UPDATE,
+        Action.REINFORCE,
+    ]
     fact = await chat.get_semantic("home-airport")
     assert fact is not None
     assert "Denver" in fact.text
     assert fact.reinforcement_count == 2
     history = await chat.history(first.memory_id)
     assert [(v.version, v.status) for v in history] == [
-        (1, MemoryStatus.SUPERSEDED), (2, MemoryStatus.CURRENT),
-    ]  # fmt: skip
+        (1, MemoryStatus.SUPERSEDED),
+        (2, MemoryStatus.CURRENT),
+    ]
     assert [len(v.evidence) for v in history] == [1, 2]
     assert all(e.source == "direct" and e.session_id == "thread_123" for e in history[1].evidence)
 
@@ -257,8 +261,11 @@ async def test_a_save_repeated_with_its_key_answers_the_first_result_and_changes
 ) -> None:
     chat = memory.bind(ctx("alice"))
     # ADD, REINFORCE and UPDATE, each sent twice with its own key
-    for key, text, action in [("a-1", BOSTON, Action.ADD), ("a-2", BOSTON, Action.REINFORCE),
-                              ("a-3", DENVER, Action.UPDATE)]:  # fmt: skip
+    for key, text, action in [
+        ("a-1", BOSTON, Action.ADD),
+        ("a-2", BOSTON, Action.REINFORCE),
+        ("a-3", DENVER, Action.UPDATE),
+    ]:
         first = await chat.save_semantic("home-airport", text, idempotency_key=key)
         before = await stored(mongo, settings)
         again = await chat.save_semantic("home-airport", f"  {text} ", idempotency_key=key)
@@ -287,8 +294,10 @@ async def test_a_save_repeated_with_its_key_answers_the_first_result_and_changes
     def sync_twice() -> tuple[object, object]:
         with Memory(project_id="travel", settings=settings, embedder=EMBEDDER) as m:
             bound = m.bind(ctx("alice"))
-            return (bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"),
-                    bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"))  # fmt: skip
+            return (
+                bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"),
+                bound.save_semantic("seat", "Aisle.", idempotency_key="s-1"),
+            )
 
     one, two = await asyncio.to_thread(sync_twice)
     assert one == two
@@ -320,8 +329,7 @@ async def test_a_key_reused_for_different_content_is_refused_and_stores_nothing(
     assert await chat.save_semantic("home-airport", BOSTON, idempotency_key="k") == first
     # a key belongs to one caller and one memory type
     episode = await chat.save_episode("Trip", "Booked Lisbon.", idempotency_key="k")
-    bobs = await memory.bind(ctx("bob")).save_semantic("home-airport", DENVER,
-                                                       idempotency_key="k")  # fmt: skip
+    bobs = await memory.bind(ctx("bob")).save_semantic("home-airport", DENVER, idempotency_key="k")
     assert (episode.action, bobs.action) == (Action.ADD, Action.ADD)
     for bad in ["", "x" * 256, "has space", "naïve", "new\nline", 7]:
         with pytest.raises(InputError) as err:
@@ -351,14 +359,18 @@ async def test_concurrent_saves_with_one_key_have_one_effect(
     # two clients (two stores, as two service replicas would be) racing with one key
     async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as other:
         chats = [memory.bind(ctx("alice")), other.bind(ctx("alice"))]
-        adds = await asyncio.gather(*[
-            chats[i % 2].save_semantic("home-airport", BOSTON, idempotency_key="race-1")
-            for i in range(8)
-        ])  # fmt: skip
-        reinforces = await asyncio.gather(*[
-            chats[i % 2].save_semantic("Home Airport", BOSTON, idempotency_key="race-2")
-            for i in range(8)
-        ])  # fmt: skip
+        adds = await asyncio.gather(
+            *[
+                chats[i % 2].save_semantic("home-airport", BOSTON, idempotency_key="race-1")
+                for i in range(8)
+            ]
+        )
+        reinforces = await asyncio.gather(
+            *[
+                chats[i % 2].save_semantic("Home Airport", BOSTON, idempotency_key="race-2")
+                for i in range(8)
+            ]
+        )
     assert all(r == adds[0] for r in adds)
     assert adds[0].action is Action.ADD
     assert all(r == reinforces[0] for r in reinforces)
@@ -376,10 +388,14 @@ async def test_a_keyed_save_interrupted_before_writing_is_completed_by_its_retry
     cid = keyed_candidate_id(chat.identity, "semantic", "k")
     fields = {"label": "home-airport", "text": BOSTON}
     # what a crash right after marking the candidate pending leaves behind
-    await mongo[settings.mongodb.database][LEDGER].insert_one({
-        "_id": cid, "state": "pending", "at": utcnow() - timedelta(minutes=5),
-        "fingerprint": request_fingerprint("semantic", fields),
-    })  # fmt: skip
+    await mongo[settings.mongodb.database][LEDGER].insert_one(
+        {
+            "_id": cid,
+            "state": "pending",
+            "at": utcnow() - timedelta(minutes=5),
+            "fingerprint": request_fingerprint("semantic", fields),
+        }
+    )
     done = await chat.save_semantic("home-airport", BOSTON, idempotency_key="k")
     assert done.action is Action.ADD
     assert await chat.save_semantic("home-airport", BOSTON, idempotency_key="k") == done

@@ -32,9 +32,14 @@ def fresh_env(**extra: str) -> dict[str, str]:
 
 def run(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=180, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def local_pipeline(settings: Settings, folder: Path, **extra: str) -> None:
@@ -89,18 +94,26 @@ def test_without_a_local_pipeline_the_error_says_what_to_set(tmp_path: Path) -> 
 
 def test_mongomem_env_prints_the_exports(settings: Settings, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "mongomem.cli", "env"]
-    missing = subprocess.run(command, cwd=tmp_path, env=fresh_env(), capture_output=True,
-                             text=True, check=False)  # fmt: skip
+    missing = subprocess.run(
+        command, cwd=tmp_path, env=fresh_env(), capture_output=True, text=True, check=False
+    )
     assert missing.returncode == 1
     assert "no local pipeline runs here" in missing.stderr
     local_pipeline(settings, tmp_path, MONGOMEM_LLM_BASE_URL="http://127.0.0.1:1/v1 x")
-    done = subprocess.run(command, cwd=tmp_path, env=fresh_env(), capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        command, cwd=tmp_path, env=fresh_env(), capture_output=True, text=True, check=True
+    )
     assert f"export MONGOMEM_MONGODB_URI='{settings.mongodb.uri}'" in done.stdout
     assert "export MONGOMEM_LLM_BASE_URL='http://127.0.0.1:1/v1 x'" in done.stdout
     shell = f'eval "$({sys.executable} -m mongomem.cli env)" && echo "$MONGOMEM_MONGODB_DATABASE"'
-    echoed = subprocess.run(["bash", "-c", shell], cwd=tmp_path, env=fresh_env(),
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    echoed = subprocess.run(
+        ["bash", "-c", shell],
+        cwd=tmp_path,
+        env=fresh_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert echoed.stdout.strip() == settings.mongodb.database
 
 

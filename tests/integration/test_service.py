@@ -98,8 +98,10 @@ async def test_every_call_over_http_gives_the_direct_results(
     second = await chat.save_semantic("home-airport", "The user's home airport is Denver.")
     third = await chat.save_semantic("Home Airport", "The user's home airport is Denver.")
     assert [first.action, second.action, third.action] == [
-        Action.ADD, Action.UPDATE, Action.REINFORCE,
-    ]  # fmt: skip
+        Action.ADD,
+        Action.UPDATE,
+        Action.REINFORCE,
+    ]
     await chat.save_episode(title="Vacation planning", content="Planned a summer trip to Lisbon.")
     await chat.save_procedure("compare-flights", "Compare flight options.", "Rank by price.")
     await chat.save_taxonomic("airline", "red-eye", "An overnight flight that lands next morning.")
@@ -474,9 +476,12 @@ class LoseFirstAnswers(httpx.AsyncBaseTransport):
 
 
 async def test_a_keyed_save_over_http_is_applied_once(
-    remote: AsyncMemory, direct: AsyncMemory, url: str,
-    mongo: AsyncMongoClient[Document], settings: Settings,
-) -> None:  # fmt: skip
+    remote: AsyncMemory,
+    direct: AsyncMemory,
+    url: str,
+    mongo: AsyncMongoClient[Document],
+    settings: Settings,
+) -> None:
     db = mongo[settings.mongodb.database]
     chat = remote.bind(ctx("alice"))
     text = "The user's home airport is Boston."
@@ -487,9 +492,9 @@ async def test_a_keyed_save_over_http_is_applied_once(
         await direct.bind(ctx("alice")).save_semantic("home-airport", text, idempotency_key="h-1")
         == first
     )
-    reinforced = await asyncio.gather(*[
-        chat.save_semantic("home-airport", text, idempotency_key="h-2") for _ in range(6)
-    ])  # fmt: skip
+    reinforced = await asyncio.gather(
+        *[chat.save_semantic("home-airport", text, idempotency_key="h-2") for _ in range(6)]
+    )
     assert {r.action for r in reinforced} == {Action.REINFORCE}
     assert all(r == reinforced[0] for r in reinforced)
     fact = await chat.get_semantic("home-airport")
@@ -501,13 +506,19 @@ async def test_a_keyed_save_over_http_is_applied_once(
     with pytest.raises(InputError, match="different request") as err:
         await chat.save_semantic("home-airport", "Denver.", idempotency_key="h-1")
     assert err.value.field == "idempotency_key"
-    body = ALICE | {"memory_type": "semantic", "idempotency_key": "h-1",
-                    "fields": {"label": "home-airport", "text": "Denver."}}  # fmt: skip
+    body = ALICE | {
+        "memory_type": "semantic",
+        "idempotency_key": "h-1",
+        "fields": {"label": "home-airport", "text": "Denver."},
+    }
     answer = await post(url, "save", body)
     assert answer.status_code == 422
     assert answer.json()["error"] | {"message": ""} == {
-        "type": "InputError", "field": "idempotency_key", "message": "", "retriable": False,
-    }  # fmt: skip
+        "type": "InputError",
+        "field": "idempotency_key",
+        "message": "",
+        "retriable": False,
+    }
     for bad in ("", "x" * 256, "two words", 12, ["h-1"]):
         answer = await post(url, "save", body | {"idempotency_key": bad})
         assert answer.status_code == 422, bad

@@ -108,11 +108,12 @@ async def test_a_save_whose_client_closed_the_socket_is_not_embedded_nor_stored(
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         first = asyncio.create_task(
             client.post(
-                SAVE, params={"session_id": "s1"},
+                SAVE,
+                params={"session_id": "s1"},
                 headers={"Authorization": f"Bearer {KEY_A}"},
                 json={"fields": {"label": "seat", "text": "the user prefers aisle seats"}},
             )
-        )  # fmt: skip
+        )
         await until(gated.busy.is_set, "the embedder is busy with tenant A's save")
         host, port = base.removeprefix("http://").split(":")
         _reader, writer = await asyncio.open_connection(host, int(port))
@@ -139,19 +140,21 @@ async def test_a_save_past_its_deadline_answers_503_and_stores_nothing(
     try:
         async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
             late = await client.post(  # the embedder stays busy until this is answered
-                SAVE, params={"session_id": "s1"},
+                SAVE,
+                params={"session_id": "s1"},
                 headers={"Authorization": f"Bearer {KEY_B}"},
                 json={"fields": {"label": "late", "text": "this save runs out of time"}},
-            )  # fmt: skip
+            )
             assert late.status_code == 503, late.text
             assert late.headers["Retry-After"] == "1"
             assert late.json()["error"]["type"] == "DeadlineExceeded"
             gated.gate.set()
             quick = await client.post(
-                SAVE, params={"session_id": "s1"},
+                SAVE,
+                params={"session_id": "s1"},
                 headers={"Authorization": f"Bearer {KEY_A}"},
                 json={"fields": {"label": "seat", "text": "the user prefers aisle seats"}},
-            )  # fmt: skip
+            )
             assert quick.status_code == 200, quick.text
     finally:
         gated.gate.set()
@@ -170,12 +173,16 @@ async def test_nothing_is_written_once_the_deadline_has_passed(
     try:
         async with httpx.AsyncClient(base_url=running.url, headers=auth, timeout=60) as client:
             answers = [
-                await client.post("/v1/users/u1/sessions/s1/turns",
-                                  json={"role": "user", "content": "hello"}),
+                await client.post(
+                    "/v1/users/u1/sessions/s1/turns", json={"role": "user", "content": "hello"}
+                ),
                 await client.post("/v1/users/u1/sessions/s1/end"),
-                await client.post(SAVE, params={"session_id": "s1"},
-                                  json={"fields": {"label": "l", "text": "a late save"}}),
-            ]  # fmt: skip
+                await client.post(
+                    SAVE,
+                    params={"session_id": "s1"},
+                    json={"fields": {"label": "l", "text": "a late save"}},
+                ),
+            ]
             health = await client.get("/healthz")
     finally:
         await running.stop()

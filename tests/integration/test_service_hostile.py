@@ -107,9 +107,12 @@ async def test_a_malformed_credential_header_is_refused_without_echoing_it(
     ],
 )
 async def test_bad_fields_are_422_naming_the_field_and_store_nothing(
-    url: str, mongo: AsyncMongoClient[Document], settings: Settings,
-    fields: dict[str, Any], field: str,
-) -> None:  # fmt: skip
+    url: str,
+    mongo: AsyncMongoClient[Document],
+    settings: Settings,
+    fields: dict[str, Any],
+    field: str,
+) -> None:
     """Unknown fields were dropped (a memory without its label); keys took control bytes."""
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as c:
         answer = await c.post(SAVE, json=save(fields))
@@ -175,9 +178,14 @@ async def test_with_mongodb_down_answers_say_nothing_of_it(
     port = closed.getsockname()[1]
     closed.close()  # nothing listens there
     down = settings.model_copy(
-        update={"mongodb": MongoSettings(uri=f"mongodb://127.0.0.1:{port}/?directConnection=true",
-                                         database="x", server_selection_timeout_s=0.5)}
-    )  # fmt: skip
+        update={
+            "mongodb": MongoSettings(
+                uri=f"mongodb://127.0.0.1:{port}/?directConnection=true",
+                database="x",
+                server_selection_timeout_s=0.5,
+            )
+        }
+    )
     runner, url = await start(serving(down, api_keys=(SecretStr(f"travel:{KEY}"),)))
     caplog.set_level(logging.WARNING)
     try:
@@ -187,7 +195,7 @@ async def test_with_mongodb_down_answers_say_nothing_of_it(
                 await c.get(DOMAINS, headers={"Authorization": f"Bearer {managed}"}),
                 await c.get(DOMAINS, headers={"Authorization": f"Bearer {KEY}"}),
                 await c.get("/readyz"),
-            ]  # fmt: skip
+            ]
     finally:
         await runner.stop()
     for answer in answers:
@@ -213,7 +221,7 @@ async def test_the_key_is_never_written_to_a_log_or_a_body(
             await c.post("/v1/nope", json={}, headers={"Authorization": f"Bearer {KEY}"}),
             await c.delete(f"{SAVE}?k={KEY}"),
             await c.get(f"{SAVE}?limit=oops&k={KEY}", headers={"Authorization": f"Bearer {KEY}"}),
-        ):  # fmt: skip
+        ):
             bodies.append(answer.text)
     assert [b for b in bodies if KEY in b] == []
     served = [r for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))]

@@ -63,8 +63,11 @@ async def test_a_burst_beyond_the_limit_answers_429_with_retry_after(url: str) -
         refused = answers[3]
         assert refused.headers["Retry-After"] == "2"  # one token at 0.5/s, rounded up
         assert refused.json()["error"] | {"message": ""} == {
-            "type": "RateLimitExceeded", "message": "", "retriable": True, "retry_after": 2,
-        }  # fmt: skip
+            "type": "RateLimitExceeded",
+            "message": "",
+            "retriable": True,
+            "retry_after": 2,
+        }
         assert "rate limit" in refused.json()["error"]["message"]
 
         # the spaces routes share the key's bucket

@@ -54,9 +54,13 @@ def with_tls(settings: Settings, port: int, cert: Path, key: Path) -> Settings:
     """``settings`` serving project travel (``KEY``) with stand-ins on 127.0.0.1:``port``,
     with ``cert`` and ``key``."""
     return serving(
-        settings, host="127.0.0.1", port=port, api_keys=(SecretStr(f"travel:{KEY}"),),
-        tls_cert_file=cert, tls_key_file=key,
-    )  # fmt: skip
+        settings,
+        host="127.0.0.1",
+        port=port,
+        api_keys=(SecretStr(f"travel:{KEY}"),),
+        tls_cert_file=cert,
+        tls_key_file=key,
+    )
 
 
 @pytest.fixture
@@ -181,9 +185,13 @@ async def test_mongomem_serve_says_what_is_wrong_in_one_line(
         "MONGOMEM_SERVICE_TLS_KEY_FILE": str(other.key_file),
     }
     code, stderr = await refused_start(
-        "-m", "mongomem.cli", "serve", "--port", str(port),
+        "-m",
+        "mongomem.cli",
+        "serve",
+        "--port",
+        str(port),
         env=env,
-    )  # fmt: skip
+    )
     assert code == 1
     assert stderr == (
         f"mongomem: MONGOMEM_SERVICE_TLS_KEY_FILE ({other.key_file}) is not the key of the "

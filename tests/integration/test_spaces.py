@@ -52,9 +52,13 @@ async def seeded(spaces: AsyncSpaces, space_id: str = "refunds", **create: objec
     )
     for question, tier, outcome in CASES:
         result = await spaces.add_item(
-            space_id, inputs={"question": question, "tier": tier}, outcome=outcome,
-            outputs={"reply": f"({outcome})"}, comment="good call", sentiment="positive",
-        )  # fmt: skip
+            space_id,
+            inputs={"question": question, "tier": tier},
+            outcome=outcome,
+            outputs={"reply": f"({outcome})"},
+            comment="good call",
+            sentiment="positive",
+        )
         assert result.action == "added"
 
 
@@ -80,8 +84,11 @@ async def test_create_list_inspect_edit_delete(
     assert update.applied
     got = await spaces.get_space("refunds")
     assert (got.name, got.description, got.recall.top_k, got.recall.mode) == (
-        "Refunds", "", 5, "meaning",
-    )  # fmt: skip
+        "Refunds",
+        "",
+        5,
+        "meaning",
+    )
     assert got.recall.threshold == RecallSettings().threshold  # untouched fields kept
 
     await spaces.add_item("refunds", inputs={"q": "a broken kettle"}, outcome="refund")
@@ -114,12 +121,14 @@ async def test_encryption_is_fixed_at_creation(spaces: AsyncSpaces) -> None:
         ({"space_id": "s", "keys": [{"argument": "q", "weight": 0}]}, "keys.0.weight"),
         ({"space_id": "s", "keys": [{"argument": "q"}, {"argument": "q"}]}, "keys"),
         ({"space_id": "s", "keys": [{"argument": "q"}], "recall": {"top_k": 0}}, "recall.top_k"),
-        ({"space_id": "s", "keys": [{"argument": "q"}], "recall": {"threshold": 2}},
-         "recall.threshold"),
+        (
+            {"space_id": "s", "keys": [{"argument": "q"}], "recall": {"threshold": 2}},
+            "recall.threshold",
+        ),
         ({"space_id": "s", "keys": [{"argument": "q"}], "kind": "other"}, "kind"),
         ({"space_id": "s", "keys": [{"argument": "q"}], "name": " "}, "name"),
     ],
-)  # fmt: skip
+)
 async def test_bad_space_input_names_the_field_and_stores_nothing(
     spaces: AsyncSpaces,
     mongo: AsyncMongoClient[Document],
@@ -183,9 +192,10 @@ async def test_recall_ranks_by_weighted_similarity(spaces: AsyncSpaces) -> None:
     query = {"question": "router password reset", "tier": "gold"}
     assert (await spaces.recall("refunds", query))[0].item.outcome == "sent the reset guide"
     await spaces.update_space(
-        "refunds", keys=[{"argument": "question"}, {"argument": "tier", "weight": 10}],
+        "refunds",
+        keys=[{"argument": "question"}, {"argument": "tier", "weight": 10}],
         confirm=True,
-    )  # fmt: skip
+    )
     assert (await spaces.recall("refunds", query))[0].item.outcome == "refund approved"
 
 
@@ -248,15 +258,21 @@ async def test_encrypted_payloads_at_rest(
 
     for other_settings, message in ((OTHER_KEY, "not the key"), (SpacesSettings(), "encrypted")):
         async with AsyncSpaces(
-            settings, project_id="support", embedder=EMBEDDER,
-            spaces_settings=other_settings, client=mongo,
-        ) as wrong:  # fmt: skip
+            settings,
+            project_id="support",
+            embedder=EMBEDDER,
+            spaces_settings=other_settings,
+            client=mongo,
+        ) as wrong:
             with pytest.raises(ConfigError, match=message):
                 await wrong.list_items("secret")
     async with AsyncSpaces(
-        settings, project_id="support", embedder=EMBEDDER, spaces_settings=SpacesSettings(),
+        settings,
+        project_id="support",
+        embedder=EMBEDDER,
+        spaces_settings=SpacesSettings(),
         client=mongo,
-    ) as keyless:  # fmt: skip
+    ) as keyless:
         # the caller asked for what this deployment cannot do: its input, not the settings
         with pytest.raises(InputError, match="MONGOMEM_SPACES_ENCRYPTION_KEY") as refused:
             await keyless.create_space("more", keys=[{"argument": "q"}], encrypted=True)

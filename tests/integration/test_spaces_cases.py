@@ -45,13 +45,16 @@ async def spaces(
         settings, project_id="support", embedder=EMBEDDER, client=mongo, clock=clock
     ) as s:
         await s.create_space(
-            "cases", keys=[{"argument": "question", "weight": 2}, {"argument": "tier"}],
+            "cases",
+            keys=[{"argument": "question", "weight": 2}, {"argument": "tier"}],
             recall={"threshold": 0.3},
-        )  # fmt: skip
+        )
         await s.create_space(
-            "escalations", kind="escalation", keys=[{"argument": "question"}],
+            "escalations",
+            kind="escalation",
+            keys=[{"argument": "question"}],
             recall={"threshold": 0.8},
-        )  # fmt: skip
+        )
         yield s
 
 
@@ -84,9 +87,11 @@ async def test_duplicates_need_a_choice(
     assert anyway.item is not None
 
     replaced = await spaces.add_item(
-        "cases", inputs=BLENDER, outcome="store credit",
+        "cases",
+        inputs=BLENDER,
+        outcome="store credit",
         on_duplicate=Replace(item_ids=(first.item.item_id, anyway.item.item_id)),
-    )  # fmt: skip
+    )
     assert replaced.action == "replaced"
     assert set(replaced.removed) == {first.item.item_id, anyway.item.item_id}
     outcomes = sorted(i.outcome or "" for i in await spaces.list_items("cases"))
@@ -109,16 +114,23 @@ async def test_merge_keeps_the_closest_and_asks_which_sentiment_wins(
     assert kept.item is not None
     with pytest.raises(InputError) as refused:
         await spaces.add_item(
-            "cases", inputs=BLENDER_AGAIN, comment="too slow", sentiment="negative",
+            "cases",
+            inputs=BLENDER_AGAIN,
+            comment="too slow",
+            sentiment="negative",
             on_duplicate=Merge(),
-        )  # fmt: skip
+        )
     assert refused.value.field == "on_duplicate.sentiment_wins"
     assert (await spaces.get_item("cases", kept.item.item_id)) == kept.item  # unchanged
 
     merged = await spaces.add_item(
-        "cases", inputs=BLENDER_AGAIN, outcome="ignored", comment="too slow",
-        sentiment="negative", on_duplicate=Merge(sentiment_wins="new"),
-    )  # fmt: skip
+        "cases",
+        inputs=BLENDER_AGAIN,
+        outcome="ignored",
+        comment="too slow",
+        sentiment="negative",
+        on_duplicate=Merge(sentiment_wins="new"),
+    )
     assert merged.action == "merged"
     stored = await spaces.get_item("cases", kept.item.item_id)
     assert stored.inputs == BLENDER
@@ -139,14 +151,18 @@ async def test_escalation_applies_only_a_clear_top_match(
     assert before.top is None
 
     item = await spaces.resolve_escalation(
-        "escalations", inputs={"question": "refund over 500 euros for a damaged TV"},
-        resolution="Manager approved: the TV arrived broken.", outcome="approve",
+        "escalations",
+        inputs={"question": "refund over 500 euros for a damaged TV"},
+        resolution="Manager approved: the TV arrived broken.",
+        outcome="approve",
         resolved_by="manager_1",
-    )  # fmt: skip
+    )
     await spaces.resolve_escalation(
-        "escalations", inputs={"question": "customer wants to cancel a contract early"},
-        resolution="Cancellation fee waived once.", outcome="waive fee",
-    )  # fmt: skip
+        "escalations",
+        inputs={"question": "customer wants to cancel a contract early"},
+        resolution="Cancellation fee waived once.",
+        outcome="waive fee",
+    )
     same = await spaces.check_escalation(
         "escalations", {"question": "refund over 500 euros for a damaged TV"}
     )
@@ -187,9 +203,11 @@ async def test_playground_simulates_without_writing(
     assert episodic.escalation is None
 
     await spaces.resolve_escalation(
-        "escalations", inputs={"question": "refund over 500 euros"}, resolution="ok",
+        "escalations",
+        inputs={"question": "refund over 500 euros"},
+        resolution="ok",
         outcome="approve",
-    )  # fmt: skip
+    )
     applied = await spaces.playground("escalations", {"question": "refund over 500 euros"})
     assert applied.escalation is not None
     assert applied.escalation.apply
@@ -205,24 +223,40 @@ async def test_playground_simulates_without_writing(
 async def test_promote_feedback_on_a_run_or_a_part(spaces: AsyncSpaces) -> None:
     outputs = {"reply": "We will refund you.", "tags": ["refund"], "summary": "refund"}
     whole = await spaces.promote_feedback(
-        "cases", trace_id="trace-1", inputs=BLENDER, outputs=outputs,
-        comment="right call", sentiment="positive", agent_id="triage",
-    )  # fmt: skip
+        "cases",
+        trace_id="trace-1",
+        inputs=BLENDER,
+        outputs=outputs,
+        comment="right call",
+        sentiment="positive",
+        agent_id="triage",
+    )
     assert whole.item is not None
     assert whole.item.outputs == outputs
     assert whole.item.source == {"trace_id": "trace-1"}
     part = await spaces.promote_feedback(
-        "cases", trace_id="trace-2", inputs=ROUTER, outputs=outputs, part="reply",
-        comment="wrong tone", sentiment="negative",
-    )  # fmt: skip
+        "cases",
+        trace_id="trace-2",
+        inputs=ROUTER,
+        outputs=outputs,
+        part="reply",
+        comment="wrong tone",
+        sentiment="negative",
+    )
     assert part.item is not None
     stored = await spaces.get_item("cases", part.item.item_id)
     assert stored.outputs == {"reply": "We will refund you."}
     assert stored.source == {"trace_id": "trace-2", "part": "reply"}
     assert stored.sentiment == "negative"
     for kwargs, field in (({"part": "nope"}, "part"), ({"trace_id": ""}, "trace_id")):
-        args = {"trace_id": "t", "inputs": ROUTER, "outputs": outputs, "comment": "c",
-                "sentiment": "positive", **kwargs}  # fmt: skip
+        args = {
+            "trace_id": "t",
+            "inputs": ROUTER,
+            "outputs": outputs,
+            "comment": "c",
+            "sentiment": "positive",
+            **kwargs,
+        }
         with pytest.raises(InputError) as refused:
             await spaces.promote_feedback("cases", **args)  # type: ignore[arg-type]
         assert refused.value.field == field

@@ -106,9 +106,13 @@ async def seed(spaces: AsyncSpaces | HttpSpaces, space_id: str = "refunds") -> N
     await spaces.create_space(space_id, keys=KEYS, recall=RecallSettings(threshold=0.1, top_k=3))
     for question, tier, outcome in CASES:
         added = await spaces.add_item(
-            space_id, inputs={"question": question, "tier": tier}, outcome=outcome,
-            outputs={"reply": f"({outcome})"}, comment="good call", sentiment="positive",
-        )  # fmt: skip
+            space_id,
+            inputs={"question": question, "tier": tier},
+            outcome=outcome,
+            outputs={"reply": f"({outcome})"},
+            comment="good call",
+            sentiment="positive",
+        )
         assert added.action == "added"
 
 
@@ -135,9 +139,12 @@ async def test_every_route_gives_the_direct_results(
     assert (first.action, first.item, len(first.duplicates)) == ("needs-choice", None, 1)
     assert len(await direct.list_items("refunds")) == 3
     merged = await remote.add_item(
-        "refunds", inputs=again, comment="fast", sentiment="negative",
+        "refunds",
+        inputs=again,
+        comment="fast",
+        sentiment="negative",
         on_duplicate=Merge(sentiment_wins="existing"),
-    )  # fmt: skip
+    )
     assert merged.action == "merged"
     assert merged.item is not None
     stored = await direct.get_item("refunds", merged.item.item_id)  # times: to the ms
@@ -169,8 +176,9 @@ async def test_every_route_gives_the_direct_results(
     with pytest.raises(InputError) as immutable:
         await remote.update_item("refunds", item_id, inputs={"question": "other"})
     assert immutable.value.field == "inputs"
-    noted = await remote.add_feedback("refunds", item_id, comment="meh", sentiment="negative",
-                                      by="reviewer")  # fmt: skip
+    noted = await remote.add_feedback(
+        "refunds", item_id, comment="meh", sentiment="negative", by="reviewer"
+    )
     assert [(f.comment, f.by) for f in noted.feedback] == [
         (f.comment, f.by) for f in (await direct.get_item("refunds", item_id)).feedback
     ]
@@ -184,10 +192,14 @@ async def test_every_route_gives_the_direct_results(
 
     # feedback promoted from a run, one part of its output
     promoted = await remote.promote_feedback(
-        "refunds", trace_id="trace-1", inputs={"question": "laptop screen cracked on arrival"},
-        outputs={"reply": "Sorry!", "label": "damage"}, comment="label was right",
-        sentiment="positive", part="label",
-    )  # fmt: skip
+        "refunds",
+        trace_id="trace-1",
+        inputs={"question": "laptop screen cracked on arrival"},
+        outputs={"reply": "Sorry!", "label": "damage"},
+        comment="label was right",
+        sentiment="positive",
+        part="label",
+    )
     assert promoted.action == "added"
     assert promoted.item is not None
     assert promoted.item.outputs == {"label": "damage"}
@@ -208,8 +220,9 @@ async def test_every_route_gives_the_direct_results(
     assert raw.json()["error"]["field"] == "confirm"
     assert raw.json()["result"]["applied"] is False
     assert (await direct.get_space("refunds")).name == "refunds"  # not even the name
-    done = await remote.update_space("refunds", name="Renamed", keys=[{"argument": "tier"}],
-                                     confirm=True)  # fmt: skip
+    done = await remote.update_space(
+        "refunds", name="Renamed", keys=[{"argument": "tier"}], confirm=True
+    )
     assert done.applied
     assert done.space == await direct.get_space("refunds")
     assert [k.argument for k in done.space.keys] == ["tier"]
@@ -217,12 +230,16 @@ async def test_every_route_gives_the_direct_results(
     assert detached.agents == {}
 
     # escalations
-    await remote.create_space("esc", kind="escalation", keys=[{"argument": "question"}],
-                              recall={"threshold": 0.8})  # fmt: skip
+    await remote.create_space(
+        "esc", kind="escalation", keys=[{"argument": "question"}], recall={"threshold": 0.8}
+    )
     resolved = await remote.resolve_escalation(
-        "esc", inputs={"question": "Refund over 500 EUR for a damaged TV"},
-        resolution="Approved by the lead", outcome="approve", resolved_by="lead",
-    )  # fmt: skip
+        "esc",
+        inputs={"question": "Refund over 500 EUR for a damaged TV"},
+        resolution="Approved by the lead",
+        outcome="approve",
+        resolved_by="lead",
+    )
     assert await remote.get_item("esc", resolved.item_id) == await direct.get_item(
         "esc", resolved.item_id
     )
@@ -248,8 +265,9 @@ async def test_missing_spaces_and_items_answer_404_and_raise_the_direct_error(
         answer = await send(url, "GET", path)
         assert answer.status_code == 404
         assert (answer.json()["error"]["type"], answer.json()["error"]["field"]) == (
-            "InputError", field,
-        )  # fmt: skip
+            "InputError",
+            field,
+        )
     with pytest.raises(InputError) as missing:
         await remote.get_space("nope")
     assert missing.value.field == "space_id"
@@ -304,36 +322,61 @@ async def test_a_key_opens_its_own_project_only(
         ("POST", "", {"keys": [{"argument": "q"}]}, "space_id"),
         ("POST", "", {"space_id": "$bad", "keys": [{"argument": "q"}]}, "space_id"),
         ("POST", "", {"space_id": "s", "keys": [{"argument": "q", "weight": 0}]}, "keys.0.weight"),
-        ("POST", "", {"space_id": "s", "keys": [{"argument": "q"}], "recall": {"top_k": 0}},
-         "recall.top_k"),
+        (
+            "POST",
+            "",
+            {"space_id": "s", "keys": [{"argument": "q"}], "recall": {"top_k": 0}},
+            "recall.top_k",
+        ),
         ("POST", "", {"space_id": "s", "keys": [{"argument": "q"}], "bogus": 1}, "bogus"),
         ("POST", "", "not json", "body"),
         ("POST", "", [1, 2], "body"),
         ("POST", "/refunds/items", {"inputs": {}}, "inputs"),
         ("POST", "/refunds/items", {"inputs": {"question": 3}}, "inputs.question"),
-        ("POST", "/refunds/items", {"inputs": {"question": "q"}, "sentiment": "great"},
-         "sentiment"),
-        ("POST", "/refunds/items", {"inputs": {"question": "q"}, "on_duplicate": {"choice": "x"}},
-         "on_duplicate.choice"),
-        ("POST", "/refunds/items", {"inputs": {"question": {"name": "f.txt"}}},
-         "inputs.question.text"),
+        (
+            "POST",
+            "/refunds/items",
+            {"inputs": {"question": "q"}, "sentiment": "great"},
+            "sentiment",
+        ),
+        (
+            "POST",
+            "/refunds/items",
+            {"inputs": {"question": "q"}, "on_duplicate": {"choice": "x"}},
+            "on_duplicate.choice",
+        ),
+        (
+            "POST",
+            "/refunds/items",
+            {"inputs": {"question": {"name": "f.txt"}}},
+            "inputs.question.text",
+        ),
         ("POST", "/refunds/recall", {"agent_id": "a"}, "inputs"),
         ("PATCH", "/refunds", {"recall": {"threshold": 5}}, "recall.threshold"),
         ("PATCH", "/refunds", {"confirm": "yes"}, "confirm"),
         ("POST", "/import?encrypted=maybe", None, "encrypted"),
     ],
-)  # fmt: skip
+)
 async def test_bad_input_answers_422_naming_the_field_and_stores_nothing(
-    url: str, direct: AsyncSpaces, mongo: AsyncMongoClient[Document], settings: Settings,
-    method: str, path: str, body: Any, field: str,
-) -> None:  # fmt: skip
+    url: str,
+    direct: AsyncSpaces,
+    mongo: AsyncMongoClient[Document],
+    settings: Settings,
+    method: str,
+    path: str,
+    body: Any,
+    field: str,
+) -> None:
     await direct.create_space("refunds", keys=KEYS)
     before = await counts(mongo, settings)
     space = await direct.get_space("refunds")
     kw: dict[str, Any] = (
-        {"content": body.encode()} if isinstance(body, str) else {"json": body}
-        if body is not None else {"content": b'{"format": 1}\n'}
-    )  # fmt: skip
+        {"content": body.encode()}
+        if isinstance(body, str)
+        else {"json": body}
+        if body is not None
+        else {"content": b'{"format": 1}\n'}
+    )
     answer = await send(url, method, path, **kw)
     assert answer.status_code == (400 if field == "body" else 422), answer.text
     assert answer.json()["error"]["field"] == field
@@ -342,9 +385,12 @@ async def test_bad_input_answers_422_naming_the_field_and_stores_nothing(
 
 
 async def test_export_over_http_then_import_over_http_round_trips(
-    url: str, remote: HttpSpaces, direct: AsyncSpaces, mongo: AsyncMongoClient[Document],
+    url: str,
+    remote: HttpSpaces,
+    direct: AsyncSpaces,
+    mongo: AsyncMongoClient[Document],
     settings: Settings,
-) -> None:  # fmt: skip
+) -> None:
     await seed(direct)
     await direct.attach_agent("refunds", "triage", keys=[{"argument": "question"}])
     lines = await remote.export_space("refunds")
@@ -386,13 +432,18 @@ async def test_the_sync_spaces_directly_and_over_http(
         with Spaces(base_url=url, api_key=KEY_A) as remote:
             remote.create_space("refunds", keys=KEYS, recall={"threshold": 0.1})
             for question, tier, outcome in CASES:
-                remote.add_item("refunds", inputs={"question": question, "tier": tier},
-                                outcome=outcome)  # fmt: skip
-            over_http = [h.item.outcome or "" for h in remote.recall(
-                "refunds", {"question": "refund for my damaged blender"})]  # fmt: skip
+                remote.add_item(
+                    "refunds", inputs={"question": question, "tier": tier}, outcome=outcome
+                )
+            over_http = [
+                h.item.outcome or ""
+                for h in remote.recall("refunds", {"question": "refund for my damaged blender"})
+            ]
         with Spaces(project_id="support", settings=settings, embedder=EMBEDDER) as local:
-            here = [h.item.outcome or "" for h in local.recall(
-                "refunds", {"question": "refund for my damaged blender"})]  # fmt: skip
+            here = [
+                h.item.outcome or ""
+                for h in local.recall("refunds", {"question": "refund for my damaged blender"})
+            ]
             assert local.export_space("refunds")[0].startswith('{"format"')
         return over_http, here
 
@@ -414,18 +465,32 @@ async def test_the_spaces_cli_handlers(
     await seed(direct)
     run = asyncio.to_thread
 
-    assert await run(spaces_command, cli_args("spaces", "list", "--project-id", "support"),
-                     settings) == 0  # fmt: skip
+    assert (
+        await run(spaces_command, cli_args("spaces", "list", "--project-id", "support"), settings)
+        == 0
+    )
     listing = capsys.readouterr().out.splitlines()
     assert listing[1].split()[:4] == ["refunds", "episodic", "3", "no"]
 
-    assert await run(spaces_command, cli_args("spaces", "show", "refunds", "--project-id",
-                                              "support"), settings) == 0  # fmt: skip
+    assert (
+        await run(
+            spaces_command,
+            cli_args("spaces", "show", "refunds", "--project-id", "support"),
+            settings,
+        )
+        == 0
+    )
     shown = json.loads(capsys.readouterr().out)
     assert (shown["space_id"], shown["item_count"]) == ("refunds", 3)
 
-    assert await run(spaces_command, cli_args("spaces", "export", "refunds", "--project-id",
-                                              "support"), settings) == 0  # fmt: skip
+    assert (
+        await run(
+            spaces_command,
+            cli_args("spaces", "export", "refunds", "--project-id", "support"),
+            settings,
+        )
+        == 0
+    )
     exported = capsys.readouterr().out
     assert exported.splitlines() == await direct.export_space("refunds")
     backup = tmp_path / "refunds.jsonl"
@@ -434,15 +499,30 @@ async def test_the_spaces_cli_handlers(
     stand_in = settings.model_copy(
         update={"embedding": EmbeddingSettings(provider="stand-in", dimensions=64)}
     )
-    args = cli_args("spaces", "import", str(backup), "--project-id", "support", "--space-id",
-                    "copy")  # fmt: skip
+    args = cli_args(
+        "spaces", "import", str(backup), "--project-id", "support", "--space-id", "copy"
+    )
     assert await run(spaces_command, args, stand_in) == 0
     assert "imported space copy with 3 items" in capsys.readouterr().out
     assert (await direct.get_space("copy")).item_count == 3
 
-    create = cli_args("spaces", "create", "triage", "--project-id", "support", "--key", "question",
-                      "--key", "product=2.5", "--kind", "escalation", "--top-k", "5",
-                      "--description", "open questions")  # fmt: skip
+    create = cli_args(
+        "spaces",
+        "create",
+        "triage",
+        "--project-id",
+        "support",
+        "--key",
+        "question",
+        "--key",
+        "product=2.5",
+        "--kind",
+        "escalation",
+        "--top-k",
+        "5",
+        "--description",
+        "open questions",
+    )
     assert await run(spaces_command, create, settings) == 0
     assert "created escalation space triage in project support" in capsys.readouterr().out
     made = await direct.get_space("triage")
@@ -456,8 +536,14 @@ async def test_the_spaces_cli_handlers(
     with pytest.raises(SystemExit):  # a weight that is not a number: argparse says so
         cli_args("spaces", "create", "x", "--project-id", "support", "--key", "q=heavy")
     capsys.readouterr()
-    assert await run(spaces_command, cli_args("spaces", "delete", "triage", "--project-id",
-                                              "support", "--yes"), settings) == 0  # fmt: skip
+    assert (
+        await run(
+            spaces_command,
+            cli_args("spaces", "delete", "triage", "--project-id", "support", "--yes"),
+            settings,
+        )
+        == 0
+    )
     capsys.readouterr()
 
     delete = ("spaces", "delete", "copy", "--project-id", "support")
@@ -472,14 +558,21 @@ async def test_the_spaces_cli_as_a_process(
     direct: AsyncSpaces, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     await seed(direct)
-    env = {**subprocess_env, "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
-           "MONGOMEM_EMBEDDING_DIMENSIONS": "64"}  # fmt: skip
+    env = {
+        **subprocess_env,
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_EMBEDDING_DIMENSIONS": "64",
+    }
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "mongomem.cli", "spaces", *argv],  # `mongomem spaces`
-            capture_output=True, text=True, timeout=120, check=False, env=env,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=env,
+        )
 
     exported = await asyncio.to_thread(cli, "export", "refunds", "--project-id", "support")
     assert exported.returncode == 0, exported.stderr[-2000:]

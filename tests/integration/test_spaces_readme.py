@@ -28,9 +28,13 @@ async def test_the_example_runs_as_written(
 ) -> None:
     env = {**subprocess_env, "MONGOMEM_EMBEDDING_PROVIDER": "stand-in"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", readme_example(), env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        readme_example(),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, err.decode()
     lines = out.decode().splitlines()

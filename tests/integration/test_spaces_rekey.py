@@ -57,21 +57,30 @@ def opened(
     settings: Settings, mongo: AsyncMongoClient[Document], spaces_settings: SpacesSettings
 ) -> AsyncSpaces:
     return AsyncSpaces(
-        settings, project_id="support", embedder=EMBEDDER, spaces_settings=spaces_settings,
+        settings,
+        project_id="support",
+        embedder=EMBEDDER,
+        spaces_settings=spaces_settings,
         client=mongo,
-    )  # fmt: skip
+    )
 
 
 async def fill(spaces: AsyncSpaces, count: int = 3) -> None:
     await spaces.create_space(
-        "secret", keys=[{"argument": "question"}], encrypted=True,
+        "secret",
+        keys=[{"argument": "question"}],
+        encrypted=True,
         recall=RecallSettings(threshold=0.1, duplicate_threshold=1.0),
-    )  # fmt: skip
+    )
     for n, question in enumerate(QUESTIONS[:count]):
         added = await spaces.add_item(
-            "secret", inputs={"question": question}, outcome=f"outcome {n}",
-            outputs={"reply": f"reply {n}"}, comment="good call", sentiment="positive",
-        )  # fmt: skip
+            "secret",
+            inputs={"question": question},
+            outcome=f"outcome {n}",
+            outputs={"reply": f"reply {n}"},
+            comment="good call",
+            sentiment="positive",
+        )
         assert added.action == "added"
 
 

@@ -56,25 +56,36 @@ async def spaces(
 ) -> AsyncIterator[AsyncSpaces]:
     llm = OpenAILLM(LLMSettings(base_url=fake_llm.base_url, api_key="test", model="fake"))
     async with AsyncSpaces(
-        settings, project_id="tenant-a", embedder=EMBEDDER, client=mongo,
-        summariser=LLMSummariser(llm), spaces_settings=KEY,
-    ) as s:  # fmt: skip
+        settings,
+        project_id="tenant-a",
+        embedder=EMBEDDER,
+        client=mongo,
+        summariser=LLMSummariser(llm),
+        spaces_settings=KEY,
+    ) as s:
         yield s
     await llm.close()
 
 
 async def fill(spaces: AsyncSpaces, space_id: str, *, encrypted: bool = False) -> None:
     await spaces.create_space(
-        space_id, keys=[{"argument": "question", "weight": 2}, {"argument": "document"}],
-        recall={"threshold": 0.2, "long_text_chars": 200}, encrypted=encrypted,
-    )  # fmt: skip
+        space_id,
+        keys=[{"argument": "question", "weight": 2}, {"argument": "document"}],
+        recall={"threshold": 0.2, "long_text_chars": 200},
+        encrypted=encrypted,
+    )
     await spaces.attach_agent(space_id, "triage", keys=[{"argument": "question"}])
     await spaces.add_item(
-        space_id, inputs={"question": "can I cancel my rental early", "document":
-                          FileInput(name="contract.txt", text=CONTRACT)},
-        outputs={"reply": "Yes, with two months' notice."}, outcome="answered",
-        comment="correct", sentiment="positive",
-    )  # fmt: skip
+        space_id,
+        inputs={
+            "question": "can I cancel my rental early",
+            "document": FileInput(name="contract.txt", text=CONTRACT),
+        },
+        outputs={"reply": "Yes, with two months' notice."},
+        outcome="answered",
+        comment="correct",
+        sentiment="positive",
+    )
     await spaces.add_item(
         space_id, inputs={"question": "where do I pay the deposit"}, outcome="answered"
     )

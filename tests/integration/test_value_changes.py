@@ -73,15 +73,18 @@ async def test_a_changed_value_saved_directly_becomes_current(
             again = await chat.save_semantic(label=label, text=old.rstrip(".").lower())
             second = await chat.save_semantic(label=label, text=new)
             assert (first.action, again.action, second.action) == (
-                Action.ADD, Action.REINFORCE, Action.UPDATE,
-            ), label  # fmt: skip
+                Action.ADD,
+                Action.REINFORCE,
+                Action.UPDATE,
+            ), label
             current = await chat.get_semantic(label)
             assert current is not None
             assert current.text == new
             history = await chat.history(first.memory_id)
             assert [(v.text, v.status) for v in history] == [
-                (old, MemoryStatus.SUPERSEDED), (new, MemoryStatus.CURRENT),
-            ]  # fmt: skip
+                (old, MemoryStatus.SUPERSEDED),
+                (new, MemoryStatus.CURRENT),
+            ]
             assert history[0].reinforcement_count == 2  # the repeat confirmed the old value
             assert history[1].reinforcement_count == 1
 
@@ -101,16 +104,20 @@ async def test_a_changed_value_learned_by_the_pipeline_becomes_current(
         process = stage.process
         assert process is not None
         memory = AsyncMemory(project_id="p", settings=with_stand_in_embedder(settings))
-        facts = {"home-airport": ("Boston", "Denver"), "diet": ("vegetarian", "vegan"),
-                 "children": ("two", "three")}  # fmt: skip
+        facts = {
+            "home-airport": ("Boston", "Denver"),
+            "diet": ("vegetarian", "vegan"),
+            "children": ("two", "three"),
+        }
         try:
 
             async def told(session: str, which: int) -> None:
                 chat = memory.bind(MemoryRequestContext(user_id="u", session_id=session))
                 said = ". ".join(
                     f"My {label.replace('-', ' ')} {'are' if label == 'children' else 'is'} "
-                    f"{values[which]}" for label, values in facts.items()
-                )  # fmt: skip
+                    f"{values[which]}"
+                    for label, values in facts.items()
+                )
                 await chat.record_turn("user", said + ".")
                 await chat.record_turn("assistant", "Noted.")
 
@@ -137,8 +144,9 @@ async def test_a_changed_value_learned_by_the_pipeline_becomes_current(
                 assert current is not None
                 history = await chat.history(current.memory_id)
                 assert [(v.text.rsplit(" ", 1)[-1], v.status) for v in history] == [
-                    (f"{old}.", MemoryStatus.SUPERSEDED), (f"{new}.", MemoryStatus.CURRENT),
-                ]  # fmt: skip
+                    (f"{old}.", MemoryStatus.SUPERSEDED),
+                    (f"{new}.", MemoryStatus.CURRENT),
+                ]
                 assert history[1].action is Action.UPDATE
             logged = (
                 await mongo[settings.mongodb.database][DECISIONS]

@@ -228,8 +228,13 @@ async def test_first_start_publishes_turns_written_before_it(
         assert watcher.backfills == 1
     records = await published_turns(settings, 6)
     assert sorted((t.session_id, t.seq) for _, t in records) == [
-        ("s0", 1), ("s0", 2), ("s0", 3), ("s1", 1), ("s1", 2), ("s1", 3)
-    ]  # fmt: skip
+        ("s0", 1),
+        ("s0", 2),
+        ("s0", 3),
+        ("s1", 1),
+        ("s1", 2),
+        ("s1", 3),
+    ]
 
 
 async def test_a_document_that_is_not_a_turn_goes_to_the_dead_letter_topic(

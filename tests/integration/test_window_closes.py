@@ -217,8 +217,11 @@ async def test_end_session_closes_the_window_at_once_and_a_replay_closes_the_sam
             await chat.end_session()
             await until(lambda: len(live) == 2, within=60)
             assert [t.content for t in await chat.recent_turns(10)] == [
-                "Book the 9am flight", "Booked, seat 12A.", "Thanks", "One more thing: a hotel."
-            ]  # fmt: skip
+                "Book the 9am flight",
+                "Booked, seat 12A.",
+                "Thanks",
+                "One more thing: a hotel.",
+            ]
         assert spans(live) == [("ending", 1, 3, "end"), ("ending", 5, 5, "end")]
         assert [t.seq for t in live[0].turns] == [1, 2, 3], "the end is in no snapshot"
         assert live[0].closed_at == ended.created_at

@@ -31,10 +31,11 @@ class Version:
 
     def facts(self) -> VersionFacts:
         return VersionFacts(
-            version=self.version, status=self.status,
+            version=self.version,
+            status=self.status,
             evidence=tuple({"ref": c, "user_id": u} for c, u in self.cands),
             candidate_ids=tuple(c for c, _ in self.cands),
-        )  # fmt: skip
+        )
 
 
 Op = tuple[str, Any, Any]
@@ -98,10 +99,14 @@ def test_erasures_follow_the_lineage_of_every_version(script: list[Op]) -> None:
             check(before, versions, user)
 
 
-def check(before: list[tuple[int, str, str, list[tuple[str, str]]]],
-          after: list[Version], user: str) -> None:  # fmt: skip
-    survivors = [(num, status, text) for num, status, text, cands in before
-                 if status != "deleted" and any(u != user for _, u in cands)]  # fmt: skip
+def check(
+    before: list[tuple[int, str, str, list[tuple[str, str]]]], after: list[Version], user: str
+) -> None:
+    survivors = [
+        (num, status, text)
+        for num, status, text, cands in before
+        if status != "deleted" and any(u != user for _, u in cands)
+    ]
     # nothing of the erased user is left
     assert all(u != user for v in after for _, u in v.cands)
     if not survivors:
@@ -130,7 +135,8 @@ def test_a_version_left_without_evidence_hands_current_back() -> None:
 
 
 def test_a_kept_version_whose_candidates_are_all_erased_counts_its_evidence() -> None:
-    v1 = VersionFacts(1, "current", ({"ref": "s1", "user_id": "b"},
-                                     {"ref": "s2", "user_id": "a"}), ("c9",))  # fmt: skip
+    v1 = VersionFacts(
+        1, "current", ({"ref": "s1", "user_id": "b"}, {"ref": "s2", "user_id": "a"}), ("c9",)
+    )
     plan = prune([v1], lambda e: e["user_id"] == "a", {"c9"})
     assert plan.changed == {1: (({"ref": "s1", "user_id": "b"},), ("evidence:s1",))}

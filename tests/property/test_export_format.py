@@ -51,22 +51,43 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
         if last and deleted and n > 1:
             status, action = MemoryStatus.DELETED, Action.DELETE
         closing = action is Action.DELETE
-        evidence = () if closing else tuple(
-            Evidence(source="snapshot", ref=f"snap_{i}", session_id="s", user_id="u1",
-                     text=draw(texts), at=draw(millis))
-            for i in range(draw(st.integers(min_value=1, max_value=3)))
-        )  # fmt: skip
+        evidence = (
+            ()
+            if closing
+            else tuple(
+                Evidence(
+                    source="snapshot",
+                    ref=f"snap_{i}",
+                    session_id="s",
+                    user_id="u1",
+                    text=draw(texts),
+                    at=draw(millis),
+                )
+                for i in range(draw(st.integers(min_value=1, max_value=3)))
+            )
+        )
         at = draw(millis)
         version = MemoryVersion(
-            version_id=MemoryVersion.make_version_id(memory_id, v), memory_id=memory_id,
-            version=v, memory_type="semantic", scope=SOURCE, key=draw(texts),
-            fields={"label": draw(texts), "text": draw(texts)}, text=draw(texts),
-            embedding=() if closing else tuple(draw(vectors)), status=status, action=action,
-            reinforcement_count=1, evidence=evidence, created_at=at, updated_at=at,
+            version_id=MemoryVersion.make_version_id(memory_id, v),
+            memory_id=memory_id,
+            version=v,
+            memory_type="semantic",
+            scope=SOURCE,
+            key=draw(texts),
+            fields={"label": draw(texts), "text": draw(texts)},
+            text=draw(texts),
+            embedding=() if closing else tuple(draw(vectors)),
+            status=status,
+            action=action,
+            reinforcement_count=1,
+            evidence=evidence,
+            created_at=at,
+            updated_at=at,
             superseded_at=None if last else at,
             superseded_by=None if last else MemoryVersion.make_version_id(memory_id, v + 1),
-            reason=draw(st.none() | texts), actor=draw(st.none() | texts),
-        )  # fmt: skip
+            reason=draw(st.none() | texts),
+            actor=draw(st.none() | texts),
+        )
         doc = to_document(version, f"cand_{v}")
         doc["candidate_ids"] += [f"cand_r{i}" for i in range(draw(st.integers(0, 3)))]
         if closing:

@@ -82,9 +82,14 @@ def apply(
     kept = [n for n in ns if n.memory_id != mid or not same_place(c, n)]
     version = max([n.version for n in ns if n.memory_id == mid and same_place(c, n)], default=0)
     new = Neighbour(
-        memory_id=mid, version=version + 1, memory_type=c.memory_type, scope=c.scope,
-        key=c.key, text=c.text, similarity=1.0,
-    )  # fmt: skip
+        memory_id=mid,
+        version=version + 1,
+        memory_type=c.memory_type,
+        scope=c.scope,
+        key=c.key,
+        text=c.text,
+        similarity=1.0,
+    )
     return [*kept, new]
 
 
@@ -107,9 +112,14 @@ def test_never_targets_another_scope_or_type(c: MemoryCandidate, ns: list[Neighb
 @given(candidates(), neighbours())
 def test_same_text_in_scope_reinforces(c: MemoryCandidate, ns: list[Neighbour]) -> None:
     twin = Neighbour(
-        memory_id="mem_twin", version=1, memory_type=c.memory_type, scope=c.scope,
-        key=c.key, text=c.text, similarity=0.2,
-    )  # fmt: skip
+        memory_id="mem_twin",
+        version=1,
+        memory_type=c.memory_type,
+        scope=c.scope,
+        key=c.key,
+        text=c.text,
+        similarity=0.2,
+    )
     others = [n for n in ns if normalize_key(n.key) != normalize_key(c.key)]
     d = plan_reconcile(c, [*others, twin])
     assert (d.action, d.memory_id) == (Action.REINFORCE, "mem_twin")
@@ -150,9 +160,14 @@ def test_judge_asked_for_a_key_match_or_a_near_neighbour_and_only_for_its_target
 ) -> None:
     t = Thresholds(ambiguous_at=0.6)
     n = Neighbour(
-        memory_id="mem_x", version=2, memory_type=c.memory_type, scope=c.scope,
-        key=c.key if same_key else c.key + "-other", text=c.text + " (other)", similarity=sim,
-    )  # fmt: skip
+        memory_id="mem_x",
+        version=2,
+        memory_type=c.memory_type,
+        scope=c.scope,
+        key=c.key if same_key else c.key + "-other",
+        text=c.text + " (other)",
+        similarity=sim,
+    )
     bare = plan_reconcile(c, [n], t)
     assert bare.needs_judge == (same_key or sim >= 0.6)
     assert bare.action is (Action.UPDATE if same_key else Action.ADD)  # never REINFORCE
@@ -171,9 +186,14 @@ def test_judge_asked_for_a_key_match_or_a_near_neighbour_and_only_for_its_target
 @given(candidates())
 def test_same_key_lower_similarity_updates(c: MemoryCandidate) -> None:
     n = Neighbour(
-        memory_id="mem_k", version=3, memory_type=c.memory_type, scope=c.scope,
-        key=c.key.upper(), text="something else entirely", similarity=0.1,
-    )  # fmt: skip
+        memory_id="mem_k",
+        version=3,
+        memory_type=c.memory_type,
+        scope=c.scope,
+        key=c.key.upper(),
+        text="something else entirely",
+        similarity=0.1,
+    )
     d = plan_reconcile(c, [n])
     assert (d.action, d.memory_id, d.version, d.base_version) == (Action.UPDATE, "mem_k", 4, 3)
 

@@ -82,10 +82,17 @@ def date_pair(draw: st.DrawFn) -> tuple[str, str]:
 @st.composite
 def negation_pair(draw: st.DrawFn) -> tuple[str, str]:
     verb = draw(st.sampled_from(["keeps", "visits", "owns", "reads", "likes"]))
-    negated = draw(st.sampled_from([
-        f"does not {verb.rstrip('s')}", f"doesn't {verb.rstrip('s')}", f"never {verb}",
-        f"no longer {verb}", f"not {verb}",
-    ]))  # fmt: skip
+    negated = draw(
+        st.sampled_from(
+            [
+                f"does not {verb.rstrip('s')}",
+                f"doesn't {verb.rstrip('s')}",
+                f"never {verb}",
+                f"no longer {verb}",
+                f"not {verb}",
+            ]
+        )
+    )
     pair = (verb, negated)
     return pair if draw(st.booleans()) else (pair[1], pair[0])
 
@@ -96,16 +103,24 @@ def changed_pair(draw: st.DrawFn) -> tuple[str, str]:
     old, new = draw(st.one_of(number_pair(), date_pair(), negation_pair()))
     cap = draw(st.sampled_from(["The user", "User", "the user's", ""]))
     end = draw(st.sampled_from([".", "", "!"]))
-    return (f"{cap} {before} {old} {after}{end}".strip(),
-            f"{cap} {before} {new} {after}{end}".strip())  # fmt: skip
+    return (
+        f"{cap} {before} {old} {after}{end}".strip(),
+        f"{cap} {before} {new} {after}{end}".strip(),
+    )
 
 
 def candidate(text: str, key: str) -> MemoryCandidate:
     return MemoryCandidate(
-        candidate_id="cand_1", memory_type="semantic", scope=ME, key=key, fields={},
-        text=text, embedding=(1.0,), evidence=Evidence(source="direct", ref="r", at=AT),
+        candidate_id="cand_1",
+        memory_type="semantic",
+        scope=ME,
+        key=key,
+        fields={},
+        text=text,
+        embedding=(1.0,),
+        evidence=Evidence(source="direct", ref="r", at=AT),
         created_at=AT,
-    )  # fmt: skip
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -120,12 +135,18 @@ def test_a_changed_number_date_or_negation_is_never_a_judge_less_reinforce(
 ) -> None:
     old, new = pair
     existing = Neighbour(
-        memory_id="mem_1", version=1, memory_type="semantic", scope=ME, key="facts",
-        text=old, similarity=similarity,
-    )  # fmt: skip
+        memory_id="mem_1",
+        version=1,
+        memory_type="semantic",
+        scope=ME,
+        key="facts",
+        text=old,
+        similarity=similarity,
+    )
     thresholds = Thresholds(ambiguous_at=max(ambiguous_at, 0.5))
-    decision = plan_reconcile(candidate(new, "facts" if same_key else "other"), [existing],
-                              thresholds)  # fmt: skip
+    decision = plan_reconcile(
+        candidate(new, "facts" if same_key else "other"), [existing], thresholds
+    )
     assert decision.action is not Action.REINFORCE
     assert not equivalent(old, new)
     assert value_changes(old, new), (old, new)  # and the detector names the change

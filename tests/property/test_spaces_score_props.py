@@ -86,14 +86,16 @@ def test_meaning_is_the_weighted_mean_of_argument_cosines(
         return [cos, math.sqrt(max(0.0, 1 - cos * cos))]
 
     result = score_item(
-        "x", "x",
+        "x",
+        "x",
         weights={"a": w_a, "b": w_b},
         query_vectors={"a": [1.0, 0.0], "b": [1.0, 0.0]},
         query_texts={"a": "", "b": ""},
         item_vectors={"a": at(cos_a), "b": at(cos_b)},
         item_texts={},
-        mode="meaning", alpha=0.5,
-    )  # fmt: skip
+        mode="meaning",
+        alpha=0.5,
+    )
     expected = (w_a * cos_a + w_b * cos_b) / (w_a + w_b)
     assert math.isclose(result.meaning, expected, abs_tol=1e-9)
     assert result.score == result.meaning

@@ -78,9 +78,12 @@ def full_record(doc: dict[str, Any]) -> EncodedTurn:
         project_id=turn.project_id, user_id=turn.user_id, session_id=turn.session_id
     ).kafka_key()
     return EncodedTurn(
-        (turn.project_id, turn.user_id, turn.session_id), turn.seq, key, encode(turn),
+        (turn.project_id, turn.user_id, turn.session_id),
+        turn.seq,
+        key,
+        encode(turn),
         turn.created_at,
-    )  # fmt: skip
+    )
 
 
 def as_stored(turn: Turn, tz: Any) -> dict[str, Any]:
@@ -118,17 +121,54 @@ def test_a_bson_round_trip_gives_the_same_record_on_either_path(turn: Turn) -> N
 
 # --------------------------------------------------------------------------- mutations
 
-_FIELDS = ["_id", "project_id", "user_id", "session_id", "seq", "role", "content", "metadata",
-           "created_at"]  # fmt: skip
+_FIELDS = [
+    "_id",
+    "project_id",
+    "user_id",
+    "session_id",
+    "seq",
+    "role",
+    "content",
+    "metadata",
+    "created_at",
+]
 NAIVE = datetime(2026, 1, 1, 12)  # noqa: DTZ001 - what a client without tz_aware reads
 _ODD_VALUES: list[object] = [
-    None, "", " x", "$x", "a..b", ".a", "a\x00b", "x" * 129, 0, -1, 1.0, 2.5, True, Int64(3),
-    b"bytes", "user", "USER", "robot", [], {}, {1: 2}, {"k": float("nan")}, {"k": (1, 2)},
-    {"k": NAIVE}, {"k": b"x"}, {"k": Int64(1)}, {"k": {"$x": 1}}, ("a",), NAIVE,
+    None,
+    "",
+    " x",
+    "$x",
+    "a..b",
+    ".a",
+    "a\x00b",
+    "x" * 129,
+    0,
+    -1,
+    1.0,
+    2.5,
+    True,
+    Int64(3),
+    b"bytes",
+    "user",
+    "USER",
+    "robot",
+    [],
+    {},
+    {1: 2},
+    {"k": float("nan")},
+    {"k": (1, 2)},
+    {"k": NAIVE},
+    {"k": b"x"},
+    {"k": Int64(1)},
+    {"k": {"$x": 1}},
+    ("a",),
+    NAIVE,
     NAIVE.replace(tzinfo=timezone(timedelta(hours=2))),
     NAIVE.replace(tzinfo=timezone(timedelta(0))),
-    date(2026, 1, 1), "2026-01-01T00:00:00Z", "turn_0123456789abcdef01234567",
-]  # fmt: skip
+    date(2026, 1, 1),
+    "2026-01-01T00:00:00Z",
+    "turn_0123456789abcdef01234567",
+]
 
 
 @st.composite

@@ -76,19 +76,28 @@ class _Handler:
 def test_an_extractor_skips_records_requeued_for_another_type_and_commits_past_them() -> None:
     broker = MemoryBroker(partitions=1)
     broker.append("p.snapshots", b"s0", partition=0)
-    broker.append("p.snapshots", b"s1", partition=0,
-                  headers=((REQUEUE_HEADER, b"extractor.episodic"),))  # fmt: skip
-    broker.append("p.snapshots", b"s2", partition=0,
-                  headers=((REQUEUE_HEADER, b"extractor.semantic"),))  # fmt: skip
+    broker.append(
+        "p.snapshots", b"s1", partition=0, headers=((REQUEUE_HEADER, b"extractor.episodic"),)
+    )
+    broker.append(
+        "p.snapshots", b"s2", partition=0, headers=((REQUEUE_HEADER, b"extractor.semantic"),)
+    )
     handler = _Handler()
     worker = TypeConsumer(handler)  # type: ignore[arg-type]
 
     async def run() -> None:
         stop = asyncio.Event()
         source = broker.source("p.snapshots", "g")
-        task = asyncio.create_task(consume(source, worker, publisher=broker.publisher(),
-                                           kafka=KafkaSettings(), stop=stop,
-                                           poll_timeout_s=0.01))  # fmt: skip
+        task = asyncio.create_task(
+            consume(
+                source,
+                worker,
+                publisher=broker.publisher(),
+                kafka=KafkaSettings(),
+                stop=stop,
+                poll_timeout_s=0.01,
+            )
+        )
         for _ in range(1000):
             if broker.committed("g", "p.snapshots"):
                 break

@@ -102,9 +102,14 @@ def test_locomo_reader_refuses_bad_files_naming_the_place(
 
 
 def test_longmemeval_reader_refuses_mismatched_dates_and_roles(tmp_path: Path) -> None:
-    item = {"question_id": "q", "question_type": "t", "question": "?", "answer": "a",
-            "haystack_sessions": [[{"role": "user", "content": "hi"}]],
-            "haystack_dates": []}  # fmt: skip
+    item = {
+        "question_id": "q",
+        "question_type": "t",
+        "question": "?",
+        "answer": "a",
+        "haystack_sessions": [[{"role": "user", "content": "hi"}]],
+        "haystack_dates": [],
+    }
     with pytest.raises(InputError, match="1 haystack_sessions but 0 haystack_dates"):
         read_longmemeval(write(tmp_path, [item]))
     item["haystack_dates"] = ["2023/05/20 (Sat) 02:21"]
@@ -126,15 +131,28 @@ def test_percentile_by_nearest_rank() -> None:
 
 
 def row(category: str, label_memory: str, label_full: str, model: str) -> dict[str, Any]:
-    arm = {"context_tokens": 100, "answer_tokens": 5, "judge_tokens": 50, "calls": 2,
-           "model": model, "judge_model": model}  # fmt: skip
-    return {"category": category, "search_s": 0.01, "memory": {**arm, "label": label_memory},
-            "full": {**arm, "label": label_full}}  # fmt: skip
+    arm = {
+        "context_tokens": 100,
+        "answer_tokens": 5,
+        "judge_tokens": 50,
+        "calls": 2,
+        "model": model,
+        "judge_model": model,
+    }
+    return {
+        "category": category,
+        "search_s": 0.01,
+        "memory": {**arm, "label": label_memory},
+        "full": {**arm, "label": label_full},
+    }
 
 
 def test_summary_gives_j_per_category_and_all() -> None:
-    rows = [row("1", "CORRECT", "CORRECT", "m"), row("1", "WRONG", "CORRECT", "m"),
-            row("2", "WRONG", "WRONG", "m")]  # fmt: skip
+    rows = [
+        row("1", "CORRECT", "CORRECT", "m"),
+        row("1", "WRONG", "CORRECT", "m"),
+        row("2", "WRONG", "WRONG", "m"),
+    ]
     summary = summarize(rows)
     assert summary["1"]["memory"]["j"] == 50.0
     assert summary["1"]["full"]["j"] == 100.0
@@ -144,21 +162,38 @@ def test_summary_gives_j_per_category_and_all() -> None:
 
 
 def header() -> dict[str, Any]:
-    return {"kind": "run", "id": "r1", "benchmark": "locomo", "data": "d.json",
-            "data_sha256": "0" * 64, "started_at": "2026-01-01T00:00:00+00:00",
-            "command": "mongomem eval locomo --data d.json", "answer_prompt": "answer_v1",
-            "judge_prompt": "judge_v1"}  # fmt: skip
+    return {
+        "kind": "run",
+        "id": "r1",
+        "benchmark": "locomo",
+        "data": "d.json",
+        "data_sha256": "0" * 64,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "command": "mongomem eval locomo --data d.json",
+        "answer_prompt": "answer_v1",
+        "judge_prompt": "judge_v1",
+    }
 
 
 @pytest.mark.parametrize(("model", "flagged"), [(STAND_IN_MODEL, True), ("gpt-4o-mini", False)])
 def test_report_first_line_says_not_a_score_only_for_the_stand_in(
     tmp_path: Path, model: str, flagged: bool
 ) -> None:
-    conv = [{"id": "c", "extraction": {"snapshots": 1, "calls": 4, "prompt_tokens": 10,
-                                       "completion_tokens": 3}}]  # fmt: skip
-    report = write_report(header(), conv, [row("1", "CORRECT", "WRONG", model)], tmp_path,
-                          settings=load_settings(), llm_name="openai-compatible:x",
-                          finished_at=datetime.now(UTC))  # fmt: skip
+    conv = [
+        {
+            "id": "c",
+            "extraction": {"snapshots": 1, "calls": 4, "prompt_tokens": 10, "completion_tokens": 3},
+        }
+    ]
+    report = write_report(
+        header(),
+        conv,
+        [row("1", "CORRECT", "WRONG", model)],
+        tmp_path,
+        settings=load_settings(),
+        llm_name="openai-compatible:x",
+        finished_at=datetime.now(UTC),
+    )
     first = (tmp_path / "report.md").read_text().splitlines()[0]
     assert (first == NOT_A_SCORE) is flagged
     assert report["not_a_quality_score"] is flagged
@@ -188,8 +223,13 @@ def test_progress_bar_draws_counts(tmp_path: Path) -> None:
 
 
 def ask(schema_name: str, messages: list[Any]) -> dict[str, Any]:
-    body = {"messages": messages, "response_format": {
-        "type": "json_schema", "json_schema": {"name": schema_name, "schema": {}}}}  # fmt: skip
+    body = {
+        "messages": messages,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": {}},
+        },
+    }
     answer = StandInResponder()(ChatRequest(body=body))
     assert answer.model == STAND_IN_MODEL
     content: dict[str, Any] = answer.content  # type: ignore[assignment]

@@ -180,12 +180,14 @@ def test_builtin_prompts_are_versioned_files(name: str) -> None:
 
 def test_system_and_tool_turns_and_recalled_blocks_are_not_shown_to_the_model() -> None:
     recalled = mark_recalled("## Known facts\n- home-airport: The user's home airport is Boston.")
-    snapshot = make_snapshot([
-        ("system", f"You are a travel agent.\n{recalled}"),
-        ("tool", '{"home_airport": "Boston"}'),
-        ("user", f"You said:\n{recalled}\nBut my seat preference is aisle."),
-        ("assistant", recalled),
-    ])  # fmt: skip
+    snapshot = make_snapshot(
+        [
+            ("system", f"You are a travel agent.\n{recalled}"),
+            ("tool", '{"home_airport": "Boston"}'),
+            ("user", f"You said:\n{recalled}\nBut my seat preference is aisle."),
+            ("assistant", recalled),
+        ]
+    )
     shown = [(t.role.value, t.content) for t in extractable_turns(snapshot)]
     assert shown == [("user", "You said:\n\nBut my seat preference is aisle.")]
     _, user = render_messages(builtin_spec("semantic"), snapshot)
@@ -211,8 +213,10 @@ def test_known_memories_are_a_delimited_data_block_within_their_budget() -> None
     snapshot = make_snapshot([("user", "I fly from Denver now.")])
     spec = builtin_spec("semantic")
     nonce = conversation_nonce(snapshot)
-    known = [Known("home-airport", "The user's home airport is Boston."),
-             Known("seat", 'Says "KNOWN x>>>"\nthen more')]  # fmt: skip
+    known = [
+        Known("home-airport", "The user's home airport is Boston."),
+        Known("seat", 'Says "KNOWN x>>>"\nthen more'),
+    ]
     system, user = render_messages(spec, snapshot, known=known)
     assert f"<<<KNOWN {nonce}" in system["content"]
     assert "reuse that memory's key exactly" in system["content"]

@@ -44,8 +44,15 @@ def test_extracted_fields_match_the_shared_kind(memory_type: str) -> None:
     assert spec.text_of(fields) == kind.text(fields)
     now = utcnow()
     record = MemoryRecord(
-        memory_id="m", version=1, version_id="v", memory_type=memory_type,
-        key=kind.key(fields), text=kind.text(fields), fields=fields,
-        reinforcement_count=1, created_at=now, updated_at=now,
-    )  # fmt: skip
+        memory_id="m",
+        version=1,
+        version_id="v",
+        memory_type=memory_type,
+        key=kind.key(fields),
+        text=kind.text(fields),
+        fields=fields,
+        reinforcement_count=1,
+        created_at=now,
+        updated_at=now,
+    )
     assert typed(record).memory_type == memory_type  # the SDK reads it back

@@ -143,8 +143,10 @@ async def test_a_batch_never_costs_more_than_one_window() -> None:
     fair = scheduler(fake)
     first = asyncio.create_task(fair.submit("B", [SMALL]))
     await fake.settle()
-    rest = [asyncio.create_task(fair.submit("B", [SMALL + "!"])),
-            asyncio.create_task(fair.submit("A", [BIG]))]  # fmt: skip
+    rest = [
+        asyncio.create_task(fair.submit("B", [SMALL + "!"])),
+        asyncio.create_task(fair.submit("A", [BIG])),
+    ]
     await drain(fake, [first, *rest])
     # B has spent its tokens, A was idle: A's window goes first, and alone
     assert fake.calls == [[SMALL], [BIG], [SMALL + "!"]]

@@ -24,18 +24,41 @@ ALICE = Identity(project_id="travel", user_id="alice", session_id="s1")
 
 @pytest.mark.parametrize(
     "key",
-    ["a", "0b2f6c1e-8d4a-4d7e-9a55-3f1c2b7e9d10", "01HZX3J8Q5", "import:2024-06-01:42",
-     "YWJj+/==", "a_b.c~d", "k" * IDEMPOTENCY_KEY_MAX_LENGTH],
-)  # fmt: skip
+    [
+        "a",
+        "0b2f6c1e-8d4a-4d7e-9a55-3f1c2b7e9d10",
+        "01HZX3J8Q5",
+        "import:2024-06-01:42",
+        "YWJj+/==",
+        "a_b.c~d",
+        "k" * IDEMPOTENCY_KEY_MAX_LENGTH,
+    ],
+)
 def test_valid_keys(key: str) -> None:
     assert check_idempotency_key(key) == key
 
 
 @pytest.mark.parametrize(
     "key",
-    ["", "k" * (IDEMPOTENCY_KEY_MAX_LENGTH + 1), " lead", "trail ", "two words", "tab\there",
-     "nl\n", "nul\x00", "naïve", "emoji-🙂", "semi;colon", "quote\"", "$where", 42, None, b"k"],
-)  # fmt: skip
+    [
+        "",
+        "k" * (IDEMPOTENCY_KEY_MAX_LENGTH + 1),
+        " lead",
+        "trail ",
+        "two words",
+        "tab\there",
+        "nl\n",
+        "nul\x00",
+        "naïve",
+        "emoji-🙂",
+        "semi;colon",
+        'quote"',
+        "$where",
+        42,
+        None,
+        b"k",
+    ],
+)
 def test_invalid_keys_name_the_field(key: object) -> None:
     with pytest.raises(InputError) as err:
         check_idempotency_key(key)
@@ -92,8 +115,9 @@ def flaky(
         return httpx.Response(200, json={"result": RESULT})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-    return HttpTransport("http://m.test", api_key="k" * 20, client=client,
-                         retry_backoff_s=0.001), sent  # fmt: skip
+    return HttpTransport(
+        "http://m.test", api_key="k" * 20, client=client, retry_backoff_s=0.001
+    ), sent
 
 
 def unavailable(exc: StorageError | NotReady) -> httpx.Response:

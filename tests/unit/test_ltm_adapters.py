@@ -43,9 +43,14 @@ class FakeLLM:
 
 def neighbour(sim: float) -> Neighbour:
     return Neighbour(
-        memory_id="mem_1", version=1, memory_type="semantic", scope=ME, key="home-airport",
-        text="The user's home airport is Boston.", similarity=sim,
-    )  # fmt: skip
+        memory_id="mem_1",
+        version=1,
+        memory_type="semantic",
+        scope=ME,
+        key="home-airport",
+        text="The user's home airport is Boston.",
+        similarity=sim,
+    )
 
 
 LEARNED = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
@@ -73,9 +78,10 @@ async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
         "evidence_dates": [LEARNED.isoformat()],
     }
     assert question["new"] == {
-        "key": "departure-airport", "text": "User flies from Denver.",
+        "key": "departure-airport",
+        "text": "User flies from Denver.",
         "stated_at": STATED.isoformat(),
-    }  # fmt: skip
+    }
     assert question["detected_value_differences"] == ["name: boston → denver"]
     assert question["extraction_model_says_it_corrects"] == "home-airport"
     # the decision log gets the judge's input size and latency
@@ -123,12 +129,26 @@ class FakeAtlas:
 
     async def aggregate(self, pipeline: list[dict[str, Any]]) -> _Cursor:
         self.pipelines.append(pipeline)
-        return _Cursor([
-            {"_id": "v1", "memory_id": "m1", "version": 1, "key": "airline/red-eye",
-             "text": "t1", "score": 0.95},
-            {"_id": "v2", "memory_id": "m2", "version": 3, "key": "hotel/late-checkout",
-             "text": "t2", "score": 0.60},
-        ])  # fmt: skip
+        return _Cursor(
+            [
+                {
+                    "_id": "v1",
+                    "memory_id": "m1",
+                    "version": 1,
+                    "key": "airline/red-eye",
+                    "text": "t1",
+                    "score": 0.95,
+                },
+                {
+                    "_id": "v2",
+                    "memory_id": "m2",
+                    "version": 3,
+                    "key": "hotel/late-checkout",
+                    "text": "t2",
+                    "score": 0.60,
+                },
+            ]
+        )
 
     async def find_one(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -142,9 +162,11 @@ async def test_vector_search_filters_to_the_scope_and_returns_cosine() -> None:
     assert [h[1] for h in hits] == pytest.approx([0.9, 0.2])
     stage = fake.pipelines[0][0]["$vectorSearch"]
     assert stage["filter"] == {
-        "scope.project_id": "p1", "scope.user_id": "u1", "memory_type": "taxonomic",
+        "scope.project_id": "p1",
+        "scope.user_id": "u1",
+        "memory_type": "taxonomic",
         "status": "current",
-    }  # fmt: skip
+    }
     assert stage["limit"] == 5
     only_airline = await search.search(ME, "taxonomic", np.ones(4, dtype=np.float32), 5, "airline/")
     assert [h[0] for h in only_airline] == ["v1"]

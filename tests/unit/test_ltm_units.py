@@ -46,9 +46,14 @@ def test_taxonomic_is_project_scoped_and_the_rest_user_scoped() -> None:
 def test_documents_round_trip(bson_vector: bool) -> None:
     c = candidate("semantic", label="seat", text="Prefers the aisle.", at=AT)
     decision = Decision(
-        candidate_id=c.candidate_id, action=Action.ADD, memory_id="mem_1", version=1,
-        key_match=False, similarity=None, reason="r",
-    )  # fmt: skip
+        candidate_id=c.candidate_id,
+        action=Action.ADD,
+        memory_id="mem_1",
+        version=1,
+        key_match=False,
+        similarity=None,
+        reason="r",
+    )
     version = build_version(c, decision, AT)
     doc = to_document(version, c.candidate_id, bson_vector=bson_vector)
     assert "reinforcement_count" not in doc

@@ -34,17 +34,27 @@ from mongomem.spaces import (
 from mongomem.spaces.models import Sentiment
 
 SPACE_TOOLS = {
-    "list_spaces", "recall_cases", "add_case", "check_escalation", "resolve_escalation",
+    "list_spaces",
+    "recall_cases",
+    "add_case",
+    "check_escalation",
+    "resolve_escalation",
     "playground",
-}  # fmt: skip
+}
 
 
 def _item(space_id: str = "refunds") -> SpaceItem:
     now = utcnow()
     return SpaceItem(
-        item_id="item_1", space_id=space_id, kind="episodic", inputs={"question": "q"},
-        key_texts={"question": "q"}, outcome="refund approved", created_at=now, updated_at=now,
-    )  # fmt: skip
+        item_id="item_1",
+        space_id=space_id,
+        kind="episodic",
+        inputs={"question": "q"},
+        key_texts={"question": "q"},
+        outcome="refund approved",
+        created_at=now,
+        updated_at=now,
+    )
 
 
 class NoMemory:
@@ -68,11 +78,19 @@ class RecordingSpaces:
         now = utcnow()
         return [
             Space(
-                project_id="proj", space_id="refunds", name="refunds", kind="episodic",
-                encrypted=False, keys=(), recall=RecallSettings(), embedder="e", dimensions=4,
-                created_at=now, updated_at=now,
+                project_id="proj",
+                space_id="refunds",
+                name="refunds",
+                kind="episodic",
+                encrypted=False,
+                keys=(),
+                recall=RecallSettings(),
+                embedder="e",
+                dimensions=4,
+                created_at=now,
+                updated_at=now,
             )
-        ]  # fmt: skip
+        ]
 
     async def recall(
         self, space_id: str, inputs: Mapping[str, Any], *, agent_id: str | None = None
@@ -93,10 +111,21 @@ class RecordingSpaces:
         agent_id: str | None = None,
         on_duplicate: OnDuplicate | None = None,
     ) -> AddResult:
-        self.calls.append(("add_item", (space_id,), {
-            "inputs": inputs, "outputs": outputs, "outcome": outcome, "comment": comment,
-            "sentiment": sentiment, "agent_id": agent_id, "on_duplicate": on_duplicate,
-        }))  # fmt: skip
+        self.calls.append(
+            (
+                "add_item",
+                (space_id,),
+                {
+                    "inputs": inputs,
+                    "outputs": outputs,
+                    "outcome": outcome,
+                    "comment": comment,
+                    "sentiment": sentiment,
+                    "agent_id": agent_id,
+                    "on_duplicate": on_duplicate,
+                },
+            )
+        )
         if space_id == "missing":
             raise InputError("no space 'missing' in this project", field="space_id")
         return AddResult(action="added", item=_item(space_id))
@@ -117,10 +146,19 @@ class RecordingSpaces:
         agent_id: str | None = None,
         resolved_by: str | None = None,
     ) -> SpaceItem:
-        self.calls.append(("resolve_escalation", (space_id,), {
-            "inputs": inputs, "resolution": resolution, "outcome": outcome,
-            "agent_id": agent_id, "resolved_by": resolved_by,
-        }))  # fmt: skip
+        self.calls.append(
+            (
+                "resolve_escalation",
+                (space_id,),
+                {
+                    "inputs": inputs,
+                    "resolution": resolution,
+                    "outcome": outcome,
+                    "agent_id": agent_id,
+                    "resolved_by": resolved_by,
+                },
+            )
+        )
         return _item(space_id)
 
     async def playground(
@@ -224,20 +262,40 @@ async def test_add_case_maps_every_argument_and_the_duplicate_choices(
 ) -> None:
     base = {"space": "refunds", "inputs": {"question": "q"}}
     async with client:
-        _ok(await client.call_tool("add_case", {
-            **base, "outputs": {"reply": "ok"}, "outcome": "approved", "comment": "good",
-            "sentiment": "positive"}))  # fmt: skip
+        _ok(
+            await client.call_tool(
+                "add_case",
+                {
+                    **base,
+                    "outputs": {"reply": "ok"},
+                    "outcome": "approved",
+                    "comment": "good",
+                    "sentiment": "positive",
+                },
+            )
+        )
         _ok(await client.call_tool("add_case", {**base, "on_duplicate": "add-anyway"}))
-        _ok(await client.call_tool("add_case", {**base, "on_duplicate": "replace",
-                                                "replace_ids": ["item_1", "item_2"]}))  # fmt: skip
+        _ok(
+            await client.call_tool(
+                "add_case", {**base, "on_duplicate": "replace", "replace_ids": ["item_1", "item_2"]}
+            )
+        )
         _ok(await client.call_tool("add_case", {**base, "on_duplicate": "merge"}))
-        _ok(await client.call_tool("add_case", {**base, "on_duplicate": "merge",
-                                                "sentiment_wins": "new"}))  # fmt: skip
+        _ok(
+            await client.call_tool(
+                "add_case", {**base, "on_duplicate": "merge", "sentiment_wins": "new"}
+            )
+        )
     first = spaces.calls[0][2]
     assert first == {
-        "inputs": {"question": "q"}, "outputs": {"reply": "ok"}, "outcome": "approved",
-        "comment": "good", "sentiment": "positive", "agent_id": "alice", "on_duplicate": None,
-    }  # fmt: skip
+        "inputs": {"question": "q"},
+        "outputs": {"reply": "ok"},
+        "outcome": "approved",
+        "comment": "good",
+        "sentiment": "positive",
+        "agent_id": "alice",
+        "on_duplicate": None,
+    }
     assert [c[2]["on_duplicate"] for c in spaces.calls[1:]] == [
         AddAnyway(),
         Replace(item_ids=("item_1", "item_2")),
@@ -253,21 +311,40 @@ async def test_a_file_input_reaches_the_api_as_a_file(
     async with client:
         _ok(await client.call_tool("recall_cases", {"space": "refunds", "inputs": inputs}))
     sent = spaces.calls[0][1][1]
-    assert sent == {"question": "see file",
-                    "invoice": FileInput(name="inv.txt", text="Total 500 EUR")}  # fmt: skip
+    assert sent == {
+        "question": "see file",
+        "invoice": FileInput(name="inv.txt", text="Total 500 EUR"),
+    }
 
 
 async def test_resolve_escalation_records_the_caller_as_resolver(
     spaces: RecordingSpaces,
 ) -> None:
     async with _server(LazySpaces(spaces), service_account="bot") as client:  # type: ignore[arg-type]  # a partial double
-        _ok(await client.call_tool("resolve_escalation", {
-            "space": "esc", "inputs": {"question": "q"}, "resolution": "lead approved",
-            "outcome": "approve"}))  # fmt: skip
-    assert spaces.calls == [("resolve_escalation", ("esc",), {
-        "inputs": {"question": "q"}, "resolution": "lead approved", "outcome": "approve",
-        "agent_id": "sa:bot", "resolved_by": "sa:bot",
-    })]  # fmt: skip
+        _ok(
+            await client.call_tool(
+                "resolve_escalation",
+                {
+                    "space": "esc",
+                    "inputs": {"question": "q"},
+                    "resolution": "lead approved",
+                    "outcome": "approve",
+                },
+            )
+        )
+    assert spaces.calls == [
+        (
+            "resolve_escalation",
+            ("esc",),
+            {
+                "inputs": {"question": "q"},
+                "resolution": "lead approved",
+                "outcome": "approve",
+                "agent_id": "sa:bot",
+                "resolved_by": "sa:bot",
+            },
+        )
+    ]
 
 
 async def test_bad_arguments_name_the_argument_and_reach_nothing(

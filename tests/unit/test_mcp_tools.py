@@ -23,13 +23,30 @@ from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
 from mongomem.stm import validate_role
 
 TOOLS = {
-    "record_turn", "recent_turns", "end_session", "list_sessions", "processing_status",
-    "save_semantic", "get_semantic", "search_semantic",
-    "save_episode", "search_episodes", "list_episodes",
-    "save_procedure", "discover_procedures", "get_procedure",
-    "save_taxonomic", "get_taxonomic_term", "search_taxonomic", "list_domains",
-    "build_context", "memory_history", "delete_memory", "delete_memory_by_key", "whoami",
-}  # fmt: skip
+    "record_turn",
+    "recent_turns",
+    "end_session",
+    "list_sessions",
+    "processing_status",
+    "save_semantic",
+    "get_semantic",
+    "search_semantic",
+    "save_episode",
+    "search_episodes",
+    "list_episodes",
+    "save_procedure",
+    "discover_procedures",
+    "get_procedure",
+    "save_taxonomic",
+    "get_taxonomic_term",
+    "search_taxonomic",
+    "list_domains",
+    "build_context",
+    "memory_history",
+    "delete_memory",
+    "delete_memory_by_key",
+    "whoami",
+}
 
 
 class RecordingTransport:
@@ -58,10 +75,15 @@ class RecordingTransport:
         seq = 1 + sum(1 for w, _ in self.turns if w.session() == key)
         turn = Turn(
             turn_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
-            project_id=key.project_id, user_id=key.user_id, session_id=key.session_id, seq=seq,
-            role=validate_role(role), content=content, metadata=metadata or {},
+            project_id=key.project_id,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            seq=seq,
+            role=validate_role(role),
+            content=content,
+            metadata=metadata or {},
             created_at=utcnow(),
-        )  # fmt: skip
+        )
         self.turns.append((who, turn))
         return turn
 
@@ -74,9 +96,12 @@ class RecordingTransport:
         self.ended.append(who)
         return SessionEnd(
             seq_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
-            project_id=key.project_id, user_id=key.user_id, session_id=key.session_id, seq=seq,
+            project_id=key.project_id,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            seq=seq,
             created_at=utcnow(),
-        )  # fmt: skip
+        )
 
     async def close(self) -> None:
         pass

@@ -91,14 +91,17 @@ class _Store:
             if c.candidate_id == self.poisoned:
                 raise _storage_error(DocumentTooLarge("BSON document too large (17 MB)"))
         self.applied += [c.candidate_id for c in candidates]
-        return [type("O", (), {"replayed": False, "action": type("A", (), {"value": "ADD"})})()
-                for _ in candidates]  # fmt: skip
+        return [
+            type("O", (), {"replayed": False, "action": type("A", (), {"value": "ADD"})})()
+            for _ in candidates
+        ]
 
 
 async def test_a_poisoned_candidate_is_dead_lettered_and_the_partition_goes_on() -> None:
     broker = MemoryBroker(partitions=1)
-    cands = [candidate("semantic", label=f"l{i}", text=f"fact {i}", snapshot=f"s{i}")
-             for i in range(3)]  # fmt: skip
+    cands = [
+        candidate("semantic", label=f"l{i}", text=f"fact {i}", snapshot=f"s{i}") for i in range(3)
+    ]
     for c in cands:
         broker.append("t.candidates", encode(c), key=c.scope.kafka_key(), partition=0)
     store = _Store(poisoned=cands[1].candidate_id)
@@ -106,9 +109,17 @@ async def test_a_poisoned_candidate_is_dead_lettered_and_the_partition_goes_on()
     before = DEAD_LETTERS.labels("reconciler")._value.get()
     stop = asyncio.Event()
     source = broker.source("t.candidates", "t.reconciler")
-    task = asyncio.create_task(consume(source, reconciler, publisher=broker.publisher(),
-                                       kafka=KAFKA, stop=stop, policy=POLICY,
-                                       poll_timeout_s=0.01))  # fmt: skip
+    task = asyncio.create_task(
+        consume(
+            source,
+            reconciler,
+            publisher=broker.publisher(),
+            kafka=KAFKA,
+            stop=stop,
+            policy=POLICY,
+            poll_timeout_s=0.01,
+        )
+    )
     while broker.committed("t.reconciler", "t.candidates") != {0: 3}:
         assert not task.done()
         await asyncio.sleep(0.01)

@@ -121,8 +121,11 @@ def test_rate_limit_answers_429_with_whole_seconds_to_wait() -> None:
     assert retry_after_s(RateLimitExceeded("x")) == 1
     payload = json.loads(json.dumps({"error": error_body(exc).model_dump(exclude_none=True)}))
     assert payload["error"] == {
-        "type": "RateLimitExceeded", "message": "slow down", "retriable": True, "retry_after": 1,
-    }  # fmt: skip
+        "type": "RateLimitExceeded",
+        "message": "slow down",
+        "retriable": True,
+        "retry_after": 1,
+    }
     back = error_from(429, payload)
     assert isinstance(back, RateLimitExceeded)
     assert (back.retriable, back.retry_after) == (True, 1)
@@ -144,9 +147,12 @@ def transport(
 ) -> HttpTransport:
     client = httpx.AsyncClient(transport=handler, base_url="http://memory.test")
     return HttpTransport(
-        "http://memory.test", api_key="k" * 20, client=client,
-        keyed_save_retries=retries, retry_backoff_s=backoff_s,
-    )  # fmt: skip
+        "http://memory.test",
+        api_key="k" * 20,
+        client=client,
+        keyed_save_retries=retries,
+        retry_backoff_s=backoff_s,
+    )
 
 
 def too_many(retry_after: float, header: str | None = None) -> httpx.Response:

@@ -176,10 +176,18 @@ def test_every_call_of_the_clients_is_derived(client: type, name: str) -> None:
 def _space() -> dict[str, object]:
     now = "2026-12-01T09:00:00+00:00"
     return {
-        "project_id": "p", "space_id": "refunds", "name": "refunds", "kind": "episodic",
-        "encrypted": False, "keys": [{"argument": "q"}], "recall": {}, "embedder": "e",
-        "dimensions": 4, "created_at": now, "updated_at": now,
-    }  # fmt: skip
+        "project_id": "p",
+        "space_id": "refunds",
+        "name": "refunds",
+        "kind": "episodic",
+        "encrypted": False,
+        "keys": [{"argument": "q"}],
+        "recall": {},
+        "embedder": "e",
+        "dimensions": 4,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 class Recorder:
@@ -209,11 +217,17 @@ async def test_http_requests_follow_the_table() -> None:
         httpx.Response(200, json={"result": []}),
         httpx.Response(200, text='{"header": 1}\n{"item": 2}\n'),
         httpx.Response(201, json={"result": space}),
-        httpx.Response(409, json={"error": {"type": "ConfirmationRequired", "message": "w"},
-                                  "result": {"space": space, "applied": False, "warning": "w"}}),
-        httpx.Response(404, json={"error": {"type": "InputError", "message": "no item",
-                                            "field": "item_id"}}),
-    )  # fmt: skip
+        httpx.Response(
+            409,
+            json={
+                "error": {"type": "ConfirmationRequired", "message": "w"},
+                "result": {"space": space, "applied": False, "warning": "w"},
+            },
+        ),
+        httpx.Response(
+            404, json={"error": {"type": "InputError", "message": "no item", "field": "item_id"}}
+        ),
+    )
     spaces = await _over(rec)
     assert (await spaces.create_space("refunds", keys=[SearchKey(argument="q")])).space_id == (
         "refunds"
@@ -233,15 +247,19 @@ async def test_http_requests_follow_the_table() -> None:
     assert (sorted(sent), sent["keys"][0]["argument"]) == (["keys", "space_id"], "q")
     assert (recall.method, recall.url.raw_path) == ("POST", b"/v1/spaces/a%20b%2Fc/recall")
     assert json.loads(recall.content) == {
-        "inputs": {"q": "x", "doc": {"name": "f.txt", "text": "t"}}, "agent_id": "bot"
-    }  # fmt: skip
+        "inputs": {"q": "x", "doc": {"name": "f.txt", "text": "t"}},
+        "agent_id": "bot",
+    }
     assert (feedback.method, feedback.url.path, dict(feedback.url.params)) == (
-        "GET", "/v1/spaces/refunds/feedback", {"item_id": "item_1"}
-    )  # fmt: skip
+        "GET",
+        "/v1/spaces/refunds/feedback",
+        {"item_id": "item_1"},
+    )
     assert (export.method, export.url.path) == ("GET", "/v1/spaces/refunds/export")
     assert (imported.url.path, dict(imported.url.params)) == (
-        "/v1/spaces/import", {"encrypted": "false"}
-    )  # fmt: skip
+        "/v1/spaces/import",
+        {"encrypted": "false"},
+    )
     assert imported.content == b'{"header": 1}\n{"item": 2}\n'
     assert (patch.method, json.loads(patch.content)) == ("PATCH", {"keys": [{"argument": "z"}]})
     assert (delete.method, delete.url.path) == ("DELETE", "/v1/spaces/refunds/items/item_9")
@@ -305,8 +323,15 @@ def test_the_blocking_client_makes_the_same_call_on_any_transport() -> None:
 async def test_http_update_item_sends_only_what_changes() -> None:
     """``outcome=None`` clears the outcome; an argument left out (or ``UNSET``) is not sent."""
     now = "2026-12-01T09:00:00+00:00"
-    item = {"item_id": "item_1", "space_id": "refunds", "kind": "episodic", "inputs": {"q": "x"},
-            "key_texts": {"q": "x"}, "created_at": now, "updated_at": now}  # fmt: skip
+    item = {
+        "item_id": "item_1",
+        "space_id": "refunds",
+        "kind": "episodic",
+        "inputs": {"q": "x"},
+        "key_texts": {"q": "x"},
+        "created_at": now,
+        "updated_at": now,
+    }
     rec = Recorder(*[httpx.Response(200, json={"result": item}) for _ in range(2)])
     spaces = await _over(rec)
     await spaces.update_item("refunds", "item_1", outcome=None)

@@ -22,10 +22,18 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 def item(item_id: str = "i1", sentiment: str = "neutral", **kw: object) -> SpaceItem:
     return SpaceItem.model_validate(
-        {"item_id": item_id, "space_id": "s", "kind": "episodic", "inputs": {"q": "x"},
-         "key_texts": {"q": "x"}, "sentiment": sentiment, "created_at": NOW,
-         "updated_at": NOW, **kw}
-    )  # fmt: skip
+        {
+            "item_id": item_id,
+            "space_id": "s",
+            "kind": "episodic",
+            "inputs": {"q": "x"},
+            "key_texts": {"q": "x"},
+            "sentiment": sentiment,
+            "created_at": NOW,
+            "updated_at": NOW,
+            **kw,
+        }
+    )
 
 
 def test_tokens_drop_case_punctuation_and_stop_words() -> None:
@@ -36,14 +44,16 @@ def test_tokens_drop_case_punctuation_and_stop_words() -> None:
 
 def test_hybrid_score_by_hand() -> None:
     result = score_item(
-        "x", "x",
+        "x",
+        "x",
         weights={"q": 3.0, "tier": 1.0},
         query_vectors={"q": [1.0, 0.0], "tier": [1.0, 0.0]},
         query_texts={"q": "refund blender", "tier": "gold"},
         item_vectors={"q": [0.6, 0.8]},  # cos 0.6; the item has no "tier"
         item_texts={"q": "blender broke", "tier": "gold"},
-        mode="hybrid", alpha=0.25,
-    )  # fmt: skip
+        mode="hybrid",
+        alpha=0.25,
+    )
     assert result.per_argument == {"q": pytest.approx(0.6), "tier": 0.0}
     assert result.meaning == pytest.approx((3 * 0.6 + 0) / 4)
     assert result.keyword == pytest.approx((3 * 0.5 + 1 * 1.0) / 4)
@@ -126,11 +136,19 @@ def test_key_and_recall_checks_name_the_field() -> None:
 
 def test_key_change_warning_lists_inheriting_agents() -> None:
     space = Space(
-        project_id="p", space_id="s", name="s", kind="episodic", encrypted=False,
-        keys=(SearchKey(argument="q"),), recall=RecallSettings(),
+        project_id="p",
+        space_id="s",
+        name="s",
+        kind="episodic",
+        encrypted=False,
+        keys=(SearchKey(argument="q"),),
+        recall=RecallSettings(),
         agents={"triage": None, "billing": (SearchKey(argument="amount"),), "chat": None},
-        embedder="e", dimensions=8, created_at=NOW, updated_at=NOW,
-    )  # fmt: skip
+        embedder="e",
+        dimensions=8,
+        created_at=NOW,
+        updated_at=NOW,
+    )
     text, affected = key_change_warning(space, [SearchKey(argument="q", weight=2)])
     assert affected == ("chat", "triage")
     assert "chat, triage" in text

@@ -79,10 +79,15 @@ def test_episodic() -> None:
 def test_reconcile_verdict_rules() -> None:
     def verdict(existing: tuple[str, str], new: tuple[str, str]) -> object:
         user = JudgeQuestion(
-            memory_type="semantic", memory_id="mem_1", same_key=existing[0] == new[0],
-            existing_key=existing[0], existing_text=existing[1], new_key=new[0],
-            new_text=new[1], new_stated_at=datetime(2026, 1, 1, tzinfo=UTC),
-        ).render()  # fmt: skip
+            memory_type="semantic",
+            memory_id="mem_1",
+            same_key=existing[0] == new[0],
+            existing_key=existing[0],
+            existing_text=existing[1],
+            new_key=new[0],
+            new_text=new[1],
+            new_stated_at=datetime(2026, 1, 1, tzinfo=UTC),
+        ).render()
         request = ChatRequest(
             body={
                 "messages": [{"role": "user", "content": user}],

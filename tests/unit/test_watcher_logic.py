@@ -193,8 +193,12 @@ async def test_a_full_batch_waits_for_the_caller_and_is_sent_before_the_open_one
     producer = BatchProducer()
     batcher = PartitionBatcher(cast(AIOKafkaProducer, producer), "t", [0])
     assert [batcher.add(b"k", v) for v in (b"1", b"2", b"3", b"4", b"5")] == [
-        False, False, True, False, True
-    ]  # fmt: skip
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
     assert producer.sent == []  # adding never sends
     assert len(await batcher.send_full()) == 2
     assert producer.sent == [(0, [b"1", b"2"]), (0, [b"3", b"4"])]

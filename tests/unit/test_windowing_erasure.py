@@ -30,8 +30,10 @@ class Register:
 
 
 def turns(session: SessionKey, seqs: range, offset: int) -> list[Record]:
-    return [(offset + i, session.kafka_key(), encode(make_turn(session, seq, seq)))
-            for i, seq in enumerate(seqs)]  # fmt: skip
+    return [
+        (offset + i, session.kafka_key(), encode(make_turn(session, seq, seq)))
+        for i, seq in enumerate(seqs)
+    ]
 
 
 async def test_an_erased_sessions_turns_leave_no_state_and_no_snapshot() -> None:

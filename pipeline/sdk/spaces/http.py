@@ -105,9 +105,9 @@ class HttpSpaces(ServiceClient, SpacesTransport):
         payload = self._payload(response)
         adapter = _adapter(op.result)
         answered = isinstance(payload, dict) and "result" in payload
-        if answered and (response.status_code == op.status or (
-            op.confirmable and response.status_code == 409
-        )):  # fmt: skip
+        if answered and (
+            response.status_code == op.status or (op.confirmable and response.status_code == 409)
+        ):
             return self._decode(adapter, payload["result"])
         error = self._error(response, payload)
         if op.missing_is_false and _missing(error, op.path_fields[-1]):

@@ -344,13 +344,22 @@ SPACE_OPERATIONS: dict[str, SpaceOperation] = {
         "POST", "", CreateSpaceRequest, Space, "Create a space", status=201
     ),
     "import_space": SpaceOperation(
-        "POST", "/import", ImportRequest, Space,
-        "Import a space from its JSON-lines export (the body)", status=201, lines_body=True,
+        "POST",
+        "/import",
+        ImportRequest,
+        Space,
+        "Import a space from its JSON-lines export (the body)",
+        status=201,
+        lines_body=True,
     ),
     "get_space": SpaceOperation("GET", _SPACE, SpaceRequest, Space, "One space"),
     "update_space": SpaceOperation(
-        "PATCH", _SPACE, UpdateSpaceRequest, SpaceUpdate,
-        "Change a space (a key change needs confirm: true, else 409)", confirmable=True,
+        "PATCH",
+        _SPACE,
+        UpdateSpaceRequest,
+        SpaceUpdate,
+        "Change a space (a key change needs confirm: true, else 409)",
+        confirmable=True,
     ),
     "delete_space": SpaceOperation(
         "DELETE", _SPACE, SpaceRequest, int, "Delete a space (items deleted)"
@@ -366,30 +375,44 @@ SPACE_OPERATIONS: dict[str, SpaceOperation] = {
     ),
     "add_item": SpaceOperation("POST", f"{_SPACE}/items", AddItemRequest, AddResult, "Add an item"),
     "get_item": SpaceOperation("GET", _ITEM, ItemRequest, SpaceItem, "One item"),
-    "update_item": SpaceOperation(
-        "PATCH", _ITEM, UpdateItemRequest, SpaceItem, "Change an item"
-    ),
+    "update_item": SpaceOperation("PATCH", _ITEM, UpdateItemRequest, SpaceItem, "Change an item"),
     "delete_item": SpaceOperation(
-        "DELETE", _ITEM, ItemRequest, bool, "Delete an item (404 if none)",
+        "DELETE",
+        _ITEM,
+        ItemRequest,
+        bool,
+        "Delete an item (404 if none)",
         missing_is_false=True,
     ),
     "add_feedback": SpaceOperation(
         "POST", f"{_ITEM}/feedback", AddFeedbackRequest, SpaceItem, "Add feedback"
     ),
     "feedback": SpaceOperation(
-        "GET", f"{_SPACE}/feedback", FeedbackRequest, list[FeedbackView],
+        "GET",
+        f"{_SPACE}/feedback",
+        FeedbackRequest,
+        list[FeedbackView],
         "The feedback of the last 30 days, newest first",
     ),
     "recall": SpaceOperation(
-        "POST", f"{_SPACE}/recall", LookupRequest, list[RecallHit],
+        "POST",
+        f"{_SPACE}/recall",
+        LookupRequest,
+        list[RecallHit],
         "The most similar past cases, with scores",
     ),
     "find_duplicates": SpaceOperation(
-        "POST", f"{_SPACE}/duplicates", LookupRequest, list[RecallHit],
+        "POST",
+        f"{_SPACE}/duplicates",
+        LookupRequest,
+        list[RecallHit],
         "Items that would be duplicates of these inputs",
     ),
     "playground": SpaceOperation(
-        "POST", f"{_SPACE}/playground", LookupRequest, PlaygroundResult,
+        "POST",
+        f"{_SPACE}/playground",
+        LookupRequest,
+        PlaygroundResult,
         "Recall with every score and threshold shown",
     ),
     "promote_feedback": SpaceOperation(
@@ -399,14 +422,21 @@ SPACE_OPERATIONS: dict[str, SpaceOperation] = {
         "POST", f"{_SPACE}/escalations", ResolveRequest, SpaceItem, "Resolve an escalation"
     ),
     "check_escalation": SpaceOperation(
-        "POST", f"{_SPACE}/escalations/check", LookupRequest, EscalationDecision,
+        "POST",
+        f"{_SPACE}/escalations/check",
+        LookupRequest,
+        EscalationDecision,
         "Whether a past resolution answers these inputs",
     ),
     "export_space": SpaceOperation(
-        "GET", f"{_SPACE}/export", SpaceRequest, list[str],
-        "The space and its items as JSON lines (header first)", lines_answer=True,
+        "GET",
+        f"{_SPACE}/export",
+        SpaceRequest,
+        list[str],
+        "The space and its items as JSON lines (header first)",
+        lines_answer=True,
     ),
     "rekey_space": SpaceOperation(
         "POST", f"{_SPACE}/rekey", SpaceRequest, RekeyResult, "Re-seal a space"
     ),
-}  # fmt: skip
+}
