@@ -50,6 +50,7 @@ STAGES: dict[str, str] = {
     "windowing": "mongomem.stages.windowing:main",
     "extractor": "mongomem.stages.extractor:main",
     "reconciler": "mongomem.stages.reconciler:main",
+    "retention": "mongomem.stages.retention:main",
 }
 
 

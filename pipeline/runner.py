@@ -90,6 +90,7 @@ def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
     ]
     specs += [(f"extractor-{t}", "extractor", ("--type", t)) for t in types]
     specs.append(("reconciler", "reconciler", ()))
+    specs.append(("retention", "retention", ()))  # sweeps only if a type has a retention
     return specs
 
 

@@ -260,6 +260,14 @@ class ReconcileSettings(BaseSettings):
             "key); 'none': forever. Keep it above the candidates topic's retention."
         ),
     )
+    retention_sweep_s: OptionalNumber = Field(
+        default=3600.0,
+        gt=0,
+        description=(
+            "how often `mongomem run retention` expires memories past their type's retention "
+            "(memory.retention in project-config.yaml); 'none': never"
+        ),
+    )
 
     @model_validator(mode="after")
     def _no_similarity_reinforce(self) -> ReconcileSettings:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -167,3 +169,50 @@ def test_the_cli_runs_one_sweep_from_the_project_config(
         await client.close()
 
     asyncio.run(drop())
+
+
+async def test_the_retention_stage_sweeps_for_good_and_reads_the_rules_each_time(
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """`mongomem run retention` (started by `mongomem up`): a process that sweeps every
+    MONGOMEM_RECONCILE_RETENTION_SWEEP_S, picks up a retention configured after it
+    started, and stops on SIGTERM."""
+    store = MemoryStore(database(mongo, settings.mongodb))
+    await store.setup(probe=False)
+    await seeded(store)
+    config = tmp_path / "project-config.yaml"
+    config.write_text("memory: {}\n")  # no retention yet: sweeps expire nothing
+    env = subprocess_env | {
+        "MONGOMEM_PROJECT_CONFIG": str(config),
+        "MONGOMEM_RECONCILE_RETENTION_SWEEP_S": "0.2",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mongomem.cli", "run", "retention", env=env
+    )
+    scope = MemoryScope(project_id="travel", user_id="alice")
+
+    async def current(key: str) -> bool:
+        return await store.get(scope, "semantic", key) is not None
+
+    try:
+        await asyncio.sleep(1.5)  # several sweeps with no rule
+        assert process.returncode is None
+        assert await current("old-a")
+        assert await current("old-b")
+        config.write_text("memory:\n  retention:\n    semantic: {expire_after_days: 30}\n")
+        for _ in range(300):
+            if not await current("old-a") and not await current("old-b"):
+                break
+            await asyncio.sleep(0.1)
+        assert not await current("old-a")
+        assert not await current("old-b")
+        assert await current("kept")  # reinforced yesterday
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
