@@ -155,7 +155,7 @@ async def test_every_turn_is_in_exactly_one_snapshot_across_faust_rebalances(
                 return all(counts[last] for counts in held.values())
 
             with contextlib.suppress(AssertionError):
-                await eventually(settled, within=40)
+                await eventually(settled, within=90)
             await asyncio.sleep(IDLE_S)  # time for a wrong extra snapshot to show up
         finally:
             for proc in procs:
@@ -208,7 +208,7 @@ async def test_a_slow_seek_after_recovery_loses_no_turn(
         async with running(settings, engine="faust", stream_buffer_maxsize=4):
             expected = len(SESSIONS) * last // MAX_MESSAGES
             with contextlib.suppress(AssertionError):
-                await eventually(lambda: len_at_least(mongo, settings, expected), within=60)
+                await eventually(lambda: len_at_least(mongo, settings, expected), within=90)
     found = defects(coverage(await stored(mongo, settings)), last)
     assert not found, found
 
