@@ -167,7 +167,8 @@ class WindowingSettings(BaseSettings):
         default="aiokafka",
         description=(
             "aiokafka: consumer group + changelog table (default). faust: the same logic as a "
-            "faust agent and table; it lost a record once under rebalance in our tests."
+            "faust agent and table (needs the faust extra), with a workaround for records "
+            "faust-streaming loses after a rebalance."
         ),
     )
     state_ttl_s: OptionalNumber = Field(

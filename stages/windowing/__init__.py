@@ -5,8 +5,8 @@ Layout: :mod:`~mongomem.stages.windowing.logic` (the pure window function),
 :mod:`~mongomem.stages.windowing.sinks` (MongoDB and Kafka),
 :mod:`~mongomem.stages.windowing.consumer` (the aiokafka consumer group and the
 changelog-backed table — the default engine), :mod:`~mongomem.stages.windowing.app`
-(the same on faust-streaming, ``engine="faust"``, kept for comparison: it lost
-a turn across a rebalance, see that module) and :mod:`~mongomem.stages.windowing.worker`
+(the same on faust-streaming, ``engine="faust"``, with a workaround for the
+records faust loses after a rebalance, see that module) and :mod:`~mongomem.stages.windowing.worker`
 (one process: engine, sinks).
 
 Delivery semantics: **at-least-once in, idempotent out.** Turns may arrive

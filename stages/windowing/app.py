@@ -1,15 +1,27 @@
 """The faust-streaming adapter of the windowing stage (``engine="faust"``; not the default).
 
-Kept for comparison and because it works in the simple cases, but the default
-engine is :mod:`mongomem.stages.windowing.consumer` (plain aiokafka, same table
-semantics): in ``test_windows_survive_rebalances_between_two_workers``, when a
-second worker joined and the first kept partitions 1 and 2, faust-streaming
-0.15.3 never handed one turn of those partitions to the agent (the agent's
-counters show 14 of 15 turns; no dead letter, no redelivery) and went on with
-later records of the same partitions, so the session's window waited on a hole
-— a lost turn. A likely mechanism, from faust's ``streams.py``: a record that
-reaches a stream while flow control is suspended (as during recovery), or that
-was fetched in an older consumer generation, is "skipped" — and acknowledged.
+The default engine is :mod:`mongomem.stages.windowing.consumer` (plain
+aiokafka, same table semantics); this one is the same windower as a faust
+agent, for those who choose faust.
+
+**The turn lost across a rebalance was faust's, and is worked around here.**
+faust-streaming 0.15.3 (and its master) ends every partition assignment in
+``Recovery.on_recovery_completed``, which resumes the source partitions and
+only then awaits ``Consumer.perform_seek()`` (the committed offsets, one
+broker round trip), with flow already active because the table recovery
+resumed it to read the changelog. Records fetched during that await go into
+the agent's buffer; the seek resets faust's read offsets to the committed
+ones; ``flow_control.resume()`` then clears the buffer; and the next record
+the fetcher already holds is more than one past the read offset, which
+``Consumer._drain_messages`` takes for a gap in the log: the offsets in
+between are counted as acknowledged (``Consumer._add_gap``), the read offset
+jumps over them, and the same records fetched again from the committed
+offset are dropped as already read. They are never applied, and the next
+commit moves past them. :class:`SeekFirstRecovery` is faust's method with the
+seek done while the partitions are still paused; the engine installs it
+through faust's ``TableManager`` setting. Our agent was not the cause: it
+acknowledges a record only after it was applied, and these records never
+reach it.
 
 One faust app per consumer group (``<prefix>.windowing[<suffix>]``):
 
@@ -37,7 +49,7 @@ import logging
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mongomem.extras import require
 from mongomem.settings import Settings
@@ -46,10 +58,70 @@ from mongomem.stages.windowing.windower import SnapshotWindower
 
 with require("faust"):
     import faust
+    from faust.tables import TableManager
+    from faust.tables.recovery import Recovery
 
-__all__ = ["TableStore", "build_app", "faust_brokers"]
+__all__ = ["SeekFirstRecovery", "SeekFirstTableManager", "TableStore", "build_app", "faust_brokers"]
 
 log = logging.getLogger("mongomem.windowing")
+
+
+class SeekFirstRecovery(Recovery):
+    """faust's table recovery, seeking the source partitions *before* resuming them.
+
+    ``on_recovery_completed`` is faust-streaming 0.15.3's own, step for step,
+    except for the order at the end: seek to the committed offsets while the
+    partitions are paused, resume flow (which clears the stream buffers), and
+    only then resume the partitions. So no record is fetched before the seek
+    has landed, and none can be taken for a gap (see the module docstring).
+    """
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        consumer = self.app.consumer
+        self.log.info("Restore complete!")
+        await self.app.on_rebalance_complete.send()
+        self._set_recovery_ended()
+        callbacks = [
+            asyncio.ensure_future(
+                table.on_recovery_completed(
+                    self.actives_for_table[table], self.standbys_for_table[table]
+                )
+            )
+            for table in self.tables.values()
+        ]
+        if callbacks:
+            await asyncio.wait(callbacks)
+        assignment = consumer.assignment()
+        if self.app.consumer_generation_id != generation_id:
+            self.log.warning(
+                "Recovery rebalancing again app id %s param %s",
+                self.app.consumer_generation_id,
+                generation_id,
+            )
+            return
+        if assignment:
+            self.log.info("Seek stream partitions to committed offsets (still paused).")
+            await self._wait(consumer.perform_seek(), timeout=self.app.conf.broker_request_timeout)
+        self.completed.set()
+        self.app.flow_control.resume()
+        consumer.resume_flow()
+        consumer.resume_partitions({tp for tp in assignment if not self._is_changelog_tp(tp)})
+        await cast(faust.App, self.app)._fetcher.maybe_start()
+        self.tables.on_actives_ready()
+        if not self.app.assignor.assigned_standbys():
+            self.tables.on_standbys_ready()
+        self.app.on_rebalance_end()
+        self.log.info("Worker ready")
+
+
+class SeekFirstTableManager(TableManager):
+    """faust's table manager, recovering with :class:`SeekFirstRecovery`."""
+
+    @property
+    def recovery(self) -> Recovery:
+        if self._recovery is None:
+            self._recovery = SeekFirstRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery
 
 
 def faust_brokers(bootstrap: str) -> list[str]:
@@ -124,6 +196,8 @@ def build_app(
         "broker_commit_interval": 1.0,
         "producer_acks": -1,
         "producer_compression_type": settings.kafka.compression_type,
+        # The fix for faust's lost records after an assignment (SeekFirstRecovery).
+        "TableManager": SeekFirstTableManager,
     }
     options.update(faust_options)
     app = faust.App(app_id, **options)
