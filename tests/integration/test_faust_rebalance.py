@@ -27,12 +27,7 @@ from pathlib import Path
 
 import pytest
 from pymongo import AsyncMongoClient
-
-from mongomem.models import SessionKey
-from mongomem.mongo import Document
-from mongomem.ops import group_lag
-from mongomem.settings import Settings
-from tests.integration.test_windowing import (
+from test_windowing import (
     Turns,
     eventually,
     make_turn,
@@ -42,6 +37,11 @@ from tests.integration.test_windowing import (
     turn_writer,
     with_windows,
 )
+
+from mongomem.models import SessionKey
+from mongomem.mongo import Document
+from mongomem.ops import group_lag
+from mongomem.settings import Settings
 
 faust_consumer = pytest.importorskip("faust.transport.consumer")
 
