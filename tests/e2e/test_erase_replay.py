@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,12 +19,9 @@ from mongomem.erasure_register import ERASURES
 from mongomem.errors import Erased
 from mongomem.mongo import SNAPSHOTS
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.testing import FakeOpenAIServer
 from mongomem.testing.harness import (
     Pipeline,
     client,
-    local_servers,
-    stand_in_llm,
     wait_until,
 )
 from mongomem.usage import LLM_USAGE
@@ -55,34 +49,8 @@ SESSION_TWO = [
 ]
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with stand_in_llm() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with local_servers(tmp_path_factory.mktemp("erase-servers")) as pair:
-        yield pair
-
-
-@pytest.fixture
-async def pipeline(
-    servers: Any, llm: FakeOpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Pipeline]:
-    kafka, mongo = servers
-    pipe = Pipeline(
-        root=tmp_path, kafka=kafka, mongo=mongo, llm=llm, prefix="erase", database="erase"
-    )
-    pipe.start_all()
-    try:
-        yield pipe
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            print(await pipe.diagnostics())
-    finally:
-        pipe.stop_all()
+#: The pipeline's topic prefix and database (the erase command names its changelog group).
+PIPELINE_NAME = "erase"
 
 
 async def talk(memory: AsyncMemory, user: str, session: str, turns: list[tuple[str, str]]) -> int:

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,40 +22,11 @@ from mongomem.evaluation.report import NOT_A_SCORE
 from mongomem.mongo import TURNS
 from mongomem.stm import NOT_AN_EVENT
 from mongomem.testing import FakeOpenAIServer
-from mongomem.testing.harness import Pipeline, client, local_servers, stand_in_llm
+from mongomem.testing.harness import Pipeline, client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DATA = Path(__file__).parent.parent / "data" / "eval"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with stand_in_llm() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with local_servers(tmp_path_factory.mktemp("eval-servers")) as pair:
-        yield pair
-
-
-@pytest.fixture
-async def pipeline(
-    servers: Any, llm: FakeOpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Pipeline]:
-    kafka, mongo = servers
-    name = request.node.name.replace("_", "-")[:30]
-    pipe = Pipeline(root=tmp_path, kafka=kafka, mongo=mongo, llm=llm, prefix=name, database=name)
-    pipe.start_all()
-    try:
-        yield pipe
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            print(await pipe.diagnostics())
-    finally:
-        pipe.stop_all()
 
 
 def run_eval(pipe: Pipeline, benchmark: str, data: Path, out: Path) -> str:

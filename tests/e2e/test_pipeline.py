@@ -13,23 +13,17 @@ import asyncio
 import random
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mongomem.mongo import LEDGER, MEMORIES, SNAPSHOTS
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
-from mongomem.testing import FakeOpenAIServer
 from mongomem.testing.harness import (
     STAGES,
     Pipeline,
     client,
-    local_servers,
     memory_invariants,
     snapshot_invariants,
-    stand_in_llm,
     turns_not_in_a_snapshot,
     wait_until,
 )
@@ -71,35 +65,6 @@ PHASE_TWO = {
         ("assistant", "Still aisle."),
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with stand_in_llm() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with local_servers(tmp_path_factory.mktemp("e2e-servers")) as pair:
-        yield pair
-
-
-@pytest.fixture
-async def pipeline(
-    servers: Any, llm: FakeOpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Pipeline]:
-    kafka, mongo = servers
-    name = request.node.name.replace("_", "-")[:30]
-    pipe = Pipeline(root=tmp_path, kafka=kafka, mongo=mongo, llm=llm, prefix=name, database=name)
-    pipe.start_all()
-    try:
-        yield pipe
-        report = getattr(request.node, "rep_call", None)
-        if report is not None and report.failed:
-            print(await pipe.diagnostics())
-    finally:
-        pipe.stop_all()
 
 
 async def write_sessions(memory: AsyncMemory, phase: dict[int, list[tuple[str, str]]]) -> None:
