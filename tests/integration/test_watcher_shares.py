@@ -32,7 +32,7 @@ from mongomem.buckets import session_bucket
 from mongomem.models import SessionKey, Snapshot, Turn
 from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings, WindowingSettings
-from mongomem.stages.watcher_logic import token_id
+from mongomem.stages.watcher_logic import read_pipeline, token_id
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.logic import Window, WindowPolicy, snapshot_turn
 from mongomem.stm import ShortTermMemory, session_key, turn_from_document
@@ -48,10 +48,10 @@ MAX_MESSAGES = 4
 class Share:
     """``mongomem run watcher`` for share ``k`` of :data:`SHARES`, as a real process."""
 
-    def __init__(self, env: dict[str, str], k: int, log: Path) -> None:
+    def __init__(self, env: dict[str, str], k: int, log: Path, shares: int = SHARES) -> None:
         self.env = {
             **env,
-            "MONGOMEM_WATCHER_SHARDS": str(SHARES),
+            "MONGOMEM_WATCHER_SHARDS": str(shares),
             "MONGOMEM_WATCHER_SHARD": str(k),
             "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.3",
         }
@@ -79,7 +79,8 @@ class Share:
         """Until the first run has back-filled (it had no token) and follows the stream."""
         deadline = time.monotonic() + 60
         while not (self.log.exists() and "back-fill done" in self.log.read_text()):
-            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+            assert self.proc is not None
+            assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, "the watcher never finished its back-fill"
             await asyncio.sleep(0.05)
 
@@ -275,8 +276,6 @@ async def test_the_server_evaluates_each_share_match_in_the_change_stream(
     mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
     """mongo-java-server (and MongoDB) apply ``$mod`` in a change stream's ``$match``."""
-    from mongomem.stages.watcher_logic import read_pipeline
-
     collection = mongo[settings.mongodb.database]["share_probe"]
     await collection.insert_one({"_id": "warm"})
     seen: dict[int, list[str]] = {}
@@ -296,3 +295,47 @@ async def test_the_server_evaluates_each_share_match_in_the_change_stream(
         0: ["b0-0", "b2-0", "b4-0", "none0-0"],
         1: ["b1-1", "b3-1", "b5-1"],
     }
+
+
+async def test_changing_the_number_of_shares_republishes_nothing_after_a_graceful_stop(
+    mongo: AsyncMongoClient[Document],
+    window_settings: Settings,
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """One watcher, stopped with SIGTERM, then two shares: each has no token of its own,
+    back-fills its share above the marks the single watcher stored, so republishes
+    nothing, and then follows the stream; every turn is in exactly one snapshot."""
+    settings = window_settings
+    db = mongo[settings.mongodb.database]
+    stm = ShortTermMemory(db, settings.stm)
+    await stm.ensure_indexes()
+    keys = sessions()
+    one = Share(subprocess_env, 0, tmp_path / "one.log", shares=1)
+    watchers = [Share(subprocess_env, k, tmp_path / f"watcher{k}.log") for k in range(SHARES)]
+    try:
+        async with windowing(settings) as live:
+            one.start()
+            await one.backfilled()
+            for round_ in range(3):
+                for key in keys:
+                    await stm.record_turn(key, "user", f"{key.session_id} #{round_}")
+            await until(lambda: sum(len(s.turns) for s in live) >= 2 * len(keys), 60, "one")
+            assert await one.stop() == 0, one.log.read_text()[-2000:]
+            for watcher in watchers:
+                watcher.start()
+            for watcher in watchers:
+                await watcher.backfilled()
+                assert "back-fill done: published 0 turns" in watcher.log.read_text()
+            for round_ in range(3, 6):
+                for key in keys:
+                    await stm.record_turn(key, "user", f"{key.session_id} #{round_}")
+            ids = {t.turn_id for t in await stored_turns(db)}
+            await until(lambda: sum(len(s.turns) for s in live) >= len(ids), 90, "not all")
+            await asyncio.sleep(1.0)
+        exactly_once(live, ids)
+        assert spans(live) == await uninterrupted(db)
+    finally:
+        codes = [await w.stop() for w in watchers]
+        await one.stop()
+    assert codes == [0, 0], [w.log.read_text()[-2000:] for w in watchers]
