@@ -15,6 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ORDER = [
     "stm_watcher",
+    "watchers",
     "windowing",
     "embeddings",
     "reconciler",

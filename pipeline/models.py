@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
+from mongomem.buckets import in_share
+
 __all__ = [
     "BUILTIN_MEMORY_TYPES",
     "CLOSED_STATUSES",
@@ -229,10 +231,27 @@ class Watermark(Frozen):
     A turn recorded with its own past time (historical import) is the one
     exception to the promise: windowing measures idleness for it from when it
     was written (``recorded_at``), not from ``created_at``.
+
+    ``share`` of ``shares``: the watcher that made it reads only the sessions
+    whose bucket (:func:`~mongomem.buckets.session_bucket`) is ``share`` modulo
+    ``shares``, so the promise covers those sessions alone; windowing applies it
+    to no other (records without the fields come from a single watcher: 0 of 1).
     """
 
     at: AwareDatetime
     caught_up: bool
+    share: int = Field(default=0, ge=0)
+    shares: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _share_in_range(self) -> Watermark:
+        if self.share >= self.shares:
+            raise ValueError(f"watermark share {self.share} is not in [0, {self.shares})")
+        return self
+
+    def covers(self, project_id: str, user_id: str, session_id: str) -> bool:
+        """Does this watermark's promise cover the session (is it in the watcher's share)?"""
+        return in_share(project_id, user_id, session_id, self.share, self.shares)
 
 
 class SnapshotTurn(Frozen):

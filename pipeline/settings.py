@@ -80,6 +80,7 @@ __all__ = [
     "SpacesSettings",
     "StmSettings",
     "StructuredOutput",
+    "WatcherSettings",
     "WindowingSettings",
     "load_settings",
     "local_pipeline_env",
@@ -509,6 +510,32 @@ class StmSettings(BaseSettings):
     )
 
 
+class WatcherSettings(BaseSettings):
+    """Which share of the turns the watcher process owns (scaling out the watcher).
+
+    Watcher ``shard`` of ``shards`` reads the turns whose session bucket
+    (:func:`~mongomem.buckets.session_bucket`) is ``shard`` modulo ``shards``; run
+    one process per share. ``shards = 1`` (the default) reads every turn.
+    """
+
+    model_config = _group("MONGOMEM_WATCHER_")
+
+    shards: int = Field(
+        default=1, ge=1, le=4096, description="how many watcher processes share the turns"
+    )
+    shard: int = Field(default=0, ge=0, description="this watcher's share, in [0, shards)")
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> WatcherSettings:
+        if self.shard >= self.shards:
+            raise ValueError(
+                f"MONGOMEM_WATCHER_SHARD={self.shard} is not in [0, {self.shards}) "
+                f"(MONGOMEM_WATCHER_SHARDS={self.shards}): watcher shares are numbered "
+                f"0 to {self.shards - 1}"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     """The root of all settings."""
 
@@ -525,6 +552,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     infra: InfraSettings = Field(default_factory=InfraSettings)
     stm: StmSettings = Field(default_factory=StmSettings)
+    watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     spaces: SpacesSettings = Field(default_factory=SpacesSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
@@ -554,6 +582,7 @@ _GROUPS: dict[str, type[BaseSettings]] = {
     "service": ServiceSettings,
     "infra": InfraSettings,
     "stm": StmSettings,
+    "watcher": WatcherSettings,
     "reconcile": ReconcileSettings,
     "spaces": SpacesSettings,
     "mcp": McpSettings,

@@ -81,6 +81,7 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
+from mongomem.buckets import session_bucket
 from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
@@ -343,6 +344,7 @@ def turn_document(turn: Turn) -> Document:
         "content": turn.content,
         "metadata": turn.metadata,
         "created_at": turn.created_at,
+        "bucket": session_bucket(turn.project_id, turn.user_id, turn.session_id),
     } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
 
 
@@ -366,12 +368,13 @@ def end_document(end: SessionEnd) -> Document:
         "seq": end.seq,
         "event": END_EVENT,
         "created_at": end.created_at,
+        "bucket": session_bucket(end.project_id, end.user_id, end.session_id),
     }
 
 
 def end_from_document(doc: Mapping[str, Any]) -> SessionEnd:
     """The session end stored in ``doc``; :class:`pydantic.ValidationError` if it is not one."""
-    fields = {k: v for k, v in doc.items() if k != "_id"}
+    fields = {k: v for k, v in doc.items() if k not in _NOT_TURN_FIELDS}
     if fields.pop("event", None) != END_EVENT:
         fields["event"] = doc.get("event")  # not an end: the model refuses the field
     created = fields.get("created_at")
@@ -380,10 +383,11 @@ def end_from_document(doc: Mapping[str, Any]) -> SessionEnd:
     return SessionEnd.model_validate({"seq_id": doc.get("_id"), **fields})
 
 
-#: Fields of a ``turns`` document that are not the turn's: its id, and the lineage mark
-#: that windowing once added to the turns it snapshotted (documents of older versions;
-#: lineage is now read from the snapshots, :mod:`mongomem.lineage`).
-_NOT_TURN_FIELDS = frozenset({"_id", "snapshot_id"})
+#: Fields of a ``turns`` document that are not the turn's: its id, its session's
+#: bucket (:func:`~mongomem.buckets.session_bucket`, for the watcher shares), and the
+#: lineage mark that windowing once added to the turns it snapshotted (documents of
+#: older versions; lineage is now read from the snapshots, :mod:`mongomem.lineage`).
+_NOT_TURN_FIELDS = frozenset({"_id", "bucket", "snapshot_id"})
 
 
 def turn_from_document(doc: Mapping[str, Any]) -> Turn:

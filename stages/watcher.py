@@ -59,6 +59,20 @@ Delivery semantics
   (harmless: an older watermark closes nothing new). Windowing closes idle
   windows on these alone, so an outage or lag of the watcher only delays
   idle closes.
+* **Shares** (``MONGOMEM_WATCHER_SHARDS`` = N, ``MONGOMEM_WATCHER_SHARD`` = k):
+  watcher k of N reads only the documents whose ``bucket``
+  (:func:`~mongomem.buckets.session_bucket`, stored by :mod:`mongomem.stm`) is k
+  modulo N — a ``$mod`` in the change stream's ``$match`` and in the back-fill's
+  filter, evaluated by the server; share 0 also reads documents without a
+  bucket (written before buckets existed). N = 1 reads everything, as before.
+  Each share stores its own resume token; marks are per session (a session
+  is in one share). Its watermarks say ``share=k, shares=N``, and windowing
+  applies them only to that share's sessions, so a caught-up share never
+  closes a lagging share's windows. Changing N: stop every watcher, start
+  the new set. A share with no token of its own back-fills its share above
+  the session marks the previous watchers stored (at a graceful stop every
+  mark is stored, so nothing is republished; after a crash, the turns since
+  the last marks are, as for any back-fill).
 * A turn document that is not a valid turn goes to ``dlq.watcher`` with its
   JSON text; the stream goes on. Documents become Kafka records in
   :mod:`mongomem.stages.watcher_encode`: a checked fast path for the plain shape, full
@@ -89,6 +103,7 @@ from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 
+from mongomem.buckets import share_filter
 from mongomem.codec import encode
 from mongomem.errors import (
     ChangeFeedError,
@@ -107,7 +122,7 @@ from mongomem.kafka import (
 from mongomem.metrics import MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.models import Watermark
 from mongomem.mongo import TURNS, Document, connect, database
-from mongomem.settings import KafkaSettings, Settings, StmSettings
+from mongomem.settings import KafkaSettings, Settings, StmSettings, WatcherSettings
 from mongomem.stages.runtime import (
     Message,
     PublishedDeadLetters,
@@ -124,13 +139,13 @@ from mongomem.stages.runtime.kafka import (
 from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import (
-    READ_PIPELINE,
     WATCH_PIPELINE,
     FlushPolicy,
     PublishLedger,
     Slot,
     WatermarkClock,
     open_failure_verdict,
+    read_pipeline,
 )
 from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
@@ -180,15 +195,22 @@ class ChangeStreamWatcher:
         producer: Producer,
         kafka: KafkaSettings,
         stm: StmSettings | None = None,
+        watcher: WatcherSettings | None = None,
     ) -> None:
         stm = stm or StmSettings()
+        watcher = watcher or WatcherSettings()
+        #: This watcher's share of the sessions (see "Shares" in the module docstring).
+        self.share, self.shares = watcher.shard, watcher.shards
+        self._read_pipeline = read_pipeline(self.share, self.shares)
         self._db = db
         # Naive datetimes (UTC, as stored): cheaper to decode than tz-aware
         # ones, and read as UTC by both encoding paths.
         self._turns = db[TURNS].with_options(
             codec_options=db.codec_options.with_options(tz_aware=False, tzinfo=None)
         )
-        self._checkpoint_store = WatcherCheckpoints(db, kafka.topic(TURNS_TOPIC))
+        self._checkpoint_store = WatcherCheckpoints(
+            db, kafka.topic(TURNS_TOPIC), self.share, self.shares
+        )
         self._producer = producer
         self._letters = PublishedDeadLetters(KafkaPublisher(producer), kafka)
         self._kafka = kafka
@@ -287,7 +309,7 @@ class ChangeStreamWatcher:
         max_await = max(1, int(self._policy.interval_s * 1000))
         try:
             return await self._turns.watch(
-                READ_PIPELINE,
+                self._read_pipeline,
                 resume_after=token,
                 max_await_time_ms=max_await,
                 batch_size=READ_BATCH,
@@ -354,7 +376,7 @@ class ChangeStreamWatcher:
         self._ledger.seed(marks.items())
         before = self.published
         try:
-            cursor = self._turns.find({}).sort(
+            cursor = self._turns.find(share_filter(self.share, self.shares)).sort(
                 [
                     ("project_id", ASCENDING),
                     ("user_id", ASCENDING),
@@ -416,7 +438,9 @@ class ChangeStreamWatcher:
             return
         at, caught_up = due
         batcher = self._batches()
-        batcher.add_everywhere(encode(Watermark(at=at, caught_up=caught_up)))
+        batcher.add_everywhere(
+            encode(Watermark(at=at, caught_up=caught_up, share=self.share, shares=self.shares))
+        )
         for _ in batcher.partitions:
             self._note()
         self.watermarks += 1
@@ -630,6 +654,7 @@ async def run_watcher(settings: Settings, stop: asyncio.Event) -> None:
                 opening.result().producer,
                 settings.kafka,
                 settings.stm,
+                settings.watcher,
             )
             await watcher.run(stop)
     finally:

@@ -1,5 +1,10 @@
 """The watcher's :class:`~mongomem.stages.runtime.ports.CheckpointStore`: resume token and marks.
 
+Each watcher share (``share`` of ``shares``) has its own resume token; the
+session marks are per session, whichever share wrote them, so a share that
+has no token of its own (the set of watchers changed) back-fills only what is
+above the marks of the watchers before it.
+
 The change stream is the watcher's record source; its position is not a
 consumer group's offset but a resume token plus one high-water mark (highest
 acknowledged seq) per session, kept in MongoDB ``checkpoints``. The watcher
@@ -40,10 +45,14 @@ class WatcherCheckpoint:
 class WatcherCheckpoints:
     """Resume token and session marks of one topic's watcher, in MongoDB ``checkpoints``."""
 
-    def __init__(self, db: AsyncDatabase[Document], topic: str) -> None:
+    def __init__(
+        self, db: AsyncDatabase[Document], topic: str, share: int = 0, shares: int = 1
+    ) -> None:
         self._checkpoints = db[CHECKPOINTS]
         self._erasures = ErasureRegister(db)
         self._topic = topic
+        self._share = share
+        self._shares = shares
 
     async def load(self) -> WatcherCheckpoint | None:
         token = await self.load_token()
@@ -53,7 +62,9 @@ class WatcherCheckpoints:
     async def load_token(self) -> dict[str, Any] | None:
         """The stored resume token (``None``: none, or not a usable one — logged)."""
         try:
-            doc = await self._checkpoints.find_one({"_id": token_id(self._topic)})
+            doc = await self._checkpoints.find_one(
+                {"_id": token_id(self._topic, self._share, self._shares)}
+            )
         except PyMongoError as exc:
             raise StorageError(f"could not read the watcher checkpoint: {exc}") from exc
         if doc is None:
@@ -89,7 +100,12 @@ class WatcherCheckpoints:
         writes = [
             UpdateOne(filter_, update, upsert=True)
             for filter_, update in checkpoint_updates(
-                self._topic, marks, checkpoint.token, utcnow()
+                self._topic,
+                marks,
+                checkpoint.token,
+                utcnow(),
+                share=self._share,
+                shares=self._shares,
             )
         ]
         if not writes:

@@ -58,7 +58,6 @@ _ROLES = frozenset(r.value for r in Role)
 _REQUIRED = frozenset(
     {"_id", "project_id", "user_id", "session_id", "seq", "role", "content", "created_at"}
 )
-_ALLOWED = _REQUIRED | {"metadata"}
 #: Deeper metadata takes the full path (the fast check recurses).
 _MAX_DEPTH = 32
 #: Sessions whose ids passed ``check_identifier`` (:class:`SessionParts`).
@@ -135,7 +134,9 @@ def fast_value(doc: Mapping[str, Any], known: dict[Slot, SessionParts]) -> Encod
         return None
     metadata = doc.get("metadata", _NO_METADATA)
     # Every required field is there: no other one is when the count is right.
-    if len(doc) != (len(_REQUIRED) if metadata is _NO_METADATA else len(_ALLOWED)):
+    # ``bucket`` (the watcher share's, not the turn's) is optional, and not in the record.
+    optional = (metadata is not _NO_METADATA) + ("bucket" in doc)
+    if len(doc) != len(_REQUIRED) + optional:
         return None
     if not (
         type(turn_id) is str

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from mongomem.buckets import share_filter
 from mongomem.models import stable_id
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "checkpoint_updates",
     "mark_id",
     "open_failure_verdict",
+    "read_pipeline",
     "token_id",
     "usable_token",
 ]
@@ -48,15 +50,35 @@ WATCH_PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": "insert"}}]
 #: namespace, the document key, the cluster time) is neither sent nor decoded.
 READ_PIPELINE: list[dict[str, Any]] = [*WATCH_PIPELINE, {"$project": {"fullDocument": 1}}]
 
+
+def read_pipeline(share: int = 0, shares: int = 1) -> list[dict[str, Any]]:
+    """:data:`READ_PIPELINE` of watcher ``share`` of ``shares``: only its sessions' inserts.
+
+    One share (``shares = 1``) reads every insert, exactly :data:`READ_PIPELINE`.
+    Otherwise the ``$match`` also keeps ``fullDocument.bucket % shares == share``
+    (share 0 also the documents without a bucket), evaluated by the server.
+    """
+    mine = share_filter(share, shares, prefix="fullDocument.")
+    if not mine:
+        return READ_PIPELINE
+    return [{"$match": {"operationType": "insert", **mine}}, {"$project": {"fullDocument": 1}}]
+
+
 #: Server codes that mean "this resume token cannot be resumed from":
 #: CappedPositionLost, InvalidResumeToken, ChangeStreamFatalError,
 #: ChangeStreamHistoryLost.
 HISTORY_LOST_CODES = frozenset({136, 260, 280, 286})
 
 
-def token_id(topic: str) -> str:
-    """``_id`` of the watcher's resume-token document in ``checkpoints``."""
-    return f"watcher:{topic}"
+def token_id(topic: str, share: int = 0, shares: int = 1) -> str:
+    """``_id`` of the resume-token document of watcher ``share`` of ``shares`` in ``checkpoints``.
+
+    One watcher (``shares = 1``) keeps the id it always had; each share of
+    several has its own, so a share never resumes from another's token.
+    """
+    if shares == 1:
+        return f"watcher:{topic}"
+    return f"watcher:{topic}:share-{share}-of-{shares}"
 
 
 def mark_id(topic: str, slot: Slot) -> str:
@@ -65,11 +87,20 @@ def mark_id(topic: str, slot: Slot) -> str:
 
 
 def checkpoint_updates(
-    topic: str, marks: Mapping[Slot, int], token: Mapping[str, Any] | None, now: datetime
+    topic: str,
+    marks: Mapping[Slot, int],
+    token: Mapping[str, Any] | None,
+    now: datetime,
+    *,
+    share: int = 0,
+    shares: int = 1,
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The upserts (filter, update) of one checkpoint: marks first, the token last.
 
-    Marks use ``$max``, so a replayed or late commit never moves one back.
+    Marks use ``$max``, so a replayed or late commit never moves one back. A
+    mark is the session's (highest seq Kafka acknowledged), whichever share
+    wrote it, so it has one id per session; the token is the share's own
+    (:func:`token_id`).
     """
     updates: list[tuple[dict[str, Any], dict[str, Any]]] = [
         (
@@ -91,10 +122,15 @@ def checkpoint_updates(
     if token is not None:
         updates.append(
             (
-                {"_id": token_id(topic)},
+                {"_id": token_id(topic, share, shares)},
                 {
                     "$set": {"token": dict(token), "updated_at": now},
-                    "$setOnInsert": {"kind": "watcher-token", "topic": topic},
+                    "$setOnInsert": {
+                        "kind": "watcher-token",
+                        "topic": topic,
+                        "share": share,
+                        "shares": shares,
+                    },
                 },
             )
         )

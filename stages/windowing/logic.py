@@ -448,7 +448,8 @@ def advance(
 ) -> WindowResult:
     """Apply one event to one session's window (see the module docstring for the rules).
 
-    ``event`` is a turn or an end of this session, or a watermark of its partition.
+    ``event`` is a turn or an end of this session, or a watermark of its partition;
+    a watermark of a watcher share that does not own the session changes nothing.
     """
     window = Window.of(state)
     before = window.signature()
@@ -469,8 +470,8 @@ def advance(
             late = (event.seq,)
         elif outcome == "duplicate":
             duplicates = (event.seq,)
-    else:
-        window.on_watermark(event.at, policy)
+    elif event.covers(state.project_id, state.user_id, state.session_id):
+        window.on_watermark(event.at, policy)  # another share's watermark promises nothing here
     unchanged = window.signature() == before
     return WindowResult(
         state=state if unchanged else window.state(partition=state.partition, offset=state.offset),

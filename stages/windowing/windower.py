@@ -14,7 +14,9 @@ Per record:
   (``end_session``) closes it at once;
 * a **watermark** (the watcher's, :class:`~mongomem.models.Watermark`) advances
   every session of that partition that has turns pending (found through an
-  in-memory index rebuilt from the store after a rebalance); a ``window-tick``
+  in-memory index rebuilt from the store after a rebalance) and is in the
+  share of the watcher that made it (``share`` of ``shares``, see
+  :mod:`mongomem.buckets`); a ``window-tick``
   of an older version is skipped;
 * anything else is a poison message and goes to the dead-letter topic.
 
@@ -471,7 +473,7 @@ class SnapshotWindower:
             return
         run.stats.watermarks += 1
         for session_key in self._pending_sessions(run):
-            if session_key in run.erased:
+            if session_key in run.erased or not _covers(event, session_key):
                 continue
             entry = self._enter(run, session_key, offset)
             if entry is None or not entry.pending:
@@ -688,3 +690,11 @@ class SnapshotWindower:
         if self.on_snapshot is not None:
             for _, snapshot in snapshots:
                 self.on_snapshot(snapshot)
+
+
+def _covers(watermark: Watermark, session_key: bytes) -> bool:
+    """Is the session of ``session_key`` (:meth:`SessionKey.kafka_key`) in the watermark's share?"""
+    if watermark.shares == 1:
+        return True
+    project_id, user_id, session_id = session_key.decode().split("\x00")
+    return watermark.covers(project_id, user_id, session_id)
