@@ -12,14 +12,9 @@ started again — and a replay in a new consumer group closes the identical ones
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,13 +22,13 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
+from test_window_closes import Watcher, windowing
 
 from mongomem.buckets import session_bucket
 from mongomem.models import SessionKey, Snapshot, Turn
 from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings, WindowingSettings
 from mongomem.stages.watcher_logic import read_pipeline, token_id
-from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.logic import Window, WindowPolicy, snapshot_turn
 from mongomem.stm import ShortTermMemory, session_key, turn_from_document
 
@@ -45,35 +40,20 @@ IDLE_S = 1.5
 MAX_MESSAGES = 4
 
 
-class Share:
+class Share(Watcher):
     """``mongomem run watcher`` for share ``k`` of :data:`SHARES`, as a real process."""
 
     def __init__(self, env: dict[str, str], k: int, log: Path, shares: int = SHARES) -> None:
-        self.env = {
-            **env,
-            "MONGOMEM_WATCHER_SHARDS": str(shares),
-            "MONGOMEM_WATCHER_SHARD": str(k),
-            "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.3",
-        }
-        self.k, self.log = k, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mongomem.cli", "run", "watcher"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        assert self.proc.poll() is None, self.log.read_text()[-2000:]
-        self.proc.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(self.proc.wait, 10)
-        self.proc = None
+        super().__init__(
+            {
+                **env,
+                "MONGOMEM_WATCHER_SHARDS": str(shares),
+                "MONGOMEM_WATCHER_SHARD": str(k),
+                "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.3",
+            },
+            log,
+        )
+        self.k = k
 
     async def backfilled(self) -> None:
         """Until the first run has back-filled (it had no token) and follows the stream."""
@@ -83,33 +63,6 @@ class Share:
             assert self.proc.poll() is None, self.log.read_text()
             assert time.monotonic() < deadline, "the watcher never finished its back-fill"
             await asyncio.sleep(0.05)
-
-    async def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        self.proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(self.proc.wait, 20)
-        self.proc = None
-        return code
-
-
-@contextlib.asynccontextmanager
-async def windowing(settings: Settings, suffix: str = "") -> AsyncIterator[list[Snapshot]]:
-    """A windowing worker in this process; yields the snapshots it closes, in order."""
-    closed: list[Snapshot] = []
-    worker = WindowingWorker(settings, group_suffix=suffix, on_snapshot=closed.append)
-    task = asyncio.create_task(worker.run())
-    try:
-        async with asyncio.timeout(60):
-            while not worker.started.is_set():
-                if task.done():
-                    task.result()
-                await asyncio.sleep(0.05)
-        yield closed
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def spans(snapshots: list[Snapshot]) -> list[tuple[str, str, int, int, str]]:

@@ -69,11 +69,14 @@ class Watcher:
         await asyncio.to_thread(self.proc.wait, 10)
         self.proc = None
 
-    async def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            await asyncio.to_thread(self.proc.wait, 20)
-            self.proc = None
+    async def stop(self) -> int | None:
+        """SIGTERM, and the exit status (``None``: it was not running)."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(self.proc.wait, 20)
+        self.proc = None
+        return code
 
 
 @contextlib.asynccontextmanager
