@@ -127,6 +127,7 @@ from mongomem.service.http import (
     segment,
     start_server,
     unrouted,
+    user_route,
 )
 from mongomem.service.keys import ApiKeyStore, KeyRing, parse_env_keys
 from mongomem.service.limits import RateLimiter
@@ -368,6 +369,12 @@ async def _metrics() -> Response:
     return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
+def _bulk_transfer(path: str) -> bool:
+    """An import or export: it streams for as long as it takes, so it has no deadline
+    (which would buffer its body first)."""
+    return path.startswith("/v1/spaces/import") or user_route(path) in ("import", "export")
+
+
 def make_app(
     settings: Settings,
     *,
@@ -455,9 +462,7 @@ def make_app(
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}
     )
-    # Bulk transfers stream for as long as they take, and are not buffered for a deadline.
-    bulk = BodyLimits(0, {"/v1/spaces/import": 1}, {"import": 1, "export": 1})
-    timed = RequestDeadlines(app, service.request_deadline_s, exempt=lambda p: bulk.of(p) > 0)
+    timed = RequestDeadlines(app, service.request_deadline_s, exempt=_bulk_transfer)
     return Plumbing(timed, limits)
 
 

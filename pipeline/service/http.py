@@ -57,6 +57,7 @@ __all__ = [
     "result",
     "segment",
     "start_server",
+    "user_route",
 ]
 
 log = logging.getLogger("mongomem.service")
@@ -234,10 +235,17 @@ class BodyLimits:
         for prefix, limit in self.by_path.items():
             if path.startswith(prefix):
                 return limit
-        parts = path.split("/")  # an escaped "/" in the user id stays %2F here
-        if len(parts) == 5 and parts[:3] == ["", "v1", "users"] and parts[3]:
-            return self.by_user_route.get(parts[4], self.default)
-        return self.default
+        name = user_route(path)
+        return self.default if name is None else self.by_user_route.get(name, self.default)
+
+
+def user_route(path: str) -> str | None:
+    """``name`` for exactly ``/v1/users/{user_id}/{name}``, else ``None`` (an escaped
+    "/" in the user id stays %2F in the path, so it cannot add a segment)."""
+    parts = path.split("/")
+    if len(parts) == 5 and parts[:3] == ["", "v1", "users"] and parts[3]:
+        return parts[4]
+    return None
 
 
 class Plumbing:

@@ -220,3 +220,14 @@ def test_the_body_limit_of_a_users_import_is_that_route_alone() -> None:
     assert limits.of("/v1/users//import") == 10
     assert limits.of("/v1/users/alice/sessions") == 10
     assert limits.of("/v1/spaces/import") == 64
+
+
+def test_imports_and_exports_are_the_transfers_without_a_deadline() -> None:
+    from mongomem.service.app import _bulk_transfer
+
+    assert _bulk_transfer("/v1/spaces/import")
+    assert _bulk_transfer("/v1/users/ana/import")
+    assert _bulk_transfer("/v1/users/ana%2Fb/export")
+    assert not _bulk_transfer("/v1/users/ana/memories/semantic")
+    assert not _bulk_transfer("/v1/users/ana/sessions/import")  # a session named "import"
+    assert not _bulk_transfer("/v1/users//import")
