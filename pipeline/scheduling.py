@@ -30,6 +30,11 @@ no tenant's large texts can starve another tenant's small ones (issue 17):
 
 Stored texts and queries are separate schedulers (lanes): the local model has
 an engine for each, so a search never queues behind saves.
+
+**Queue depth.** A scheduler reports every change of what waits (jobs and
+their tokens) to its ``observe`` callback; the service turns those into the
+gauges ``mongomem_service_embedding_queue_jobs`` and
+``…_queue_tokens`` per lane (:mod:`mongomem.service.http`).
 """
 
 from __future__ import annotations
@@ -46,12 +51,14 @@ from mongomem.deadlines import current_deadline
 from mongomem.embeddings import Embedder, embed_queries
 from mongomem.errors import EmbeddingError
 
-__all__ = ["TENANT", "FairEmbedder", "FairScheduler", "estimated_tokens"]
+__all__ = ["TENANT", "DepthObserver", "FairEmbedder", "FairScheduler", "estimated_tokens"]
 
 #: The tenant the current task embeds for (the memory service sets the key's project).
 TENANT: ContextVar[str] = ContextVar("mongomem_tenant", default="")
 
 Vectors = list[list[float]]
+#: Told each change of a queue: (change in jobs waiting, change in their tokens).
+DepthObserver = Callable[[int, int], None]
 
 
 def estimated_tokens(text: str, window: int) -> int:
@@ -74,7 +81,8 @@ class FairScheduler:
 
     See the module docstring for what is guaranteed. ``cost`` prices one text
     in tokens; ``quantum`` is what one batch may cost at most (one window);
-    ``batch_texts`` the most texts in one call.
+    ``batch_texts`` the most texts in one call; ``observe`` is told every change of
+    what waits (:data:`DepthObserver`).
     """
 
     def __init__(
@@ -85,6 +93,7 @@ class FairScheduler:
         quantum: int,
         batch_texts: int = 16,
         concurrency: int = 1,
+        observe: DepthObserver | None = None,
     ) -> None:
         if quantum < 1 or batch_texts < 1 or concurrency < 1:
             raise ValueError("quantum, batch_texts and concurrency must be at least 1")
@@ -99,12 +108,19 @@ class FairScheduler:
         self._arrivals = itertools.count()
         self._running = 0
         self._waiting = 0
+        self._waiting_tokens = 0
+        self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def queued(self) -> int:
         """Jobs waiting to be embedded (an abandoned job stops counting at once)."""
         return self._waiting
+
+    @property
+    def queued_tokens(self) -> int:
+        """The tokens of the jobs waiting (as :attr:`queued` counts them)."""
+        return self._waiting_tokens
 
     async def submit(self, tenant: str, texts: Sequence[str]) -> Vectors:
         """The vectors of ``texts``, once the scheduler has run them for ``tenant``."""
@@ -121,6 +137,9 @@ class FairScheduler:
             self._finish = {t: f for t, f in self._finish.items() if f > self._now}
         heapq.heappush(self._heap, (start, next(self._arrivals), job))
         self._waiting += 1
+        self._waiting_tokens += job.cost
+        if self._observe is not None:
+            self._observe(1, job.cost)
         future.add_done_callback(lambda _: self._leave(job))
         self._pump()
         try:
@@ -133,6 +152,9 @@ class FairScheduler:
         if not job.taken:
             job.taken = True
             self._waiting -= 1
+            self._waiting_tokens -= job.cost
+            if self._observe is not None:
+                self._observe(-1, -job.cost)
 
     def _take(self) -> list[_Job]:
         """The next batch: the jobs of the smallest start tags that fit (empty: none queued)."""
@@ -207,7 +229,8 @@ class FairEmbedder:
     (:data:`TENANT`). A query the inner embedder has cached is answered at once.
     ``inner`` may be a factory, called on first use (the model loads then);
     ``window`` is the tokens one text costs at most, when ``inner`` does not say
-    (its ``MAX_TOKENS``).
+    (its ``MAX_TOKENS``). ``observe(lane)`` gives each lane's
+    :data:`DepthObserver` (lanes ``"stored"`` and ``"query"``).
     """
 
     def __init__(
@@ -217,6 +240,7 @@ class FairEmbedder:
         window: int = 512,
         batch_texts: int = 16,
         concurrency: int = 1,
+        observe: Callable[[str], DepthObserver] | None = None,
     ) -> None:
         self._inner = inner if isinstance(inner, Embedder) else None
         self._make = None if isinstance(inner, Embedder) else inner
@@ -231,8 +255,16 @@ class FairEmbedder:
             "batch_texts": batch_texts,
             "concurrency": concurrency,
         }
-        self.stored = FairScheduler(lambda texts: self.inner.embed(texts), **options)
-        self.queries = FairScheduler(lambda texts: embed_queries(self.inner, texts), **options)
+        self.stored = FairScheduler(
+            lambda texts: self.inner.embed(texts),
+            observe=None if observe is None else observe("stored"),
+            **options,
+        )
+        self.queries = FairScheduler(
+            lambda texts: embed_queries(self.inner, texts),
+            observe=None if observe is None else observe("query"),
+            **options,
+        )
 
     @property
     def inner(self) -> Embedder:

@@ -123,6 +123,7 @@ from mongomem.service.http import (
     AnsweringRoute,
     BodyLimits,
     Plumbing,
+    embedding_queue_observer,
     result,
     segment,
     start_server,
@@ -405,6 +406,7 @@ def make_app(
         else FairEmbedder(
             embedder if embedder is not None else partial(default_embedder, settings.embedding),
             batch_texts=batch,
+            observe=embedding_queue_observer,
         )
     )
     registry = SpacesRegistry(settings, fair)

@@ -42,16 +42,19 @@ with require("service"):
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from fastapi.routing import APIRoute
-    from prometheus_client import REGISTRY, Counter, Histogram
+    from prometheus_client import REGISTRY, Counter, Gauge, Histogram
     from starlette.exceptions import HTTPException
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
+    "EMBEDDING_QUEUE_JOBS",
+    "EMBEDDING_QUEUE_TOKENS",
     "REQUESTS",
     "REQUEST_SECONDS",
     "AnsweringRoute",
     "Plumbing",
     "RunningServer",
+    "embedding_queue_observer",
     "error_response",
     "http_error_response",
     "result",
@@ -75,6 +78,29 @@ REQUEST_SECONDS = Histogram(
     ["operation"],
     registry=REGISTRY,
 )
+EMBEDDING_QUEUE_JOBS = Gauge(
+    "mongomem_service_embedding_queue_jobs",
+    "Embedding jobs waiting for the model, per lane (stored texts, queries)",
+    ["lane"],
+    registry=REGISTRY,
+)
+EMBEDDING_QUEUE_TOKENS = Gauge(
+    "mongomem_service_embedding_queue_tokens",
+    "Estimated tokens of the embedding jobs waiting, per lane",
+    ["lane"],
+    registry=REGISTRY,
+)
+
+
+def embedding_queue_observer(lane: str) -> Callable[[int, int], None]:
+    """The :data:`~mongomem.scheduling.DepthObserver` of one lane: moves its two gauges."""
+    jobs, tokens = EMBEDDING_QUEUE_JOBS.labels(lane), EMBEDDING_QUEUE_TOKENS.labels(lane)
+
+    def observe(job_change: int, token_change: int) -> None:
+        jobs.inc(job_change)
+        tokens.inc(token_change)
+
+    return observe
 
 
 class _JSONBytes(Response):

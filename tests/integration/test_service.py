@@ -345,6 +345,9 @@ async def test_health_readiness_and_metrics(url: str) -> None:
         metrics = (await client.get("/metrics")).text
     assert 'mongomem_service_requests_total{operation="readyz",status="200"}' in metrics
     assert 'operation="other",status="404"' in metrics
+    for lane in ("stored", "query"):  # the embedding queue's depth, per lane
+        assert f'mongomem_service_embedding_queue_jobs{{lane="{lane}"}}' in metrics
+        assert f'mongomem_service_embedding_queue_tokens{{lane="{lane}"}}' in metrics
 
 
 async def test_serve_runs_until_stopped_and_refuses_when_not_ready(

@@ -14,7 +14,7 @@ import pytest
 
 from mongomem.deadlines import ABANDONED, Deadline, check_deadline, current_deadline, within
 from mongomem.errors import DeadlineExceeded, EmbeddingError
-from mongomem.scheduling import TENANT, FairEmbedder, FairScheduler, estimated_tokens
+from mongomem.scheduling import TENANT, DepthObserver, FairEmbedder, FairScheduler, estimated_tokens
 from mongomem.service.deadlines import RequestDeadlines
 
 WINDOW = 512
@@ -68,12 +68,20 @@ class GatedEmbedder:
             await asyncio.sleep(0)
 
 
-def scheduler(fake: GatedEmbedder, **options: int) -> FairScheduler:
+def scheduler(
+    fake: GatedEmbedder,
+    *,
+    batch_texts: int = 16,
+    concurrency: int = 1,
+    observe: DepthObserver | None = None,
+) -> FairScheduler:
     return FairScheduler(
         fake.embed,
         cost=lambda t: estimated_tokens(t, WINDOW),
         quantum=WINDOW,
-        **({"batch_texts": 16} | options),
+        batch_texts=batch_texts,
+        concurrency=concurrency,
+        observe=observe,
     )
 
 
@@ -208,6 +216,54 @@ async def test_a_cancelled_caller_drops_its_job() -> None:
     await drain(fake, [held])
     await fake.settle()
     assert fake.calls == [[BIG]]
+
+
+async def test_the_queue_depth_is_reported_as_jobs_wait_and_leave() -> None:
+    fake = GatedEmbedder()
+    depth = {"jobs": 0, "tokens": 0}
+    seen: list[tuple[int, int]] = []
+
+    def observe(jobs: int, tokens: int) -> None:
+        depth["jobs"] += jobs
+        depth["tokens"] += tokens
+        seen.append((depth["jobs"], depth["tokens"]))
+
+    fair = scheduler(fake, observe=observe)
+    held = asyncio.create_task(fair.submit("A", [BIG]))  # taken at once: in flight, not queued
+    await fake.settle()
+    waiting = [asyncio.create_task(fair.submit("B", [SMALL])) for _ in range(2)]
+    dropped = asyncio.create_task(fair.submit("C", [BIG]))
+    await fake.settle()
+    small = estimated_tokens(SMALL, WINDOW)
+    assert (fair.queued, fair.queued_tokens) == (3, 2 * small + WINDOW)
+    assert depth == {"jobs": 3, "tokens": 2 * small + WINDOW}
+    dropped.cancel()  # a job that leaves without being embedded stops counting at once
+    await fake.settle()
+    assert depth == {"jobs": 2, "tokens": 2 * small}
+    await drain(fake, [held, *waiting])
+    assert depth == {"jobs": 0, "tokens": 0}
+    assert fair.queued_tokens == 0
+    assert max(jobs for jobs, _ in seen) == 3
+
+
+def test_the_service_gauges_follow_each_lane() -> None:
+    from mongomem.service.http import (
+        EMBEDDING_QUEUE_JOBS,
+        EMBEDDING_QUEUE_TOKENS,
+        embedding_queue_observer,
+    )
+
+    def read(gauge: object, lane: str) -> float:
+        return float(gauge.labels(lane)._value.get())  # type: ignore[attr-defined]
+
+    before = read(EMBEDDING_QUEUE_JOBS, "query"), read(EMBEDDING_QUEUE_TOKENS, "query")
+    observe = embedding_queue_observer("query")
+    observe(2, 40)
+    observe(-1, -15)
+    assert read(EMBEDDING_QUEUE_JOBS, "query") == before[0] + 1
+    assert read(EMBEDDING_QUEUE_TOKENS, "query") == before[1] + 25
+    observe(-1, -25)
+    assert (read(EMBEDDING_QUEUE_JOBS, "query"), read(EMBEDDING_QUEUE_TOKENS, "query")) == before
 
 
 async def test_a_deadline_that_has_passed_refuses_at_once() -> None:
