@@ -73,7 +73,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.deadlines import check_deadline
-from mongomem.errors import InputError, StorageError, WriteConflict
+from mongomem.errors import DeadlineExceeded, InputError, StorageError, WriteConflict
 from mongomem.ltm.batch import reconcile_batch
 from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
@@ -99,6 +99,7 @@ from mongomem.ltm.search import (
 from mongomem.ltm.writes import (
     DONE,
     EXPIRES,
+    PENDING,
     archived_decision_id,
     decision_entry,
     done_update,
@@ -216,16 +217,25 @@ class MemoryStore(MemoryReads):
 
         A request's deadline (:mod:`mongomem.deadlines`) is checked before the
         claim and before each apply: once it has ended no memory is written
-        (:class:`~mongomem.errors.DeadlineExceeded`; a claimed entry stays
-        pending, as after an interruption, until its TTL or a repeat resumes it).
+        (:class:`~mongomem.errors.DeadlineExceeded`). A claim that ends so
+        before its first apply wrote nothing, so its ``pending`` entry is
+        removed again (:meth:`_release`): a repeat then plans at once instead
+        of waiting for an attempt that is gone. After a conflicting apply the
+        entry stays ``pending``, as after an interruption, for a repeat to
+        complete.
         """
         check_deadline()
-        answered = await self._claim(candidate, fingerprint)
-        if answered is not None:
-            return answered
+        claim = await self._claim(candidate, fingerprint)
+        if isinstance(claim, Outcome):
+            return claim
         for attempt in range(1, self.max_attempts + 1):
             decision = await self.plan(candidate)
-            check_deadline()  # planning may have asked the judge: a slow LLM
+            try:
+                check_deadline()  # planning may have asked the judge: a slow LLM
+            except DeadlineExceeded:
+                if attempt == 1:  # nothing applied yet: give the claim back
+                    await self._release(candidate.candidate_id, claim)
+                raise
             try:
                 return await self._apply(candidate, decision, attempt)
             except WriteConflict:
@@ -236,19 +246,23 @@ class MemoryStore(MemoryReads):
                     await asyncio.sleep(random.uniform(0, 0.002 * attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _claim(self, candidate: MemoryCandidate, fingerprint: str | None) -> Outcome | None:
+    async def _claim(
+        self, candidate: MemoryCandidate, fingerprint: str | None
+    ) -> Outcome | datetime | None:
         """Mark ``candidate`` pending, or answer it from the ledger.
 
-        ``None``: the candidate is this caller's to plan (new, its entry had
-        expired, or it was interrupted before writing). An outcome: it had
-        settled (replayed), or an interrupted apply has just been completed.
+        An outcome: it had settled (replayed), or an interrupted apply has just
+        been completed. Anything else: the candidate is this caller's to plan
+        (new, its entry had expired, or it was interrupted before writing), and
+        the value is the ``at`` of the ``pending`` entry it now holds (what
+        :meth:`_release` matches).
         """
         cid = candidate.candidate_id
         for _ in range(self.max_attempts):
             now = self.clock()
             try:  # the usual case, a new candidate: one round trip to mark it pending
                 await self.ledger.insert_one(pending_entry(cid, now, fingerprint))
-                return None
+                return now
             except DuplicateKeyError:
                 pass
             except PyMongoError as exc:
@@ -256,7 +270,7 @@ class MemoryStore(MemoryReads):
             entry = await self._read(self.ledger.find_one({"_id": cid}))
             if entry is not None and ledger_expired(entry, now):
                 if await self._renew(entry, now, fingerprint):
-                    return None
+                    return now
                 continue  # a concurrent repeat renewed it first: look again
             if entry is not None and fingerprint is not None:
                 entry = await self._keyed_entry(cid, entry, fingerprint)
@@ -265,8 +279,19 @@ class MemoryStore(MemoryReads):
             if entry.get("state") == DONE:
                 logged = await self._read(self.decisions.find_one({"_id": cid}, {"outcome": 1}))
                 return Outcome.model_validate({**logged["outcome"], "replayed": True})
-            return await self._resume(candidate)  # pending: interrupted, or in flight
+            resumed = await self._resume(candidate)  # pending: interrupted, or in flight
+            if resumed is not None:
+                return resumed
+            started = entry.get("at")
+            return started if isinstance(started, datetime) else None
         raise WriteConflict(f"the ledger entry of {cid} kept changing")
+
+    async def _release(self, cid: str, claimed_at: datetime | None) -> None:
+        """Remove the ``pending`` entry this caller claimed at ``claimed_at`` and has not
+        applied (a compare-and-delete: an entry settled or claimed anew since is kept)."""
+        if claimed_at is None:
+            return
+        await self._read(self.ledger.delete_one({"_id": cid, "state": PENDING, "at": claimed_at}))
 
     async def _renew(self, entry: Doc, now: datetime, fingerprint: str | None) -> bool:
         """Replace the expired ledger ``entry`` by a new ``pending`` one, as if it were absent.

@@ -16,12 +16,13 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
+from mongomem.deadlines import Deadline, within
 from mongomem.embeddings import HashingEmbedder
-from mongomem.errors import InputError
-from mongomem.ltm import MemoryStore
+from mongomem.errors import DeadlineExceeded, InputError
+from mongomem.ltm import Decision, MemoryStore
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryCandidate, MemoryScope
-from mongomem.mongo import DECISIONS, LEDGER, Document
+from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
@@ -244,3 +245,31 @@ async def test_a_keyed_sdk_save_is_new_once_its_key_expired(
     again = await chat.save_semantic("home-airport", DENVER, idempotency_key="k")
     assert (again.action, again.version) == (Action.UPDATE, 2)
     assert await chat.save_semantic("home-airport", DENVER, idempotency_key="k") == again
+
+
+async def test_a_claim_whose_deadline_ends_while_planning_is_given_back(
+    db: AsyncDatabase[Document], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save claimed, then cut off by its deadline while planning (a slow judge, say),
+    wrote nothing: its pending entry goes, so the client's retry plans at once."""
+    store = await make_store(db, Clock())
+    deadline = Deadline(None)
+    plan = store.plan
+
+    async def judged_too_late(c: MemoryCandidate) -> Decision:
+        decision = await plan(c)
+        deadline.abandon()  # the client hung up while the judge was thinking
+        return decision
+
+    monkeypatch.setattr(store, "plan", judged_too_late)
+    with within(deadline), pytest.raises(DeadlineExceeded):
+        await store.reconcile(keyed("Boston"), fingerprint="request-1")
+    assert await db[LEDGER].count_documents({}) == 0
+    assert await db[MEMORIES].count_documents({}) == 0
+    monkeypatch.setattr(store, "plan", plan)
+    again = await store.reconcile(keyed("Boston"), fingerprint="request-1")
+    assert again.action is Action.ADD
+    assert not again.replayed
+    entry = await db[LEDGER].find_one({"_id": "cand_keyed"})
+    assert entry is not None
+    assert entry["state"] == "done"
