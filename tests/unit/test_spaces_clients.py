@@ -305,11 +305,13 @@ class Double:
 def test_the_blocking_client_makes_the_same_call_on_any_transport() -> None:
     double = Double()
     with Spaces(transport=double) as spaces:  # type: ignore[arg-type]
-        assert spaces.recall("refunds", {"q": "x"}, agent_id="bot") == "recall done"
-        assert spaces.import_space(line for line in ["a", "b"]) == "import_space done"
+        recalled: object = spaces.recall("refunds", {"q": "x"}, agent_id="bot")
+        assert recalled == "recall done"  # the double's answer, passed through
+        imported: object = spaces.import_space(line for line in ["a", "b"])
+        assert imported == "import_space done"
         spaces.update_item("refunds", "item_1", outcome=None)
         with pytest.raises(TypeError):
-            spaces.get_space()
+            spaces.get_space()  # type: ignore[call-arg]
     assert double.calls == [
         ("recall", ("refunds", {"q": "x"}), {"agent_id": "bot"}),
         ("import_space", (["a", "b"],), {}),

@@ -2,7 +2,8 @@
 
 The same calls, arguments and results as :class:`~mongomem.sdk.spaces.SpacesTransport`
 (:class:`~mongomem.spaces.AsyncSpaces`), blocking: each call is derived from the
-protocol, run on the async client. Over HTTP (``base_url=`` and ``api_key=``; the
+protocol, run on the async client (:mod:`mongomem.sdk.spaces.blocking`, typed by
+its generated stub). Over HTTP (``base_url=`` and ``api_key=``; the
 key decides the project; ``verify=`` for an ``https://`` service, see
 :mod:`mongomem.tls`) it wraps an :class:`~mongomem.sdk.spaces.HttpSpaces`;
 otherwise (``project_id=`` and ``settings=``) an :class:`~mongomem.spaces.AsyncSpaces`
@@ -15,15 +16,11 @@ thread; close it (or use it as a context manager) to stop the thread.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
 from mongomem.embeddings import Embedder
 from mongomem.errors import ConfigError
+from mongomem.sdk.spaces.blocking import SpaceCalls
 from mongomem.sdk.spaces.http import HttpSpaces
 from mongomem.sdk.spaces.transport import SpacesTransport
-from mongomem.sdk.spaces.wire import SPACE_OPERATIONS
 from mongomem.sdk.sync import SyncClient
 from mongomem.settings import Settings, load_settings, with_local_pipeline
 from mongomem.spaces.api import AsyncSpaces
@@ -33,8 +30,9 @@ from mongomem.tls import Verify
 __all__ = ["Spaces"]
 
 
-class Spaces(SyncClient[SpacesTransport]):
-    """Memory spaces of one project, for synchronous code (see the module docstring)."""
+class Spaces(SyncClient[SpacesTransport], SpaceCalls):
+    """Memory spaces of one project, for synchronous code (see the module docstring); the
+    calls are :class:`~mongomem.sdk.spaces.blocking.SpaceCalls`."""
 
     def __init__(
         self,
@@ -86,28 +84,3 @@ class Spaces(SyncClient[SpacesTransport]):
     def inner(self) -> SpacesTransport:
         """The async client every call runs on (on this object's own loop)."""
         return self._async
-
-    if TYPE_CHECKING:  # the calls are derived below: each answers what its async call does
-
-        def __getattr__(self, name: str) -> Any: ...
-
-
-def _blocking(name: str) -> Any:
-    """The blocking form of the protocol's call ``name``."""
-    signature = inspect.signature(getattr(SpacesTransport, name))
-
-    def call(self: Spaces, *args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(self, *args, **kwargs)  # a wrong call fails here, not later
-        if name == "import_space":  # a generator is read on the caller's thread
-            lines: Iterable[str] = bound.arguments["lines"]
-            bound.arguments["lines"] = list(lines)
-        return self._call(getattr(self._async, name)(*bound.args[1:], **bound.kwargs))
-
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = getattr(SpacesTransport, name).__doc__
-    call.__signature__ = signature  # type: ignore[attr-defined]
-    return call
-
-
-for _name in SPACE_OPERATIONS:
-    setattr(Spaces, _name, _blocking(_name))
