@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.report import publish
 from mongomem.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine
 from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge, decide
 from mongomem.ltm.kinds import normalize_key, normalize_text
@@ -420,13 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if v != parser.get_default(k)
     )
     out = None if str(args.out) == "-" else args.out
-    text = asyncio.run(run(args.split, args.embedder, command))
-    if out is None:
-        print(text)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        print(f"wrote {out}")
+    publish(asyncio.run(run(args.split, args.embedder, command)), out)
     return 0
 
 

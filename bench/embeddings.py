@@ -18,6 +18,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.report import publish
 from mongomem.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine, embed_queries
 
 MEMORIES = [
@@ -126,10 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.embeddings", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("bench/results/embeddings.md"))
     args = parser.parse_args()
-    report = asyncio.run(run())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    publish(asyncio.run(run()), args.out)
 
 
 if __name__ == "__main__":

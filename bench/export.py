@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.report import publish
 from mongomem.erasure_register import ErasureRegister
 from mongomem.infra import start_servers
 from mongomem.ltm import MemoryStore
@@ -177,10 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    publish(asyncio.run(run(args)), args.out)
     return 0
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.report import publish
 from mongomem.embeddings import HashingEmbedder
 from mongomem.infra import start_servers
 from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
@@ -259,10 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.snapshots = args.snapshots or [1, 100, 1000]
-    report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    publish(asyncio.run(run(args)), args.out)
     return 0
 
 

@@ -25,6 +25,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.report import publish
 from mongomem.models import utcnow
 from mongomem.mongo import MEMORIES
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
@@ -179,10 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
-    print(report)
+    publish(asyncio.run(run(args)), args.out)
     return 0
 
 

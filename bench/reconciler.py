@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.report import publish
 from mongomem.codec import encode
 from mongomem.infra import start_servers
 from mongomem.kafka import CANDIDATES, ensure_topics, make_producer
@@ -357,10 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report, encoding="utf-8")
-    print(report)
+    publish(asyncio.run(run(args)), args.out)
     return 0
 
 

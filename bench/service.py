@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from bench.report import publish
 from mongomem.embeddings import LocalE5Embedder, embed_queries
 from mongomem.infra import start_servers
 from mongomem.mongo import connect
@@ -304,10 +305,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200, help="calls per operation and level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 10, 50])
     args = parser.parse_args()
-    report = asyncio.run(run(args))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(report)
-    print(report)
+    publish(asyncio.run(run(args)), RESULTS)
     return 0
 
 

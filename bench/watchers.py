@@ -27,6 +27,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
+from bench.report import publish
 from bench.stm_watcher import prepare_backlog
 from mongomem.buckets import share_filter
 from mongomem.infra import start_servers
@@ -205,9 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--watchers {args.watchers} --rounds {args.rounds}"
     )
     text = report(command, servers.describe().replace("\n", "; "), args.backlog, args.rounds, rates)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text)
-    print(text)
+    publish(text, RESULTS)
     return 0
 
 
