@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -158,6 +160,17 @@ class Pipeline:
                 process.start(timeout_s=60)
                 revived.append(name)
         return revived
+
+    async def replay_windowing(self) -> None:
+        """``mongomem replay windowing --from-offset 0`` in a new group, as an operator runs
+        it (a process of its own); returns once it said it caught up."""
+        command = [sys.executable, "-m", "mongomem.cli", "replay", "windowing"]
+        command += ["--from-offset", "0", "--group-suffix=-replay"]
+        replay = await asyncio.to_thread(
+            subprocess.run, command, env=self.env(), capture_output=True, timeout=240, check=False
+        )
+        if replay.returncode != 0 or b"caught up" not in replay.stdout:
+            raise AssertionError(f"the replay failed: {replay.stderr.decode()[-3000:]}")
 
     def stop_all(self) -> None:
         for process in self.processes.values():

@@ -178,25 +178,7 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
         assert all(v["snapshots"] > 0 and v["memories"] > 0 for v in kept.values())
         assert got_in > 0  # it was talking while the erasure ran, then was refused
 
-        replay = await asyncio.to_thread(
-            subprocess.run,
-            [
-                sys.executable,
-                "-m",
-                "mongomem.cli",
-                "replay",
-                "windowing",
-                "--from-offset",
-                "0",
-                "--group-suffix=-replay",
-            ],
-            env=pipeline.env(),
-            capture_output=True,
-            timeout=240,
-            check=False,
-        )
-        assert replay.returncode == 0, replay.stderr.decode()[-3000:]
-        assert b"caught up" in replay.stdout
+        await pipeline.replay_windowing()
         await settled(pipeline, memory)
         await asyncio.sleep(3)  # let anything the replay republished go through
         await settled(pipeline, memory)

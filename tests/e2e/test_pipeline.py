@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import subprocess
-import sys
 
 import pytest
 
@@ -183,25 +181,7 @@ async def test_sigkill_every_stage_nothing_lost_nothing_duplicated(pipeline: Pip
 
         # Replay the turns topic from offset 0 in a new group: nothing new anywhere.
         before = await counts(pipeline)
-        replay = await asyncio.to_thread(
-            subprocess.run,
-            [
-                sys.executable,
-                "-m",
-                "mongomem.cli",
-                "replay",
-                "windowing",
-                "--from-offset",
-                "0",
-                "--group-suffix=-replay",
-            ],
-            env=pipeline.env(),
-            capture_output=True,
-            timeout=240,
-            check=False,
-        )
-        assert replay.returncode == 0, replay.stderr.decode()[-3000:]
-        assert b"caught up" in replay.stdout
+        await pipeline.replay_windowing()
         await settle(pipeline, memory)
         await asyncio.sleep(3)  # let anything the replay republished go through
         await settle(pipeline, memory)
