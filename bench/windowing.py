@@ -58,6 +58,7 @@ from mongomem.settings import (
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import MAX_POLL_RECORDS
 from mongomem.stages.windowing.sinks import snapshot_document
+from mongomem.stages.windowing.worker import settle_heap
 from mongomem.testing.watermarks import InFlight, watermarks_every
 
 RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
@@ -197,6 +198,7 @@ async def windowing_drain(
     """Turns/s of the stage over the backlog (first turn applied → last turn applied)."""
     suffix = f".bench-{engine}-{uuid.uuid4().hex[:6]}"
     closed: list[Snapshot] = []
+    settle_heap()  # as `mongomem run windowing` does before the stage starts
     worker = WindowingWorker(
         settings, group_suffix=suffix, engine=engine, on_snapshot=closed.append
     )

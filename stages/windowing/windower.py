@@ -45,8 +45,9 @@ Retirement: a session with nothing pending and no turn for the state TTL
 the table at a watermark of its watcher share — each (partition, share) is
 scanned every TTL/8 of that share's watermark time, and a watermark retires
 only sessions of its own share (another share's watcher may be far behind, and
-its watermarks promise nothing about them) — and a tombstone goes to the changelog, so the table holds the sessions that are alive, not
-every session ever seen. A turn of a session the table does not know, other
+its watermarks promise nothing about them) — and a tombstone goes to the
+changelog, so the table holds the sessions that are alive, not every session
+ever seen. A turn of a session the table does not know, other
 than its seq 1, asks :class:`ResumePoints` for the session's last snapshotted
 seq and starts after it. That is where a retired session stood (all its turns
 were promoted), so retiring changes no snapshot; a consumer group that starts
