@@ -60,7 +60,7 @@ def snapshot_value(snapshot: Snapshot) -> bytes:
             {
                 "turn_id": t.turn_id,
                 "seq": t.seq,
-                "role": t.role.value,
+                "role": str(t.role),
                 "content": t.content,
                 "created_at": t.created_at,
             }
@@ -90,7 +90,7 @@ def snapshot_document(snapshot: Snapshot) -> Document:
             {
                 "turn_id": t.turn_id,
                 "seq": t.seq,
-                "role": t.role.value,
+                "role": str(t.role),
                 "content": t.content,
                 "created_at": t.created_at,
             }
