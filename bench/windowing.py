@@ -432,9 +432,10 @@ def report(
             f"library) takes {alone_us:.1f} µs a turn of the stage's {per_turn_us:.1f} µs; the "
             f"other {per_turn_us - alone_us:.1f} µs are the Kafka and MongoDB clients' work in "
             "the same process (aiokafka's fetch parsing, producer batching and zstd, pymongo's "
-            "BSON, the erasure-register reads) and waiting for the servers, which share the "
-            f"two cores. 0.5× the raw loop would leave {2e6 / r3['raw']:.1f} µs a turn for "
-            "all of it"
+            "BSON, the erasure-register reads) and time off the CPU: waiting for the servers' "
+            "replies, or for a core (two, shared with both servers and other work: see the "
+            f"load average above). 0.5× the raw loop would leave {2e6 / r3['raw']:.1f} µs a "
+            "turn for all of it"
             + (": less than the stage's own work alone." if 2e6 / r3["raw"] < alone_us else ".")
         )
     raws = _runs(r3["raws"])
