@@ -70,7 +70,7 @@ from mongomem.stages.windowing.logic import (
     advance,
 )
 from mongomem.stages.windowing.windower import Policies, SnapshotWindower
-from mongomem.stages.windowing.worker import WindowingStage, WindowingWorker
+from mongomem.stages.windowing.worker import WindowingStage, WindowingWorker, settle_heap
 
 __all__ = [
     "Policies",
@@ -91,5 +91,6 @@ async def main(settings: Settings, args: argparse.Namespace) -> None:
         group_suffix=getattr(args, "group_suffix", "") or "",
         engine=settings.windowing.engine,
     )
+    settle_heap()  # this process runs the stage alone: keep its startup heap out of collections
     await run_stage(WindowingStage(worker), settings)
     logging.getLogger("mongomem.windowing").info("windowing stopped")

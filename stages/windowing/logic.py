@@ -156,6 +156,9 @@ class WindowResult:
     lost: tuple[int, ...] = ()  # seqs given up after waiting (gap)
 
 
+#: Why a window closed (:attr:`Snapshot.reason`).
+CloseReason = Literal["count", "idle", "gap", "end"]
+
 #: What became of a turn that changed nothing: it came after its place was promoted, or twice.
 Arrival = Literal["late", "duplicate"] | None
 
@@ -356,22 +359,28 @@ class Window:
         return None
 
     # -- rules -------------------------------------------------------------------------------
-    def _close(self, count: int, reason: str, now: AwareDatetime) -> None:
+    def _close(self, count: int, reason: CloseReason, now: AwareDatetime) -> None:
+        """Close the first ``count`` open turns as one snapshot.
+
+        Built without validation, as everything validation would check holds
+        already: the ids are the session's, the turns validated ones forming
+        the contiguous run ``first..last``, the id made from them, ``now`` an
+        aware event time (``tests/property/test_windowing_fast_paths.py``).
+        """
         turns, self.open = self.open[:count], self.open[count:]
         first, last = turns[0].seq, turns[-1].seq
+        session = self.session
         self.snapshots.append(
-            Snapshot.model_validate(
-                {
-                    "snapshot_id": Snapshot.make_id(self.session, first, last),
-                    "project_id": self.session.project_id,
-                    "user_id": self.session.user_id,
-                    "session_id": self.session.session_id,
-                    "first_seq": first,
-                    "last_seq": last,
-                    "turns": tuple(turns),
-                    "reason": reason,
-                    "closed_at": now,
-                }
+            Snapshot.model_construct(
+                snapshot_id=Snapshot.make_id(session, first, last),
+                project_id=session.project_id,
+                user_id=session.user_id,
+                session_id=session.session_id,
+                first_seq=first,
+                last_seq=last,
+                turns=tuple(turns),
+                reason=reason,
+                closed_at=now,
             )
         )
         self.next_seq = last + 1

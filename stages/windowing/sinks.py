@@ -6,7 +6,10 @@ session) and acknowledged by the broker before ``deliver`` returns. A
 redelivery rewrites the same document and publishes the same message again —
 consumers of the snapshots topic de-duplicate by ``snapshot_id``. The turns
 are not written to: the snapshot's session and seq range are the lineage
-(:mod:`mongomem.lineage`). :meth:`SnapshotPublisher.deliver_many` does the same
+(:mod:`mongomem.lineage`). The bytes and the document are written by
+:mod:`mongomem.stages.windowing.snapshot_encode` (exactly what
+:func:`mongomem.codec.encode` and ``model_dump`` would give).
+:meth:`SnapshotPublisher.deliver_many` does the same
 for a batch of snapshots with one bulk write and the publishes pipelined (in
 the given order, so one session's snapshots reach its partition in order); it
 returns once all are stored and acknowledged, and if it raises, any of them
@@ -20,30 +23,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pymongo import ReplaceOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.codec import encode
 from mongomem.erasure_register import ErasureRegister
 from mongomem.errors import StorageError
 from mongomem.lineage import ensure_lineage_index
 from mongomem.models import SessionKey, Snapshot
 from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.stages.runtime import Publisher
+from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapshot_value
 from mongomem.stm import END_EVENT
 
 __all__ = ["SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
-
-
-def snapshot_document(snapshot: Snapshot) -> Document:
-    """The ``snapshots`` document: the snapshot's fields, ``_id`` = ``snapshot_id``."""
-    data: dict[str, Any] = snapshot.model_dump(mode="python", exclude={"snapshot_id"})
-    data["turns"] = [{**t, "role": str(t["role"])} for t in data["turns"]]
-    data["turn_ids"] = [t.turn_id for t in snapshot.turns]
-    return {"_id": snapshot.snapshot_id, **data}
 
 
 class SnapshotPublisher:
@@ -84,7 +78,7 @@ class SnapshotPublisher:
 
     async def _publish_many(self, snapshots: Sequence[Snapshot]) -> None:
         sent = [
-            await self._publisher.send(self._topic, encode(s), key=s.session.kafka_key())
+            await self._publisher.send(self._topic, snapshot_value(s), key=s.session.kafka_key())
             for s in snapshots
         ]
         await asyncio.gather(*sent)
@@ -100,7 +94,7 @@ class SnapshotPublisher:
     async def _publish(self, snapshot: Snapshot) -> None:
         await (
             await self._publisher.send(
-                self._topic, encode(snapshot), key=snapshot.session.kafka_key()
+                self._topic, snapshot_value(snapshot), key=snapshot.session.kafka_key()
             )
         )
 

@@ -42,9 +42,12 @@ again: idempotent), so failures are handled exactly as for single records.
 
 Retirement: a session with nothing pending and no turn for the state TTL
 (``MONGOMEM_WINDOW_STATE_TTL_S``, event time, default 7 days) is removed from
-the table at a watermark — the partition is scanned every TTL/8 — and a tombstone
-goes to the changelog, so the table holds the sessions that are alive, not
-every session ever seen. A turn of a session the table does not know, other
+the table at a watermark of its watcher share — each (partition, share) is
+scanned every TTL/8 of that share's watermark time, and a watermark retires
+only sessions of its own share (another share's watcher may be far behind, and
+its watermarks promise nothing about them) — and a tombstone goes to the
+changelog, so the table holds the sessions that are alive, not every session
+ever seen. A turn of a session the table does not know, other
 than its seq 1, asks :class:`ResumePoints` for the session's last snapshotted
 seq and starts after it. That is where a retired session stood (all its turns
 were promoted), so retiring changes no snapshot; a consumer group that starts
@@ -127,6 +130,9 @@ class WindowerStats:
 #: One record of the turns topic within a partition: ``(offset, key, value)``.
 Record = tuple[int, bytes | None, bytes | None]
 
+#: A watcher share, as its watermarks name it: ``(share, shares)``.
+Share = tuple[int, int]
+
 
 @dataclass
 class _Open:
@@ -163,8 +169,9 @@ class PlannedBatch:
     starts: dict[bytes, int] = field(default_factory=dict)
     #: The records already decoded before planning, by offset.
     events: dict[int, TurnRecord | EndRecord | Watermark | InputError] = field(default_factory=dict)
-    #: Event time of the last retirement scan of the partition, if this batch made one.
-    scanned_at: datetime | None = None
+    #: Event time of the last retirement scan of the partition per watcher share
+    #: (``(share, shares)``), for the shares this batch scanned.
+    scanned_at: dict[Share, datetime] = field(default_factory=dict)
     #: Sessions of the batch that are erased: their events are dropped, their state removed.
     erased: set[bytes] = field(default_factory=set)
 
@@ -177,12 +184,13 @@ class PlannedBatch:
         """The session's window as the batch planned before this one left it, if it touched it."""
         return self.after.windows.get(key) if self.after is not None else None
 
-    def last_scan(self, committed: datetime | None) -> datetime | None:
-        """When the partition was last scanned for retirements, this batch included."""
+    def last_scan(self, share: Share, committed: datetime | None) -> datetime | None:
+        """When the partition was last scanned for ``share``'s retirements, this batch included."""
         batch: PlannedBatch | None = self
         while batch is not None:
-            if batch.scanned_at is not None:
-                return batch.scanned_at
+            scanned = batch.scanned_at.get(share)
+            if scanned is not None:
+                return scanned
             batch = batch.after
         return committed
 
@@ -214,7 +222,8 @@ class SnapshotWindower:
     erasures: ErasureCheck | None = None
     _open: dict[int, set[bytes]] = field(default_factory=dict, repr=False)
     _indexed: set[int] = field(default_factory=set, repr=False)
-    _scanned_at: dict[int, datetime] = field(default_factory=dict, repr=False)
+    #: Event time of the last retirement scan per (partition, watcher share).
+    _scanned_at: dict[tuple[int, Share], datetime] = field(default_factory=dict, repr=False)
     #: While a failed batch is applied record by record: where its unknown sessions start —
     #: as its plan looked up (before any of its snapshots was delivered), or as retired.
     _replanning: dict[bytes, int] | None = field(default=None, repr=False)
@@ -482,22 +491,30 @@ class SnapshotWindower:
             before, lost = window.signature(), len(window.lost)
             window.on_watermark(event.at, self.policies.for_project(window.session.project_id))
             self._settle(run.stats, entry, before, lost, offset)
-        self._retire(run, event.at, offset)
+        self._retire(run, event, offset)
 
-    def _retire(self, run: PlannedBatch, at: datetime, offset: int) -> None:
-        """At a watermark, mark the partition's sessions that outlived their TTL (now and then)."""
+    def _retire(self, run: PlannedBatch, watermark: Watermark, offset: int) -> None:
+        """At a watermark, mark the sessions of its partition and share that outlived their TTL.
+
+        Each (partition, share) is scanned at most once per scan period of that
+        share's watermark time: shares' watchers advance independently, so a
+        caught-up share neither retires another's sessions nor delays its scans.
+        """
         period = self.policies.retirement_scan_period
         if period is None:
             return
-        last = run.last_scan(self._scanned_at.get(run.partition))
+        at, share = watermark.at, (watermark.share, watermark.shares)
+        last = run.last_scan(share, self._scanned_at.get((run.partition, share)))
         if last is not None and at - last < period:
             return
-        run.scanned_at = at
+        run.scanned_at[share] = at
         keys = {k for k, s in self.store.items() if s.partition == run.partition}
         keys.update(run.windows)
         if run.after is not None:
             keys.update(run.after.windows)
         for session_key in sorted(keys):
+            if not _covers(watermark, session_key):
+                continue  # another share's session: this watermark promises nothing about it
             entry = run.windows.get(session_key)
             if entry is None:
                 earlier = run.earlier(session_key)
@@ -680,8 +697,8 @@ class SnapshotWindower:
                 index.add(session_key)
             else:
                 index.discard(session_key)
-        if run.scanned_at is not None:
-            self._scanned_at[partition] = run.scanned_at
+        for share, scanned in run.scanned_at.items():
+            self._scanned_at[(partition, share)] = scanned
         snapshots = run.snapshots
         run.stats.snapshots += len(snapshots)
         _add_stats(self.stats, run.stats)

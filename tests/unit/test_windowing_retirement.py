@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
+from mongomem.buckets import in_share
 from mongomem.codec import encode
 from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
@@ -182,3 +183,58 @@ def test_retirable_needs_nothing_pending_and_a_turn_older_than_the_ttl() -> None
     assert window.retirable(T0 + timedelta(seconds=TTL), policy)
     assert not window.retirable(T0 + timedelta(days=365), WindowPolicy.of(3, 10))  # no TTL
     assert not Window(A).retirable(T0 + timedelta(days=365), policy)  # never saw a turn
+
+
+# ------------------------------------------------------------------ watcher shares
+
+
+def in_share_of_two(share: int) -> SessionKey:
+    """A session that share ``share`` of two watchers owns."""
+    for i in range(100):
+        session = SessionKey(project_id="p", user_id="u", session_id=f"share{share}-{i}")
+        if in_share(session.project_id, session.user_id, session.session_id, share, 2):
+            return session
+    raise AssertionError("no session found in the share")
+
+
+S0, S1 = in_share_of_two(0), in_share_of_two(1)
+
+
+def share_tick(second: float, share: int) -> Record:
+    mark = Watermark(caught_up=True, at=T0 + timedelta(seconds=second), share=share, shares=2)
+    return (0, None, encode(mark))
+
+
+async def test_a_watermark_retires_only_sessions_of_its_own_share() -> None:
+    """Share 0's watcher is caught up, share 1's is far behind: S1 stays in the table."""
+    store, sink = DictWindowStore(), Sink()
+    w = windower(store, sink)
+    records = [turn(S0, 1, 0), turn(S1, 1, 0), share_tick(20, 0), share_tick(20, 1)]
+    records += [share_tick(500, 0)]  # only share 0's watcher got this far
+    await feed(w, records)
+    assert spans(sink.delivered) == [(S0.session_id, 1, 1, "idle"), (S1.session_id, 1, 1, "idle")]
+    assert store.get(S0.kafka_key()) is None, "S0 outlived its TTL by share 0's watermark"
+    assert store.get(S1.kafka_key()) is not None, "share 0's watermark promises nothing for S1"
+    assert w.stats.retired == 1
+
+
+async def test_each_share_is_scanned_on_its_own_schedule() -> None:
+    """Share 0's scan at 95 (S1 not due yet) does not put off share 1's at 101 (< TTL/8 later)."""
+    store, sink = DictWindowStore(), Sink()
+    w = windower(store, sink)
+    records = [turn(S1, 1, 0), share_tick(20, 1), share_tick(95, 0), share_tick(101, 1)]
+    await feed(w, records)
+    assert store.get(S1.kafka_key()) is None, "share 1's first scan retires S1"
+    assert w.stats.retired == 1
+
+
+async def test_share_scans_in_one_batch_match_record_by_record() -> None:
+    """The batch path keeps the same per-share scan times as applying records one by one."""
+    records = [turn(S0, 1, 0), turn(S1, 1, 0), share_tick(20, 0), share_tick(20, 1)]
+    records += [share_tick(500, 0), share_tick(501, 1), turn(S1, 2, 600), share_tick(700, 1)]
+    one_by_one, batched = DictWindowStore(), DictWindowStore()
+    single, bulk = windower(one_by_one, Sink()), windower(batched, Sink())
+    await feed(single, records)
+    await bulk.process_batch(0, [(i, k, v) for i, (_, k, v) in enumerate(records)])
+    assert batched.data == one_by_one.data
+    assert bulk.stats == single.stats

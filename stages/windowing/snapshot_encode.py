@@ -1,0 +1,102 @@
+"""A closed snapshot as the windowing stage writes it: the Kafka value and the MongoDB document.
+
+The general path — :func:`mongomem.codec.encode` (``model_dump(mode="json")``
+then ``json.dumps``) and a ``model_dump`` for the document — cost more per
+snapshot than closing it. Both are written here straight from the model's
+fields instead:
+
+* :func:`snapshot_value` builds the envelope and writes it with orjson in one
+  call. orjson writes what ``json.dumps(..., separators=(",", ":"),
+  ensure_ascii=False)`` writes for exact ``str``/``int`` values, and a UTC
+  ``datetime`` as pydantic does (``...Z``); a snapshot holds nothing else.
+  A snapshot with a time that is not UTC, or that orjson refuses (a lone
+  surrogate, an integer beyond 64 bits), takes the general path, which then
+  gives the bytes or raises as it always did.
+* :func:`snapshot_document` builds the ``snapshots`` document, key for key in
+  the order ``model_dump`` gives them.
+
+**Byte for byte what the general path gives**: ``snapshot_value(s) ==
+encode(s)`` for any snapshot, and the document equals — with the same key
+order — the ``model_dump`` formula it replaces
+(``tests/property/test_windowing_fast_paths.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from mongomem.codec import SCHEMA_VERSION, encode, kind_of
+from mongomem.models import Snapshot
+from mongomem.mongo import Document
+
+__all__ = ["snapshot_document", "snapshot_value"]
+
+_KIND = kind_of(Snapshot)
+#: ``...Z`` for a UTC time, as pydantic writes it; a ``str``/``int`` subclass is refused.
+_ORJSON = orjson.OPT_UTC_Z | orjson.OPT_PASSTHROUGH_SUBCLASS
+_ZERO = timedelta(0)
+
+
+def _utc(at: datetime) -> bool:
+    return at.utcoffset() == _ZERO
+
+
+def snapshot_value(snapshot: Snapshot) -> bytes:
+    """The snapshot's envelope bytes: exactly :func:`mongomem.codec.encode` of it."""
+    turns = snapshot.turns
+    if not _utc(snapshot.closed_at) or not all(_utc(t.created_at) for t in turns):
+        return encode(snapshot)
+    data: dict[str, Any] = {
+        "snapshot_id": snapshot.snapshot_id,
+        "project_id": snapshot.project_id,
+        "user_id": snapshot.user_id,
+        "session_id": snapshot.session_id,
+        "first_seq": snapshot.first_seq,
+        "last_seq": snapshot.last_seq,
+        "turns": [
+            {
+                "turn_id": t.turn_id,
+                "seq": t.seq,
+                "role": str(t.role),
+                "content": t.content,
+                "created_at": t.created_at,
+            }
+            for t in turns
+        ],
+        "reason": snapshot.reason,
+        "closed_at": snapshot.closed_at,
+    }
+    try:
+        return orjson.dumps({"kind": _KIND, "v": SCHEMA_VERSION, "data": data}, option=_ORJSON)
+    except orjson.JSONEncodeError:
+        return encode(snapshot)
+
+
+def snapshot_document(snapshot: Snapshot) -> Document:
+    """The ``snapshots`` document: the snapshot's fields with ``_id`` = ``snapshot_id`` and the
+    roles as strings, then ``turn_ids``."""
+    turns = snapshot.turns
+    return {
+        "_id": snapshot.snapshot_id,
+        "project_id": snapshot.project_id,
+        "user_id": snapshot.user_id,
+        "session_id": snapshot.session_id,
+        "first_seq": snapshot.first_seq,
+        "last_seq": snapshot.last_seq,
+        "turns": [
+            {
+                "turn_id": t.turn_id,
+                "seq": t.seq,
+                "role": str(t.role),
+                "content": t.content,
+                "created_at": t.created_at,
+            }
+            for t in turns
+        ],
+        "reason": snapshot.reason,
+        "closed_at": snapshot.closed_at,
+        "turn_ids": [t.turn_id for t in turns],
+    }
