@@ -47,6 +47,7 @@ that imports aiokafka), :mod:`.memory` (the in-memory test double).
 from __future__ import annotations
 
 from mongomem.stages.runtime.consume import (
+    IN_FLIGHT,
     PublishedDeadLetters,
     Stopped,
     consume,
@@ -61,6 +62,7 @@ from mongomem.stages.runtime.ports import (
     DeadLetterSink,
     Message,
     PartitionReader,
+    PipelinedStage,
     Publisher,
     Record,
     RecordSource,
@@ -72,12 +74,14 @@ from mongomem.stages.runtime.retry import DEFAULT_CAP_S, Decision, RetryPolicy
 __all__ = [
     "DEFAULT_CAP_S",
     "DRAIN_TIMEOUT_S",
+    "IN_FLIGHT",
     "CheckpointStore",
     "ConsumerStage",
     "DeadLetterSink",
     "Decision",
     "Message",
     "PartitionReader",
+    "PipelinedStage",
     "PublishedDeadLetters",
     "Publisher",
     "Record",

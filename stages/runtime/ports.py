@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mongomem.kafka import DeadLetter
 
@@ -22,6 +22,7 @@ __all__ = [
     "Headers",
     "Message",
     "PartitionReader",
+    "PipelinedStage",
     "Publisher",
     "Record",
     "RecordSource",
@@ -150,6 +151,34 @@ class ConsumerStage(Protocol):
     def stage(self) -> str: ...
 
     async def handle(self, partition: int, batch: Sequence[Record]) -> None: ...
+
+    async def dead_lettered(self, record: Record, error: BaseException) -> None:
+        """Called after ``record`` was dead-lettered (record the failure, say)."""
+        ...
+
+
+@runtime_checkable
+class PipelinedStage(Protocol):
+    """A stage whose acknowledgements stay in flight while its next batch is handled.
+
+    :func:`~mongomem.stages.runtime.consume` drives it instead of a
+    :class:`ConsumerStage` (it tells the two apart by this method). ``submit
+    (partition, batch)`` does the batch's in-order work and hands its outputs
+    over, then returns without waiting for them to be acknowledged: the
+    awaitable it returns completes when every output of ``batch`` is
+    acknowledged, and raises when one is not. It must complete without any
+    further call of ``submit`` (a stage that holds outputs back to send them
+    together sends them on its own, say when the previous send is
+    acknowledged or after a delay). The runtime keeps a few such batches in
+    flight per partition and commits a partition only up to the oldest
+    batch not yet acknowledged; see the delivery contract in
+    :mod:`mongomem.stages.runtime` for what a failure of either means.
+    """
+
+    @property
+    def stage(self) -> str: ...
+
+    async def submit(self, partition: int, batch: Sequence[Record]) -> Awaitable[Any]: ...
 
     async def dead_lettered(self, record: Record, error: BaseException) -> None:
         """Called after ``record`` was dead-lettered (record the failure, say)."""
