@@ -5,7 +5,8 @@ runtime's :func:`~mongomem.stages.runtime.consume` over a
 :class:`~mongomem.stages.watcher_source.ChangeStreamSource`. ``submit`` does
 the in-order work of a batch — each turn checked and encoded
 (:class:`~mongomem.stages.watcher_encode.TurnEncoder`) into its partition's
-open batch (:class:`~mongomem.stages.runtime.kafka.PartitionBatcher`), the
+open batch (:class:`~mongomem.stages.runtime.ports.PartitionBatches`: on Kafka
+:class:`~mongomem.stages.runtime.kafka.PartitionBatcher`), the
 back-fill overlap skipped (:class:`~mongomem.stages.watcher_logic.PublishLedger`),
 a due watermark put into every partition, a document that is not a turn
 dead-lettered through :func:`~mongomem.stages.runtime.dead_letter` — and
@@ -39,8 +40,7 @@ from pydantic import ValidationError
 from mongomem.codec import encode
 from mongomem.metrics import MESSAGES
 from mongomem.models import Watermark
-from mongomem.stages.runtime import DeadLetterSink, Record, dead_letter
-from mongomem.stages.runtime.kafka import PartitionBatcher
+from mongomem.stages.runtime import DeadLetterSink, PartitionBatches, Record, dead_letter
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import FlushPolicy, PublishLedger, WatermarkClock
 from mongomem.stages.watcher_source import (
@@ -65,7 +65,7 @@ class WatcherCore:
 
     def __init__(
         self,
-        batcher: PartitionBatcher,
+        batcher: PartitionBatches,
         letters: DeadLetterSink,
         ledger: PublishLedger,
         policy: FlushPolicy,
@@ -158,6 +158,16 @@ class WatcherCore:
         if not self._unacked:
             self._flush_later(self._policy.interval_s - self._age())
         return waiting
+
+    async def flush(self) -> None:
+        """Send what waits in the open batches now (the runtime is about to wait)."""
+        async with self._lock:
+            if self._failure is not None or not self._count:
+                return
+            try:
+                await self._flush()
+            except Exception as exc:
+                self._fail(exc)
 
     def _publish(
         self,
@@ -267,13 +277,7 @@ class WatcherCore:
             self._deferred = asyncio.create_task(self._deferred_flush())
 
     async def _deferred_flush(self) -> None:
-        async with self._lock:
-            if self._failure is not None or not self._count:
-                return
-            try:
-                await self._flush()
-            except Exception as exc:
-                self._fail(exc)
+        await self.flush()
 
     def _fail(self, error: BaseException) -> None:
         """Fail every acknowledgement still owed; every later submit fails too."""

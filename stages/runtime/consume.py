@@ -144,7 +144,7 @@ class _Flights:
     is kept in :attr:`failure`.
     """
 
-    def __init__(self, stage: str) -> None:
+    def __init__(self, stage: PipelinedStage) -> None:
         self._stage = stage
         self._queues: dict[int, deque[tuple[int, asyncio.Future[Any]]]] = {}
         self.failure: BaseException | None = None
@@ -158,7 +158,7 @@ class _Flights:
     def _settled(self, started: float, future: asyncio.Future[Any]) -> None:
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is None:
-            STAGE_BATCH_SECONDS.labels(self._stage).observe(time.perf_counter() - started)
+            STAGE_BATCH_SECONDS.labels(self._stage.stage).observe(time.perf_counter() - started)
         elif self.failure is None:
             self.failure = error
             self._failed.set_result(None)
@@ -171,14 +171,20 @@ class _Flights:
     async def settle(self, source: RecordSource, limit: int) -> None:
         """Wait until at most ``limit`` batches per partition are outstanding (or one
         failed), commit every partition up to its oldest unacknowledged batch, then
-        raise a failed acknowledgement."""
+        raise a failed acknowledgement. Before waiting, the stage hands over what it
+        holds back (:meth:`PipelinedStage.flush`)."""
         offsets: dict[int, int] = {}
+        flushed = False
         for partition, queue in self._queues.items():
             while True:
                 while queue and queue[0][1].done() and _acknowledged(queue[0][1]):
                     offsets[partition] = queue.popleft()[0]
                 if len(queue) <= limit or self.failure is not None:
                     break
+                if not flushed:
+                    flushed = True
+                    await self._stage.flush()
+                    continue
                 await asyncio.wait([queue[0][1], self._failed], return_when=FIRST_COMPLETED)
         if offsets:
             await source.commit(offsets)
@@ -227,9 +233,18 @@ class _Consumer:
     async def batch(self, batch: Mapping[int, Sequence[Record]]) -> None:
         started = time.perf_counter()
         parts = [p for p, records in batch.items() if records]
-        done = await asyncio.gather(
-            *(self.partition(p, batch[p]) for p in parts), return_exceptions=True
-        )
+        done: list[list[Awaitable[Any]] | BaseException]
+        if len(parts) == 1:  # the common case of a small group, and the watcher's: no task
+            try:
+                done = [await self.partition(parts[0], batch[parts[0]])]
+            except Exception as exc:
+                done = [exc]
+        else:
+            done = list(
+                await asyncio.gather(
+                    *(self.partition(p, batch[p]) for p in parts), return_exceptions=True
+                )
+            )
         flights = self.flights
         offsets: dict[int, int] = {}
         for p, outcome in zip(parts, done, strict=True):
@@ -365,7 +380,7 @@ async def consume(
     A stop during a back-off leaves that partition uncommitted (it is read again).
     """
     policy = policy or RetryPolicy()
-    flights = _Flights(stage.stage) if isinstance(stage, PipelinedStage) else None
+    flights = _Flights(stage) if isinstance(stage, PipelinedStage) else None
     worker = _Consumer(source, stage, publisher, kafka, policy, stop, flights)
     try:
         while not stop.is_set():
