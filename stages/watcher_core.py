@@ -16,8 +16,8 @@ Flushes follow :class:`~mongomem.stages.watcher_logic.FlushPolicy`: at an idle
 read or the back-fill's end at once; otherwise after ``batch_max`` turns or
 ``interval_s``, but not while Kafka has not acknowledged the previous flush —
 the records keep filling the open batches (a full one is sent on its own),
-and are flushed as soon as that acknowledgement arrives (or the interval
-passes), without waiting for another ``submit``. A batch's acknowledgement
+and are flushed when that acknowledgement arrives (if due then, else once
+``interval_s`` has passed), without waiting for another ``submit``. A batch's acknowledgement
 completes with the flush that sends the last of its records.
 
 A failure to hand records to Kafka, or to keep a dead letter, fails the
@@ -258,8 +258,9 @@ class WatcherCore:
         def acked(_: asyncio.Future[Any]) -> None:
             if flush == self._flushes:
                 self._unacked -= 1
-                if not self._unacked and self._count:
-                    self._flush_later(0.0)
+                if not self._unacked and self._count:  # as the policy says, or at once
+                    due = self._policy.due(self._count, self._age(), idle=False, unacked=False)
+                    self._flush_later(0.0 if due else self._policy.interval_s - self._age())
 
         for future in futures:
             future.add_done_callback(acked)
