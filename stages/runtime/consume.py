@@ -190,8 +190,8 @@ class _Flights:
             await source.commit(offsets)
         self.check()
 
-    def retrieve(self) -> None:
-        """Forget what is still outstanding (an attempt ends): nothing more is committed."""
+    def abandon(self) -> None:
+        """Cancel what is still outstanding (the loop ends): nothing more is committed."""
         for queue in self._queues.values():
             for _, future in queue:
                 if not future.done():
@@ -397,4 +397,4 @@ async def consume(
             await flights.settle(source, 0)  # drain: everything submitted, acknowledged
     finally:
         if flights is not None:
-            flights.retrieve()
+            flights.abandon()
