@@ -274,6 +274,8 @@ class ChangeStreamWatcher:
             shares=self.shares,
         )
         source = self._source
+        stopping = asyncio.create_task(stop.wait())
+        stopping.add_done_callback(lambda _: source.interrupt())  # a waiting poll ends at once
         try:
             await source.open()
             await consume(
@@ -292,6 +294,7 @@ class ChangeStreamWatcher:
                 # next start scans again (above the marks just stored).
                 core.log_backfill()
         finally:
+            stopping.cancel()
             await core.close()
             await source.close()
 

@@ -372,6 +372,11 @@ class ChangeStreamSource:
         self._next = offset
         return records
 
+    def interrupt(self) -> None:
+        """End a poll that is waiting for the stream now (it returns what it has: nothing).
+        For a stop: the runtime sees it without waiting out the poll's timeout."""
+        self._wake.set()
+
     @property
     def scanning(self) -> bool:
         """True while a back-fill's scan is not complete."""
