@@ -16,6 +16,7 @@ functions, tested without servers:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -182,15 +183,18 @@ class PublishLedger:
     and the stream opened before it). Without a back-fill ``known`` stays
     empty and nothing is skipped.
 
-    ``unflushed`` collects, since the last checkpoint, the highest seq handed
-    to Kafka per session; the checkpoint stores them (with ``$max``) once
-    Kafka acknowledged them, so a later back-fill knows where each session
-    stands.
+    ``unflushed`` collects, since the last :meth:`seal`, the highest seq handed
+    to Kafka per session; a seal files them under the offset of the records
+    they came from, and the checkpoint that covers that offset (everything
+    below it acknowledged by Kafka) stores them with ``$max``, so a later
+    back-fill knows where each session stands.
     """
 
     known: dict[Slot, int] = field(default_factory=dict)
     unflushed: dict[Slot, int] = field(default_factory=dict)
     tracking: bool = False
+    #: Marks of sealed batches, oldest first: (end offset, marks).
+    sealed: deque[tuple[int, dict[Slot, int]]] = field(default_factory=deque)
 
     def seed(self, marks: Iterable[tuple[Slot, int]]) -> None:
         """Start a back-fill from the stored marks: track every session from now on."""
@@ -214,9 +218,30 @@ class PublishLedger:
             self.unflushed[slot] = seq
         return True
 
-    def take_marks(self) -> dict[Slot, int]:
-        """The marks to store with the next checkpoint (and forget them here)."""
-        marks, self.unflushed = self.unflushed, {}
+    def seal(self, end: int) -> None:
+        """The turns admitted since the last seal are the records below offset ``end``:
+        their marks wait for :meth:`take_marks` ``(through=end)`` (or later)."""
+        if self.unflushed:
+            self.sealed.append((end, self.unflushed))
+            self.unflushed = {}
+
+    def take_marks(self, through: int | None = None) -> dict[Slot, int]:
+        """The marks to store with the next checkpoint (and forget them here).
+
+        ``through``: only those sealed below that offset (what a commit covers);
+        ``None``: every mark, sealed or not.
+        """
+        marks: dict[Slot, int] = {}
+        sealed = self.sealed
+        while sealed and (through is None or sealed[0][0] <= through):
+            for slot, seq in sealed.popleft()[1].items():
+                if seq > marks.get(slot, 0):
+                    marks[slot] = seq
+        if through is None:
+            for slot, seq in self.unflushed.items():
+                if seq > marks.get(slot, 0):
+                    marks[slot] = seq
+            self.unflushed = {}
         return marks
 
 

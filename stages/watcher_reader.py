@@ -68,6 +68,11 @@ class ChangeReader:
             raise self._error
         return changes
 
+    @property
+    def waiting(self) -> int:
+        """Changes read and not taken yet."""
+        return len(self._queue)
+
     async def close(self) -> None:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,15 @@ batch)``; :func:`consume` feeds it from a
 :class:`~mongomem.stages.runtime.ports.RecordSource` and
 :func:`run_stage` runs it as a process (signals, drain, restarts).
 
+A stage that must not leave the CPU idle during every acknowledgement round
+trip is a :class:`~mongomem.stages.runtime.ports.PipelinedStage` instead:
+``submit(partition, batch)`` does the batch's in-order work, hands its
+outputs over and returns an awaitable of their acknowledgement; ``consume``
+handles the next poll meanwhile, keeping at most ``in_flight`` submitted
+batches per partition unacknowledged (then it calls the stage's ``flush``
+and awaits the oldest), and after every poll commits each partition up to
+its oldest batch not yet acknowledged.
+
 **The delivery contract** (the one statement of it; stage docs refer here):
 
 * **At-least-once in, idempotent out.** A partition's offset is committed
@@ -29,15 +38,28 @@ batch)``; :func:`consume` feeds it from a
   error up to ``max_attempts``; a permanent error (bad input, a document
   MongoDB refuses for good) is dead-lettered once through :func:`dead_letter`
   (counted in ``mongomem_dead_letters_total``), never retried forever;
-  configuration errors stop the stage without committing.
+  configuration errors stop the stage without committing. This holds for a
+  ``handle`` that raises and for a ``submit`` that raises alike (the batch,
+  or its records one by one, is submitted again, so a submit that raises
+  must leave nothing half-sent that a repeat would reorder — a stage that
+  cannot promise it reports the failure through the acknowledgement
+  instead).
+* **Acknowledgement failures** of a pipelined stage are not retried in
+  place: the batches acknowledged before the failed one are committed,
+  nothing after it is, and :func:`consume` raises the failure, ending the
+  attempt; :func:`run_stage` restarts a retriable one from the last commit
+  (the records after it are read again, as after a crash).
 * **Stop.** SIGTERM and SIGINT stop gracefully: the batch in flight finishes
-  and is committed, then the stage closes; a back-off in progress is cut
+  and is committed (a pipelined stage's outstanding batches are all awaited
+  and committed), then the stage closes; a back-off in progress is cut
   short (that partition is read again).
 
-The watcher reads a change stream instead of a consumer group: its
-checkpoint (resume token and publish marks) is stored only after Kafka
-acknowledged everything before it; the same contract, with the change
-stream as the input.
+The watcher reads a change stream instead of a consumer group, on the same
+loop: :class:`~mongomem.stages.watcher_source.ChangeStreamSource` is its
+record source, whose commit stores the checkpoint (resume token and publish
+marks) only for what Kafka acknowledged, and
+:class:`~mongomem.stages.watcher_core.WatcherCore` its pipelined stage; the
+same contract, with the change stream as the input.
 
 Modules: :mod:`.ports` (Protocols), :mod:`.retry`, :mod:`.consume`,
 :mod:`.process`, :mod:`.kafka` (the aiokafka adapters: the only stage module
@@ -47,6 +69,7 @@ that imports aiokafka), :mod:`.memory` (the in-memory test double).
 from __future__ import annotations
 
 from mongomem.stages.runtime.consume import (
+    IN_FLIGHT,
     PublishedDeadLetters,
     Stopped,
     consume,
@@ -60,7 +83,9 @@ from mongomem.stages.runtime.ports import (
     ConsumerStage,
     DeadLetterSink,
     Message,
+    PartitionBatches,
     PartitionReader,
+    PipelinedStage,
     Publisher,
     Record,
     RecordSource,
@@ -72,12 +97,15 @@ from mongomem.stages.runtime.retry import DEFAULT_CAP_S, Decision, RetryPolicy
 __all__ = [
     "DEFAULT_CAP_S",
     "DRAIN_TIMEOUT_S",
+    "IN_FLIGHT",
     "CheckpointStore",
     "ConsumerStage",
     "DeadLetterSink",
     "Decision",
     "Message",
+    "PartitionBatches",
     "PartitionReader",
+    "PipelinedStage",
     "PublishedDeadLetters",
     "Publisher",
     "Record",

@@ -9,8 +9,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from asyncio import FIRST_COMPLETED
+from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from mongomem.codec import encode
@@ -20,6 +23,7 @@ from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import (
     ConsumerStage,
     DeadLetterSink,
+    PipelinedStage,
     Publisher,
     Record,
     RecordSource,
@@ -27,6 +31,7 @@ from mongomem.stages.runtime.ports import (
 from mongomem.stages.runtime.retry import Decision, RetryPolicy
 
 __all__ = [
+    "IN_FLIGHT",
     "PublishedDeadLetters",
     "Stopped",
     "consume",
@@ -131,48 +136,143 @@ def record_lag(stage: str, source: RecordSource) -> None:
         CONSUMER_LAG.labels(stage, source.topic, str(partition)).set(max(0, lag))
 
 
+class _Flights:
+    """A pipelined stage's submitted batches whose acknowledgements are outstanding.
+
+    Per partition, oldest first, each with the offset to commit once it (and
+    every batch before it) is acknowledged. The first failed acknowledgement
+    is kept in :attr:`failure`.
+    """
+
+    def __init__(self, stage: PipelinedStage) -> None:
+        self._stage = stage
+        self._queues: dict[int, deque[tuple[int, asyncio.Future[Any]]]] = {}
+        self.failure: BaseException | None = None
+        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def add(self, partition: int, end: int, ack: Awaitable[Any], started: float) -> None:
+        future = asyncio.ensure_future(ack)
+        future.add_done_callback(partial(self._settled, started))
+        self._queues.setdefault(partition, deque()).append((end, future))
+
+    def _settled(self, started: float, future: asyncio.Future[Any]) -> None:
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is None:
+            STAGE_BATCH_SECONDS.labels(self._stage.stage).observe(time.perf_counter() - started)
+        elif self.failure is None:
+            self.failure = error
+            self._failed.set_result(None)
+
+    def check(self) -> None:
+        """Raise the first failed acknowledgement, if any."""
+        if self.failure is not None:
+            raise self.failure
+
+    async def settle(self, source: RecordSource, limit: int) -> None:
+        """Wait until at most ``limit`` batches per partition are outstanding (or one
+        failed), commit every partition up to its oldest unacknowledged batch, then
+        raise a failed acknowledgement. Before waiting, the stage hands over what it
+        holds back (:meth:`PipelinedStage.flush`)."""
+        offsets: dict[int, int] = {}
+        flushed = False
+        for partition, queue in self._queues.items():
+            while True:
+                while queue and queue[0][1].done() and _acknowledged(queue[0][1]):
+                    offsets[partition] = queue.popleft()[0]
+                if len(queue) <= limit or self.failure is not None:
+                    break
+                if not flushed:
+                    flushed = True
+                    await self._stage.flush()
+                    continue
+                await asyncio.wait([queue[0][1], self._failed], return_when=FIRST_COMPLETED)
+        if offsets:
+            await source.commit(offsets)
+        self.check()
+
+    def abandon(self) -> None:
+        """Cancel what is still outstanding (the loop ends): nothing more is committed."""
+        for queue in self._queues.values():
+            for _, future in queue:
+                if not future.done():
+                    future.cancel()
+        self._queues.clear()
+
+
+def _acknowledged(future: asyncio.Future[Any]) -> bool:
+    return not future.cancelled() and future.exception() is None
+
+
 class _Consumer:
     def __init__(
         self,
         source: RecordSource,
-        stage: ConsumerStage,
+        stage: ConsumerStage | PipelinedStage,
         publisher: Publisher,
         kafka: KafkaSettings,
         policy: RetryPolicy,
         stop: asyncio.Event,
+        flights: _Flights | None = None,
     ) -> None:
         self.source = source
         self.stage = stage
         self.letters = PublishedDeadLetters(publisher, kafka)
         self.policy = policy
         self.stop = stop
+        self.flights = flights
+
+    async def _run(self, partition: int, records: Sequence[Record]) -> list[Awaitable[Any]]:
+        """One try of ``records``: handled (nothing outstanding) or submitted (its ack)."""
+        if isinstance(self.stage, PipelinedStage):
+            if self.flights is not None:
+                self.flights.check()  # never retry past a failed acknowledgement
+            return [await self.stage.submit(partition, records)]
+        await self.stage.handle(partition, records)
+        return []
 
     async def batch(self, batch: Mapping[int, Sequence[Record]]) -> None:
         started = time.perf_counter()
-        done = await asyncio.gather(
-            *(self.partition(p, records) for p, records in batch.items() if records),
-            return_exceptions=True,
-        )
         parts = [p for p, records in batch.items() if records]
-        offsets = {
-            p: batch[p][-1].offset + 1 for p, ok in zip(parts, done, strict=True) if ok is True
-        }
+        done: list[list[Awaitable[Any]] | BaseException]
+        if len(parts) == 1:  # the common case of a small group, and the watcher's: no task
+            try:
+                done = [await self.partition(parts[0], batch[parts[0]])]
+            except Exception as exc:
+                done = [exc]
+        else:
+            done = list(
+                await asyncio.gather(
+                    *(self.partition(p, batch[p]) for p in parts), return_exceptions=True
+                )
+            )
+        flights = self.flights
+        offsets: dict[int, int] = {}
+        for p, outcome in zip(parts, done, strict=True):
+            if isinstance(outcome, BaseException):
+                continue
+            end = batch[p][-1].offset + 1
+            if flights is None:
+                offsets[p] = end
+            else:
+                flights.add(p, end, outcome[0] if len(outcome) == 1 else _all(outcome), started)
         if offsets:
             await self.source.commit(offsets)
         failure = next((d for d in done if isinstance(d, BaseException)), None)
         if failure is not None:
             raise failure
-        STAGE_BATCH_SECONDS.labels(self.stage.stage).observe(time.perf_counter() - started)
+        if flights is None:
+            STAGE_BATCH_SECONDS.labels(self.stage.stage).observe(time.perf_counter() - started)
 
-    async def partition(self, partition: int, records: Sequence[Record]) -> bool:
-        """Handle one partition's records; ``True`` when all are handled (commit them)."""
+    async def partition(self, partition: int, records: Sequence[Record]) -> list[Awaitable[Any]]:
+        """Handle (or submit) one partition's records under the policy; what is outstanding."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                await self.stage.handle(partition, records)
-                return True
+                return await self._run(partition, records)
             except Exception as exc:
+                if self.flights is not None and exc is self.flights.failure:
+                    raise  # an acknowledgement failed: the attempt ends, never retried here
                 decision = self.policy.decide(exc, attempt)
                 if decision is Decision.FATAL:
                     raise
@@ -190,22 +290,24 @@ class _Consumer:
                     type(exc).__name__,
                     exc,
                 )
+                outstanding: list[Awaitable[Any]] = []
                 for record in records:
-                    await self.one(partition, record)
-                return True
+                    outstanding += await self.one(partition, record)
+                return outstanding
 
     async def one(
         self, partition: int, record: Record, failed: BaseException | None = None
-    ) -> bool:
+    ) -> list[Awaitable[Any]]:
         """Handle one record under the policy: retried, or dead-lettered."""
         attempt = 0
         while True:
             if failed is None:
                 attempt += 1
                 try:
-                    await self.stage.handle(partition, [record])
-                    return True
+                    return await self._run(partition, [record])
                 except Exception as exc:
+                    if self.flights is not None and exc is self.flights.failure:
+                        raise
                     error: BaseException = exc
             else:
                 attempt, error, failed = 1, failed, None
@@ -231,15 +333,25 @@ class _Consumer:
                 continue
             await dead_letter(self.letters, self.stage.stage, record, error, attempt)
             await self.stage.dead_lettered(record, error)
-            return True
+            return []
 
     async def _back_off(self, attempt: int, error: BaseException) -> None:
         await wait_or_stop(self.stop, self.policy.delay(attempt, error))
 
 
+async def _all(outstanding: list[Awaitable[Any]]) -> None:
+    """Completes when every awaitable has (raises the first failure)."""
+    for ack in outstanding:
+        await ack
+
+
+#: Batches per partition a pipelined stage keeps unacknowledged, unless told otherwise.
+IN_FLIGHT = 4
+
+
 async def consume(
     source: RecordSource,
-    stage: ConsumerStage,
+    stage: ConsumerStage | PipelinedStage,
     *,
     publisher: Publisher,
     kafka: KafkaSettings,
@@ -247,22 +359,42 @@ async def consume(
     policy: RetryPolicy | None = None,
     max_records: int = 500,
     poll_timeout_s: float = 0.5,
+    in_flight: int = IN_FLIGHT,
 ) -> None:
     """Feed ``source`` to ``stage`` until ``stop`` is set, then return (drained).
 
-    Partitions of a poll are handled side by side, each strictly in order;
-    a partition's offset is committed once :meth:`ConsumerStage.handle`
-    returned for all of its records (their outputs acknowledged) or a record
-    was dead-lettered (the dead letter acknowledged). A stop during a
-    back-off leaves that partition uncommitted (it is read again).
+    Partitions of a poll are handled side by side, each strictly in order.
+
+    * A :class:`ConsumerStage`: a partition's offset is committed once
+      :meth:`ConsumerStage.handle` returned for all of its records (their
+      outputs acknowledged) or a record was dead-lettered (the dead letter
+      acknowledged).
+    * A :class:`PipelinedStage`: each batch is submitted, and the next poll
+      is handled while it is being acknowledged; at most ``in_flight``
+      batches per partition are outstanding (then the oldest is awaited).
+      After every poll each partition is committed up to its oldest batch
+      not yet acknowledged. A failed acknowledgement ends the loop (raised,
+      after committing the batches acknowledged before it). At stop every
+      outstanding batch is awaited and committed before this returns.
+
+    A stop during a back-off leaves that partition uncommitted (it is read again).
     """
     policy = policy or RetryPolicy()
-    worker = _Consumer(source, stage, publisher, kafka, policy, stop)
-    while not stop.is_set():
-        batch = await source.poll(max_records, poll_timeout_s)
-        if batch:
-            try:
-                await worker.batch(batch)
-            except Stopped:
-                break
-        record_lag(stage.stage, source)
+    flights = _Flights(stage) if isinstance(stage, PipelinedStage) else None
+    worker = _Consumer(source, stage, publisher, kafka, policy, stop, flights)
+    try:
+        while not stop.is_set():
+            batch = await source.poll(max_records, poll_timeout_s)
+            if batch:
+                try:
+                    await worker.batch(batch)
+                except Stopped:
+                    break
+            if flights is not None:
+                await flights.settle(source, in_flight)
+            record_lag(stage.stage, source)
+        if flights is not None:
+            await flights.settle(source, 0)  # drain: everything submitted, acknowledged
+    finally:
+        if flights is not None:
+            flights.abandon()

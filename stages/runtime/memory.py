@@ -5,7 +5,8 @@ so stages and the runtime are tested on it: a :class:`MemoryBroker` holds
 partitioned topics and each group's committed offsets; a
 :class:`MemoryPublisher` appends a record when it is acknowledged, which a test
 can hold back (:meth:`MemoryPublisher.hold`) or make fail
-(:meth:`MemoryPublisher.fail_next`); a :class:`MemorySource` reads a group's
+(:meth:`MemoryPublisher.fail_next`); :class:`MemoryBatches` fills
+per-partition batches and sends them through one; a :class:`MemorySource` reads a group's
 share like a consumer that owns every partition. It is a stand-in, not Kafka:
 no rebalances, no retention, no transactions.
 """
@@ -23,7 +24,7 @@ from typing import Any
 from mongomem.errors import BrokerError
 from mongomem.stages.runtime.ports import Headers, Message, Record
 
-__all__ = ["MemoryBroker", "MemoryPublisher", "MemorySource"]
+__all__ = ["MemoryBatches", "MemoryBroker", "MemoryPublisher", "MemorySource"]
 
 
 class MemoryBroker:
@@ -196,3 +197,63 @@ class MemoryPublisher:
 
     async def flush(self) -> None:
         await asyncio.gather(*(f for f, _ in self._pending))
+
+
+class MemoryBatches:
+    """A :class:`~mongomem.stages.runtime.ports.PartitionBatches` into a :class:`MemoryBroker`.
+
+    A batch holds at most ``records_per_batch`` records; sending it hands each
+    record to ``publisher`` (so :meth:`MemoryPublisher.hold` and
+    :meth:`~MemoryPublisher.fail_next` apply), and its acknowledgement
+    completes when all of them are acknowledged.
+    """
+
+    def __init__(
+        self, publisher: MemoryPublisher, topic: str, *, records_per_batch: int = 100
+    ) -> None:
+        self._publisher = publisher
+        self._topic = topic
+        self._size = records_per_batch
+        self.partitions = tuple(range(publisher._broker.partitions))
+        self._open: dict[int, list[tuple[bytes | None, bytes]]] = {}
+        #: Batches that filled up, in the order they filled: (partition, records).
+        self.full: list[tuple[int, list[tuple[bytes | None, bytes]]]] = []
+        #: Batches sent, in order: (partition, number of records).
+        self.sent: list[tuple[int, int]] = []
+
+    def add(self, key: bytes, value: bytes) -> bool:
+        return self._append(self._publisher._broker.partition_of(key), key, value)
+
+    def add_everywhere(self, value: bytes) -> None:
+        for partition in self.partitions:
+            self._append(partition, None, value)
+
+    def _append(self, partition: int, key: bytes | None, value: bytes) -> bool:
+        batch = self._open.setdefault(partition, [])
+        batch.append((key, value))
+        if len(batch) < self._size:
+            return False
+        self.full.append((partition, batch))
+        self._open[partition] = []
+        return True
+
+    async def send_full(self) -> list[asyncio.Future[Any]]:
+        full, self.full = self.full, []
+        return [await self._send(partition, batch) for partition, batch in full]
+
+    async def send_all(self) -> list[asyncio.Future[Any]]:
+        futures = await self.send_full()
+        batches, self._open = self._open, {}
+        futures += [await self._send(p, batch) for p, batch in batches.items() if batch]
+        return futures
+
+    async def _send(
+        self, partition: int, batch: list[tuple[bytes | None, bytes]]
+    ) -> asyncio.Future[Any]:
+        acks = [
+            await self._publisher.send(self._topic, value, key=key, partition=partition)
+            for key, value in batch
+        ]
+        self.sent.append((partition, len(batch)))
+        acknowledged: asyncio.Future[Any] = asyncio.gather(*acks)
+        return acknowledged

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mongomem.kafka import DeadLetter
 
@@ -21,7 +21,9 @@ __all__ = [
     "DeadLetterSink",
     "Headers",
     "Message",
+    "PartitionBatches",
     "PartitionReader",
+    "PipelinedStage",
     "Publisher",
     "Record",
     "RecordSource",
@@ -105,6 +107,40 @@ class Publisher(Protocol):
         ...
 
 
+class PartitionBatches(Protocol):
+    """Open per-partition batches that a stage fills without awaiting and sends when it
+    chooses (the watcher's publisher: :class:`~mongomem.stages.runtime.kafka.PartitionBatcher`
+    on Kafka, :class:`~mongomem.stages.runtime.memory.MemoryBatches` in memory).
+
+    A key's records go to one partition, in the order added; batches of a
+    partition are sent in the order they were filled.
+    """
+
+    @property
+    def partitions(self) -> tuple[int, ...]: ...
+
+    @property
+    def full(self) -> Sequence[Any]:
+        """Batches that filled up and wait for :meth:`send_full` (empty: none)."""
+        ...
+
+    def add(self, key: bytes, value: bytes) -> bool:
+        """Add a keyed record; ``True`` when a batch filled up (it waits in :attr:`full`)."""
+        ...
+
+    def add_everywhere(self, value: bytes) -> None:
+        """Add an unkeyed record to every partition, after what each holds."""
+        ...
+
+    async def send_full(self) -> list[asyncio.Future[Any]]:
+        """Send the batches that filled up; one acknowledgement per batch."""
+        ...
+
+    async def send_all(self) -> list[asyncio.Future[Any]]:
+        """Send the full batches, then every open one; one acknowledgement per batch."""
+        ...
+
+
 class DeadLetterSink(Protocol):
     """Where :func:`~mongomem.stages.runtime.dead_letter` puts a letter; returns once it is
     kept (acknowledged). :class:`~mongomem.stages.runtime.consume.PublishedDeadLetters` is
@@ -150,6 +186,39 @@ class ConsumerStage(Protocol):
     def stage(self) -> str: ...
 
     async def handle(self, partition: int, batch: Sequence[Record]) -> None: ...
+
+    async def dead_lettered(self, record: Record, error: BaseException) -> None:
+        """Called after ``record`` was dead-lettered (record the failure, say)."""
+        ...
+
+
+@runtime_checkable
+class PipelinedStage(Protocol):
+    """A stage whose acknowledgements stay in flight while its next batch is handled.
+
+    :func:`~mongomem.stages.runtime.consume` drives it instead of a
+    :class:`ConsumerStage` (it tells the two apart by this method). ``submit
+    (partition, batch)`` does the batch's in-order work and hands its outputs
+    over, then returns without waiting for them to be acknowledged: the
+    awaitable it returns completes when every output of ``batch`` is
+    acknowledged, and raises when one is not. It must complete without any
+    further call of ``submit`` (a stage that holds outputs back to send them
+    together sends them on its own, say when the previous send is
+    acknowledged or after a delay). The runtime keeps a few such batches in
+    flight per partition and commits a partition only up to the oldest
+    batch not yet acknowledged; see the delivery contract in
+    :mod:`mongomem.stages.runtime` for what a failure of either means.
+    """
+
+    @property
+    def stage(self) -> str: ...
+
+    async def submit(self, partition: int, batch: Sequence[Record]) -> Awaitable[Any]: ...
+
+    async def flush(self) -> None:
+        """Hand over at once whatever ``submit`` held back: the runtime is about to wait
+        for acknowledgements (at its in-flight limit, or draining at a stop)."""
+        ...
 
     async def dead_lettered(self, record: Record, error: BaseException) -> None:
         """Called after ``record`` was dead-lettered (record the failure, say)."""
