@@ -35,7 +35,12 @@ order that keeps what later steps need until they are done:
    and the scope logs of the touched scopes are bumped past their log so every
    process's exact-search cache reloads;
 6. the job is marked ``done``; a second sweep of steps 1–4 before that catches
-   a write that had checked the register just before it was written.
+   a write that had checked the register just before it was written. The
+   second sweep starts no sooner than
+   :data:`~mongomem.erasure_register.NOT_ERASED_TTL_S` after the register was
+   written: that is how long short-term memory relies on a "not erased"
+   answer, so every turn written on one read before the register is in the
+   database by then.
 
 An erasure whose target has no data at all (and no running job) changes
 nothing and says so (:attr:`ErasureResult.erased` is ``False``).
@@ -43,6 +48,8 @@ nothing and says so (:attr:`ErasureResult.erased` is ``False``).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -52,7 +59,7 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.erasure_register import ERASURES, ErasureRegister, erasure_id
+from mongomem.erasure_register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister, erasure_id
 from mongomem.errors import InputError, StorageError
 from mongomem.lineage_prune import VersionFacts, prune
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
@@ -69,6 +76,7 @@ __all__ = [
     "Target",
     "erase",
     "erasure_id",
+    "relied_answers_expired",
     "require_confirmation",
     "resume_erasures",
 ]
@@ -77,6 +85,9 @@ Doc = dict[str, Any]
 #: :data:`mongomem.usage.LLM_USAGE`, named here: that module needs the ``metrics`` extra,
 #: and erasing must work with the core package alone.
 LLM_USAGE = "llm_usage"
+#: Time allowed, past :data:`NOT_ERASED_TTL_S`, for a write sent on a "not erased" answer
+#: to land before the second sweep.
+_LANDING_S = 1.0
 Kind = Literal["user", "session", "project"]
 #: Called with the erased sessions once their data is gone (e.g. changelog tombstones).
 SessionsHook = Callable[[Sequence[SessionKey]], Awaitable[None]]
@@ -382,6 +393,15 @@ class _Erasure:
             )
 
 
+async def relied_answers_expired(registered: float) -> None:
+    """Return once no writer relies on a "not erased" answer read before ``registered``
+    (a :func:`time.monotonic` time): :data:`NOT_ERASED_TTL_S` after it, plus the time a
+    write sent on such an answer takes to land."""
+    wait_s = NOT_ERASED_TTL_S + _LANDING_S - (time.monotonic() - registered)
+    if wait_s > 0:
+        await asyncio.sleep(wait_s)
+
+
 async def erase(
     db: AsyncDatabase[Document],
     target: Target,
@@ -405,6 +425,7 @@ async def erase(
             message=f"nothing to erase: no data for {target.describe()}",
         )
     now = utcnow()
+    registered = time.monotonic()
     await _run(
         register.update_one(
             {"_id": rid},
@@ -429,6 +450,7 @@ async def erase(
     if on_sessions is not None and run.sessions:
         await on_sessions(sorted(run.sessions, key=lambda k: k.kafka_key()))
     await run.checkpoint("window-states")
+    await relied_answers_expired(registered)
     await run.sweep()  # what a writer that had checked just before step 0 may have added
     done: datetime = utcnow()
     await _run(

@@ -3,11 +3,18 @@
 Every writer asks :class:`ErasureRegister` before it writes (see
 :mod:`mongomem.erasure`). A check is one ``find`` by ``_id`` over the (at most
 three) register ids that cover a session; a positive answer is cached for the
-life of the register (an erasure is never undone), a negative one never is.
+life of the register (an erasure is never undone). A negative one is kept only
+by a register made with ``remember_absent=True`` (short-term memory's, on the
+turn path), and for at most :data:`NOT_ERASED_TTL_S` from the moment its read
+was sent; :func:`mongomem.erasure.erase` waits that long after writing the
+register before its second sweep, so a write that relied on such an answer has
+landed by then and is swept.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from pymongo.asynchronous.database import AsyncDatabase
@@ -17,10 +24,14 @@ from mongomem.errors import Erased, StorageError
 from mongomem.models import SessionKey, stable_id
 from mongomem.mongo import Document
 
-__all__ = ["ERASURES", "ErasureRegister", "erasure_id"]
+__all__ = ["ERASURES", "NOT_ERASED_TTL_S", "ErasureRegister", "erasure_id", "refusal"]
 
 #: The register (and job record) of erasures.
 ERASURES = "erasures"
+#: How long a "not erased" answer may be relied on (from when its read was sent).
+NOT_ERASED_TTL_S = 1.0
+#: Targets whose "not erased" answer a register keeps, at most.
+_ABSENT_CACHE = 10_000
 
 
 def erasure_id(project_id: str, user_id: str | None = None, session_id: str | None = None) -> str:
@@ -31,9 +42,13 @@ def erasure_id(project_id: str, user_id: str | None = None, session_id: str | No
 class ErasureRegister:
     """Which projects, users and sessions are erased (read by every writer)."""
 
-    def __init__(self, db: AsyncDatabase[Document]) -> None:
+    def __init__(self, db: AsyncDatabase[Document], *, remember_absent: bool = False) -> None:
         self._erasures = db[ERASURES]
         self._known: set[str] = set()
+        self._remember_absent = remember_absent
+        #: target → (its covering ids, monotonic time its "not erased" read was sent)
+        self._absent: OrderedDict[tuple[str, str | None, str | None], tuple[list[str], float]]
+        self._absent = OrderedDict()
 
     @staticmethod
     def _covering(project_id: str, user_id: str | None, session_id: str | None) -> list[str]:
@@ -48,16 +63,32 @@ class ErasureRegister:
         self, project_id: str, user_id: str | None = None, session_id: str | None = None
     ) -> bool:
         """Whether the project, the user or the session is erased (or being erased)."""
-        ids = self._covering(project_id, user_id, session_id)
-        if self._known.intersection(ids):
-            return True
+        target = (project_id, user_id, session_id)
+        remembered = self._absent.get(target)
+        if remembered is not None:
+            ids, read_at = remembered
+            if self._known.intersection(ids):
+                return True
+            if time.monotonic() - read_at < NOT_ERASED_TTL_S:
+                return False
+        else:
+            ids = self._covering(project_id, user_id, session_id)
+            if self._known.intersection(ids):
+                return True
+        sent = time.monotonic()
         try:
             found = await self._erasures.find_one({"_id": {"$in": ids}}, {"_id": 1})
         except PyMongoError as exc:
             raise StorageError(f"could not read the erasure register: {exc}") from exc
         if found is None:
+            if self._remember_absent:
+                self._absent[target] = (ids, sent)
+                self._absent.move_to_end(target)
+                while len(self._absent) > _ABSENT_CACHE:
+                    self._absent.popitem(last=False)
             return False
         self._known.add(str(found["_id"]))
+        self._absent.pop(target, None)
         return True
 
     async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]:
@@ -75,11 +106,29 @@ class ErasureRegister:
             self._known.update(str(d["_id"]) for d in found)
         return {k for k, ids in wanted.items() if self._known.intersection(ids)}
 
+    def remembered(
+        self, project_id: str, user_id: str | None = None, session_id: str | None = None
+    ) -> bool | None:
+        """What this register can answer without a read: ``True`` (known erased), ``False``
+        (read as not erased less than :data:`NOT_ERASED_TTL_S` ago), ``None`` (ask)."""
+        remembered = self._absent.get((project_id, user_id, session_id))
+        ids = remembered[0] if remembered else self._covering(project_id, user_id, session_id)
+        if self._known.intersection(ids):
+            return True
+        if remembered is not None and time.monotonic() - remembered[1] < NOT_ERASED_TTL_S:
+            return False
+        return None
+
     async def refuse_erased(self, project_id: str, user_id: str, session_id: str | None) -> None:
         """Raise :class:`~mongomem.errors.Erased` if the user or session is erased."""
         if await self.is_erased(project_id, user_id, session_id):
-            what = "session" if session_id is not None else "user"
-            raise Erased(
-                f"this {what} was erased; its id is retired (user {user_id!r}, "
-                f"session {session_id!r}) and nothing is written for it"
-            )
+            raise refusal(user_id, session_id)
+
+
+def refusal(user_id: str, session_id: str | None) -> Erased:
+    """The :class:`~mongomem.errors.Erased` a writer raises for an erased user or session."""
+    what = "session" if session_id is not None else "user"
+    return Erased(
+        f"this {what} was erased; its id is retired (user {user_id!r}, "
+        f"session {session_id!r}) and nothing is written for it"
+    )

@@ -67,11 +67,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import math
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -82,7 +83,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.buckets import session_bucket
-from mongomem.erasure_register import ErasureRegister
+from mongomem.erasure_register import ErasureRegister, refusal
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -199,8 +200,12 @@ def session_key(project_id: object, user_id: object, session_id: object) -> Sess
 def _check_key(key: object) -> SessionKey:
     if not isinstance(key, SessionKey):
         raise InputError(f"key must be a SessionKey, got {type(key).__name__}", field="key")
-    # A SessionKey built with model_construct() skips validation: check again.
-    return session_key(key.project_id, key.user_id, key.session_id)
+    # A SessionKey built with model_construct() skips validation: check its ids again
+    # (the key itself is kept: a valid id is returned unchanged).
+    _identifier(key.project_id, "project_id")
+    _identifier(key.user_id, "user_id")
+    _identifier(key.session_id, "session_id")
+    return key
 
 
 def validate_role(role: object) -> Role:
@@ -348,7 +353,7 @@ def turn_document(turn: Turn) -> Document:
     } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
 
 
-_T = TypeVar("_T")
+_T = TypeVar("_T", Turn, SessionEnd)
 #: Is a document found after a lost connection the one this writer inserted?
 _Same = Callable[[Mapping[str, Any]], bool]
 
@@ -430,7 +435,7 @@ class ShortTermMemory:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._turns = db[TURNS]
-        self._erasures = ErasureRegister(db)
+        self._erasures = ErasureRegister(db, remember_absent=True)
         self._limits = limits or StmSettings()
         self._clock = clock
         # per session: the last seq and its turn's created_at (a hint, see the module doc)
@@ -480,10 +485,11 @@ class ShortTermMemory:
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
         own_time = None if at is None else validate_at(at, self._clock())
-        await self._erasures.refuse_erased(key.project_id, key.user_id, key.session_id)
 
         def make(seq: int, now: datetime) -> tuple[Turn, Document, _Same]:
-            turn = Turn(
+            # Every field was checked above (ids, role, content, metadata, time) and the
+            # id is derived here: building the model need not validate it again.
+            turn = Turn.model_construct(
                 turn_id=Turn.make_id(key.project_id, key.user_id, key.session_id, seq),
                 project_id=key.project_id,
                 user_id=key.user_id,
@@ -497,7 +503,7 @@ class ShortTermMemory:
             )
             return turn, turn_document(turn), _same_turn(turn)
 
-        return await self._append(key, make, own_time)
+        return await self._unless_erased(key, self._append(key, make, own_time))
 
     async def end_session(self, key: SessionKey) -> SessionEnd:
         """End the session's open window now: store a :class:`SessionEnd` at its next seq.
@@ -508,7 +514,6 @@ class ShortTermMemory:
         stores the event all the same and closes nothing.
         """
         key = _check_key(key)
-        await self._erasures.refuse_erased(key.project_id, key.user_id, key.session_id)
 
         def make(seq: int, now: datetime) -> tuple[SessionEnd, Document, _Same]:
             end = SessionEnd(
@@ -521,7 +526,59 @@ class ShortTermMemory:
             )
             return end, end_document(end), _same_end(end)
 
-        return await self._append(key, make)
+        return await self._unless_erased(key, self._append(key, make))
+
+    async def _unless_erased(self, key: SessionKey, append: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``append`` (a write of the session) unless the user or session is erased.
+
+        The register (SPEC J3) costs a turn no round trip of its own: a session
+        the register knows as erased writes nothing; one it read as not erased
+        less than :data:`~mongomem.erasure_register.NOT_ERASED_TTL_S` ago writes
+        at once (an erasure sweeps again after that long); otherwise the read
+        goes out *beside* the write, and if it finds the session erased, the
+        document just written is deleted again before :class:`Erased` is
+        raised (the watcher may have published it meanwhile: windowing drops
+        the turns of erased sessions, as in a replay). A failure of the read
+        also removes the write before it is raised, so an error still means
+        nothing was stored.
+        """
+        project_id, user_id, session_id = key.project_id, key.user_id, key.session_id
+        remembered = self._erasures.remembered(project_id, user_id, session_id)
+        if remembered is True:
+            append.close()
+            raise refusal(user_id, session_id)
+        if remembered is False:
+            return await append
+        check = asyncio.ensure_future(self._erasures.is_erased(project_id, user_id, session_id))
+        try:
+            written = await append
+        except BaseException:
+            erased_too = check.done() and not check.cancelled() and check.exception() is None
+            erased_too = erased_too and check.result()
+            check.cancel()
+            with contextlib.suppress(BaseException):
+                await check
+            if erased_too:  # nothing was written, and the session is erased: say so
+                raise refusal(user_id, session_id) from None
+            raise
+        try:
+            erased = await check
+        except BaseException:
+            await self._take_back(key, written)
+            raise
+        if erased:
+            await self._take_back(key, written)
+            raise refusal(user_id, session_id)
+        return written
+
+    async def _take_back(self, key: SessionKey, written: Turn | SessionEnd) -> None:
+        """Delete a document this store just wrote (its session turned out to be erased)."""
+        self._last.pop((key.project_id, key.user_id, key.session_id), None)
+        ident = written.turn_id if isinstance(written, Turn) else written.seq_id
+        try:
+            await self._turns.delete_one({"_id": ident})
+        except PyMongoError as exc:
+            raise StorageError(f"could not remove a write refused after it: {exc}") from exc
 
     async def _append(
         self,

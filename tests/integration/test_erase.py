@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,13 +18,16 @@ from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, call, start
 from test_service import KEY_A, KEY_B, with_keys
 
+from mongomem import erasure
 from mongomem.cli import main
 from mongomem.erasure import Target, erase
-from mongomem.erasure_register import ERASURES, ErasureRegister
+from mongomem.erasure_register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import Erased, InputError, ScopeError
+from mongomem.models import Role, SessionKey
 from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document, database
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import Settings
+from mongomem.stm import ShortTermMemory
 
 pytestmark = pytest.mark.integration
 
@@ -226,8 +230,11 @@ async def test_an_erasure_that_fails_between_steps_completes_when_run_again(
     assert job is not None
     assert job["state"] == "running"
     assert await db[TURNS].count_documents({"user_id": "ana"}) == 2  # not reached yet
-    with pytest.raises(Erased):  # but already refused: the register is written first
-        await memory.bind(ctx("ana")).record_turn("user", "hello")
+    # but already refused: the register is written first (by a writer that has not relied
+    # on a "not erased" answer in the last NOT_ERASED_TTL_S; `memory` just wrote ana's turns)
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as fresh:
+        with pytest.raises(Erased):
+            await fresh.bind(ctx("ana")).record_turn("user", "hello")
     done = await erase(db, Target(project_id="travel", user_id="ana"), actor="t")
     assert done.erased
     assert await user_docs(mongo, settings, "ana") == 0
@@ -309,3 +316,47 @@ async def test_erase_project_removes_every_user(
         assert await other.bind(ctx("cyd")).get_semantic("home") is not None
         with pytest.raises(Erased):
             await memory.bind(ctx("dan")).record_turn("user", "hi")
+
+
+async def test_a_turn_sent_on_a_remembered_answer_during_an_erasure_is_swept(
+    memory: AsyncMemory,
+    settings: Settings,
+    mongo: AsyncMongoClient[Document],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Short-term memory relies on a "not erased" answer for up to NOT_ERASED_TTL_S: a
+    turn it writes on one after the first sweep is removed by the second."""
+    db = database(mongo, settings.mongodb)
+    stm = ShortTermMemory(db, settings.stm)
+    key = SessionKey(project_id="travel", user_id="ana", session_id="s1")
+    await fill(memory, "ana")
+    await stm.record_turn(key, Role.USER, "the store now remembers: not erased")
+    wait = erasure.relied_answers_expired
+    sent: list[int] = []
+
+    async def write_then_wait(registered: float) -> None:
+        turn = await stm.record_turn(key, Role.USER, "sent on the remembered answer")
+        sent.append(turn.seq)
+        assert await db[TURNS].count_documents({"user_id": "ana"}) == 1  # after sweep one
+        await wait(registered)
+
+    monkeypatch.setattr(erasure, "relied_answers_expired", write_then_wait)
+    assert (await memory.erase_user("ana", confirm=True)).erased
+    assert sent == [4]
+    assert await user_docs(mongo, settings, "ana") == 0
+
+
+async def test_the_second_sweep_waits_out_every_remembered_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("mongomem.erasure.asyncio.sleep", sleep)
+    await erasure.relied_answers_expired(time.monotonic())
+    [waited] = slept
+    assert waited > NOT_ERASED_TTL_S  # every answer read before the register has expired
+    await erasure.relied_answers_expired(time.monotonic() - 10 * NOT_ERASED_TTL_S)
+    assert slept == [waited]  # a long first sweep: no wait at all

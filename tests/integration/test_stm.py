@@ -6,11 +6,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, monitoring
 
-from mongomem.errors import InputError
+from mongomem import erasure_register
+from mongomem.erasure_register import ERASURES, erasure_id
+from mongomem.errors import Erased, InputError
 from mongomem.models import Role, SessionKey, Turn
-from mongomem.mongo import TURNS, Document
+from mongomem.mongo import TURNS, Document, connect, database
 from mongomem.settings import Settings, StmSettings
 from mongomem.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key
 
@@ -38,6 +40,11 @@ async def test_record_then_read_in_order(stm: ShortTermMemory) -> None:
     assert await stm.recent_turns(KEY) == written
     assert await stm.recent_turns(KEY, limit=2) == written[1:]
     assert written[1].metadata == {"tool_calls": [1, 2]}
+    # what record_turn returns is exactly a validated Turn (it is built without validation)
+    assert [Turn.model_validate(t.model_dump()) for t in written] == written
+    assert [t.model_dump_json() for t in written] == [
+        Turn.model_validate_json(t.model_dump_json()).model_dump_json() for t in written
+    ]
 
 
 async def test_list_sessions_most_recent_first(
@@ -176,3 +183,65 @@ async def test_unique_index_exists(
 ) -> None:
     info = await mongo[settings.mongodb.database][TURNS].index_information()
     assert info[SESSION_SEQ_INDEX]["unique"] is True
+
+
+def _command_log() -> tuple[list[tuple[str, str]], monitoring.CommandListener]:
+    events: list[tuple[str, str]] = []
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            events.append(("sent", event.command_name))
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            events.append(("answered", event.command_name))
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            events.append(("failed", event.command_name))
+
+    return events, Listener()
+
+
+async def test_a_turn_costs_one_round_trip_with_the_erasure_check(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The register's answer is remembered briefly, so a busy session's turn is one
+    insert; once the answer is stale, the read goes out beside the insert, not first."""
+    events, listener = _command_log()
+    watched = connect(settings.mongodb, event_listeners=[listener])
+    try:
+        stm = ShortTermMemory(database(watched, settings.mongodb), settings.stm)
+        await stm.ensure_indexes()
+        await stm.record_turn(KEY, Role.USER, "warm: the seq and the answer are known")
+        events.clear()
+        await stm.record_turn(KEY, Role.USER, "the usual case")
+        assert events == [("sent", "insert"), ("answered", "insert")]
+        monkeypatch.setattr(erasure_register, "NOT_ERASED_TTL_S", 0.0)
+        await stm.record_turn(KEY, Role.USER, "the answer is read again")  # now remembered 0 s
+        events.clear()
+        await stm.record_turn(KEY, Role.USER, "a stale answer")
+    finally:
+        await watched.close()
+    assert sorted(events[:2]) == [("sent", "find"), ("sent", "insert")], events
+    assert sorted(events[2:]) == [("answered", "find"), ("answered", "insert")], events
+
+
+async def test_a_session_erased_elsewhere_keeps_nothing_of_a_turn_written_beside_the_check(
+    stm: ShortTermMemory,
+    mongo: AsyncMongoClient[Document],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    db = mongo[settings.mongodb.database]
+    monkeypatch.setattr(erasure_register, "NOT_ERASED_TTL_S", 0.0)  # it reads every time
+    await stm.record_turn(KEY, Role.USER, "before the erasure")
+    # another process erases the user: the register says so, this store does not know yet
+    await db[ERASURES].insert_one({"_id": erasure_id(KEY.project_id, KEY.user_id)})
+    await db[TURNS].delete_many({"user_id": KEY.user_id})
+    with pytest.raises(Erased):
+        await stm.record_turn(KEY, Role.USER, "written, then taken back")
+    assert await db[TURNS].count_documents({"user_id": KEY.user_id}) == 0
+    with pytest.raises(Erased):
+        await stm.end_session(KEY)
+    other = SessionKey(project_id=KEY.project_id, user_id="user_2", session_id="s")
+    await stm.record_turn(other, Role.USER, "another user is not erased")
+    assert await db[TURNS].count_documents({}) == 1
