@@ -49,6 +49,12 @@ its oldest batch not yet acknowledged.
   nothing after it is, and :func:`consume` raises the failure, ending the
   attempt; :func:`run_stage` restarts a retriable one from the last commit
   (the records after it are read again, as after a crash).
+* **Rebalances.** A source whose partitions can be taken away tells the
+  loop through :class:`~mongomem.stages.runtime.consume.Revocations` from its
+  revocation callback: the partitions' batches in flight are awaited and
+  what was acknowledged of them is committed before the callback returns;
+  records of them polled before are not handled, and nothing of them is
+  committed later by that loop (their new owner reads the rest again).
 * **Stop.** SIGTERM and SIGINT stop gracefully: the batch in flight finishes
   and is committed (a pipelined stage's outstanding batches are all awaited
   and committed), then the stage closes; a back-off in progress is cut
@@ -59,7 +65,11 @@ loop: :class:`~mongomem.stages.watcher_source.ChangeStreamSource` is its
 record source, whose commit stores the checkpoint (resume token and publish
 marks) only for what Kafka acknowledged, and
 :class:`~mongomem.stages.watcher_core.WatcherCore` its pipelined stage; the
-same contract, with the change stream as the input.
+same contract, with the change stream as the input. The windowing stage's
+default engine runs on it too
+(:class:`~mongomem.stages.windowing.consumer.WindowingCore`, with a source
+whose commit flushes its changelog table first:
+:class:`~mongomem.stages.windowing.consumer.ChangelogCommits`).
 
 Modules: :mod:`.ports` (Protocols), :mod:`.retry`, :mod:`.consume`,
 :mod:`.process`, :mod:`.kafka` (the aiokafka adapters: the only stage module
@@ -71,6 +81,7 @@ from __future__ import annotations
 from mongomem.stages.runtime.consume import (
     IN_FLIGHT,
     PublishedDeadLetters,
+    Revocations,
     Stopped,
     consume,
     dead_letter,
@@ -111,6 +122,7 @@ __all__ = [
     "Record",
     "RecordSource",
     "RetryPolicy",
+    "Revocations",
     "Stage",
     "Stopped",
     "consume",

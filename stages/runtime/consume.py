@@ -11,7 +11,7 @@ import logging
 import time
 from asyncio import FIRST_COMPLETED
 from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -33,6 +33,7 @@ from mongomem.stages.runtime.retry import Decision, RetryPolicy
 __all__ = [
     "IN_FLIGHT",
     "PublishedDeadLetters",
+    "Revocations",
     "Stopped",
     "consume",
     "dead_letter",
@@ -136,6 +137,37 @@ def record_lag(stage: str, source: RecordSource) -> None:
         CONSUMER_LAG.labels(stage, source.topic, str(partition)).set(max(0, lag))
 
 
+class Revocations:
+    """Tells a running :func:`consume` that partitions were taken away (a rebalance).
+
+    The owner of the source calls :meth:`revoke` from its revocation callback,
+    before the partitions are handed on. From then on, records of those
+    partitions polled before the call are not handled, and nothing of theirs
+    is committed by that loop, except what :meth:`revoke` itself commits.
+    """
+
+    def __init__(self) -> None:
+        self._epochs: dict[int, int] = {}
+        self._flights: _Flights | None = None
+
+    def epoch(self, partition: int) -> int:
+        """How many times ``partition`` was revoked so far."""
+        return self._epochs.get(partition, 0)
+
+    def epochs(self, partitions: Iterable[int]) -> dict[int, int]:
+        return {p: self.epoch(p) for p in partitions}
+
+    async def revoke(self, partitions: Iterable[int]) -> None:
+        """Mark ``partitions`` revoked; for a pipelined stage, wait for their batches in
+        flight and commit what was acknowledged of them. Returns when nothing of them is
+        outstanding (with no loop running, at once)."""
+        revoked = list(partitions)
+        for partition in revoked:
+            self._epochs[partition] = self.epoch(partition) + 1
+        if self._flights is not None:
+            await self._flights.release(revoked)
+
+
 class _Flights:
     """A pipelined stage's submitted batches whose acknowledgements are outstanding.
 
@@ -144,8 +176,9 @@ class _Flights:
     is kept in :attr:`failure`.
     """
 
-    def __init__(self, stage: PipelinedStage) -> None:
+    def __init__(self, stage: PipelinedStage, source: RecordSource) -> None:
         self._stage = stage
+        self._source = source
         self._queues: dict[int, deque[tuple[int, asyncio.Future[Any]]]] = {}
         self.failure: BaseException | None = None
         self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -175,7 +208,7 @@ class _Flights:
         holds back (:meth:`PipelinedStage.flush`)."""
         offsets: dict[int, int] = {}
         flushed = False
-        for partition, queue in self._queues.items():
+        for partition, queue in list(self._queues.items()):
             while True:
                 while queue and queue[0][1].done() and _acknowledged(queue[0][1]):
                     offsets[partition] = queue.popleft()[0]
@@ -186,9 +219,33 @@ class _Flights:
                     await self._stage.flush()
                     continue
                 await asyncio.wait([queue[0][1], self._failed], return_when=FIRST_COMPLETED)
+        # a partition released meanwhile (revoked) is not committed here
+        offsets = {p: end for p, end in offsets.items() if p in self._queues}
         if offsets:
             await source.commit(offsets)
         self.check()
+
+    async def release(self, partitions: Iterable[int]) -> None:
+        """The partitions were taken away: await their outstanding batches (after the
+        stage's :meth:`~PipelinedStage.flush`), commit each up to its first batch not
+        acknowledged, and forget them (nothing more of them is committed here). A failed
+        acknowledgement is kept in :attr:`failure` (the loop raises it), not raised here."""
+        taken: dict[int, list[tuple[int, asyncio.Future[Any]]]] = {}
+        for partition in partitions:
+            if (queue := self._queues.pop(partition, None)) is not None:
+                taken[partition] = list(queue)
+                queue.clear()  # a settle waiting on it meanwhile finds nothing to commit
+        if any(not future.done() for batches in taken.values() for _, future in batches):
+            await self._stage.flush()
+        offsets: dict[int, int] = {}
+        for partition, batches in taken.items():
+            for end, future in batches:
+                await asyncio.wait([future])
+                if not _acknowledged(future):
+                    break
+                offsets[partition] = end
+        if offsets:
+            await self._source.commit(offsets)
 
     def abandon(self) -> None:
         """Cancel what is still outstanding (the loop ends): nothing more is committed."""
@@ -213,7 +270,11 @@ class _Consumer:
         policy: RetryPolicy,
         stop: asyncio.Event,
         flights: _Flights | None = None,
+        revocations: Revocations | None = None,
     ) -> None:
+        self.revocations = revocations
+        #: The partitions' revocation counts as of the poll being handled.
+        self.epochs: dict[int, int] = {}
         self.source = source
         self.stage = stage
         self.letters = PublishedDeadLetters(publisher, kafka)
@@ -222,7 +283,10 @@ class _Consumer:
         self.flights = flights
 
     async def _run(self, partition: int, records: Sequence[Record]) -> list[Awaitable[Any]]:
-        """One try of ``records``: handled (nothing outstanding) or submitted (its ack)."""
+        """One try of ``records``: handled (nothing outstanding) or submitted (its ack);
+        nothing when the partition was revoked since the poll."""
+        if self._revoked(partition):
+            return []
         if isinstance(self.stage, PipelinedStage):
             if self.flights is not None:
                 self.flights.check()  # never retry past a failed acknowledgement
@@ -230,9 +294,18 @@ class _Consumer:
         await self.stage.handle(partition, records)
         return []
 
+    def _revoked(self, partition: int) -> bool:
+        """Whether ``partition`` was revoked since the poll being handled."""
+        revocations = self.revocations
+        return revocations is not None and revocations.epoch(partition) != self.epochs.get(
+            partition, revocations.epoch(partition)
+        )
+
     async def batch(self, batch: Mapping[int, Sequence[Record]]) -> None:
         started = time.perf_counter()
-        parts = [p for p, records in batch.items() if records]
+        if self.revocations is not None:
+            self.epochs = self.revocations.epochs(batch)
+        parts = [p for p, records in batch.items() if records and not self._revoked(p)]
         done: list[list[Awaitable[Any]] | BaseException]
         if len(parts) == 1:  # the common case of a small group, and the watcher's: no task
             try:
@@ -248,8 +321,8 @@ class _Consumer:
         flights = self.flights
         offsets: dict[int, int] = {}
         for p, outcome in zip(parts, done, strict=True):
-            if isinstance(outcome, BaseException):
-                continue
+            if isinstance(outcome, BaseException) or self._revoked(p):
+                continue  # (revoked meanwhile: its new owner reads it again)
             end = batch[p][-1].offset + 1
             if flights is None:
                 offsets[p] = end
@@ -360,6 +433,7 @@ async def consume(
     max_records: int = 500,
     poll_timeout_s: float = 0.5,
     in_flight: int = IN_FLIGHT,
+    revocations: Revocations | None = None,
 ) -> None:
     """Feed ``source`` to ``stage`` until ``stop`` is set, then return (drained).
 
@@ -378,10 +452,17 @@ async def consume(
       outstanding batch is awaited and committed before this returns.
 
     A stop during a back-off leaves that partition uncommitted (it is read again).
+
+    ``revocations``: where the source's owner reports partitions taken away
+    by a rebalance (:class:`Revocations`); their records polled before are
+    then not handled, and their batches in flight are awaited and committed
+    by :meth:`Revocations.revoke`, never later by this loop.
     """
     policy = policy or RetryPolicy()
-    flights = _Flights(stage) if isinstance(stage, PipelinedStage) else None
-    worker = _Consumer(source, stage, publisher, kafka, policy, stop, flights)
+    flights = _Flights(stage, source) if isinstance(stage, PipelinedStage) else None
+    worker = _Consumer(source, stage, publisher, kafka, policy, stop, flights, revocations)
+    if revocations is not None:
+        revocations._flights = flights
     try:
         while not stop.is_set():
             batch = await source.poll(max_records, poll_timeout_s)
@@ -396,5 +477,7 @@ async def consume(
         if flights is not None:
             await flights.settle(source, 0)  # drain: everything submitted, acknowledged
     finally:
+        if revocations is not None:
+            revocations._flights = None
         if flights is not None:
             flights.abandon()

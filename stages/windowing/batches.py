@@ -16,8 +16,12 @@ being delivered, so the two overlap:
   record by record, which may dead-letter a record the plan had applied),
   batch *N+1* is planned again from the store before it is delivered;
 * ``on_done`` hears of each batch once it is applied — the caller records the
-  batch's position then, and only then may it be committed. A failure is
-  raised by the next :meth:`~BatchPipeline.submit` or :meth:`~BatchPipeline.drain`.
+  batch's position then, and only then may it be committed; the awaitable that
+  :meth:`~BatchPipeline.submit` returns completes at the same moment (the
+  runtime's acknowledgement of the batch). Once a batch failed, every later
+  submit plans nothing and returns that batch's failure as its
+  acknowledgement; :meth:`~BatchPipeline.raise_failure` and
+  :meth:`~BatchPipeline.drain` raise it.
 
 So the pipeline leaves exactly what :meth:`~SnapshotWindower.process_batch`
 called batch after batch leaves (``tests/property/test_windowing_batches.py``).
@@ -29,6 +33,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from mongomem.stages.windowing.windower import PlannedBatch, Record, SnapshotWindower
 
@@ -53,16 +58,27 @@ class BatchPipeline:
     def in_flight(self) -> int:
         return len(self._flight)
 
-    async def submit(self, records: Sequence[Record]) -> None:
-        """Plan ``records`` now; they are delivered when the batch before is applied."""
+    async def submit(self, records: Sequence[Record]) -> asyncio.Future[Any]:
+        """Plan ``records`` now; they are delivered when the batch before is applied.
+
+        Returns what completes once they are applied (and raises if they are
+        not). Raises only if planning failed (nothing of ``records`` is then
+        in flight)."""
         if not records:
-            return
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(True)
+            return done
         while self._flight and (len(self._flight) >= 2 or self._flight[0][0].done()):
-            task, _ = self._flight.popleft()
-            await task  # raises its failure
+            task, _ = self._flight[0]
+            await asyncio.wait([task])
+            if task.cancelled() or task.exception() is not None:
+                return task  # failed: nothing more is planned (kept for drain to raise)
+            self._flight.popleft()
         previous, after = self._flight[-1] if self._flight else (None, None)
         planned = await self._windower.plan_batch(self._partition, records, after)
-        self._flight.append((asyncio.create_task(self._finish(planned, previous)), planned))
+        task = asyncio.create_task(self._finish(planned, previous))
+        self._flight.append((task, planned))
+        return task
 
     def raise_failure(self) -> None:
         """Raise the failure of a batch that has finished with one, if any."""

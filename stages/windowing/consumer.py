@@ -12,21 +12,31 @@ never acknowledged without having been applied:
   ``<group>-windows-changelog`` into the *same partition number* as the turn
   (co-partitioned). When partitions are assigned, their changelog partitions
   are read from the beginning before any turn of them is processed.
-* **checkpoint**: offsets are committed every ``commit_interval_s`` and when
-  partitions are revoked, always after every changelog write so far has been
-  acknowledged. So the table is never behind the committed offset; it may be
-  ahead, which the windower's per-session position stamp makes harmless.
-  The changelog is written at those commits, with each changed session's
-  latest state only (a session that changed in many batches is written once).
-* records are applied as fetched, one batch per partition, through a
-  :class:`~mongomem.stages.windowing.batches.BatchPipeline` per partition: a batch is
-  planned at once and delivered (snapshots, then the changed states written
-  once each) when the partition's previous batch is applied, so planning the
-  next batch overlaps the delivery of the last; partitions go side by side.
-  Batches are handed over under a lock that the rebalance callbacks also
-  take, and a revocation waits for every batch in flight, so a rebalance
-  never interleaves with one. A batch's position is recorded only after the
-  whole batch was applied.
+* **the loop** is the runtime's :func:`~mongomem.stages.runtime.consume` with
+  :class:`WindowingCore` as its pipelined stage: a batch is planned at once
+  and delivered (snapshots, then the changed states handed to the table) by
+  the partition's :class:`~mongomem.stages.windowing.batches.BatchPipeline`
+  when the partition's previous batch is applied, so planning the next batch
+  overlaps the delivery of the last; at most two batches of a partition are
+  in flight; partitions go side by side. A batch is acknowledged when it is
+  applied, and only then may its offset be committed.
+* **checkpoint**: :class:`ChangelogCommits` commits what the loop found
+  acknowledged, after every changelog write so far has been acknowledged, so
+  the table is never behind the committed offset; it may be ahead, which the
+  windower's per-session position stamp makes harmless. The changelog is
+  written at those commits, with each changed session's latest state only (a
+  session that changed in many batches is written once). Commits happen at
+  most every ``commit_interval_s``, except at once when the partitions are
+  caught up (lag reads 0 between watermarks) and on a revocation or a stop;
+  a commit skipped is safe under at-least-once: the records after the last
+  commit are only read again after a crash, and applying them again changes
+  nothing.
+* **rebalances**: an assignment restores the partitions' table before any of
+  their records is handled; a revocation waits for the partitions' batches in
+  flight (:class:`~mongomem.stages.runtime.Revocations`), commits what was
+  applied, then drops their table. Batches are handed over under a lock that
+  the rebalance callbacks also take, so a rebalance never interleaves with
+  the planning of one, and nothing of a revoked partition is committed later.
 
 Why not faust here: see the report of issue 4 — under a rebalance in which a
 worker keeps its partitions while another joins, faust-streaming 0.15.3
@@ -40,23 +50,38 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mongomem.kafka import ensure_topics
 from mongomem.settings import KafkaSettings
-from mongomem.stages.runtime import PartitionReader, Publisher, record_lag
-from mongomem.stages.runtime.kafka import KafkaSource, kafka_source
+from mongomem.stages.runtime import (
+    PartitionReader,
+    Publisher,
+    Record,
+    RecordSource,
+    Revocations,
+    consume,
+)
+from mongomem.stages.runtime.kafka import kafka_source
 from mongomem.stages.windowing.batches import BatchPipeline
 from mongomem.stages.windowing.logic import WindowState
-from mongomem.stages.windowing.windower import STAGE, Record, SnapshotWindower
+from mongomem.stages.windowing.windower import STAGE, SnapshotWindower
 
-__all__ = ["ChangelogTable", "WindowingConsumer", "ensure_changelog"]
+__all__ = [
+    "ChangelogCommits",
+    "ChangelogTable",
+    "WindowingConsumer",
+    "WindowingCore",
+    "ensure_changelog",
+]
 
 log = logging.getLogger("mongomem.windowing")
 
 #: Records per fetch (all partitions): a batch's snapshots go out in one bulk delivery.
 MAX_POLL_RECORDS = 2000
+#: Batches of a partition in flight: one delivering, the next planned (the BatchPipeline's).
+IN_FLIGHT = 2
 
 
 async def ensure_changelog(settings: KafkaSettings, topic: str, partitions: int) -> None:
@@ -140,8 +165,146 @@ class ChangelogTable:
         return count
 
 
+class WindowingCore:
+    """The windowing stage as a runtime :class:`~mongomem.stages.runtime.PipelinedStage`.
+
+    ``submit`` plans the batch now on the partition's
+    :class:`~mongomem.stages.windowing.batches.BatchPipeline` and returns what
+    completes once the batch is applied: its snapshots stored and published,
+    its dead letters acknowledged, its states handed to the table. It raises
+    only if planning failed (nothing of the batch is then in flight), so the
+    runtime may submit the batch again, or its records one by one.
+    :meth:`assign` and :meth:`revoke` are the rebalance's halves; they and
+    ``submit`` exclude each other. Only partitions assigned (and not revoked
+    since) are handled: a batch of any other is acknowledged untouched (the
+    runtime does not commit it: it was told of the revocation).
+    """
+
+    stage = STAGE
+
+    def __init__(self, windower: SnapshotWindower, table: ChangelogTable) -> None:
+        self._windower = windower
+        self._table = table
+        self._lock = asyncio.Lock()
+        self._pipelines: dict[int, BatchPipeline] = {}
+        self._owned: set[int] = set()
+
+    async def submit(self, partition: int, batch: Sequence[Record]) -> Awaitable[Any]:
+        async with self._lock:
+            if partition not in self._owned:  # revoked while it waited for the lock
+                untouched: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                untouched.set_result(None)
+                return untouched
+            pipeline = self._pipelines.get(partition)
+            if pipeline is None:
+                pipeline = self._pipelines[partition] = BatchPipeline(self._windower, partition)
+            return await pipeline.submit([(r.offset, r.key, r.value) for r in batch])
+
+    async def flush(self) -> None:
+        """Nothing is held back: each batch is delivered as soon as the one before is applied."""
+
+    async def dead_lettered(self, record: Record, error: BaseException) -> None:
+        self._windower.stats.dead_letters += 1
+
+    async def assign(self, partitions: list[int]) -> None:
+        """Restore the partitions' table (before any of their records is handled)."""
+        async with self._lock:
+            started = time.monotonic()
+            read = await self._table.restore(partitions)
+            self._owned.update(partitions)
+            self._windower.invalidate_index()
+            log.info(
+                "assigned partitions %s; restored %d changelog records in %.2f s",
+                partitions,
+                read,
+                time.monotonic() - started,
+            )
+
+    async def revoke(
+        self, partitions: list[int], settle: Callable[[list[int]], Awaitable[None]]
+    ) -> None:
+        """``settle`` the partitions (their batches awaited, what was applied committed),
+        then drop their table."""
+        async with self._lock:
+            self._owned.difference_update(partitions)
+            await settle(partitions)
+            self._table.drop(partitions)
+            for partition in partitions:
+                self._pipelines.pop(partition, None)
+            self._windower.invalidate_index()
+
+    async def cancel(self) -> None:
+        """Stop every batch in flight (not applied: read again after a restart)."""
+        for pipeline in self._pipelines.values():
+            await pipeline.cancel()
+
+
+class ChangelogCommits:
+    """A :class:`~mongomem.stages.runtime.RecordSource` whose commit flushes the table first.
+
+    A commit is passed on only after every changelog write so far was
+    acknowledged (the table is never behind a committed offset), and at most
+    every ``interval_s``, unless the partitions committed reach their end as
+    last fetched (``ends``): a commit held back is merged into the next one.
+    Holding one back is safe under at-least-once: the offsets stay where
+    they were, so only a crash makes the records after them read again, and
+    applying them again changes nothing. :meth:`commit_pending` passes on
+    what was held back at once (a revocation, a stop).
+    """
+
+    def __init__(
+        self,
+        source: RecordSource,
+        table: ChangelogTable,
+        *,
+        interval_s: float,
+        ends: Callable[[int], int | None],
+    ) -> None:
+        self._source = source
+        self._table = table
+        self._interval_s = interval_s
+        self._ends = ends
+        self._pending: dict[int, int] = {}
+        self._last = time.monotonic()
+
+    @property
+    def topic(self) -> str:
+        return self._source.topic
+
+    async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        return await self._source.poll(max_records, timeout_s)
+
+    def lag(self) -> Mapping[int, int]:
+        return self._source.lag()
+
+    def _caught_up(self) -> bool:
+        for partition, offset in self._pending.items():
+            end = self._ends(partition)
+            if end is None or offset < end:
+                return False
+        return True
+
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
+        self._pending.update(offsets)
+        if time.monotonic() - self._last < self._interval_s and not self._caught_up():
+            return True  # held back: merged into the next commit
+        return await self.commit_pending()
+
+    async def commit_pending(self, only: Iterable[int] | None = None) -> bool:
+        """Flush the table, then commit what was held back (of ``only``, else all)."""
+        chosen = set(self._pending) if only is None else set(only) & set(self._pending)
+        offsets = {p: self._pending.pop(p) for p in chosen}
+        await self._table.flush()  # the table is never behind the committed offset
+        self._last = time.monotonic()
+        if not offsets:
+            return True
+        # False: a rebalance took the partitions; their records will be read again (idempotent)
+        return await self._source.commit(offsets)
+
+
 class WindowingConsumer:
-    """Reads the turns topic in a consumer group and feeds the windower, batch by batch."""
+    """Reads the turns topic in a consumer group and feeds the windower, batch by batch,
+    on the runtime's :func:`~mongomem.stages.runtime.consume`."""
 
     def __init__(
         self,
@@ -151,6 +314,7 @@ class WindowingConsumer:
         topic: str,
         table: ChangelogTable,
         windower: SnapshotWindower,
+        publisher: Publisher,
         commit_interval_s: float = 1.0,
         session_timeout_s: float = 10.0,
     ) -> None:
@@ -158,91 +322,25 @@ class WindowingConsumer:
         self._group_suffix = group_suffix
         self._topic = topic
         self._table = table
-        self._windower = windower
+        self._publisher = publisher
+        self._core = WindowingCore(windower, table)
         self._commit_interval_s = commit_interval_s
         self._session_timeout_s = session_timeout_s
-        self._lock = asyncio.Lock()
-        self._positions: dict[int, int] = {}  # applied up to (may be committed)
-        self._fetched: dict[int, int] = {}  # handed to a pipeline up to
-        self._committed: dict[int, int] = {}
-        self._pipelines: dict[int, BatchPipeline] = {}
-        self._failure: BaseException | None = None
-        self._source: KafkaSource | None = None
+        self._revocations = Revocations()
+        self._commits: ChangelogCommits | None = None
         self.ready = asyncio.Event()
 
-    async def on_revoked(self, revoked: list[int]) -> None:
-        async with self._lock:
-            try:
-                await self._drain()
-            except Exception as exc:  # the stage fails with it at its next batch
-                self._failure = exc
-            await self._commit(only=set(revoked))
-            self._table.drop(revoked)
-            for partition in revoked:
-                self._positions.pop(partition, None)
-                self._fetched.pop(partition, None)
-                self._committed.pop(partition, None)
-                self._pipelines.pop(partition, None)
-            self._windower.invalidate_index()
-
     async def on_assigned(self, assigned: list[int]) -> None:
-        async with self._lock:
-            started = time.monotonic()
-            read = await self._table.restore(assigned)
-            self._windower.invalidate_index()
-            log.info(
-                "assigned partitions %s; restored %d changelog records in %.2f s",
-                assigned,
-                read,
-                time.monotonic() - started,
-            )
-            self.ready.set()
+        await self._core.assign(assigned)
+        self.ready.set()
 
-    async def _commit(self, only: set[int] | None = None) -> None:
-        offsets = {
-            partition: pos
-            for partition, pos in self._positions.items()
-            if (only is None or partition in only) and self._committed.get(partition) != pos
-        }
-        await self._table.flush()  # the table is never behind the committed offset
-        if not offsets or self._source is None:
-            return
-        # False: a rebalance took the partitions; their records will be read again (idempotent)
-        if await self._source.commit(offsets):
-            self._committed.update(offsets)
-            record_lag(STAGE, self._source)
+    async def on_revoked(self, revoked: list[int]) -> None:
+        await self._core.revoke(revoked, self._settle)
 
-    def _caught_up(self, source: KafkaSource, partitions: Iterable[int]) -> bool:
-        """True when these partitions are handed over up to their end as last fetched.
-
-        Only decides when to commit early: extra commits are harmless.
-        """
-        for partition in partitions:
-            end = source.highwater(partition)
-            if end is None or self._fetched.get(partition, 0) < end:
-                return False
-        return True
-
-    def _pipeline(self, partition: int) -> BatchPipeline:
-        pipeline = self._pipelines.get(partition)
-        if pipeline is None:
-
-            def applied(records: Sequence[Record]) -> None:
-                self._positions[partition] = records[-1][0] + 1
-
-            pipeline = self._pipelines[partition] = BatchPipeline(
-                self._windower, partition, applied
-            )
-        return pipeline
-
-    async def _submit(self, partition: int, records: Sequence[Any]) -> None:
-        self._fetched[partition] = records[-1].offset + 1
-        await self._pipeline(partition).submit([(r.offset, r.key, r.value) for r in records])
-
-    async def _drain(self) -> None:
-        """Wait until every batch handed over is applied (raises the first failure)."""
-        for pipeline in list(self._pipelines.values()):
-            await pipeline.drain()
+    async def _settle(self, revoked: list[int]) -> None:
+        await self._revocations.revoke(revoked)  # awaited, acknowledged ones committed
+        if self._commits is not None:
+            await self._commits.commit_pending(only=revoked)
 
     async def run(self) -> None:
         """Consume until cancelled; a record that fails for good is never committed."""
@@ -257,40 +355,23 @@ class WindowingConsumer:
             heartbeat_interval_ms=1000,
             max_poll_records=MAX_POLL_RECORDS,
         ) as source:
-            self._source = source
+            commits = self._commits = ChangelogCommits(
+                source, self._table, interval_s=self._commit_interval_s, ends=source.highwater
+            )
             try:
-                await self._consume(source)
+                await consume(
+                    commits,
+                    self._core,
+                    publisher=self._publisher,
+                    kafka=self._kafka,
+                    stop=asyncio.Event(),  # runs until cancelled (the worker's stop)
+                    max_records=MAX_POLL_RECORDS,
+                    poll_timeout_s=0.2,
+                    in_flight=IN_FLIGHT,
+                    revocations=self._revocations,
+                )
             finally:
                 with contextlib.suppress(Exception):
-                    async with self._lock:
-                        for pipeline in self._pipelines.values():
-                            await pipeline.cancel()  # not applied: read again after a restart
-                        await self._commit()
-                self._source = None
-
-    async def _consume(self, source: KafkaSource) -> None:
-        last_commit = time.monotonic()
-        while True:
-            batch = await source.poll(MAX_POLL_RECORDS, 0.2)
-            async with self._lock:
-                if self._failure is not None:
-                    raise self._failure
-                for pipeline in self._pipelines.values():
-                    pipeline.raise_failure()
-                assigned = source.assignment()
-                # Partitions are independent (own sessions, own states): each has its
-                # pipeline, which plans this batch now and delivers it in the background
-                # once the partition's previous batch is applied. A batch's position is
-                # recorded when it is applied; a failure stops the stage.
-                for partition, records in batch.items():
-                    if partition in assigned and records:  # else revoked while fetched
-                        await self._submit(partition, records)
-                if batch and self._caught_up(source, batch):
-                    # Caught up: let the last batches land and commit at once, so that
-                    # lag reads 0 between watermarks.
-                    await self._drain()
-                    await self._commit()
-                    last_commit = time.monotonic()
-                elif time.monotonic() - last_commit >= self._commit_interval_s:
-                    await self._commit()
-                    last_commit = time.monotonic()
+                    await self._core.cancel()
+                    await commits.commit_pending()  # what was applied and acknowledged
+                self._commits = None

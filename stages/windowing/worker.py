@@ -157,6 +157,7 @@ class WindowingWorker:
                     topic=turns,
                     table=table,
                     windower=make_windower(table),
+                    publisher=publisher,
                 )
                 consuming = asyncio.create_task(consumer.run())
                 consuming.add_done_callback(lambda task: _forward(task, failure))

@@ -12,7 +12,7 @@ import pytest
 from mongomem.errors import BrokerError, InputError, LLMRateLimited
 from mongomem.kafka import dead_letter_topic
 from mongomem.settings import KafkaSettings
-from mongomem.stages.runtime import PipelinedStage, Record, RetryPolicy, consume
+from mongomem.stages.runtime import PipelinedStage, Record, RetryPolicy, Revocations, consume
 from mongomem.stages.runtime.memory import MemoryBroker, MemorySource
 
 KAFKA = KafkaSettings(bootstrap="memory:0", topic_prefix="rt")
@@ -187,3 +187,120 @@ async def test_a_failed_submit_follows_the_retry_policy() -> None:
     stop.set()
     await task
     assert len(broker.records(dead_letter_topic(KAFKA, "piped"))) == 1
+
+
+class Blocking(Pipelined):
+    """Holds the submit of ``partition`` until :attr:`go` is set."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__()
+        self.partition = partition
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def submit(self, partition: int, batch: Sequence[Record]) -> Awaitable[Any]:
+        if partition == self.partition:
+            self.entered.set()
+            await self.go.wait()
+        return await super().submit(partition, batch)
+
+
+def _start_revocable(
+    broker: MemoryBroker, stage: Pipelined, stop: asyncio.Event, revocations: Revocations
+) -> tuple[MemorySource, asyncio.Task[None]]:
+    source = broker.source("in", "g")
+    task = asyncio.create_task(
+        consume(
+            source,
+            stage,
+            publisher=broker.publisher(),
+            kafka=KAFKA,
+            stop=stop,
+            policy=FAST,
+            poll_timeout_s=0.005,
+            revocations=revocations,
+        )
+    )
+    return source, task
+
+
+async def test_a_revocation_awaits_the_partitions_batches_and_commits_what_was_acknowledged() -> (
+    None
+):
+    broker = MemoryBroker(partitions=2)
+    broker.append("in", b"a", partition=0)
+    broker.append("in", b"b", partition=1)
+    stage, stop, revocations = Pipelined(), asyncio.Event(), Revocations()
+    source, task = _start_revocable(broker, stage, stop, revocations)
+    await _until(lambda: len(stage.acks) == 2, task)
+    revoking = asyncio.create_task(revocations.revoke([0]))
+    await asyncio.sleep(0.02)
+    assert not revoking.done(), "waits for the revoked partition's batch in flight"
+    assert stage.flushes >= 1, "the stage was told to hand over what it holds"
+    ack_of = {values[0]: ack for (_, values), ack in zip(stage.submitted, stage.acks, strict=True)}
+    ack_of[b"a"].set_result(None)
+    await asyncio.wait_for(revoking, 5)
+    assert broker.committed("g", "in") == {0: 1}, "committed before the revocation returns"
+    commits_before = len(source.commits)
+    ack_of[b"b"].set_result(None)
+    await _until(lambda: broker.committed("g", "in") == {0: 1, 1: 1}, task)
+    stop.set()
+    await task
+    assert all(0 not in c for c in source.commits[commits_before:]), "nothing of 0 after"
+
+
+async def test_records_of_a_partition_revoked_while_they_are_handled_are_never_committed() -> None:
+    broker = MemoryBroker(partitions=2)
+    broker.append("in", b"a", partition=0)
+    broker.append("in", b"b", partition=1)
+    stage, stop, revocations = Blocking(partition=0), asyncio.Event(), Revocations()
+    source, task = _start_revocable(broker, stage, stop, revocations)
+    await _until(stage.entered.is_set, task)  # polled; its submit has begun
+    await revocations.revoke([0])  # taken away meanwhile (nothing of it in flight yet)
+    stage.go.set()
+    await _until(lambda: len(stage.acks) == 2, task)
+    for ack in stage.acks:
+        ack.set_result(None)
+    await _until(lambda: broker.committed("g", "in") == {1: 1}, task)
+    stop.set()
+    await task
+    assert all(0 not in c for c in source.commits), "its new owner reads it again"
+    assert broker.committed("g", "in") == {1: 1}
+
+
+async def test_a_revocation_while_the_loop_waits_at_its_in_flight_limit_commits_once_in_order() -> (
+    None
+):
+    broker = MemoryBroker(partitions=1)
+    for value in (b"a", b"b", b"c"):
+        broker.append("in", value, partition=0)
+    stage, stop, revocations = Pipelined(), asyncio.Event(), Revocations()
+    source = broker.source("in", "g")
+    task = asyncio.create_task(
+        consume(
+            source,
+            stage,
+            publisher=broker.publisher(),
+            kafka=KAFKA,
+            stop=stop,
+            policy=FAST,
+            max_records=1,
+            poll_timeout_s=0.005,
+            in_flight=1,
+            revocations=revocations,
+        )
+    )
+    await _until(lambda: len(stage.acks) == 2, task)  # the loop waits for the oldest
+    revoking = asyncio.create_task(revocations.revoke([0]))
+    await asyncio.sleep(0.01)
+    stage.acks[0].set_result(None)
+    stage.acks[1].set_result(None)
+    await asyncio.wait_for(revoking, 5)
+    await asyncio.sleep(0.02)
+    stop.set()
+    for ack in stage.acks[2:]:
+        ack.set_result(None)
+    await asyncio.wait_for(task, 5)
+    assert source.commits[:1] == [{0: 2}], "the revocation commits both, the loop nothing of them"
+    offsets = [c[0] for c in source.commits if 0 in c]
+    assert offsets == sorted(offsets), "never back"
