@@ -39,7 +39,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -62,10 +62,16 @@ from mongomem.settings import (
     WindowingSettings,
     load_settings,
 )
-from mongomem.stages.runtime.memory import MemoryBroker, MemoryPublisher
+from mongomem.stages.runtime import Record, consume
+from mongomem.stages.runtime.memory import MemoryBroker, MemoryPublisher, MemorySource
 from mongomem.stages.windowing import Policies, SnapshotWindower, WindowingWorker
-from mongomem.stages.windowing.batches import BatchPipeline
-from mongomem.stages.windowing.consumer import MAX_POLL_RECORDS, ChangelogTable
+from mongomem.stages.windowing.consumer import (
+    IN_FLIGHT,
+    MAX_POLL_RECORDS,
+    ChangelogCommits,
+    ChangelogTable,
+    WindowingCore,
+)
 from mongomem.stages.windowing.sinks import snapshot_document
 from mongomem.stages.windowing.snapshot_encode import snapshot_value
 from mongomem.stages.windowing.worker import settle_heap
@@ -234,16 +240,46 @@ class _NoDeadLetters:
         raise AssertionError(f"the backlog holds no poison message: {letter}")
 
 
+class _CommittedToEnd:
+    """A record source that tells (:attr:`ended`) when every partition is committed to
+    ``ends``."""
+
+    def __init__(self, source: MemorySource, ends: dict[int, int]) -> None:
+        self._source = source
+        self.topic = source.topic
+        self._left = {p: end for p, end in ends.items() if end > 0}
+        self.ended = asyncio.Event()
+        if not self._left:
+            self.ended.set()
+
+    async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        return await self._source.poll(max_records, timeout_s)
+
+    def lag(self) -> Mapping[int, int]:
+        return self._source.lag()
+
+    async def commit(self, offsets: Mapping[int, int]) -> bool:
+        committed = await self._source.commit(offsets)
+        for p, offset in offsets.items():
+            if self._left.get(p, offset + 1) <= offset:
+                del self._left[p]
+        if not self._left:
+            self.ended.set()
+        return committed
+
+
 async def own_work(settings: Settings, records: list[tuple[bytes, bytes]]) -> float:
     """Turns/s of the stage's own work on the backlog, with no server and no client library.
 
     The same windower, batch pipelines (one per partition, batches of up to
-    ``MAX_POLL_RECORDS`` per poll) and changelog table as the default engine,
-    over the same records held in the runtime's in-memory broker
+    ``MAX_POLL_RECORDS`` per poll), changelog table and loop (the runtime's
+    ``consume()`` with the windowing core) as the default engine, over the
+    same records held in the runtime's in-memory broker
     (:mod:`mongomem.stages.runtime.memory`, a stand-in for Kafka); the sink
     builds each snapshot's document (BSON) and bytes and publishes them there.
     Not done: the erasure-register reads, the network, the Kafka and MongoDB
-    clients' work. Timed from the first poll to the last changelog write.
+    clients' work. Timed from the start to the commit of the last record (which
+    follows its changelog write).
     """
     broker = MemoryBroker(PARTITIONS)
     for key, value in records:
@@ -257,21 +293,33 @@ async def own_work(settings: Settings, records: list[tuple[bytes, bytes]]) -> fl
         dead_letters=_NoDeadLetters(),
         topic="turns",
     )
-    pipelines = {p: BatchPipeline(windower, p) for p in range(PARTITIONS)}
-    source = broker.source("turns", "bench")
+    core = WindowingCore(windower, table)
+    await core.assign(list(range(PARTITIONS)))
+    ends = broker.end_offsets("turns")
+    watched = _CommittedToEnd(broker.source("turns", "bench"), ends)
+    source = ChangelogCommits(watched, table, interval_s=1.0, ends=ends.__getitem__)
+    stop = asyncio.Event()
     settle_heap()  # as `mongomem run windowing` does before the stage starts
     started = time.perf_counter()
-    while True:
-        batch = await source.poll(MAX_POLL_RECORDS, 0)
-        if not batch:
-            break
-        for partition, got in batch.items():
-            await pipelines[partition].submit([(r.offset, r.key, r.value) for r in got])
-        await table.send_pending()
-    for pipeline in pipelines.values():
-        await pipeline.drain()
-    await table.flush()
+    loop = asyncio.create_task(
+        consume(
+            source,
+            core,
+            publisher=publisher,
+            kafka=settings.kafka,
+            stop=stop,
+            max_records=MAX_POLL_RECORDS,
+            poll_timeout_s=0,
+            in_flight=IN_FLIGHT,
+        )
+    )
+
+    # committed up to the end: every batch applied and the changelog acknowledged
+    ended = asyncio.ensure_future(watched.ended.wait())
+    await asyncio.wait([ended, loop], return_when=asyncio.FIRST_COMPLETED)
     elapsed = time.perf_counter() - started
+    stop.set()
+    await loop
     assert windower.stats.turns == len(records), windower.stats
     return len(records) / elapsed
 

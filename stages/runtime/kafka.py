@@ -65,10 +65,6 @@ class KafkaSource:
         self.topic = topic
         self._committed: dict[int, int] = {}
 
-    def assignment(self) -> set[int]:
-        """The partitions of :attr:`topic` this member holds now."""
-        return {tp.partition for tp in self._consumer.assignment() if tp.topic == self.topic}
-
     def highwater(self, partition: int) -> int | None:
         """The partition's end as of the last fetch (``None``: not fetched yet)."""
         end: int | None = self._consumer.highwater(TopicPartition(self.topic, partition))
