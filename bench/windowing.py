@@ -512,8 +512,9 @@ characters on average) in sessions of equal length, `max_messages` = 20, so the 
 | raw aiokafka `getmany` loop (no decoding, own group; median of {raws}) | {r3["raw"]:,.0f} |
 | MongoDB alone: the stage's writes for this backlog as bare `bulk_write`s \
 (one snapshot upsert per snapshot; no write to the turns) | {r3["mongo"]:,.0f} |
-| the stage's own work alone: the same windower, batch pipelines and changelog table over \
-the same records in the in-memory broker (a stand-in; no server, no client library), \
+| the stage's own work alone: the same windower, batch pipelines, changelog table and loop \
+(the runtime's `consume()`) over the same records in the in-memory broker \
+(a stand-in; no server, no client library), \
 snapshot documents (BSON) and bytes built; median of {_runs(r3["alones"])} | {r3["alone"]:,.0f} |
 | windowing stage, default engine (aiokafka group + changelog table, MongoDB upsert, \
 publish acks=all; median of {_runs(r3["stages"])}) | {r3["stage"]:,.0f} |
