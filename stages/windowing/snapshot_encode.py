@@ -44,13 +44,10 @@ def _utc(at: datetime) -> bool:
     return at.utcoffset() == _ZERO
 
 
-def snapshot_value(snapshot: Snapshot) -> bytes:
-    """The snapshot's envelope bytes: exactly :func:`mongomem.codec.encode` of it."""
-    turns = snapshot.turns
-    if not _utc(snapshot.closed_at) or not all(_utc(t.created_at) for t in turns):
-        return encode(snapshot)
-    data: dict[str, Any] = {
-        "snapshot_id": snapshot.snapshot_id,
+def _fields(snapshot: Snapshot) -> dict[str, Any]:
+    """The snapshot's fields in model order, the turns' roles as strings (what both the
+    envelope and the document hold; ``snapshot_id`` is the caller's to place)."""
+    return {
         "project_id": snapshot.project_id,
         "user_id": snapshot.user_id,
         "session_id": snapshot.session_id,
@@ -64,11 +61,18 @@ def snapshot_value(snapshot: Snapshot) -> bytes:
                 "content": t.content,
                 "created_at": t.created_at,
             }
-            for t in turns
+            for t in snapshot.turns
         ],
         "reason": snapshot.reason,
         "closed_at": snapshot.closed_at,
     }
+
+
+def snapshot_value(snapshot: Snapshot) -> bytes:
+    """The snapshot's envelope bytes: exactly :func:`mongomem.codec.encode` of it."""
+    if not _utc(snapshot.closed_at) or not all(_utc(t.created_at) for t in snapshot.turns):
+        return encode(snapshot)
+    data = {"snapshot_id": snapshot.snapshot_id, **_fields(snapshot)}
     try:
         return orjson.dumps({"kind": _KIND, "v": SCHEMA_VERSION, "data": data}, option=_ORJSON)
     except orjson.JSONEncodeError:
@@ -78,25 +82,8 @@ def snapshot_value(snapshot: Snapshot) -> bytes:
 def snapshot_document(snapshot: Snapshot) -> Document:
     """The ``snapshots`` document: the snapshot's fields with ``_id`` = ``snapshot_id`` and the
     roles as strings, then ``turn_ids``."""
-    turns = snapshot.turns
     return {
         "_id": snapshot.snapshot_id,
-        "project_id": snapshot.project_id,
-        "user_id": snapshot.user_id,
-        "session_id": snapshot.session_id,
-        "first_seq": snapshot.first_seq,
-        "last_seq": snapshot.last_seq,
-        "turns": [
-            {
-                "turn_id": t.turn_id,
-                "seq": t.seq,
-                "role": str(t.role),
-                "content": t.content,
-                "created_at": t.created_at,
-            }
-            for t in turns
-        ],
-        "reason": snapshot.reason,
-        "closed_at": snapshot.closed_at,
-        "turn_ids": [t.turn_id for t in turns],
+        **_fields(snapshot),
+        "turn_ids": [t.turn_id for t in snapshot.turns],
     }
