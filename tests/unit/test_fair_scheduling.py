@@ -247,23 +247,25 @@ async def test_the_queue_depth_is_reported_as_jobs_wait_and_leave() -> None:
 
 
 def test_the_service_gauges_follow_each_lane() -> None:
-    from mongomem.service.http import (
-        EMBEDDING_QUEUE_JOBS,
-        EMBEDDING_QUEUE_TOKENS,
-        embedding_queue_observer,
-    )
+    from prometheus_client import REGISTRY
 
-    def read(gauge: object, lane: str) -> float:
-        return float(gauge.labels(lane)._value.get())  # type: ignore[attr-defined]
+    from mongomem.service.http import embedding_queue_observer
 
-    before = read(EMBEDDING_QUEUE_JOBS, "query"), read(EMBEDDING_QUEUE_TOKENS, "query")
+    def read() -> tuple[float, float]:
+        """The query lane's two gauges, as /metrics shows them."""
+        jobs = REGISTRY.get_sample_value("mongomem_service_embedding_queue_jobs", {"lane": "query"})
+        tokens = REGISTRY.get_sample_value(
+            "mongomem_service_embedding_queue_tokens", {"lane": "query"}
+        )
+        return (jobs or 0.0, tokens or 0.0)
+
     observe = embedding_queue_observer("query")
+    before = read()
     observe(2, 40)
     observe(-1, -15)
-    assert read(EMBEDDING_QUEUE_JOBS, "query") == before[0] + 1
-    assert read(EMBEDDING_QUEUE_TOKENS, "query") == before[1] + 25
+    assert read() == (before[0] + 1, before[1] + 25)
     observe(-1, -25)
-    assert (read(EMBEDDING_QUEUE_JOBS, "query"), read(EMBEDDING_QUEUE_TOKENS, "query")) == before
+    assert read() == before
 
 
 async def test_a_deadline_that_has_passed_refuses_at_once() -> None:
