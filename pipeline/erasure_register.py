@@ -64,17 +64,9 @@ class ErasureRegister:
     ) -> bool:
         """Whether the project, the user or the session is erased (or being erased)."""
         target = (project_id, user_id, session_id)
-        remembered = self._absent.get(target)
-        if remembered is not None:
-            ids, read_at = remembered
-            if self._known.intersection(ids):
-                return True
-            if time.monotonic() - read_at < NOT_ERASED_TTL_S:
-                return False
-        else:
-            ids = self._covering(project_id, user_id, session_id)
-            if self._known.intersection(ids):
-                return True
+        ids, answer = self._answer(target)
+        if answer is not None:
+            return answer
         sent = time.monotonic()
         try:
             found = await self._erasures.find_one({"_id": {"$in": ids}}, {"_id": 1})
@@ -111,13 +103,17 @@ class ErasureRegister:
     ) -> bool | None:
         """What this register can answer without a read: ``True`` (known erased), ``False``
         (read as not erased less than :data:`NOT_ERASED_TTL_S` ago), ``None`` (ask)."""
-        remembered = self._absent.get((project_id, user_id, session_id))
-        ids = remembered[0] if remembered else self._covering(project_id, user_id, session_id)
+        return self._answer((project_id, user_id, session_id))[1]
+
+    def _answer(self, target: tuple[str, str | None, str | None]) -> tuple[list[str], bool | None]:
+        """The target's covering ids, and what is known of it without a read."""
+        remembered = self._absent.get(target)
+        ids = remembered[0] if remembered else self._covering(*target)
         if self._known.intersection(ids):
-            return True
+            return ids, True
         if remembered is not None and time.monotonic() - remembered[1] < NOT_ERASED_TTL_S:
-            return False
-        return None
+            return ids, False
+        return ids, None
 
     async def refuse_erased(self, project_id: str, user_id: str, session_id: str | None) -> None:
         """Raise :class:`~mongomem.errors.Erased` if the user or session is erased."""
