@@ -12,7 +12,7 @@ the store uses for direct saves and the reconciler stage — with:
 * **(a) no judge** (the shipped judge-less defaults);
 * **(b) an oracle judge** that answers the expected action whenever it is
   asked: its accuracy measures the *routing* — which cases reach a judge;
-* **(c) the scripted stand-in judge** of :mod:`mongomem.llm_stand_in.rules`
+* **(c) the scripted stand-in judge** of :mod:`mongomem.local.llm_stand_in.rules`
   (rule-based, NOT a model) behind the real :class:`~mongomem.ltm.LLMJudge`
   prompt.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import publish
-from mongomem.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine
+from mongomem.adapters.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine
 from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge, decide
 from mongomem.ltm.kinds import normalize_key, normalize_text
 from mongomem.ltm.plan import Decision, Neighbour, Thresholds

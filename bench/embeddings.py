@@ -19,7 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.report import publish
-from mongomem.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine, embed_queries
+from mongomem.adapters.embeddings import (
+    Embedder,
+    HashingEmbedder,
+    LocalE5Embedder,
+    cosine,
+    embed_queries,
+)
 
 MEMORIES = [
     "The user's home airport is Boston Logan.",

@@ -6,7 +6,7 @@ memories in their own scope (with their decision-log and ledger entries) and M/1
 project-scoped terms whose evidence is half theirs, half another user's (the lineage
 path: pruned, not removed) — beside another user with the same amounts, who must be
 left alone. Each round seeds both users afresh, then times either
-:func:`mongomem.erasure.erase` or the raw baseline: one ``delete_many`` per
+:func:`mongomem.erasure.erase.erase` or the raw baseline: one ``delete_many`` per
 collection of exactly the erased user's documents (the turns, snapshots, own
 memories, decisions, ledger entries; the shared terms' evidence is left as is, since
 the raw baseline has no lineage). Rounds alternate between the two.
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import publish
-from mongomem.erasure import Target, erase
-from mongomem.infra import start_servers
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, connect
+from mongomem.erasure.erase import Target, erase
+from mongomem.local.infra import start_servers
 from mongomem.models import stable_id, utcnow
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, connect
 from mongomem.settings import MongoSettings, load_settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "erase.md"

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import publish
-from mongomem.erasure_register import ErasureRegister
-from mongomem.infra import start_servers
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, connect
+from mongomem.erasure.register import ErasureRegister
+from mongomem.local.infra import start_servers
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.export import export_lines, import_lines
 from mongomem.ltm.testing import candidate
 from mongomem.models import MemoryScope
-from mongomem.mongo import DECISIONS, MEMORIES, connect
 from mongomem.settings import MongoSettings, load_settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "export.md"

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import publish
-from mongomem.embeddings import HashingEmbedder
-from mongomem.infra import start_servers
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import MEMORIES, SNAPSHOTS, connect
+from mongomem.local.infra import start_servers
 from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
-from mongomem.mongo import MEMORIES, SNAPSHOTS, connect
-from mongomem.progress import Progress
+from mongomem.operations.progress import Progress
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import ExtractionSettings, MongoSettings, load_settings
-from mongomem.stm import ShortTermMemory
+from mongomem.stm.turns import ShortTermMemory
 
 RESULTS = Path(__file__).resolve().parent / "results" / "lifecycle.md"
 TYPES = ("semantic", "episodic", "procedural", "taxonomic")

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.report import publish
+from mongomem.adapters.mongo import MEMORIES
 from mongomem.models import utcnow
-from mongomem.mongo import MEMORIES
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing import (
     STAND_IN_MODEL,

@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from bench.report import publish
+from mongomem.adapters.kafka import CANDIDATES, ensure_topics, make_producer
+from mongomem.adapters.mongo import LEDGER, MEMORIES, Document, connect
 from mongomem.codec import encode
-from mongomem.infra import start_servers
-from mongomem.kafka import CANDIDATES, ensure_topics, make_producer
+from mongomem.local.infra import start_servers
 from mongomem.ltm import MemoryStore, make_candidate, memory_id_for
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, bump_scope
@@ -51,7 +52,6 @@ from mongomem.models import (
     stable_id,
     utcnow,
 )
-from mongomem.mongo import LEDGER, MEMORIES, Document, connect
 from mongomem.settings import KafkaSettings, MongoSettings, load_settings
 from mongomem.stages.reconciler import run_reconciler
 

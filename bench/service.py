@@ -43,9 +43,9 @@ from typing import Any
 import httpx
 
 from bench.report import publish
-from mongomem.embeddings import LocalE5Embedder, embed_queries
-from mongomem.infra import start_servers
-from mongomem.mongo import connect
+from mongomem.adapters.embeddings import LocalE5Embedder, embed_queries
+from mongomem.adapters.mongo import connect
+from mongomem.local.infra import start_servers
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import load_settings
 

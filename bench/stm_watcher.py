@@ -38,15 +38,15 @@ from aiokafka.partitioner import DefaultPartitioner
 from pymongo import AsyncMongoClient
 
 from bench.prose import texts
+from mongomem.adapters.kafka import ensure_topics, pipeline_topics
+from mongomem.adapters.mongo import CHECKPOINTS, TURNS, Document, connect
 from mongomem.codec import encode
-from mongomem.infra import start_servers
-from mongomem.kafka import ensure_topics, pipeline_topics
+from mongomem.local.infra import start_servers
 from mongomem.models import Role, Turn, utcnow
-from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect
 from mongomem.settings import KafkaSettings, MongoSettings, Settings, load_settings
 from mongomem.stages.watcher import READ_BATCH, STAGE, ChangeStreamWatcher, make_watcher_producer
 from mongomem.stages.watcher_logic import READ_PIPELINE, WATCH_PIPELINE, token_id
-from mongomem.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key, turn_document
+from mongomem.stm.turns import SESSION_SEQ_INDEX, ShortTermMemory, session_key, turn_document
 
 #: How long a raw reader sleeps when the stream has nothing (the watcher's default).
 POLL_S = 0.02

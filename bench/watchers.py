@@ -2,7 +2,7 @@
 
 ``python -m bench.watchers`` starts its own servers (as the tests do), inserts
 one backlog of turns (200 sessions, every turn its own text, a ``bucket`` on
-each as :mod:`mongomem.stm` writes it) after a resume token, and for each N
+each as :mod:`mongomem.stm.turns` writes it) after a resume token, and for each N
 drains it with N watcher *processes* — watcher k of N reads its share
 (``$mod`` on the bucket in its change stream's ``$match``), publishes to Kafka
 (acks from all replicas) and checkpoints. Every share starts from the same
@@ -29,10 +29,10 @@ from pymongo import AsyncMongoClient
 
 from bench.report import publish
 from bench.stm_watcher import prepare_backlog
+from mongomem.adapters.kafka import ensure_topics, pipeline_topics
+from mongomem.adapters.mongo import CHECKPOINTS, TURNS, Document, connect
 from mongomem.buckets import share_filter
-from mongomem.infra import start_servers
-from mongomem.kafka import ensure_topics, pipeline_topics
-from mongomem.mongo import CHECKPOINTS, TURNS, Document, connect
+from mongomem.local.infra import start_servers
 from mongomem.settings import KafkaSettings, MongoSettings, Settings, WatcherSettings, load_settings
 from mongomem.stages.watcher import STAGE, ChangeStreamWatcher, make_watcher_producer
 from mongomem.stages.watcher_logic import token_id

@@ -49,12 +49,12 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import ReplaceOne
 
 from bench.prose import texts
+from mongomem.adapters.kafka import SNAPSHOTS, TURNS, DeadLetter, ensure_topics, make_producer
+from mongomem.adapters.mongo import TURNS as TURNS_COLLECTION
+from mongomem.adapters.mongo import connect
 from mongomem.codec import decode, encode
-from mongomem.infra import start_servers
-from mongomem.kafka import SNAPSHOTS, TURNS, DeadLetter, ensure_topics, make_producer
+from mongomem.local.infra import start_servers
 from mongomem.models import Role, SessionKey, Snapshot, Turn, utcnow
-from mongomem.mongo import TURNS as TURNS_COLLECTION
-from mongomem.mongo import connect
 from mongomem.settings import (
     KafkaSettings,
     MongoSettings,
@@ -186,7 +186,7 @@ async def raw_mongo_writes(settings: Settings, snapshots: list[Snapshot], total:
     """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog.
 
     The stage writes one snapshot upsert per snapshot and nothing to the turns
-    (lineage is the snapshot's seq range, :mod:`mongomem.lineage`). The upserts
+    (lineage is the snapshot's seq range, :mod:`mongomem.stm.lineage`). The upserts
     go out in chunks of about as many turns as the stage fetches at once,
     three chunks at a time (one per partition), as the stage sends them.
     Timed from the first write to the last reply.
@@ -527,7 +527,7 @@ Stage / MongoDB alone = **{r3["stage"] / r3["mongo"]:.2f}×**; stage / its own w
 
 What bounds the stage: {bound_text}
 Lineage costs no write per turn: a snapshot records its session and first and
-last seq, and `mongomem.lineage.snapshot_holding` answers "which snapshot holds
+last seq, and `mongomem.stm.lineage.snapshot_holding` answers "which snapshot holds
 turn X" with one read on the `(project, user, session, last_seq)` index. So the
 stage's only MongoDB writes are the snapshot upserts, one per
 {r3["turns"] // max(1, r3["snapshots"])} turns here, which this server applies at

@@ -1,7 +1,7 @@
 """Session buckets: the share of the turns stream a watcher owns (SPEC I1, scaling out).
 
 Every turn (and session end) document carries ``bucket``
-(:func:`session_bucket`), written by :mod:`mongomem.stm`. Watcher ``k`` of
+(:func:`session_bucket`), written by :mod:`mongomem.stm.turns`. Watcher ``k`` of
 ``N`` reads the documents whose ``bucket % N == k`` (:func:`share_filter`);
 windowing applies that watcher's watermarks only to the sessions of its share
 (:func:`in_share`). The bucket is a pure function of the session's ids, so

@@ -7,7 +7,7 @@ makes it the deadline of the current task (a context variable, so the tasks a
 request starts inherit it). What it guarantees:
 
 * **Queued work is dropped.** A future registered with :meth:`Deadline.watch`
-  (a queued embedding job, :mod:`mongomem.scheduling`) fails with
+  (a queued embedding job, :mod:`mongomem.service.scheduling`) fails with
   :class:`~mongomem.errors.DeadlineExceeded` the moment the deadline ends;
   the queue then skips the job, so it is never embedded.
 * **Nothing is written after it.** Every writer of a request calls

@@ -18,7 +18,7 @@ extra                what it runs                                brings
 ``all``              everything above                            all of them
 ===================  ==========================================  ====================
 
-The core also runs the LLM stand-in (:mod:`mongomem.llm_stand_in`, on h11)
+The core also runs the LLM stand-in (:mod:`mongomem.local.llm_stand_in`, on h11)
 and the shipped test doubles (:mod:`mongomem.testing`; its ``watermarks`` module
 publishes on Kafka, so that one needs ``stages``): neither needs an extra.
 

@@ -23,7 +23,7 @@ MONGOMEM_ENABLED_EXTRACTIONS           comma list of memory types to extract
 MONGOMEM_LLM_BASE_URL / _API_KEY       OpenAI-compatible endpoint and key
 MONGOMEM_LLM_MODEL / _TIMEOUT_S        model name, per-call timeout
 MONGOMEM_LLM_STRUCTURED_OUTPUT         ``auto`` | ``json_schema`` | ``json_object`` |
-                                       ``tools`` | ``prompt`` (see mongomem.llm)
+                                       ``tools`` | ``prompt`` (see mongomem.adapters.llm)
 MONGOMEM_LLM_PRICES                    JSON price table: model → input/output
                                        price per 1M tokens (cost in ``status``)
 MONGOMEM_EMBEDDING_PROVIDER            ``openai`` | ``local`` | ``stand-in``
@@ -296,7 +296,7 @@ class ModelPrice(BaseModel):
         return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
 
 
-#: How structured output is asked for (see :mod:`mongomem.llm`).
+#: How structured output is asked for (see :mod:`mongomem.adapters.llm`).
 StructuredOutput = Literal["auto", "json_schema", "json_object", "tools", "prompt"]
 
 
@@ -467,7 +467,7 @@ class SpacesSettings(BaseSettings):
 
 
 class InfraSettings(BaseSettings):
-    """How local development servers are chosen and run (see :mod:`mongomem.infra`)."""
+    """How local development servers are chosen and run (see :mod:`mongomem.local.infra`)."""
 
     model_config = _group("MONGOMEM_INFRA_")
 

@@ -22,10 +22,10 @@ import asyncio
 import contextlib
 import logging
 
+from mongomem.adapters.mongo import connect, database
+from mongomem.cli.retention import retention_rules
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.retention import expire_unreinforced
-from mongomem.mongo import connect, database
-from mongomem.retention_cli import retention_rules
 from mongomem.settings import Settings
 from mongomem.stages.runtime import run_stage
 

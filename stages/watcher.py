@@ -54,7 +54,7 @@ Delivery semantics
   ``turns`` in (session, seq) order and publishes every turn above its
   session's high-water mark, then streams. Turns inserted during the scan
   are in both; the overlap is skipped by seq. Seqs are gap-free and inserted
-  in order per session (see :mod:`mongomem.stm`), so every turn not yet
+  in order per session (see :mod:`mongomem.stm.turns`), so every turn not yet
   published is above its session's mark — no clock is involved.
 * **Watermarks** (:class:`~mongomem.models.Watermark`): every
   ``MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S`` the watcher puts one record
@@ -71,7 +71,7 @@ Delivery semantics
   idle closes.
 * **Shares** (``MONGOMEM_WATCHER_SHARDS`` = N, ``MONGOMEM_WATCHER_SHARD`` = k):
   watcher k of N reads only the documents whose ``bucket``
-  (:func:`~mongomem.buckets.session_bucket`, stored by :mod:`mongomem.stm`) is k
+  (:func:`~mongomem.buckets.session_bucket`, stored by :mod:`mongomem.stm.turns`) is k
   modulo N — a ``$mod`` in the change stream's ``$match`` and in the back-fill's
   filter, evaluated by the server; share 0 also reads documents without a
   bucket (written before buckets existed). N = 1 reads everything, as before.
@@ -108,15 +108,15 @@ from typing import Any
 
 from pymongo.asynchronous.database import AsyncDatabase
 
-from mongomem.kafka import (
+from mongomem.adapters.kafka import (
     TURNS as TURNS_TOPIC,
 )
-from mongomem.kafka import (
+from mongomem.adapters.kafka import (
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
-from mongomem.mongo import TURNS, Document, connect, database
+from mongomem.adapters.mongo import TURNS, Document, connect, database
 from mongomem.settings import KafkaSettings, Settings, StmSettings, WatcherSettings
 from mongomem.stages.runtime import (
     PublishedDeadLetters,
@@ -309,7 +309,7 @@ PRODUCER_OPTIONS: dict[str, Any] = {"max_batch_size": BATCH_BYTES, "linger_ms": 
 
 
 def make_watcher_producer(kafka: KafkaSettings) -> Producer:
-    """:func:`~mongomem.kafka.make_producer` with :data:`PRODUCER_OPTIONS` (not started)."""
+    """:func:`~mongomem.adapters.kafka.make_producer` with :data:`PRODUCER_OPTIONS`, unstarted."""
     return make_producer(kafka, **PRODUCER_OPTIONS)
 
 

@@ -23,10 +23,10 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.erasure_register import ErasureRegister
+from mongomem.adapters.mongo import CHECKPOINTS, Document
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import StorageError
 from mongomem.models import SessionKey, utcnow
-from mongomem.mongo import CHECKPOINTS, Document
 from mongomem.stages.watcher_logic import Slot, checkpoint_updates, token_id, usable_token
 
 __all__ = ["WatcherCheckpoint", "WatcherCheckpoints"]

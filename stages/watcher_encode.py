@@ -1,11 +1,11 @@
 """Kafka records of ``turns`` documents for the watcher, with a fast path.
 
-The full path — :func:`mongomem.stm.turn_from_document` (pydantic validation,
+The full path — :func:`mongomem.stm.turns.turn_from_document` (pydantic validation,
 the turn-id check) and then :func:`mongomem.codec.encode` (``model_dump``,
 ``json.dumps``) — costs more per turn than reading the turn from the change
 stream. The watcher drains backlogs at the rate MongoDB hands them over, so
 :meth:`TurnEncoder.record` first tries :func:`fast_value`: a structural check
-that admits only documents in the plain shape :mod:`mongomem.stm` writes
+that admits only documents in the plain shape :mod:`mongomem.stm.turns` writes
 (exact ``str``/``int``/``dict``/``list`` types, a UTC or naive ``datetime``,
 plain-JSON metadata, a ``_id`` equal to ``Turn.make_id`` of its session and
 seq, ids that pass :func:`~mongomem.models.check_identifier`) and writes the
@@ -43,7 +43,7 @@ from bson.tz_util import utc as bson_utc
 from mongomem.codec import SCHEMA_VERSION, encode, kind_of
 from mongomem.models import Role, SessionKey, Turn, check_identifier
 from mongomem.stages.watcher_logic import Slot
-from mongomem.stm import end_from_document, turn_from_document
+from mongomem.stm.turns import end_from_document, turn_from_document
 
 __all__ = ["EncodedTurn", "SessionParts", "TurnEncoder", "fast_value"]
 

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 from pymongo.asynchronous.change_stream import AsyncChangeStream
 from pymongo.errors import OperationFailure, PyMongoError
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import ChangeFeedError, ResumeTokenLost
 from mongomem.models import utcnow
-from mongomem.mongo import Document
 from mongomem.stages.watcher_logic import open_failure_verdict
 
 __all__ = ["ChangeReader", "Idle", "Stream"]

@@ -49,9 +49,9 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import OperationFailure, PyMongoError
 
+from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import share_filter
 from mongomem.errors import ChangeFeedError, MongomemError, ResumeTokenLost, StorageError
-from mongomem.mongo import TURNS, Document
 from mongomem.stages.runtime.ports import Headers, Record
 from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_logic import (

@@ -2,7 +2,7 @@
 
 ``servers`` (session scope) finds or starts a real Kafka broker and a real
 MongoDB-compatible server with change streams — the selection order lives in
-:mod:`mongomem.infra`. Only tests that ask for it (integration, e2e) start
+:mod:`mongomem.local.infra`. Only tests that ask for it (integration, e2e) start
 servers; unit and property tests run without any.
 
 ``settings`` gives each test its own database and topic prefix on those
@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Generator, Iterator
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.infra import Servers, start_servers
-from mongomem.mongo import Document, connect
+from mongomem.adapters.mongo import Document, connect
+from mongomem.local.infra import Servers, start_servers
 from mongomem.settings import KafkaSettings, MongoSettings, Settings, load_settings
 
 _SERVERS: list[Servers] = []

@@ -73,7 +73,7 @@ from mongomem.errors import (
     LLMUnavailable,
     NotReady,
 )
-from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
+from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
 from mongomem.settings import LLMSettings
 
 __all__ = [
@@ -554,8 +554,8 @@ def _invalid(where: str, detail: str) -> LLMOutputInvalid:
 class StandInLLM(OpenAILLM):
     """The rule-based demo stand-in (NOT a model) behind a loopback HTTP server.
 
-    The real ``openai`` client talks to :func:`mongomem.llm_stand_in.stand_in_server`
-    (:class:`~mongomem.llm_stand_in.StandInResponder` on a local
+    The real ``openai`` client talks to :func:`mongomem.local.llm_stand_in.stand_in_server`
+    (:class:`~mongomem.local.llm_stand_in.StandInResponder` on a local
     OpenAI-compatible server), so the stage's code path is the production one.
     The start is announced loudly on stderr.
     """

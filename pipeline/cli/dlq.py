@@ -7,7 +7,7 @@
     mongomem dlq requeue (ID ... | --stage S | --since T)   re-drive after fixing the cause
 
 ``ID`` is ``<dead-letter topic>:<partition>:<offset>`` as ``list`` prints it.
-A dead letter is requeued at most once (see :mod:`mongomem.dlq`); the
+A dead letter is requeued at most once (see :mod:`mongomem.operations.dlq`); the
 output says which ones were skipped because they were requeued before.
 """
 
@@ -63,8 +63,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.dlq import list_dead_letters, requeue
-    from mongomem.operate import dead_letter_stages, with_local_defaults
+    from mongomem.cli.operate import dead_letter_stages, with_local_defaults
+    from mongomem.operations.dlq import list_dead_letters, requeue
 
     settings = with_local_defaults(settings)
     known = dead_letter_stages(settings)

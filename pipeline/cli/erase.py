@@ -22,7 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mongomem.erasure import (
+from mongomem.adapters.mongo import connect, database
+from mongomem.erasure.erase import (
     ErasureResult,
     SessionsHook,
     StepHook,
@@ -32,7 +33,6 @@ from mongomem.erasure import (
 )
 from mongomem.errors import BrokerError
 from mongomem.models import SessionKey
-from mongomem.mongo import connect, database
 from mongomem.settings import Settings
 
 __all__ = ["add_cli", "changelog_tombstones"]
@@ -77,7 +77,7 @@ def add_cli(subparsers: Any) -> None:
 
 
 def _groups(settings: Settings, extra: Sequence[str]) -> list[str]:
-    from mongomem.ops import consumer_group
+    from mongomem.operations.status import consumer_group
 
     return [consumer_group(settings.kafka, "windowing"), *extra]  # the windowing stage's group
 
@@ -94,7 +94,7 @@ async def changelog_tombstones(
     from aiokafka.errors import KafkaError
     from aiokafka.partitioner import DefaultPartitioner
 
-    from mongomem.kafka import TURNS, make_producer
+    from mongomem.adapters.kafka import TURNS, make_producer
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap or "")
     try:

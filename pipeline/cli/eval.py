@@ -15,8 +15,8 @@ __all__ = ["add_cli"]
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from mongomem.adapters.llm import make_llm
     from mongomem.evaluation.harness import EvalOptions, run_eval
-    from mongomem.llm import make_llm
 
     conversations = read_dataset(args.benchmark, args.data)  # all checked before any write
     if args.conversations is not None:

@@ -66,7 +66,7 @@ def _load_stage(name: str) -> Callable[..., Any]:
 
 
 def _infra(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem import infra
+    from mongomem.local import infra
 
     if args.action == "up":
         persistent = settings.infra.model_copy(update={"persistent": True})
@@ -77,7 +77,7 @@ def _infra(args: argparse.Namespace, settings: Settings) -> int:
             for name, state in status.items():
                 print(f"  {name}: {state}")
             return 0
-        from mongomem.infra.local import jars_cached
+        from mongomem.local.servers import jars_cached
 
         cache = settings.infra.state_dir.resolve() / "cache"
         fetching = "" if jars_cached(cache) else " (first start downloads jars from Maven Central)"
@@ -134,13 +134,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.runner import up
+    from mongomem.local.runner import up
 
     return up(settings, demo=not args.no_demo)
 
 
 def _down(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.runner import down
+    from mongomem.local.runner import down
 
     return down(settings)
 
@@ -163,26 +163,26 @@ def _env(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.operate import print_status
+    from mongomem.cli.operate import print_status
 
     return asyncio.run(print_status(settings))
 
 
 def _configure(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.operate import configure
+    from mongomem.cli.operate import configure
 
     configure(settings, args.file)
     return 0
 
 
 def _apply(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.runner import apply
+    from mongomem.local.runner import apply
 
     return apply(settings, args.file, timeout_s=args.timeout)
 
 
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.operate import replay
+    from mongomem.cli.operate import replay
 
     return asyncio.run(replay(settings, args, _load_stage(args.stage)))
 
@@ -288,31 +288,31 @@ def _parser() -> argparse.ArgumentParser:
 
     add_service_cli(sub)  # `serve` and `keys create|list|revoke`
 
-    from mongomem.spaces.cli import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
+    from mongomem.cli.spaces import add_cli as add_spaces_cli  # cheap: MongoDB loads on run
 
     add_spaces_cli(sub)  # `spaces list|create|show|delete|export|import|rekey`
 
-    from mongomem.memory_cli import add_cli as add_memory_cli  # cheap: MongoDB loads on run
+    from mongomem.cli.memory import add_cli as add_memory_cli  # cheap: MongoDB loads on run
 
     add_memory_cli(sub)  # `memory delete|list|get|history|sessions|turns|status`
 
-    from mongomem.erase_cli import add_cli as add_erase_cli  # cheap: MongoDB loads on run
+    from mongomem.cli.erase import add_cli as add_erase_cli  # cheap: MongoDB loads on run
 
     add_erase_cli(sub)  # `erase user|session|project|resume` (needs --yes)
 
-    from mongomem.export_cli import add_cli as add_export_cli  # cheap: MongoDB loads on run
+    from mongomem.cli.export import add_cli as add_export_cli  # cheap: MongoDB loads on run
 
     add_export_cli(sub)  # `export --user U [--out F]`, `import F --user U`
 
-    from mongomem.retention_cli import add_cli as add_retention_cli  # cheap: loads on run
+    from mongomem.cli.retention import add_cli as add_retention_cli  # cheap: loads on run
 
     add_retention_cli(sub)  # `expire [--limit N]`
 
-    from mongomem.evaluation.cli import add_cli as add_eval_cli  # cheap: the harness loads on run
+    from mongomem.cli.eval import add_cli as add_eval_cli  # cheap: the harness loads on run
 
     add_eval_cli(sub)  # `eval locomo|longmemeval --data PATH`
 
-    from mongomem.dlq_cli import add_cli as add_dlq_cli  # cheap: Kafka loads on run
+    from mongomem.cli.dlq import add_cli as add_dlq_cli  # cheap: Kafka loads on run
 
     add_dlq_cli(sub)  # `dlq list|show|requeue`
     return parser

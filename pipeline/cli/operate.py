@@ -8,7 +8,7 @@
   it implies to ``<state dir>/project.env``; ``make run`` passes them to the
   stage processes. For a deployment, print them and set them on the memory
   server (``MONGOMEM_ENABLED_EXTRACTIONS``, ``MONGOMEM_PROJECT_CONFIG``).
-* ``apply FILE`` (:func:`mongomem.runner.apply`, beside the processes it
+* ``apply FILE`` (:func:`mongomem.local.runner.apply`, beside the processes it
   restarts) configures, restarts the local extractor processes to match, and
   waits until the memory server reports ready and every enabled type's
   extractor is running.
@@ -27,24 +27,29 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, TURNS
+from mongomem.adapters.mongo import connect, database
+from mongomem.adapters.readiness import check_ready
 from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, MongomemError, StorageError
-from mongomem.infra import local_servers_status
-from mongomem.infra.local import pid_alive
-from mongomem.kafka import CANDIDATES, SNAPSHOTS, TURNS
+from mongomem.local.infra import local_servers_status
+from mongomem.local.servers import pid_alive
+from mongomem.local.supervisor import read_restarts
 from mongomem.models import Watermark, utcnow
-from mongomem.mongo import connect, database
-from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
+from mongomem.operations.status import (
+    consumer_group,
+    dead_letter_counts,
+    group_lag,
+    set_group_position,
+)
+from mongomem.operations.usage import LLM_USAGE, recent_usage, usage_table
 from mongomem.project_config import enabled_types, load_project_config
-from mongomem.readiness import check_ready
 from mongomem.settings import (
     ExtractionSettings,
     KafkaSettings,
     Settings,
     with_local_pipeline,
 )
-from mongomem.supervisor import read_restarts
-from mongomem.usage import LLM_USAGE, recent_usage, usage_table
 
 __all__ = [
     "configure",

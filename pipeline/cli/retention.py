@@ -41,9 +41,9 @@ def retention_rules(settings: Settings) -> dict[str, float]:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from mongomem.adapters.mongo import connect, database
     from mongomem.ltm import MemoryStore
     from mongomem.ltm.retention import expire_unreinforced
-    from mongomem.mongo import connect, database
 
     rules = retention_rules(settings)
     if not rules:

@@ -83,7 +83,7 @@ def _row(info: ApiKeyInfo) -> str:
 
 
 async def _keys(args: argparse.Namespace, settings: Settings) -> int:
-    from mongomem.mongo import connect, database
+    from mongomem.adapters.mongo import connect, database
     from mongomem.service.keys import ApiKeyStore
 
     client = connect(settings.mongodb)

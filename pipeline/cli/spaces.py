@@ -26,7 +26,7 @@ be run again after an interruption (:mod:`mongomem.spaces.rekey`).
 
 :func:`add_cli` adds ``spaces`` to the main CLI's sub-parsers; each handler
 takes ``(args, settings)`` and returns the exit status. :func:`main` runs the
-same commands alone (``python -m mongomem.spaces.cli``).
+same commands alone (``python -m mongomem.cli.spaces``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ order that keeps what later steps need until they are done:
    decision log and the memories' candidate ids);
 2. memories: those in the erased user's own scope are removed with all
    versions; project-scoped ones (and, for a session, the user's) follow the
-   lineage rule of :mod:`mongomem.lineage_prune`;
+   lineage rule of :mod:`mongomem.erasure.prune`;
 3. decision-log entries, processing-status entries, LLM usage records of the
    erased snapshots;
 4. snapshots, then turns;
@@ -37,7 +37,7 @@ order that keeps what later steps need until they are done:
 6. the job is marked ``done``; a second sweep of steps 1–4 before that catches
    a write that had checked the register just before it was written. The
    second sweep starts no sooner than
-   :data:`~mongomem.erasure_register.NOT_ERASED_TTL_S` after the register was
+   :data:`~mongomem.erasure.register.NOT_ERASED_TTL_S` after the register was
    written: that is how long short-term memory relies on a "not erased"
    answer, so every turn written on one read before the register is in the
    database by then.
@@ -59,13 +59,21 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.erasure_register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister, erasure_id
+from mongomem.adapters.mongo import (
+    CHECKPOINTS,
+    DECISIONS,
+    LEDGER,
+    MEMORIES,
+    SNAPSHOTS,
+    TURNS,
+    Document,
+)
+from mongomem.erasure.prune import VersionFacts, prune
+from mongomem.erasure.register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister, erasure_id
 from mongomem.errors import InputError, StorageError
-from mongomem.lineage_prune import VersionFacts, prune
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.models import MemoryScope, SessionKey, utcnow
-from mongomem.mongo import CHECKPOINTS, DECISIONS, LEDGER, MEMORIES, SNAPSHOTS, TURNS, Document
-from mongomem.progress import PROGRESS
+from mongomem.operations.progress import PROGRESS
 
 __all__ = [
     "ERASURES",
@@ -82,7 +90,7 @@ __all__ = [
 ]
 
 Doc = dict[str, Any]
-#: :data:`mongomem.usage.LLM_USAGE`, named here: that module needs the ``metrics`` extra,
+#: :data:`mongomem.operations.usage.LLM_USAGE`, named here: that module needs the ``metrics`` extra,
 #: and erasing must work with the core package alone.
 LLM_USAGE = "llm_usage"
 #: Time allowed, past :data:`NOT_ERASED_TTL_S`, for a write sent on a "not erased" answer

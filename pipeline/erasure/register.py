@@ -1,12 +1,12 @@
 """The erasure register (SPEC J3): which projects, users and sessions are erased.
 
 Every writer asks :class:`ErasureRegister` before it writes (see
-:mod:`mongomem.erasure`). A check is one ``find`` by ``_id`` over the (at most
+:mod:`mongomem.erasure.erase`). A check is one ``find`` by ``_id`` over the (at most
 three) register ids that cover a session; a positive answer is cached for the
 life of the register (an erasure is never undone). A negative one is kept only
 by a register made with ``remember_absent=True`` (short-term memory's, on the
 turn path), and for at most :data:`NOT_ERASED_TTL_S` from the moment its read
-was sent; :func:`mongomem.erasure.erase` waits that long after writing the
+was sent; :func:`mongomem.erasure.erase.erase` waits that long after writing the
 register before its second sweep, so a write that relied on such an answer has
 landed by then and is swept.
 """
@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import Erased, StorageError
 from mongomem.models import SessionKey, stable_id
-from mongomem.mongo import Document
 
 __all__ = ["ERASURES", "NOT_ERASED_TTL_S", "ErasureRegister", "erasure_id", "refusal"]
 

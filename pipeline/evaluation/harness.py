@@ -52,15 +52,15 @@ from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, Field
 
+from mongomem.adapters.llm import LLM, ChatMessage
+from mongomem.adapters.mongo import SNAPSHOTS, Document, connect
 from mongomem.errors import ConfigError
 from mongomem.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion
 from mongomem.evaluation.report import write_report
-from mongomem.llm import LLM, ChatMessage
 from mongomem.models import utcnow
-from mongomem.mongo import SNAPSHOTS, Document, connect
+from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageMeter
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
-from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageMeter
 
 __all__ = [
     "ANSWER_PROMPT_VERSION",

@@ -6,7 +6,7 @@ Selection order, for each of the two servers:
    use it as it is (a real replica set, Atlas, a real cluster);
 2. else, when a container engine answers: testcontainers, with the real
    ``mongo`` image as a single-node replica set and an Apache Kafka image;
-3. else: local processes (:mod:`mongomem.infra.local`) — the Apache Kafka
+3. else: local processes (:mod:`mongomem.local.servers`) — the Apache Kafka
    broker and mongo-java-server, from Maven Central jars.
 
 ``MONGOMEM_INFRA_MODE`` can force ``uri``, ``containers`` or ``local``.
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mongomem.errors import InfraError
-from mongomem.infra.local import LocalKafka, LocalMongo, free_port, port_in_use
+from mongomem.local.servers import LocalKafka, LocalMongo, free_port, port_in_use
 from mongomem.settings import Settings
 
 __all__ = [

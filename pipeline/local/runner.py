@@ -2,7 +2,7 @@
 
 ``up`` starts (or reuses) the local servers, a labelled LLM stand-in when no
 endpoint is configured, and every stage as its own process; then it runs the
-demo conversation (:mod:`mongomem.demo`) and returns, leaving the pipeline
+demo conversation (:mod:`mongomem.local.demo`) and returns, leaving the pipeline
 running. ``down`` stops the stage processes and the servers.
 """
 
@@ -18,22 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mongomem import infra
-from mongomem.embeddings import local_model_installed
+from mongomem.adapters.embeddings import local_model_installed
+from mongomem.adapters.kafka import ensure_topics, pipeline_topics
+from mongomem.adapters.readiness import check_ready
+from mongomem.cli.operate import configure, read_project_env
 from mongomem.errors import ConfigError, NotReady
-from mongomem.infra.local import LocalServer, free_port, jars_cached, port_in_use
-from mongomem.kafka import ensure_topics, pipeline_topics
-from mongomem.operate import configure, read_project_env
-from mongomem.project_config import enabled_types
-from mongomem.readiness import check_ready
-from mongomem.settings import (
-    KafkaSettings,
-    MongoSettings,
-    Settings,
-    local_pipeline_env,
-    overlay,
-)
-from mongomem.supervisor import (
+from mongomem.local import infra
+from mongomem.local.servers import LocalServer, free_port, jars_cached, port_in_use
+from mongomem.local.supervisor import (
     PLAN_FILE,
     RESTARTS_FILE,
     PlannedStage,
@@ -42,6 +34,14 @@ from mongomem.supervisor import (
     read_plan,
     stage_env,
     write_plan,
+)
+from mongomem.project_config import enabled_types
+from mongomem.settings import (
+    KafkaSettings,
+    MongoSettings,
+    Settings,
+    local_pipeline_env,
+    overlay,
 )
 
 __all__ = [
@@ -96,12 +96,12 @@ def stage_specs(types: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]
 
 @dataclass(kw_only=True)
 class LLMStandIn(LocalServer):
-    """The rule-based OpenAI-compatible stand-in (``python -m mongomem.llm_stand_in``)."""
+    """The rule-based OpenAI-compatible stand-in (``python -m mongomem.local.llm_stand_in``)."""
 
     name: str = "llm-stand-in"
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "mongomem.llm_stand_in", "--port", str(self.port)]
+        return [sys.executable, "-m", "mongomem.local.llm_stand_in", "--port", str(self.port)]
 
     def _ready(self) -> bool:
         return port_in_use(self.port)
@@ -210,7 +210,7 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
     say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
     if demo:
-        from mongomem.demo import run_demo
+        from mongomem.local.demo import run_demo
 
         return asyncio.run(run_demo(child, env_overrides=overrides, say=say))
     return 0
@@ -273,7 +273,7 @@ def _start_service(
     settings: Settings, stage_dir: Path, root: Path, env: dict[str, str], say: Callable[[str], None]
 ) -> None:
     """The memory service with the inspector, opened by a local key of the demo project."""
-    from mongomem.demo import DEMO_PROJECT
+    from mongomem.local.demo import DEMO_PROJECT
 
     key = inspector_key(stage_dir)
     entries = [e.get_secret_value() for e in settings.service.api_keys]

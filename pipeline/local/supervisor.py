@@ -5,7 +5,7 @@ process group, with a pid file and a log file in the state folder. The end-to-
 end tests use the same class to SIGKILL and restart stages.
 
 ``mongomem up`` writes the stage processes it started to a plan and starts a
-supervisor process (:class:`StageSupervisor`, ``python -m mongomem.supervisor``)
+supervisor process (:class:`StageSupervisor`, ``python -m mongomem.local.supervisor``)
 that restarts any of them found dead, with capped back-off, and counts the
 restarts for ``mongomem status`` (:func:`supervise_stages`).
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.errors import MongomemError
-from mongomem.infra.local import LocalServer
+from mongomem.local.servers import LocalServer
 
 __all__ = [
     "PLAN_FILE",
@@ -41,7 +41,7 @@ __all__ = [
     "write_plan",
 ]
 
-log = logging.getLogger("mongomem.supervisor")
+log = logging.getLogger("mongomem.local.supervisor")
 
 
 @dataclass(kw_only=True)
@@ -213,7 +213,7 @@ class StageSupervisor(LocalServer):
         return ()
 
     def _command(self) -> list[str]:
-        supervisor = [sys.executable, "-m", "mongomem.supervisor"]
+        supervisor = [sys.executable, "-m", "mongomem.local.supervisor"]
         return [*supervisor, str(self.state_dir), str(self.cache_dir)]
 
     def _ready(self) -> bool:
@@ -222,7 +222,7 @@ class StageSupervisor(LocalServer):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m mongomem.supervisor STAGE_DIR CACHE_DIR``: supervise until SIGTERM/SIGINT."""
+    """``python -m mongomem.local.supervisor STAGE_DIR CACHE_DIR``: supervise until signalled."""
     stage_dir, cache_dir = (Path(a) for a in (argv or sys.argv[1:]))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()

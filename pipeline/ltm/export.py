@@ -52,8 +52,9 @@ from pymongo import ASCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.embeddings import Embedder
-from mongomem.erasure_register import ErasureRegister
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, SNAPSHOTS, Document
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import StorageError
 from mongomem.ltm.documents import encode_embedding, scope_filter
 from mongomem.ltm.export_format import (
@@ -75,7 +76,6 @@ from mongomem.ltm.export_format import (
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import CLOSED_STATUSES, Action, MemoryScope, MemoryStatus, utcnow
-from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, Document
 
 __all__ = [
     "CHUNK",

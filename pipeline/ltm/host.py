@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
 
+from mongomem.adapters.mongo import Capabilities
 from mongomem.ltm.index import IndexCache
 from mongomem.ltm.plan import Decision, Neighbour, Outcome, Thresholds
 from mongomem.ltm.search import VectorSearch
 from mongomem.models import MemoryCandidate
-from mongomem.mongo import Capabilities
 
 __all__ = ["BatchHost", "StoreCollections"]
 

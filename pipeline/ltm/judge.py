@@ -9,7 +9,7 @@ stage alike) and the decision benchmark all decide through it.
 
 :class:`Judge` is the seam; :class:`LLMJudge` asks any object with the
 ``structured(messages, schema, schema_name=...)`` method of
-:mod:`mongomem.llm` (the OpenAI-compatible adapter) and
+:mod:`mongomem.adapters.llm` (the OpenAI-compatible adapter) and
 :class:`ScriptedJudge` is the test double. A judge that fails leaves the
 judge-less default in place (the stream never stalls on it); the decision
 log records the verdict, its reason, the judge's input size and its latency.
@@ -175,7 +175,7 @@ class JudgeAnswer(BaseModel):
 
 
 class StructuredLLM(Protocol):
-    """The part of :class:`mongomem.llm.LLM` the judge needs."""
+    """The part of :class:`mongomem.adapters.llm.LLM` the judge needs."""
 
     async def structured(
         self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
@@ -198,7 +198,7 @@ SYSTEM_PROMPT = (
 
 
 class LLMJudge:
-    """A :class:`Judge` backed by an OpenAI-compatible model (see :mod:`mongomem.llm`)."""
+    """A :class:`Judge` backed by an OpenAI-compatible model (see :mod:`mongomem.adapters.llm`)."""
 
     def __init__(self, llm: StructuredLLM) -> None:
         self._llm = llm

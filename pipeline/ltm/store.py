@@ -48,7 +48,7 @@ concurrent writers of the same scope, without multi-document transactions:
   a crash, and settled — so given an expiry — by the next delivery), so they do
   not make the ledger grow.
 
-Where :func:`mongomem.mongo.capabilities` reports transactions, the memory
+Where :func:`mongomem.adapters.mongo.capabilities` reports transactions, the memory
 writes of one decision run inside a transaction as well. A REINFORCE that
 races an UPDATE of the same memory is counted on the version it confirmed
 (history keeps it). Every applied decision is logged in ``decision_log`` with
@@ -72,6 +72,7 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 from mongomem.deadlines import check_deadline
 from mongomem.errors import DeadlineExceeded, InputError, StorageError, WriteConflict
 from mongomem.ltm.batch import reconcile_batch
@@ -117,7 +118,6 @@ from mongomem.models import (
     MemoryVersion,
     utcnow,
 )
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 
 __all__ = ["MemoryStore", "Outcome"]
 

@@ -1,7 +1,7 @@
 """Test helpers shipped with the package: build candidates without an extractor.
 
 ``candidate(...)`` makes a :class:`~mongomem.models.MemoryCandidate` of a
-built-in type embedded by the :class:`~mongomem.embeddings.HashingEmbedder`
+built-in type embedded by the :class:`~mongomem.adapters.embeddings.HashingEmbedder`
 stand-in (not a model), as if extracted from ``snapshot`` (or written directly
 when ``snapshot`` is ``None``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.ltm.kinds import kind_of, make_candidate, scope_for
 from mongomem.models import Evidence, MemoryCandidate, stable_id, utcnow
 

@@ -15,7 +15,7 @@ on its DNS-rebinding protection); anything else is a
 processes can still reach a loopback endpoint: set a token on shared machines.
 
 With ``MONGOMEM_MCP_TLS_CERT_FILE`` and ``…_KEY_FILE`` the endpoint is
-``https://…/mcp`` (TLS 1.2 at least; :mod:`mongomem.tls`), so the token does not
+``https://…/mcp`` (TLS 1.2 at least; :mod:`mongomem.adapters.tls`), so the token does not
 cross the network in the clear; a certificate or key that cannot be loaded is
 a :class:`~mongomem.errors.ConfigError` before the server starts.
 """
@@ -111,7 +111,7 @@ async def serve_http(
 ) -> None:
     """Serve ``server`` at ``http(s)://<host>:<port>/mcp`` until stopped (behind
     :class:`BearerAuth` when there is a ``token``; over TLS with ``tls``, see
-    :func:`mongomem.tls.server_context`), as the SDK's own runner does."""
+    :func:`mongomem.adapters.tls.server_context`), as the SDK's own runner does."""
     app: ASGIApp = server.streamable_http_app(host=config.host)
     if token is not None:
         app = BearerAuth(app, token)

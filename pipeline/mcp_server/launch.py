@@ -18,6 +18,7 @@ from functools import partial
 
 from pydantic import ValidationError
 
+from mongomem.adapters.tls import server_context
 from mongomem.errors import MongomemError
 from mongomem.logs import configure_logging
 from mongomem.mcp_server.config import McpServerConfig, config_from_args, parse_args
@@ -27,7 +28,6 @@ from mongomem.mcp_server.space_tools import LazySpaces
 from mongomem.sdk import AsyncMemory, MemoryTransport
 from mongomem.sdk.spaces.transport import SpacesTransport
 from mongomem.settings import Settings, load_settings
-from mongomem.tls import server_context
 
 __all__ = ["main", "run", "run_from_args", "serve"]
 

@@ -30,7 +30,7 @@ from mongomem.sdk import (
     TaxonomicTerm,
     VersionRecord,
 )
-from mongomem.stm import SessionSummary
+from mongomem.stm.turns import SessionSummary
 
 with require("mcp"):
     from mcp.server.mcpserver import MCPServer

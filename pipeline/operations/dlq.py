@@ -1,6 +1,6 @@
 """Dead letters an operator can act on: list, show (original bytes decoded), requeue.
 
-A stage that cannot process a record sends a :class:`~mongomem.kafka.DeadLetter`
+A stage that cannot process a record sends a :class:`~mongomem.adapters.kafka.DeadLetter`
 to ``dlq.<stage>``. The dead letter names its *source* (topic, partition,
 offset) and keeps the original key and value bytes. Once the cause is fixed
 (an LLM that answers again, a schema the stage now reads …), :func:`requeue`
@@ -38,13 +38,13 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from mongomem.adapters.kafka import DeadLetter, dead_letter_topic, make_producer
+from mongomem.adapters.mongo import Document, connect, database
 from mongomem.codec import decode
 from mongomem.errors import BrokerError, InputError, MessageDecodeError, StorageError
 from mongomem.extras import require
-from mongomem.kafka import DeadLetter, dead_letter_topic, make_producer
 from mongomem.models import utcnow
-from mongomem.mongo import Document, connect, database
-from mongomem.ops import topic_partitions
+from mongomem.operations.status import topic_partitions
 from mongomem.settings import Settings
 
 with require("stages"):

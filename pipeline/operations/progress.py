@@ -43,10 +43,10 @@ from pymongo import ASCENDING, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.errors import StorageError
 from mongomem.models import Frozen, MemoryCandidate, SessionKey, Snapshot, stable_id
-from mongomem.mongo import SNAPSHOTS, TURNS, Document
-from mongomem.stm import NOT_AN_EVENT
+from mongomem.stm.turns import NOT_AN_EVENT
 
 __all__ = [
     "PROGRESS",

@@ -18,9 +18,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import Document, connect, database
 from mongomem.errors import StorageError
 from mongomem.models import utcnow
-from mongomem.mongo import Document, connect, database
 from mongomem.settings import Settings
 
 __all__ = ["STAGE_RESTARTS", "StageRestarts", "read_restarts", "record_restart"]

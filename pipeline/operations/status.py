@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from mongomem.adapters.kafka import DeadLetter, dead_letter_topic
 from mongomem.codec import decode, peek_kind
 from mongomem.errors import BrokerError, MessageDecodeError
 from mongomem.extras import require
-from mongomem.kafka import DeadLetter, dead_letter_topic
 from mongomem.settings import KafkaSettings
 
 with require("stages"):

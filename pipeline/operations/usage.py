@@ -4,7 +4,7 @@ Usage lives in the MongoDB collection ``llm_usage``, one document per
 :class:`UsageKey`: per (snapshot, memory type) for extraction
 (``_id = stable_id("usage", snapshot_id, type)``, as before) and per
 (query, purpose) for LLM calls made to answer a query. A
-:class:`UsageMeter` is the :class:`~mongomem.llm.CallMeter` of one key:
+:class:`UsageMeter` is the :class:`~mongomem.adapters.llm.CallMeter` of one key:
 
 * every request is counted (``calls``) *before* it is sent, so a call cut
   short by a timeout or a crash of the process is still counted;
@@ -33,10 +33,10 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
 from mongomem import metrics
+from mongomem.adapters.llm import LLMUsage
+from mongomem.adapters.mongo import Document
 from mongomem.errors import StorageError
-from mongomem.llm import LLMUsage
 from mongomem.models import stable_id, utcnow
-from mongomem.mongo import Document
 from mongomem.settings import LLMSettings
 
 __all__ = [
@@ -213,7 +213,7 @@ class MemoryUsageRecorder:
 
 
 class UsageMeter:
-    """The :class:`~mongomem.llm.CallMeter` of one key: counts, stores and exports usage.
+    """The :class:`~mongomem.adapters.llm.CallMeter` of one key: counts, stores and exports usage.
 
     A storage failure is logged and the call goes on: accounting never fails
     the work it accounts for.

@@ -20,7 +20,7 @@ with an API key, with the same results and errors.
 from __future__ import annotations
 
 from mongomem.ltm.export import ExportResult, ImportResult
-from mongomem.progress import ProcessingStatus, SnapshotProgress, TypeProgress
+from mongomem.operations.progress import ProcessingStatus, SnapshotProgress, TypeProgress
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity

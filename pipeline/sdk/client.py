@@ -20,14 +20,15 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from mongomem.embeddings import Embedder
-from mongomem.erasure import ErasureResult
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.tls import Verify
+from mongomem.erasure.erase import ErasureResult
 from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import make_filter
 from mongomem.ltm.export import ExportResult, ImportResult
 from mongomem.models import MemoryType, Role, SessionEnd, Turn
-from mongomem.progress import ProcessingStatus
+from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES, check_context_arguments, compose_context
 from mongomem.sdk.export_io import ExportSink, ImportSource, read_lines, write_export
 from mongomem.sdk.http import HttpTransport
@@ -51,8 +52,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, load_settings, with_local_pipeline
-from mongomem.stm import SessionPage, SessionSummary, TurnPage
-from mongomem.tls import Verify
+from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
@@ -114,7 +114,7 @@ class AsyncMemory:
         """Erase a user of this project (SPEC J2): every turn, snapshot, memory, version,
         evidence, ledger and decision-log entry, usage record and processing status derived
         from them; project-scoped memories lose the user's evidence by lineage
-        (:mod:`mongomem.erasure`). Irreversible, so ``confirm=True`` is required; the user
+        (:mod:`mongomem.erasure.erase`). Irreversible, so ``confirm=True`` is required; the user
         id is retired (later writes for it are refused). An unknown user is a no-op whose
         result says so (``erased`` is ``False``). Run again, it completes an interrupted
         erasure.
@@ -427,7 +427,7 @@ class AsyncBoundMemory:
         for it) or ``dead_lettered`` (with the error). Three indexed MongoDB reads
         sent together (snapshots, their progress, the last turn's seq); no Kafka
         call. Turns not yet promoted to a snapshot are not counted, but
-        ``last_turn_seq`` shows them (see :mod:`mongomem.progress`).
+        ``last_turn_seq`` shows them (see :mod:`mongomem.operations.progress`).
         """
         return await self._t.processing_status(self.identity)
 
@@ -488,7 +488,7 @@ class AsyncBoundMemory:
 
         ``at`` loads a turn of the past with its own time (backfills,
         evaluations; SPEC J7): a timezone-aware datetime, at most
-        :data:`~mongomem.stm.FUTURE_SKEW_S` seconds ahead of now, and not earlier
+        :data:`~mongomem.stm.turns.FUTURE_SKEW_S` seconds ahead of now, and not earlier
         than the session's previous turn — else
         :class:`~mongomem.errors.InputError` with ``field="at"`` and nothing is
         stored. The windowing stage windows such turns by their own times.

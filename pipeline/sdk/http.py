@@ -35,7 +35,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
-from mongomem.erasure import ErasureResult, require_confirmation
+from mongomem.adapters.tls import Verify
+from mongomem.erasure.erase import ErasureResult, require_confirmation
 from mongomem.errors import (
     ConfigError,
     InputError,
@@ -47,7 +48,7 @@ from mongomem.errors import (
 from mongomem.ltm.browse import MemoryFilter
 from mongomem.ltm.export import ImportResult
 from mongomem.models import Role, SessionEnd, Turn, utcnow
-from mongomem.progress import ProcessingStatus
+from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.context import check_context_arguments
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.idempotency import check_idempotency_key
@@ -64,8 +65,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, ROUTES
-from mongomem.stm import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
-from mongomem.tls import Verify
+from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
 
 __all__ = ["HttpTransport"]
 
@@ -86,7 +86,7 @@ class HttpTransport(ServiceClient):
 
     ``api_key`` may be left out when the :class:`~mongomem.sdk.AsyncMemory`
     that uses this transport is given one. ``verify`` decides which
-    certificates an ``https://`` service may present (:data:`mongomem.tls.Verify`:
+    certificates an ``https://`` service may present (:data:`mongomem.adapters.tls.Verify`:
     default the system's CAs; the path of a private CA's bundle; an
     :class:`ssl.SSLContext`). ``client`` lets an application share (or, in
     tests, fake) its :class:`httpx.AsyncClient`, whose own ``verify`` then

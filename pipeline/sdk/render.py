@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mongomem.recall import RECALL_CLOSE, RECALL_OPEN, mark_recalled
 from mongomem.sdk.models import ContextItem, MemoryContext
+from mongomem.stm.recall import RECALL_CLOSE, RECALL_OPEN, mark_recalled
 
 __all__ = ["SECTION_TITLES", "render_context"]
 
@@ -24,7 +24,7 @@ def render_context(
 
     An item that does not fit is left out whole (never cut mid-line), and
     ``omitted`` counts those left out. The text never exceeds ``max_chars``,
-    the recall markers of :mod:`mongomem.recall` included: they wrap any text
+    the recall markers of :mod:`mongomem.stm.recall` included: they wrap any text
     so that an agent that records it in a turn does not teach it back (K3).
     """
     lines: list[str] = []

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from mongomem.adapters.tls import Verify, certificate_problem, client_verify
 from mongomem.errors import ConfigError, MongomemError, StorageError
 from mongomem.sdk.errormap import error_from
-from mongomem.tls import Verify, certificate_problem, client_verify
 
 __all__ = ["ServiceClient"]
 
@@ -31,7 +31,7 @@ class ServiceClient:
     """The memory service at ``base_url``, called with ``api_key`` (see the module docstring).
 
     ``verify`` decides which certificates an ``https://`` service may present
-    (:data:`mongomem.tls.Verify`). ``client`` lets an application share (or a
+    (:data:`mongomem.adapters.tls.Verify`). ``client`` lets an application share (or a
     test fake) its :class:`httpx.AsyncClient`, whose own ``verify`` then
     applies; a client made here is closed by :meth:`close`.
     """

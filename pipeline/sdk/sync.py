@@ -18,12 +18,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from mongomem.embeddings import Embedder
-from mongomem.erasure import ErasureResult
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.tls import Verify
+from mongomem.erasure.erase import ErasureResult
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.export import ExportResult, ImportResult
 from mongomem.models import Role, SessionEnd, Turn
-from mongomem.progress import ProcessingStatus
+from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.export_io import ExportSink, ImportSource
 from mongomem.sdk.models import (
@@ -42,8 +43,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
-from mongomem.stm import SessionPage, SessionSummary, TurnPage
-from mongomem.tls import Verify
+from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 

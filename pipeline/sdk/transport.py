@@ -22,10 +22,16 @@ from typing import Any, Protocol
 
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.embeddings import (
+    Embedder,
+    embed_queries,
+    local_model_installed,
+    make_embedder,
+)
+from mongomem.adapters.mongo import Document, connect, database
 from mongomem.deadlines import check_deadline
-from mongomem.embeddings import Embedder, embed_queries, local_model_installed, make_embedder
-from mongomem.erasure import ErasureResult, Target, erase, require_confirmation
-from mongomem.erasure_register import ErasureRegister
+from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import ConfigError, InputError, NotReady
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
@@ -40,8 +46,7 @@ from mongomem.models import (
     stable_id,
     utcnow,
 )
-from mongomem.mongo import Document, connect, database
-from mongomem.progress import ProcessingStatus, Progress
+from mongomem.operations.progress import ProcessingStatus, Progress
 from mongomem.project_config import enabled_types
 from mongomem.sdk.context import compose_context
 from mongomem.sdk.idempotency import (
@@ -66,7 +71,7 @@ from mongomem.sdk.models import (
     record_of,
 )
 from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.stm import SessionPage, SessionSummary, ShortTermMemory, TurnPage
+from mongomem.stm.turns import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
 __all__ = ["DirectTransport", "MemoryTransport", "default_embedder"]
 
@@ -128,7 +133,7 @@ class MemoryTransport(Protocol):
         ...
 
     async def processing_status(self, who: Identity) -> ProcessingStatus:
-        """The extraction progress of the caller's session (:mod:`mongomem.progress`)."""
+        """The extraction progress of the caller's session (:mod:`mongomem.operations.progress`)."""
         ...
 
     async def browse_memories(
@@ -171,7 +176,7 @@ class MemoryTransport(Protocol):
     async def erase(
         self, project_id: str, user_id: str | None, session_id: str | None, *, confirm: bool
     ) -> ErasureResult:
-        """Erase a project, a user or a session (:mod:`mongomem.erasure`); ``confirm`` must
+        """Erase a project, a user or a session (:mod:`mongomem.erasure.erase`); ``confirm`` must
         be ``True``."""
         ...
 
@@ -198,7 +203,7 @@ def default_embedder(settings: EmbeddingSettings) -> Embedder:
 class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
-    ``embedder`` defaults to :func:`~mongomem.embeddings.make_embedder` of
+    ``embedder`` defaults to :func:`~mongomem.adapters.embeddings.make_embedder` of
     ``settings.embedding`` (with no provider set: the local model when the
     ``local-embeddings`` extra is installed), made on the first save or search:
     turns and reads need no embedder. ``client`` lets an application share its

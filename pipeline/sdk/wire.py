@@ -66,9 +66,9 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mongomem.erasure import ErasureResult
+from mongomem.erasure.erase import ErasureResult
 from mongomem.models import SessionEnd, Turn
-from mongomem.progress import ProcessingStatus
+from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES
 from mongomem.sdk.models import (
     DeleteResult,
@@ -80,7 +80,7 @@ from mongomem.sdk.models import (
     SearchHit,
     VersionRecord,
 )
-from mongomem.stm import SessionPage, SessionSummary, TurnPage
+from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = [
     "CALLER_FIELDS",

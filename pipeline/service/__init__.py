@@ -22,8 +22,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mongomem.cli.service import add_cli, keys_command, main, serve_command
     from mongomem.service.app import REQUEST_SECONDS, REQUESTS, identity_of, make_app, serve
-    from mongomem.service.cli import add_cli, keys_command, main, serve_command
     from mongomem.service.http import RunningServer, start_server
     from mongomem.service.keys import (
         API_KEYS,
@@ -66,12 +66,13 @@ _HOME = {
     **dict.fromkeys(["REQUESTS", "REQUEST_SECONDS", "identity_of", "make_app", "serve"], "app"),
     **dict.fromkeys(["RunningServer", "start_server"], "http"),
     **dict.fromkeys(["Bucket", "RateLimiter", "take"], "limits"),
-    **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "cli"),
+    **dict.fromkeys(["add_cli", "keys_command", "main", "serve_command"], "mongomem.cli.service"),
 }
 
 
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOME.get(name, 'keys')}")
+    home = _HOME.get(name, "keys")
+    module = importlib.import_module(home if "." in home else f"{__name__}.{home}")
     return getattr(module, name)

@@ -2,6 +2,6 @@
 
 import sys
 
-from mongomem.service.cli import main
+from mongomem.cli.service import main
 
 sys.exit(main())

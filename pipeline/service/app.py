@@ -13,7 +13,7 @@ endpoint                   auth   answer
 ``/v1/spaces…``            key    memory spaces (:mod:`mongomem.service.spaces_routes`)
 ``GET /healthz``           none   200 while the process serves requests
 ``GET /readyz``            none   200, or 503 listing what is missing
-                                  (:func:`~mongomem.readiness.check_ready`, MongoDB ping)
+                                  (:func:`~mongomem.adapters.readiness.check_ready`, MongoDB ping)
 ``GET /metrics``           none   Prometheus text (every ``mongomem_*`` metric)
 ``GET /openapi.json``      none   the OpenAPI document; ``/docs`` shows it
 ``/v1/inspector/…``        key    what the web inspector adds (:mod:`mongomem.service.inspector`)
@@ -41,11 +41,11 @@ limit answers 429 with ``Retry-After`` (whole seconds) and nothing is done.
 
 TLS: with ``MONGOMEM_SERVICE_TLS_CERT_FILE`` and ``…_KEY_FILE`` set, the port
 speaks HTTPS only (TLS 1.2 at least); a certificate or key that cannot be
-loaded stops the service before it listens (:mod:`mongomem.tls`). Without them
+loaded stops the service before it listens (:mod:`mongomem.adapters.tls`). Without them
 it speaks plain HTTP, for loopback or behind a TLS-terminating proxy.
 
 Embedding is fair between projects and bounded in time: the service's embedder
-sits behind :class:`~mongomem.scheduling.FairEmbedder` (queues served by
+sits behind :class:`~mongomem.service.scheduling.FairEmbedder` (queues served by
 tokens, so one project's long texts cannot starve another's short ones;
 micro-batches of ``MONGOMEM_SERVICE_EMBEDDING_BATCH`` texts), and every request
 has a deadline (``MONGOMEM_SERVICE_REQUEST_DEADLINE_S``, default 30 s) that a
@@ -72,14 +72,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, create_model
 from pymongo.errors import PyMongoError
 
 from mongomem import __version__
-from mongomem.embeddings import Embedder
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.mongo import connect, database
+from mongomem.adapters.readiness import check_ready, ensure_ready
+from mongomem.adapters.tls import server_context
 from mongomem.errors import ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import MemoryFilter, make_filter
-from mongomem.mongo import connect, database
-from mongomem.readiness import check_ready, ensure_ready
-from mongomem.scheduling import FairEmbedder
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.transport import DirectTransport, MemoryTransport, default_embedder
@@ -132,8 +132,8 @@ from mongomem.service.http import (
 )
 from mongomem.service.keys import ApiKeyStore, KeyRing, parse_env_keys
 from mongomem.service.limits import RateLimiter
+from mongomem.service.scheduling import FairEmbedder
 from mongomem.settings import Settings
-from mongomem.tls import server_context
 
 with require("service"):
     from fastapi import APIRouter, Body, FastAPI, Path, Query, Request, Response
@@ -385,7 +385,7 @@ def make_app(
 ) -> Plumbing:
     """The service as an ASGI application (MongoDB is reached once it starts).
 
-    ``embedder`` goes behind a :class:`~mongomem.scheduling.FairEmbedder`
+    ``embedder`` goes behind a :class:`~mongomem.service.scheduling.FairEmbedder`
     (unless it is one already); without it, the configured one, made on first use.
     """
     from mongomem.service.export_routes import MAX_IMPORT_BYTES as MAX_USER_IMPORT_BYTES
@@ -472,7 +472,7 @@ async def serve(
     settings: Settings, stop: asyncio.Event, *, embedder: Embedder | None = None
 ) -> None:
     """Serve on ``settings.service.host:port`` until ``stop`` is set: HTTPS with
-    ``settings.service.tls_cert_file`` and ``tls_key_file`` (:mod:`mongomem.tls`),
+    ``settings.service.tls_cert_file`` and ``tls_key_file`` (:mod:`mongomem.adapters.tls`),
     plain HTTP without them.
 
     Refuses to start (:class:`~mongomem.errors.NotReady`) without an embedding

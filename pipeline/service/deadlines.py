@@ -7,7 +7,7 @@ seconds (default 30; ``none``: only a disconnect ends it) the request's own,
 then reads the request's body (bounded by the body limits outside it) and,
 while the app works, listens for the client's ``http.disconnect``. When the
 client goes away the deadline is abandoned at once. So, with
-:mod:`mongomem.deadlines` and :mod:`mongomem.scheduling`: a request whose
+:mod:`mongomem.deadlines` and :mod:`mongomem.service.scheduling`: a request whose
 client gave up, or whose time is up, has its queued embedding dropped, writes
 nothing, and is answered 503 ``DeadlineExceeded`` (``Retry-After``) if anyone
 is still listening.

@@ -15,16 +15,16 @@ from typing import Annotated, Any, cast
 from pydantic import BaseModel
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError, RateLimitExceeded, ScopeError
 from mongomem.extras import require
-from mongomem.mongo import Document
-from mongomem.scheduling import TENANT
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity, resolve_identity
 from mongomem.sdk.models import MemoryRequestContext
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.sdk.wire import Caller, ErrorBody
 from mongomem.service.keys import KeyRing, hash_key
 from mongomem.service.limits import RateLimiter
+from mongomem.service.scheduling import TENANT
 from mongomem.settings import Settings
 
 with require("service"):
@@ -113,7 +113,7 @@ async def authorise(
     backend = backend_of(request)
     key = credentials.credentials.strip() if credentials is not None else None
     project = await backend.keys.project_of(key or None)
-    TENANT.set(project)  # embedding queues are fair between projects (mongomem.scheduling)
+    TENANT.set(project)  # embedding queues are fair between projects (mongomem.service.scheduling)
     limiter = backend.limiter
     if limiter is not None and key:
         wait = limiter.acquire(hash_key(key))  # never the plaintext

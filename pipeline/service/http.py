@@ -93,7 +93,7 @@ EMBEDDING_QUEUE_TOKENS = Gauge(
 
 
 def embedding_queue_observer(lane: str) -> Callable[[int, int], None]:
-    """The :data:`~mongomem.scheduling.DepthObserver` of one lane: moves its two gauges."""
+    """The :data:`~mongomem.service.scheduling.DepthObserver` of one lane: moves its two gauges."""
     jobs, tokens = EMBEDDING_QUEUE_JOBS.labels(lane), EMBEDDING_QUEUE_TOKENS.labels(lane)
 
     def observe(job_change: int, token_change: int) -> None:

@@ -20,7 +20,7 @@ key's project:
 ``GET /v1/inspector/snapshots/{snapshot_id}``   one snapshot and its turns (a version's evidence)
 ``GET /v1/inspector/pipeline``                  consumer lag per group, the project's dead
                                                 letters with their errors, stage restarts
-                                                (:mod:`mongomem.restarts`), local processes
+                                                (``operations.restarts``), local processes
 ==============================================  ===========================================
 
 Consumer lag is the pipeline's, shared by every project (Kafka topics are not
@@ -42,21 +42,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, database
 from mongomem.errors import MongomemError, StorageError
 from mongomem.extras import require
 from mongomem.ltm.plan import Score, Thresholds
 from mongomem.models import SnapshotTurn
-from mongomem.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, database
+from mongomem.operations.restarts import StageRestarts, read_restarts
 from mongomem.project_config import enabled_types
-from mongomem.restarts import StageRestarts, read_restarts
 from mongomem.sdk.wire import Answer
 from mongomem.service.deps import ERRORS, Project, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.settings import Settings
-from mongomem.stm import NOT_AN_EVENT
+from mongomem.stm.turns import NOT_AN_EVENT
 
 if TYPE_CHECKING:
-    from mongomem.kafka import DeadLetter
+    from mongomem.adapters.kafka import DeadLetter
 
 with require("service"):
     from fastapi import APIRouter, Path, Query, Request, Response
@@ -302,8 +302,8 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
     mine: list[DeadLetterView] = []
     hidden = 0
     try:
-        from mongomem.operate import local_stage_processes, stage_groups
-        from mongomem.ops import dead_letter_counts, group_lag, recent_dead_letters
+        from mongomem.cli.operate import local_stage_processes, stage_groups
+        from mongomem.operations.status import dead_letter_counts, group_lag, recent_dead_letters
     except MongomemError as exc:  # the [stages] extra is not installed
         return PipelineStatus(
             groups=[],

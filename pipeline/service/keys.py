@@ -32,9 +32,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, SecretStr
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import AuthError, ConfigError, InputError, StorageError
 from mongomem.models import check_identifier, utcnow
-from mongomem.mongo import Document
 
 __all__ = [
     "API_KEYS",

@@ -14,7 +14,7 @@ no tenant's large texts can starve another tenant's small ones (issue 17):
   requests; a tenant's own jobs keep their order; and an idle tenant banks no
   credit (it starts at the virtual time).
 * **Bounded wait.** A batch costs at most ``quantum`` tokens (one text is cut
-  to the model's window, :mod:`mongomem.embeddings`, so one text fits); with
+  to the model's window, :mod:`mongomem.adapters.embeddings`, so one text fits); with
   ``concurrency`` 1, a small job of a tenant that was idle waits for at most
   the batch in flight, plus jobs of other tenants started no later than it.
   A tenant flooding window-sized texts gets one of them in before it.
@@ -47,8 +47,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from mongomem.adapters.embeddings import Embedder, embed_queries
 from mongomem.deadlines import current_deadline
-from mongomem.embeddings import Embedder, embed_queries
 from mongomem.errors import EmbeddingError
 
 __all__ = ["TENANT", "DepthObserver", "FairEmbedder", "FairScheduler", "estimated_tokens"]
@@ -222,7 +222,7 @@ class FairScheduler:
 
 
 class FairEmbedder:
-    """An :class:`~mongomem.embeddings.Embedder` whose calls go through fair schedulers.
+    """An :class:`~mongomem.adapters.embeddings.Embedder` whose calls go through fair schedulers.
 
     ``embed`` (stored texts) and ``embed_query`` (search queries) are two lanes,
     each a :class:`FairScheduler` over the tenant of the calling task

@@ -32,7 +32,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic_core import to_jsonable_python
 
-from mongomem.embeddings import Embedder, make_embedder
+from mongomem.adapters.embeddings import Embedder, make_embedder
 from mongomem.errors import InputError, MongomemError, ScopeError
 from mongomem.extras import require
 from mongomem.sdk.spaces.wire import (

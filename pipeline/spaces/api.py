@@ -23,11 +23,11 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import Embedder, make_embedder
+from mongomem.adapters.embeddings import Embedder, make_embedder
+from mongomem.adapters.llm import make_llm
+from mongomem.adapters.mongo import Document, connect, database
 from mongomem.errors import InputError
-from mongomem.llm import make_llm
 from mongomem.models import utcnow
-from mongomem.mongo import Document, connect, database
 from mongomem.settings import Settings
 from mongomem.spaces.catalog import (
     KeysArg,

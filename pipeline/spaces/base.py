@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from mongomem.embeddings import Embedder
+from mongomem.adapters.embeddings import Embedder
 from mongomem.errors import InputError
 from mongomem.models import MAX_JSON_DEPTH, json_depth
 from mongomem.spaces.catalog import check_id, check_text

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError
 from mongomem.models import check_identifier, stable_id
-from mongomem.mongo import Document
 from mongomem.spaces.models import MAX_ARGUMENTS, RecallSettings, SearchKey, Space, validated
 
 __all__ = [

@@ -8,7 +8,7 @@
   summary is the key. The stored input keeps the file's name, its SHA-256 and
   the summary, not the file's text.
 
-:class:`LLMSummariser` asks any :class:`~mongomem.llm.LLM` (an OpenAI-compatible
+:class:`LLMSummariser` asks any :class:`~mongomem.adapters.llm.LLM` (an OpenAI-compatible
 endpoint) for ``{"summary": ...}``. No summariser is needed while no file or
 long text is given; when one is needed and none is configured, the call
 fails with :class:`~mongomem.errors.NotReady` before anything is stored.
@@ -22,8 +22,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from mongomem.adapters.llm import LLM
 from mongomem.errors import InputError
-from mongomem.llm import LLM
 from mongomem.spaces.models import MAX_ARGUMENTS, MAX_TEXT_CHARS, FileInput, check_argument
 
 __all__ = [

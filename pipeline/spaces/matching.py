@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mongomem.embeddings import Embedder
+from mongomem.adapters.embeddings import Embedder
 from mongomem.errors import ConfigError, EmbeddingError, InputError
 from mongomem.spaces.keys import InputValue, Summariser, derive_key_texts
 from mongomem.spaces.models import RecallHit, RecallSettings, SearchKey, Space, SpaceItem

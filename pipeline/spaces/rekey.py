@@ -29,8 +29,8 @@ What it guarantees, without transactions:
 
 from __future__ import annotations
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import ConfigError, InputError
-from mongomem.mongo import Document
 from mongomem.spaces.base import SpacesBase
 from mongomem.spaces.crypto import PayloadCipher
 from mongomem.spaces.models import RekeyResult, Space

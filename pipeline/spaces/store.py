@@ -31,9 +31,9 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError, StorageError
 from mongomem.ltm.documents import decode_embedding, encode_embedding
-from mongomem.mongo import Document
 from mongomem.spaces.crypto import Keyring
 from mongomem.spaces.models import Space, SpaceItem
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
+from mongomem.adapters.mongo import SNAPSHOTS, Document
 from mongomem.errors import StorageError
 from mongomem.models import SessionKey
-from mongomem.mongo import SNAPSHOTS, Document
 
 __all__ = ["SNAPSHOT_LINEAGE_INDEX", "ensure_lineage_index", "snapshot_holding"]
 

@@ -82,8 +82,9 @@ from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
+from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import session_bucket
-from mongomem.erasure_register import ErasureRegister, refusal
+from mongomem.erasure.register import ErasureRegister, refusal
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -94,7 +95,6 @@ from mongomem.models import (
     check_identifier,
     utcnow,
 )
-from mongomem.mongo import TURNS, Document
 from mongomem.settings import StmSettings
 
 __all__ = [
@@ -391,7 +391,7 @@ def end_from_document(doc: Mapping[str, Any]) -> SessionEnd:
 #: Fields of a ``turns`` document that are not the turn's: its id, its session's
 #: bucket (:func:`~mongomem.buckets.session_bucket`, for the watcher shares), and the
 #: lineage mark that windowing once added to the turns it snapshotted (documents of
-#: older versions; lineage is now read from the snapshots, :mod:`mongomem.lineage`).
+#: older versions; lineage is now read from the snapshots, :mod:`mongomem.stm.lineage`).
 _NOT_TURN_FIELDS = frozenset({"_id", "bucket", "snapshot_id"})
 
 
@@ -424,7 +424,7 @@ def _filter(key: SessionKey) -> Document:
 class ShortTermMemory:
     """Record and read the turns of sessions (SPEC A1–A3).
 
-    ``db`` should come from :func:`mongomem.mongo.connect` (tz-aware client).
+    ``db`` should come from :func:`mongomem.adapters.mongo.connect` (tz-aware client).
     """
 
     def __init__(
@@ -533,7 +533,7 @@ class ShortTermMemory:
 
         The register (SPEC J3) costs a turn no round trip of its own: a session
         the register knows as erased writes nothing; one it read as not erased
-        less than :data:`~mongomem.erasure_register.NOT_ERASED_TTL_S` ago writes
+        less than :data:`~mongomem.erasure.register.NOT_ERASED_TTL_S` ago writes
         at once (an erasure sweeps again after that long); otherwise the read
         goes out *beside* the write, and if it finds the session erased, the
         document just written is deleted again before :class:`Erased` is

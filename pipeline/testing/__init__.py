@@ -1,7 +1,7 @@
 """Test doubles that ship with mongomem (no network, no model).
 
 * :class:`FakeOpenAIServer` — the product's local OpenAI-compatible HTTP
-  server (:class:`~mongomem.llm_stand_in.OpenAICompatibleServer`: chat
+  server (:class:`~mongomem.local.llm_stand_in.OpenAICompatibleServer`: chat
   completions and embeddings) with scripted answers, injected faults
   (:mod:`mongomem.testing.replies`) and every request recorded; the real
   ``openai`` client talks to it.
@@ -10,7 +10,7 @@
   (:mod:`mongomem.testing.dialects`).
 * :class:`StandInResponder` — the rule-based demo responder used by
   ``make run`` when no LLM is configured. It is NOT a model and says so. It
-  is a product feature (:mod:`mongomem.llm_stand_in`), re-exported here.
+  is a product feature (:mod:`mongomem.local.llm_stand_in`), re-exported here.
 * :func:`make_certificates` — a throw-away CA and a loopback server
   certificate, for tests of the servers' TLS.
 
@@ -20,7 +20,7 @@ The product imports nothing from here (a test scans for it); this package
 imports the product.
 """
 
-from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
+from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, StandInResponder
 from mongomem.testing.certs import Certificates, make_certificates
 from mongomem.testing.dialects import (
     LLAMA_CPP_PYTHON,

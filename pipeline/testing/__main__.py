@@ -1,6 +1,6 @@
 """``python -m mongomem.testing [--stand-in] [--host H] [--port N]``: serve until interrupted.
 
-``--stand-in`` serves the product's stand-in (``python -m mongomem.llm_stand_in``).
+``--stand-in`` serves the product's stand-in (``python -m mongomem.local.llm_stand_in``).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import argparse
 import asyncio
 import contextlib
 
-from mongomem.llm_stand_in import STAND_IN_BANNER, stand_in_server
-from mongomem.llm_stand_in.server import OpenAICompatibleServer
+from mongomem.local.llm_stand_in import STAND_IN_BANNER, stand_in_server
+from mongomem.local.llm_stand_in.server import OpenAICompatibleServer
 from mongomem.testing.server import FakeOpenAIServer
 
 

@@ -1,7 +1,7 @@
 """The whole pipeline as real processes, for end-to-end fault tests and benchmarks.
 
 :class:`Pipeline` runs every stage as ``python -m mongomem.cli run <stage>``
-(through :class:`mongomem.supervisor.StageProcess`, the class ``make run``
+(through :class:`mongomem.local.supervisor.StageProcess`, the class ``make run``
 uses) against its own Kafka broker and its own file-backed MongoDB-compatible
 server, so a test may SIGKILL stages and restart the servers themselves. The
 LLM is the rule-based stand-in (NOT a model) served over HTTP by
@@ -24,14 +24,14 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from mongomem.infra import free_port
-from mongomem.infra.local import LocalKafka, LocalMongo
-from mongomem.lineage import snapshot_holding
-from mongomem.llm_stand_in import STAND_IN_MODEL, StandInResponder
+from mongomem.adapters.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
+from mongomem.local.infra import free_port
+from mongomem.local.llm_stand_in import STAND_IN_MODEL, StandInResponder
+from mongomem.local.servers import LocalKafka, LocalMongo
+from mongomem.local.supervisor import StageProcess, stage_env
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import SessionKey
-from mongomem.mongo import MEMORIES, SNAPSHOTS, TURNS, Document
-from mongomem.ops import consumer_group, group_lag
+from mongomem.operations.status import consumer_group, group_lag
 from mongomem.settings import (
     EmbeddingSettings,
     KafkaSettings,
@@ -39,8 +39,8 @@ from mongomem.settings import (
     Settings,
     load_settings,
 )
-from mongomem.stm import NOT_AN_EVENT
-from mongomem.supervisor import StageProcess, stage_env
+from mongomem.stm.lineage import snapshot_holding
+from mongomem.stm.turns import NOT_AN_EVENT
 from mongomem.testing.server import FakeOpenAIServer
 
 __all__ = [

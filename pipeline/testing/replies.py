@@ -6,7 +6,7 @@ request). Faults are replies too, so a script reads like the story of a call::
     server.script(RateLimited(retry_after=0.2), ServerError(), Answer({"items": []}))
 
 :class:`ChatRequest` and :class:`Answer` are the product's
-(:mod:`mongomem.llm_stand_in.chat`, the stand-in answers with them too); the
+(:mod:`mongomem.local.llm_stand_in.chat`, the stand-in answers with them too); the
 faults are the test double's own.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mongomem.llm_stand_in.chat import Answer, ChatRequest
+from mongomem.local.llm_stand_in.chat import Answer, ChatRequest
 
 __all__ = [
     "Answer",

@@ -1,7 +1,7 @@
 """The fake OpenAI-compatible server: scripted answers, injected faults, dialects, recording.
 
 It is the product's local server
-(:class:`~mongomem.llm_stand_in.server.OpenAICompatibleServer`, the one the
+(:class:`~mongomem.local.llm_stand_in.server.OpenAICompatibleServer`, the one the
 LLM stand-in runs on) with what tests need on top. The real ``openai`` client
 talks to it over HTTP, so tests exercise the same code path as production.
 Answers come from, in order: the scripted queue (:meth:`FakeOpenAIServer.script`),
@@ -36,8 +36,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from mongomem.llm_stand_in.http import Response, openai_error
-from mongomem.llm_stand_in.server import OpenAICompatibleServer
+from mongomem.local.llm_stand_in.http import Response, openai_error
+from mongomem.local.llm_stand_in.server import OpenAICompatibleServer
 from mongomem.testing.dialects import Dialect
 from mongomem.testing.replies import (
     Answer,

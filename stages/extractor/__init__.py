@@ -16,9 +16,9 @@ import argparse
 import asyncio
 import logging
 
+from mongomem.adapters.readiness import ensure_ready
 from mongomem.errors import ConfigError
 from mongomem.project_config import enabled_types, load_project_config
-from mongomem.readiness import ensure_ready
 from mongomem.settings import Settings
 from mongomem.stages.extractor.handler import HandledRecord, TypeHandler
 from mongomem.stages.extractor.types import TypeSpec, spec_for

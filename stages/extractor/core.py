@@ -32,8 +32,8 @@ from mongomem.models import (
     Snapshot,
     SnapshotTurn,
 )
-from mongomem.recall import strip_recalled
 from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stm.recall import strip_recalled
 
 __all__ = [
     "DEFAULT_ROLES",

@@ -28,7 +28,7 @@ means extracting without them.
 With a ``progress`` recorder, a handled snapshot is recorded in
 ``processing_status`` before :meth:`TypeHandler.handle` returns: its candidate
 ids (none is a valid answer: the snapshot is then done for this type), or the
-dead letter's error (:mod:`mongomem.progress`).
+dead letter's error (:mod:`mongomem.operations.progress`).
 """
 
 from __future__ import annotations
@@ -44,14 +44,15 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from mongomem import metrics
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.kafka import CANDIDATES
+from mongomem.adapters.llm import LLM, LLMResult
 from mongomem.codec import decode, encode
-from mongomem.embeddings import Embedder
-from mongomem.erasure_register import ErasureRegister
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import ConfigError, LLMRateLimited, MongomemError, StorageError
-from mongomem.kafka import CANDIDATES
-from mongomem.llm import LLM, LLMResult
 from mongomem.models import MemoryCandidate, MemoryScope, Role, Snapshot, utcnow
-from mongomem.progress import Progress, until_stored
+from mongomem.operations.progress import Progress, until_stored
+from mongomem.operations.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
     Known,
@@ -72,7 +73,6 @@ from mongomem.stages.runtime import (
     RetryPolicy,
     dead_letter,
 )
-from mongomem.usage import UsageKey, UsageMeter, UsageRecord, UsageRecorder
 
 __all__ = ["HandledRecord", "SourceRecord", "TypeHandler"]
 
@@ -263,7 +263,8 @@ class TypeHandler:
     async def _note(
         self, snapshot: Snapshot, candidate_ids: list[str] | None, error: str | None
     ) -> None:
-        """Record the snapshot as handled in ``processing_status`` (:mod:`mongomem.progress`):
+        """Record the snapshot as handled in ``processing_status``
+        (:mod:`~mongomem.operations.progress`):
         its candidates (maybe none), or the dead letter's error. Retried until stored."""
         progress = self._progress
         if progress is None:

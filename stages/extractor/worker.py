@@ -22,15 +22,16 @@ from contextlib import AsyncExitStack
 
 from pymongo import AsyncMongoClient
 
-from mongomem.dlq import addressed_to
-from mongomem.embeddings import Embedder, make_embedder
-from mongomem.erasure_register import ErasureRegister
-from mongomem.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics
-from mongomem.llm import LLM, make_llm
+from mongomem.adapters.embeddings import Embedder, make_embedder
+from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics
+from mongomem.adapters.llm import LLM, make_llm
+from mongomem.adapters.mongo import Document, connect, database
+from mongomem.erasure.register import ErasureRegister
 from mongomem.ltm.store import MemoryStore
 from mongomem.models import MemoryScope
-from mongomem.mongo import Document, connect, database
-from mongomem.progress import Progress, until_stored
+from mongomem.operations.dlq import addressed_to
+from mongomem.operations.progress import Progress, until_stored
+from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 from mongomem.settings import Settings
 from mongomem.stages.extractor.core import Known
 from mongomem.stages.extractor.handler import (
@@ -42,7 +43,6 @@ from mongomem.stages.extractor.handler import (
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.runtime import RetryPolicy, consume
 from mongomem.stages.runtime.kafka import KafkaSource, kafka_publisher, kafka_source
-from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageRecorder
 
 __all__ = ["TypeConsumer", "run_extractors"]
 
@@ -117,7 +117,7 @@ async def run_extractors(
     ``llm``, ``embedder`` and ``usage`` default to the configured providers and
     the ``llm_usage`` collection, ``known`` to the ``memories`` collection
     (unless ``known_tokens`` is 0); tests pass their own. ``progress`` defaults to
-    the ``processing_status`` collection (:mod:`mongomem.progress`).
+    the ``processing_status`` collection (:mod:`mongomem.operations.progress`).
     """
     stop = stop or asyncio.Event()
     kafka = settings.kafka

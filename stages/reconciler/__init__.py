@@ -15,10 +15,10 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 
-from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics
+from mongomem.adapters.kafka import CANDIDATES, dead_letter_topic, ensure_topics
+from mongomem.adapters.mongo import connect, database
 from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
-from mongomem.mongo import connect, database
-from mongomem.progress import Progress
+from mongomem.operations.progress import Progress
 from mongomem.settings import Settings
 from mongomem.stages.reconciler.stage import STAGE, Reconciler
 from mongomem.stages.runtime import RetryPolicy, consume, run_stage
@@ -35,7 +35,7 @@ POLICY = RetryPolicy(base_s=0.2, max_attempts=3)
 def _judge(settings: Settings) -> Judge | None:
     if settings.llm.api_key is None:
         return None
-    from mongomem.llm import OpenAILLM
+    from mongomem.adapters.llm import OpenAILLM
 
     return LLMJudge(OpenAILLM(settings.llm))
 

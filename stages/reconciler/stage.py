@@ -27,7 +27,7 @@ with its original bytes, and the partition goes on.
 
 **Progress.** With a ``progress`` recorder, applied candidates (and
 dead-lettered ones, with the error) are recorded in ``processing_status``
-before the commit (:mod:`mongomem.progress`).
+before the commit (:mod:`mongomem.operations.progress`).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ import logging
 from collections.abc import Sequence
 
 from mongomem.codec import decode
-from mongomem.erasure_register import ErasureRegister
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import MessageDecodeError
 from mongomem.ltm import MemoryStore, Outcome
 from mongomem.metrics import MESSAGES, RECONCILE_ACTIONS
 from mongomem.models import MemoryCandidate
-from mongomem.progress import Progress, until_stored
+from mongomem.operations.progress import Progress, until_stored
 from mongomem.stages.runtime import Record
 
 __all__ = ["STAGE", "Reconciler"]

@@ -16,8 +16,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from mongomem.adapters.kafka import DeadLetter, dead_letter_topic
 from mongomem.codec import encode
-from mongomem.kafka import DeadLetter, dead_letter_topic
 from mongomem.metrics import CONSUMER_LAG, DEAD_LETTERS, MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import (
@@ -99,7 +99,7 @@ async def dead_letter(
     *,
     at: datetime | None = None,
 ) -> DeadLetter:
-    """The one way a stage dead-letters a record: a :class:`~mongomem.kafka.DeadLetter`
+    """The one way a stage dead-letters a record: a :class:`~mongomem.adapters.kafka.DeadLetter`
     (the original bytes, the error, the attempts: what ``mongomem dlq`` reads) handed to
     ``sink`` (:class:`PublishedDeadLetters`: ``dlq.<stage>``), kept before this returns,
     logged and always counted (``mongomem_dead_letters_total`` and

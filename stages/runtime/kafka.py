@@ -13,10 +13,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from mongomem.adapters.kafka import make_producer
 from mongomem.errors import BrokerError
 from mongomem.extras import require
-from mongomem.kafka import make_producer
-from mongomem.ops import consumer_group
+from mongomem.operations.status import consumer_group
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import Headers, Record
 
@@ -45,7 +45,7 @@ log = logging.getLogger("mongomem.stages.runtime")
 
 def consumer_options(kafka: KafkaSettings, stage: str, group_suffix: str = "") -> dict[str, Any]:
     """The consumer configuration every stage starts from: its group
-    (:func:`mongomem.ops.consumer_group`), auto-commit off, from the earliest
+    (:func:`mongomem.operations.status.consumer_group`), auto-commit off, from the earliest
     record when the group is new."""
     return {
         "bootstrap_servers": kafka.bootstrap,
@@ -168,7 +168,7 @@ def _acknowledged(topic: str, future: asyncio.Future[Any]) -> asyncio.Future[Any
 
 @contextlib.asynccontextmanager
 async def kafka_publisher(kafka: KafkaSettings, **overrides: Any) -> AsyncIterator[KafkaPublisher]:
-    """A started :class:`KafkaPublisher` (:func:`mongomem.kafka.make_producer`), stopped after."""
+    """A started :class:`KafkaPublisher` (``make_producer``), stopped after."""
     producer = make_producer(kafka, **overrides)
     try:
         try:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from mongomem.kafka import DeadLetter
+from mongomem.adapters.kafka import DeadLetter
 
 __all__ = [
     "Checkpoint",

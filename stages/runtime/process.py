@@ -98,7 +98,7 @@ async def supervise(
     start, or away longer than a stage's own retries, costs a restart with
     capped back-off (``restarts``) instead of a crash: the stages'
     checkpoints make a restart safe. ``on_restart(name, error)`` is awaited
-    before each restart (counted by :func:`mongomem.restarts.record_restart`).
+    before each restart (counted by :func:`mongomem.operations.restarts.record_restart`).
     Final errors (configuration, a rejected API key …) are raised. A stop
     during a back-off ends it at once.
     """
@@ -150,7 +150,7 @@ async def run_stage(
     (:func:`supervise`; restarts are counted in MongoDB unless
     ``count_restarts`` is false).
     """
-    from mongomem.restarts import record_restart
+    from mongomem.operations.restarts import record_restart
 
     stop = stop or asyncio.Event()
     counted = partial(record_restart, settings) if count_restarts else None

@@ -16,7 +16,7 @@ a duplicate or overlapping snapshot. Snapshot ids are
 into ``snapshots`` and published to the snapshots topic keyed by session —
 possibly more than once after a crash or in a replay, always with the same id
 and content. The turns are never written to: a snapshot's session and seq
-range are the lineage of its turns (:mod:`mongomem.lineage`, one indexed read).
+range are the lineage of its turns (:mod:`mongomem.stm.lineage`, one indexed read).
 
 **Checkpoint**: the consumer group's committed offset on the turns topic
 plus the ``windows`` table's compacted changelog topic

@@ -53,7 +53,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from mongomem.kafka import ensure_topics
+from mongomem.adapters.kafka import ensure_topics
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime import (
     PartitionReader,

@@ -58,7 +58,7 @@ class ResumePoints(Protocol):
 
 
 class ErasureCheck(Protocol):
-    """Which sessions are erased (:class:`~mongomem.erasure_register.ErasureRegister`)."""
+    """Which sessions are erased (:class:`~mongomem.erasure.register.ErasureRegister`)."""
 
     async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]: ...
 

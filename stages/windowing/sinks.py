@@ -6,7 +6,7 @@ session) and acknowledged by the broker before ``deliver`` returns. A
 redelivery rewrites the same document and publishes the same message again —
 consumers of the snapshots topic de-duplicate by ``snapshot_id``. The turns
 are not written to: the snapshot's session and seq range are the lineage
-(:mod:`mongomem.lineage`). The bytes and the document are written by
+(:mod:`mongomem.stm.lineage`). The bytes and the document are written by
 :mod:`mongomem.stages.windowing.snapshot_encode` (exactly what
 :func:`mongomem.codec.encode` and ``model_dump`` would give).
 :meth:`SnapshotPublisher.deliver_many` does the same
@@ -28,14 +28,14 @@ from pymongo import ReplaceOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.erasure_register import ErasureRegister
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import StorageError
-from mongomem.lineage import ensure_lineage_index
 from mongomem.models import SessionKey, Snapshot
-from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.stages.runtime import Publisher
 from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapshot_value
-from mongomem.stm import END_EVENT
+from mongomem.stm.lineage import ensure_lineage_index
+from mongomem.stm.turns import END_EVENT
 
 __all__ = ["SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
 
@@ -116,7 +116,7 @@ class SnapshotResumePoints:
         self._slots = asyncio.Semaphore(concurrency)
 
     async def ensure_index(self) -> None:
-        """The lineage index of ``snapshots`` (:func:`mongomem.lineage.ensure_lineage_index`)."""
+        """The lineage index of ``snapshots`` (``stm.lineage.ensure_lineage_index``)."""
         await ensure_lineage_index(self._db)
 
     async def last_promoted(self, sessions: Mapping[SessionKey, int]) -> dict[SessionKey, int]:

@@ -28,9 +28,9 @@ from typing import Any
 
 import orjson
 
+from mongomem.adapters.mongo import Document
 from mongomem.codec import SCHEMA_VERSION, encode, kind_of
 from mongomem.models import Snapshot
-from mongomem.mongo import Document
 
 __all__ = ["snapshot_document", "snapshot_value"]
 

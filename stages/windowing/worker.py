@@ -24,11 +24,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mongomem.erasure_register import ErasureRegister
-from mongomem.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics
+from mongomem.adapters.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics
+from mongomem.adapters.mongo import connect, database
+from mongomem.erasure.register import ErasureRegister
 from mongomem.models import Snapshot
-from mongomem.mongo import connect, database
-from mongomem.ops import consumer_group
+from mongomem.operations.status import consumer_group
 from mongomem.project_config import load_project_config
 from mongomem.settings import Settings
 from mongomem.stages.runtime import PublishedDeadLetters, unless_stopped

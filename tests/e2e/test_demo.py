@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from mongomem.demo import run_demo
-from mongomem.runner import DEMO_WINDOWING
+from mongomem.local.demo import run_demo
+from mongomem.local.runner import DEMO_WINDOWING
+from mongomem.local.supervisor import StageProcess
 from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.supervisor import StageProcess
 from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.e2e

@@ -15,16 +15,16 @@ import sys
 
 import pytest
 
-from mongomem.erasure_register import ERASURES
+from mongomem.adapters.mongo import SNAPSHOTS
+from mongomem.erasure.register import ERASURES
 from mongomem.errors import Erased
-from mongomem.mongo import SNAPSHOTS
+from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing.harness import (
     Pipeline,
     client,
     wait_until,
 )
-from mongomem.usage import LLM_USAGE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from mongomem.adapters.mongo import TURNS
 from mongomem.evaluation.report import NOT_A_SCORE
-from mongomem.mongo import TURNS
-from mongomem.stm import NOT_AN_EVENT
+from mongomem.stm.turns import NOT_AN_EVENT
 from mongomem.testing import FakeOpenAIServer
 from mongomem.testing.harness import Pipeline, client
 

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from mongomem.mongo import LEDGER, MEMORIES, SNAPSHOTS
+from mongomem.adapters.mongo import LEDGER, MEMORIES, SNAPSHOTS
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing.harness import (
     STAGES,

@@ -16,13 +16,13 @@ from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
+from mongomem.adapters.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.codec import decode, peek_kind
 from mongomem.models import Turn
-from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings
 from mongomem.stages.watcher import COMMITS_IN_FLIGHT
 from mongomem.stages.watcher_logic import token_id
-from mongomem.stm import ShortTermMemory, session_key
+from mongomem.stm.turns import ShortTermMemory, session_key
 
 pytestmark = pytest.mark.e2e
 

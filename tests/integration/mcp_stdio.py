@@ -14,7 +14,7 @@ TIMEOUT = 60.0
 
 
 def stdio_server(env: dict[str, str], project: str, *args: str) -> Client:
-    """A client that launches ``mongomem mcp`` (as ``python -m mongomem.cli mcp``) over stdio."""
+    """A client that launches ``mongomem mcp`` (``python -m mongomem.cli mcp``) over stdio."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mongomem.cli", "mcp", "--project-id", project, *args],

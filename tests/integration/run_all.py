@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mongomem.local.supervisor import StageProcess
 from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.supervisor import StageProcess
 
 
 def all_stages(

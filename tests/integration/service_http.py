@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import httpx
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.sdk.wire import ROUTES
 from mongomem.service.app import make_app
 from mongomem.service.http import RunningServer, start_server

@@ -11,10 +11,10 @@ from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, start
 from test_service import KEY_A, KEY_B, with_keys
 
-from mongomem.cli import main
+from mongomem.adapters.mongo import Document
+from mongomem.cli.main import main
 from mongomem.errors import InputError, ScopeError
 from mongomem.models import Action, MemoryStatus
-from mongomem.mongo import Document
 from mongomem.sdk import AsyncBoundMemory, AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, Settings
 

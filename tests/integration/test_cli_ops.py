@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mongomem.cli import main
-from mongomem.operate import print_status
+from mongomem.cli.main import main
+from mongomem.cli.operate import print_status
+from mongomem.local.supervisor import StageProcess
 from mongomem.settings import Settings, load_settings
-from mongomem.supervisor import StageProcess
 from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,15 @@ def test_apply_restarts_extractors_to_match_and_waits_until_ready(
         try:
             # As a process, the way an operator runs it: the extractors it starts outlive it.
             done = subprocess.run(
-                [sys.executable, "-m", "mongomem.cli", "apply", str(config), "--timeout", "60"],
+                [
+                    sys.executable,
+                    "-m",
+                    "mongomem.cli",
+                    "apply",
+                    str(config),
+                    "--timeout",
+                    "60",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=120,

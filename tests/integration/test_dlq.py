@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.cli import main
-from mongomem.codec import encode
-from mongomem.dlq import REQUEUES
-from mongomem.errors import StorageError
-from mongomem.kafka import (
+from mongomem.adapters.kafka import (
     CANDIDATES,
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
 )
+from mongomem.adapters.mongo import LEDGER, MEMORIES, Document, connect
+from mongomem.cli.main import main
+from mongomem.codec import encode
+from mongomem.errors import StorageError
 from mongomem.ltm.testing import candidate
-from mongomem.mongo import LEDGER, MEMORIES, Document, connect
-from mongomem.ops import consumer_group, dead_letter_counts, group_lag
+from mongomem.operations.dlq import REQUEUES
+from mongomem.operations.status import consumer_group, dead_letter_counts, group_lag
 from mongomem.settings import Settings
 from mongomem.stages.reconciler import STAGE, run_reconciler
 from mongomem.stages.runtime import PublishedDeadLetters

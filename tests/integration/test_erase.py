@@ -18,16 +18,16 @@ from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, call, start
 from test_service import KEY_A, KEY_B, with_keys
 
-from mongomem import erasure
-from mongomem.cli import main
-from mongomem.erasure import Target, erase
-from mongomem.erasure_register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document, database
+from mongomem.cli.main import main
+from mongomem.erasure import erase as erasure
+from mongomem.erasure.erase import Target, erase
+from mongomem.erasure.register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import Erased, InputError, ScopeError
 from mongomem.models import Role, SessionKey
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document, database
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import Settings
-from mongomem.stm import ShortTermMemory
+from mongomem.stm.turns import ShortTermMemory
 
 pytestmark = pytest.mark.integration
 
@@ -354,7 +354,7 @@ async def test_the_second_sweep_waits_out_every_remembered_answer(
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    monkeypatch.setattr("mongomem.erasure.asyncio.sleep", sleep)
+    monkeypatch.setattr("mongomem.erasure.erase.asyncio.sleep", sleep)
     await erasure.relied_answers_expired(time.monotonic())
     [waited] = slept
     assert waited > NOT_ERASED_TTL_S  # every answer read before the register has expired

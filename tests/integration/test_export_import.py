@@ -15,8 +15,9 @@ from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, start
 from test_service import KEY_A, with_keys
 
-from mongomem.cli import main
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, Document, connect
+from mongomem.cli.main import main
 from mongomem.errors import Erased, InputError
 from mongomem.ltm.export_format import (
     MemoryGroup,
@@ -27,7 +28,6 @@ from mongomem.ltm.export_format import (
     relocate_group,
 )
 from mongomem.models import MemoryScope
-from mongomem.mongo import DECISIONS, MEMORIES, Document, connect
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, MongoSettings, Settings
 

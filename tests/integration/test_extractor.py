@@ -14,14 +14,15 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
+from mongomem.adapters.llm import forget_working_modes
+from mongomem.adapters.mongo import Document
 from mongomem.codec import decode, encode
-from mongomem.embeddings import HashingEmbedder
-from mongomem.kafka import DeadLetter, dead_letter_topic, ensure_topics, make_producer
-from mongomem.llm import forget_working_modes
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.testing import candidate as ltm_candidate
 from mongomem.models import MemoryCandidate, ScopeKind, Snapshot
-from mongomem.mongo import Document
+from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, Settings
 from mongomem.stages.extractor import run_extractors, specs
 from mongomem.testing import (
@@ -37,7 +38,6 @@ from mongomem.testing import (
     Slow,
     make_snapshot,
 )
-from mongomem.usage import LLM_USAGE
 
 pytestmark = pytest.mark.integration
 

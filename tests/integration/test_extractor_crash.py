@@ -24,14 +24,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.kafka import ensure_topics, make_producer, pipeline_topics
+from mongomem.adapters.mongo import Document
 from mongomem.codec import decode, encode
-from mongomem.kafka import ensure_topics, make_producer, pipeline_topics
 from mongomem.models import MemoryCandidate
-from mongomem.mongo import Document
+from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
-from mongomem.usage import LLM_USAGE
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from typing import Any
 import faust
 import pytest
 
-from mongomem.kafka import ensure_topics, make_producer
-from mongomem.ops import group_lag
+from mongomem.adapters.kafka import ensure_topics, make_producer
+from mongomem.operations.status import group_lag
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -38,9 +38,9 @@ from test_windowing import (
     with_windows,
 )
 
+from mongomem.adapters.mongo import Document
 from mongomem.models import SessionKey
-from mongomem.mongo import Document
-from mongomem.ops import group_lag
+from mongomem.operations.status import group_lag
 from mongomem.settings import Settings
 
 faust_consumer = pytest.importorskip("faust.transport.consumer")

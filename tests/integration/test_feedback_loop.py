@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from run_all import all_stages, with_stand_in_embedder
 
-from mongomem.llm_stand_in.rules import read_turns
+from mongomem.local.llm_stand_in.rules import read_turns
 from mongomem.models import Role
-from mongomem.recall import RECALL_OPEN
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
+from mongomem.stm.recall import RECALL_OPEN
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, StandInResponder
 from mongomem.testing.harness import wait_until
 

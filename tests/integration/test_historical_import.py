@@ -13,12 +13,12 @@ from pymongo import AsyncMongoClient
 from service_http import call, start
 from test_service import KEY_A, with_keys
 
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document, database
 from mongomem.errors import InputError
-from mongomem.mongo import SNAPSHOTS, TURNS, Document, database
+from mongomem.local.supervisor import StageProcess
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, Settings
-from mongomem.stm import FUTURE_SKEW_S
-from mongomem.supervisor import StageProcess
+from mongomem.stm.turns import FUTURE_SKEW_S
 from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.integration

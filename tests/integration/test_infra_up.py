@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mongomem.infra import Servers
-from mongomem.infra.local import free_port, jars_cached, port_in_use
+from mongomem.local.infra import Servers
+from mongomem.local.servers import free_port, jars_cached, port_in_use
 from mongomem.settings import load_settings
 
 pytestmark = pytest.mark.integration

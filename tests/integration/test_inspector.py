@@ -26,20 +26,20 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
 from mongomem import AsyncMemory, MemoryRequestContext
-from mongomem.codec import encode
-from mongomem.embeddings import HashingEmbedder
-from mongomem.errors import BrokerError, MessageDecodeError
-from mongomem.kafka import (
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.kafka import (
     DeadLetter,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
+from mongomem.adapters.mongo import Document
+from mongomem.codec import encode
+from mongomem.errors import BrokerError, MessageDecodeError
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.testing import candidate
 from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn, Turn, utcnow
-from mongomem.mongo import Document
-from mongomem.restarts import record_restart
+from mongomem.operations.restarts import record_restart
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 from mongomem.spaces import AsyncSpaces, RecallSettings, SearchKey

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from mongomem.infra import Servers
-from mongomem.kafka import ensure_topics, make_producer
+from mongomem.adapters.kafka import ensure_topics, make_producer
+from mongomem.local.infra import Servers
 from mongomem.settings import KafkaSettings, Settings
 
 pytestmark = pytest.mark.integration

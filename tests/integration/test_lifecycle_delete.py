@@ -16,11 +16,11 @@ from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, call, start
 from test_service import KEY_A, KEY_B, with_keys
 
-from mongomem.cli import main
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, Document, database
+from mongomem.cli.main import main
 from mongomem.errors import InputError, ScopeError
 from mongomem.ltm import MemoryStore, kind_of, make_candidate, scope_for
 from mongomem.models import Action, Evidence, MemoryStatus, stable_id, utcnow
-from mongomem.mongo import DECISIONS, MEMORIES, Document, database
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import Settings
 

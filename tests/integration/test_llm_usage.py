@@ -7,12 +7,18 @@ from datetime import timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.llm import LLMUsage
+from mongomem.adapters.llm import LLMUsage
+from mongomem.adapters.mongo import Document
+from mongomem.cli.operate import llm_usage_lines
 from mongomem.models import utcnow
-from mongomem.mongo import Document
-from mongomem.operate import llm_usage_lines
+from mongomem.operations.usage import (
+    LLM_USAGE,
+    MongoUsageRecorder,
+    UsageKey,
+    UsageRecord,
+    recent_usage,
+)
 from mongomem.settings import LLMSettings, ModelPrice, Settings, load_settings
-from mongomem.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageRecord, recent_usage
 
 pytestmark = pytest.mark.integration
 

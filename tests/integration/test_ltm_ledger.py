@@ -16,13 +16,13 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.deadlines import Deadline, within
-from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import DeadlineExceeded, InputError
 from mongomem.ltm import Decision, MemoryStore
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryCandidate, MemoryScope
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.ltm import MemoryStore, ScriptedJudge, probe_vector_search
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryCandidate, MemoryScope, MemoryStatus
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from mcp_http import http_server, without_token
 from mcp_stdio import TIMEOUT, error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
-from mongomem.mongo import MEMORIES, TURNS, Document, database
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import MEMORIES, TURNS, Document, database
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 

@@ -10,8 +10,8 @@ import pytest
 from mcp_stdio import error, ok, stdio_server
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
-from mongomem.mongo import TURNS, Document
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import TURNS, Document
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces
 

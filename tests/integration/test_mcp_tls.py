@@ -13,7 +13,7 @@ from mcp_stdio import ok
 from pymongo import AsyncMongoClient
 from refused import refused_start
 
-from mongomem.mongo import Document
+from mongomem.adapters.mongo import Document
 from mongomem.testing import Certificates, make_certificates
 
 pytestmark = pytest.mark.integration

@@ -8,15 +8,20 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from mongomem.codec import encode
-from mongomem.kafka import (
+from mongomem.adapters.kafka import (
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
 )
+from mongomem.codec import encode
 from mongomem.models import Watermark, utcnow
-from mongomem.ops import consumer_group, dead_letter_counts, group_lag, set_group_position
+from mongomem.operations.status import (
+    consumer_group,
+    dead_letter_counts,
+    group_lag,
+    set_group_position,
+)
 from mongomem.settings import Settings
 from mongomem.stages.runtime import PublishedDeadLetters
 from mongomem.stages.runtime.kafka import KafkaPublisher

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mongomem.infra.local import LocalKafka, free_port, jars_cached
+from mongomem.local.servers import LocalKafka, free_port, jars_cached
 from mongomem.settings import load_settings
 
 pytestmark = pytest.mark.integration

@@ -103,14 +103,14 @@ def test_the_core_alone_is_a_working_sdk(
 
 
 def test_the_core_runs_the_llm_stand_in_and_the_test_doubles(core: tuple[Path, str]) -> None:
-    """No extra is needed for ``mongomem.llm_stand_in`` (what ``mongomem up`` answers
+    """No extra is needed for ``mongomem.local.llm_stand_in`` (what ``mongomem up`` answers
     with when no LLM is set) nor for the fake server in ``mongomem.testing``."""
     bin_dir, _ = core
     done = _run(
         bin_dir / "python",
         "-c",
         "import openai\n"
-        "from mongomem.llm_stand_in import stand_in_server\n"
+        "from mongomem.local.llm_stand_in import stand_in_server\n"
         "from mongomem.testing import FakeOpenAIServer, ServerError\n"
         "with stand_in_server() as s, FakeOpenAIServer() as f:\n"
         "    f.script(ServerError(503))\n"

@@ -13,18 +13,18 @@ from pymongo import AsyncMongoClient
 from service_http import start
 from test_service import KEY_A, with_keys
 
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document, database
 from mongomem.codec import encode
-from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import InputError, ProcessingFailed, ProcessingTimeout
-from mongomem.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
+from mongomem.local.supervisor import StageProcess
 from mongomem.ltm.testing import candidate
 from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
-from mongomem.mongo import SNAPSHOTS, TURNS, Document, database
-from mongomem.progress import PROGRESS, type_progress
+from mongomem.operations.progress import PROGRESS, type_progress
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, Settings
 from mongomem.stages.reconciler import run_reconciler
-from mongomem.supervisor import StageProcess
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, ServerError
 
 pytestmark = pytest.mark.integration
@@ -257,7 +257,7 @@ def test_cli_status_prints_the_progress_and_waits(
 
     from pymongo import MongoClient
 
-    from mongomem.cli import main
+    from mongomem.cli.main import main
 
     monkeypatch.setenv("MONGOMEM_MONGODB_URI", settings.mongodb.uri or "")
     monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
@@ -281,10 +281,10 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
 ) -> None:
     from pymongo import monitoring
 
+    from mongomem.adapters.mongo import connect
     from mongomem.models import SessionKey
-    from mongomem.mongo import connect
-    from mongomem.progress import Progress
-    from mongomem.stm import ShortTermMemory
+    from mongomem.operations.progress import Progress
+    from mongomem.stm.turns import ShortTermMemory
 
     db = database(mongo, settings.mongodb)
     stm = ShortTermMemory(db, settings.stm)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
 

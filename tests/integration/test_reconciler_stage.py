@@ -15,12 +15,18 @@ from prometheus_client import REGISTRY
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.kafka import (
+    CANDIDATES,
+    DeadLetter,
+    dead_letter_topic,
+    ensure_topics,
+    make_producer,
+)
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.codec import decode, encode
-from mongomem.embeddings import HashingEmbedder
-from mongomem.kafka import CANDIDATES, DeadLetter, dead_letter_topic, ensure_topics, make_producer
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryCandidate
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 from mongomem.stages.reconciler import STAGE, run_reconciler

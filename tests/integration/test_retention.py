@@ -15,13 +15,13 @@ import pytest
 from pymongo import AsyncMongoClient
 from service_http import EMBEDDER
 
-from mongomem.cli import main
+from mongomem.adapters.mongo import Document, connect, database
+from mongomem.cli.main import main
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.deletes import delete_memory
 from mongomem.ltm.retention import expire_unreinforced
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryScope, MemoryStatus, utcnow
-from mongomem.mongo import Document, connect, database
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document
 from mongomem.errors import InputError, ScopeError
 from mongomem.models import Action, MemoryStatus, utcnow
-from mongomem.mongo import DECISIONS, LEDGER, MEMORIES, TURNS, Document
 from mongomem.sdk import (
     AsyncMemory,
     Episode,

@@ -9,9 +9,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from pymongo import AsyncMongoClient
 
-from mongomem.infra import Servers
-from mongomem.kafka import ensure_topics, make_producer
-from mongomem.mongo import Document, capabilities
+from mongomem.adapters.kafka import ensure_topics, make_producer
+from mongomem.adapters.mongo import Document, capabilities
+from mongomem.local.infra import Servers
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -20,9 +20,9 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, call, start
 
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, TURNS, Document
 from mongomem.errors import AuthError, InputError, NotReady, ScopeError, StorageError
 from mongomem.models import Action
-from mongomem.mongo import DECISIONS, MEMORIES, TURNS, Document
 from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
 from mongomem.service import ApiKeyStore, keys_command, serve
 from mongomem.settings import EmbeddingSettings, LLMSettings, MongoSettings, Settings
@@ -415,7 +415,12 @@ async def test_the_cli_creates_a_key_serves_with_it_and_revokes_it(
 
     async def cli(*args: str) -> str:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mongomem.cli", *args, env=env, stdout=asyncio.subprocess.PIPE
+            sys.executable,
+            "-m",
+            "mongomem.cli",
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
         )
         out, _ = await proc.communicate()
         assert proc.returncode == 0, args

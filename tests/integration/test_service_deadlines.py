@@ -20,11 +20,11 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import serving
 
-from mongomem.embeddings import HashingEmbedder
-from mongomem.mongo import MEMORIES, TURNS, Document
-from mongomem.scheduling import FairEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import MEMORIES, TURNS, Document
 from mongomem.service.app import make_app
 from mongomem.service.http import RunningServer, start_server
+from mongomem.service.scheduling import FairEmbedder
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import serving, start
 
+from mongomem.adapters.mongo import MEMORIES, Document
 from mongomem.ltm.kinds import MAX_FIELD_CHARS
-from mongomem.mongo import MEMORIES, Document
 from mongomem.sdk.spaces import HttpSpaces
 from mongomem.settings import MongoSettings, Settings
 

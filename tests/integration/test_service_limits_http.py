@@ -18,9 +18,9 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import call, serving, start
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import RateLimitExceeded
 from mongomem.models import Action
-from mongomem.mongo import Document
 from mongomem.sdk import AsyncMemory, HttpTransport, MemoryRequestContext
 from mongomem.settings import Settings
 

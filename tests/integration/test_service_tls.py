@@ -21,8 +21,8 @@ from pymongo import AsyncMongoClient
 from refused import refused_start
 from service_http import EMBEDDER, serving
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import ConfigError, StorageError
-from mongomem.mongo import Document
 from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.service import serve

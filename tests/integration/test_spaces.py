@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import Document
 from mongomem.errors import ConfigError, InputError
-from mongomem.mongo import Document
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces, RecallSettings, SearchKey, SpacesSettings
 from mongomem.spaces.scoring import combine

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError
-from mongomem.mongo import Document
 from mongomem.settings import Settings
 from mongomem.spaces import INPUTS_IMMUTABLE, AddAnyway, AsyncSpaces, Merge, Replace
 

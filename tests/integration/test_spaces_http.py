@@ -19,9 +19,10 @@ import pytest
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import Document
+from mongomem.cli.spaces import add_cli, spaces_command
 from mongomem.errors import AuthError, InputError, ScopeError
-from mongomem.mongo import Document
 from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.service import make_app, start_server
 from mongomem.settings import EmbeddingSettings, LLMSettings, Settings
@@ -33,7 +34,6 @@ from mongomem.spaces import (
     Replace,
     SearchKey,
 )
-from mongomem.spaces.cli import add_cli, spaces_command
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.mongo import Document
+from mongomem.adapters.mongo import Document
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,9 @@ from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 from service_http import EMBEDDER, serving, start
 
+from mongomem.adapters.mongo import Document
+from mongomem.cli.spaces import add_cli, spaces_command
 from mongomem.errors import ConfigError, InputError, StorageError
-from mongomem.mongo import Document
 from mongomem.sdk.spaces import HttpSpaces
 from mongomem.settings import Settings
 from mongomem.spaces import (
@@ -25,7 +26,6 @@ from mongomem.spaces import (
     SpaceItem,
     SpacesSettings,
 )
-from mongomem.spaces.cli import add_cli, spaces_command
 from mongomem.spaces.store import SpaceStore
 
 pytestmark = pytest.mark.integration

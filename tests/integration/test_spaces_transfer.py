@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.llm import OpenAILLM
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError, NotReady
-from mongomem.llm import OpenAILLM
-from mongomem.mongo import Document
 from mongomem.settings import LLMSettings, Settings
 from mongomem.spaces import AsyncSpaces, FileInput, LLMSummariser, SpacesSettings
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from mongomem import erasure_register
-from mongomem.erasure_register import ERASURES, erasure_id
+from mongomem.adapters.mongo import TURNS, Document, connect, database
+from mongomem.erasure import register as erasure_register
+from mongomem.erasure.register import ERASURES, erasure_id
 from mongomem.errors import Erased, InputError
 from mongomem.models import Role, SessionKey, Turn
-from mongomem.mongo import TURNS, Document, connect, database
 from mongomem.settings import Settings, StmSettings
-from mongomem.stm import SESSION_SEQ_INDEX, ShortTermMemory, session_key
+from mongomem.stm.turns import SESSION_SEQ_INDEX, ShortTermMemory, session_key
 
 pytestmark = pytest.mark.integration
 

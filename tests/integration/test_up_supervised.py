@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mongomem.infra.local import pid_alive
+from mongomem.local.servers import pid_alive
 from mongomem.testing.harness import stand_in_llm
 
 pytestmark = pytest.mark.integration

@@ -21,10 +21,10 @@ import pytest
 from pymongo import AsyncMongoClient
 from run_all import all_stages, with_stand_in_embedder
 
-from mongomem.embeddings import Embedder, LocalE5Embedder
+from mongomem.adapters.embeddings import Embedder, LocalE5Embedder
+from mongomem.adapters.mongo import DECISIONS, Document
 from mongomem.errors import NotReady
 from mongomem.models import Action, MemoryStatus
-from mongomem.mongo import DECISIONS, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 from mongomem.testing.harness import stand_in_llm, wait_until

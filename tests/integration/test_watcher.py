@@ -16,21 +16,21 @@ from aiokafka.errors import KafkaTimeoutError
 from pymongo import AsyncMongoClient
 
 import mongomem.stages.watcher
-from mongomem.codec import decode, encode, peek_kind
-from mongomem.errors import BrokerError
-from mongomem.kafka import (
+from mongomem.adapters.kafka import (
     DeadLetter,
     dead_letter_topic,
     ensure_topics,
     make_producer,
     pipeline_topics,
 )
+from mongomem.adapters.mongo import CHECKPOINTS, TURNS, Document
+from mongomem.codec import decode, encode, peek_kind
+from mongomem.errors import BrokerError
 from mongomem.models import Turn, Watermark
-from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings, StmSettings
 from mongomem.stages.watcher import STAGE, ChangeStreamWatcher
 from mongomem.stages.watcher_logic import token_id
-from mongomem.stm import ShortTermMemory, session_key
+from mongomem.stm.turns import ShortTermMemory, session_key
 
 pytestmark = pytest.mark.integration
 

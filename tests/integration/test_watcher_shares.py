@@ -24,13 +24,13 @@ from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from test_window_closes import Watcher, windowing
 
+from mongomem.adapters.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.buckets import session_bucket
 from mongomem.models import SessionKey, Snapshot, Turn
-from mongomem.mongo import CHECKPOINTS, TURNS, Document
 from mongomem.settings import Settings, WindowingSettings
 from mongomem.stages.watcher_logic import read_pipeline, token_id
 from mongomem.stages.windowing.logic import Window, WindowPolicy, snapshot_turn
-from mongomem.stm import ShortTermMemory, session_key, turn_from_document
+from mongomem.stm.turns import ShortTermMemory, session_key, turn_from_document
 
 pytestmark = pytest.mark.integration
 

@@ -26,15 +26,15 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
-from mongomem.embeddings import HashingEmbedder
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.models import SessionKey, Snapshot, Turn
-from mongomem.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings, WindowingSettings
 from mongomem.stages.watcher import run_watcher
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.logic import Window, WindowPolicy, snapshot_turn
-from mongomem.stm import ShortTermMemory, session_key, turn_from_document
+from mongomem.stm.turns import ShortTermMemory, session_key, turn_from_document
 
 pytestmark = pytest.mark.integration
 

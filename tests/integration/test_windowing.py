@@ -22,18 +22,18 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pymongo import AsyncMongoClient
 
+from mongomem.adapters.kafka import dead_letter_topic, ensure_topics, make_producer
+from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.codec import encode
 from mongomem.errors import StorageError
-from mongomem.infra import free_port
-from mongomem.kafka import dead_letter_topic, ensure_topics, make_producer
-from mongomem.lineage import snapshot_holding
+from mongomem.local.infra import free_port
 from mongomem.models import SessionKey, Snapshot, Turn, utcnow
-from mongomem.mongo import SNAPSHOTS, TURNS, Document
-from mongomem.ops import group_lag
+from mongomem.operations.status import group_lag
 from mongomem.settings import MongoSettings, Settings, WindowingSettings
 from mongomem.stages.runtime.kafka import KafkaPartitionReader, KafkaPublisher
 from mongomem.stages.windowing import WindowingWorker
 from mongomem.stages.windowing.consumer import ChangelogTable
+from mongomem.stm.lineage import snapshot_holding
 from mongomem.testing.watermarks import InFlight, watermarks_every
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@ UPDATE, REINFORCE by several users), deletes and erasures, against a model.
 The history is simulated the way the reconciler writes it: an ADD or UPDATE writes a
 version with the candidate's evidence, a REINFORCE adds its candidate and evidence to
 the current version, a delete writes a DELETE version. Erasures apply
-:func:`mongomem.lineage_prune.prune`. The model is the rule itself, stated on the
+:func:`mongomem.erasure.prune.prune`. The model is the rule itself, stated on the
 candidates: after erasing users E, the memory exists iff some non-DELETE version has a
 candidate of a user outside E; its current text is that of the newest such version.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mongomem.lineage_prune import VersionFacts, prune
+from mongomem.erasure.prune import VersionFacts, prune
 
 USERS = ("a", "b", "c")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mongomem.recall import RECALL_CLOSE, RECALL_OPEN, strip_recalled
 from mongomem.sdk.models import ContextItem
 from mongomem.sdk.render import render_context
+from mongomem.stm.recall import RECALL_CLOSE, RECALL_OPEN, strip_recalled
 
 TYPES = ["semantic", "episodic", "procedural", "taxonomic"]
 

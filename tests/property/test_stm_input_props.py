@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pymongo.asynchronous.database import AsyncDatabase
 
+from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError
 from mongomem.models import Role, SessionKey, Turn, check_identifier
-from mongomem.mongo import Document
 from mongomem.settings import StmSettings
-from mongomem.stm import (
+from mongomem.stm.turns import (
     ShortTermMemory,
     session_key,
     turn_document,

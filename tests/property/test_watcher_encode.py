@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from mongomem.codec import decode, encode
 from mongomem.models import Role, SessionKey, Turn, check_identifier
 from mongomem.stages.watcher_encode import EncodedTurn, SessionParts, TurnEncoder, fast_value
-from mongomem.stm import turn_document, turn_from_document
+from mongomem.stm.turns import turn_document, turn_from_document
 
 
 def _is_identifier(value: str) -> bool:

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import encode
 from mongomem.errors import StorageError
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.batches import BatchPipeline

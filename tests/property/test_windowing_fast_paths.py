@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import TzInfo
 
+from mongomem.adapters.mongo import Document
 from mongomem.codec import encode
 from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn
-from mongomem.mongo import Document
 from mongomem.stages.windowing import snapshot_encode
 from mongomem.stages.windowing.logic import Window, WindowPolicy
 from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapshot_value

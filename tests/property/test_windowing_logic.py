@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import encode
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.logic import WindowPolicy, advance, initial_state

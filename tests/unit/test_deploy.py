@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mongomem.cli import STAGES, _parser
+from mongomem.cli.main import STAGES, _parser
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

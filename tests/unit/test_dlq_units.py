@@ -8,11 +8,17 @@ from typing import Any
 
 import pytest
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import encode
-from mongomem.dlq import REQUEUE_HEADER, DeadLetterEntry, addressed_to, decoded_original, requeue
 from mongomem.errors import InputError
-from mongomem.kafka import DeadLetter
 from mongomem.ltm.testing import candidate
+from mongomem.operations.dlq import (
+    REQUEUE_HEADER,
+    DeadLetterEntry,
+    addressed_to,
+    decoded_original,
+    requeue,
+)
 from mongomem.settings import KafkaSettings, load_settings
 from mongomem.stages.extractor.worker import TypeConsumer
 from mongomem.stages.runtime import consume

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from mongomem.embeddings import (
+from mongomem.adapters.embeddings import (
     Embedder,
     HashingEmbedder,
     LocalE5Embedder,

@@ -7,13 +7,13 @@ import importlib
 import pytest
 
 MODULES = [
-    "mongomem.llm",
-    "mongomem.llm_stand_in",
-    "mongomem.llm_stand_in.chat",
-    "mongomem.llm_stand_in.http",
-    "mongomem.llm_stand_in.rules",
-    "mongomem.llm_stand_in.server",
-    "mongomem.readiness",
+    "mongomem.adapters.llm",
+    "mongomem.local.llm_stand_in",
+    "mongomem.local.llm_stand_in.chat",
+    "mongomem.local.llm_stand_in.http",
+    "mongomem.local.llm_stand_in.rules",
+    "mongomem.local.llm_stand_in.server",
+    "mongomem.adapters.readiness",
     "mongomem.testing",
     "mongomem.testing.replies",
     "mongomem.testing.server",
@@ -22,7 +22,7 @@ MODULES = [
     "mongomem.stages.extractor.core",
     "mongomem.stages.extractor.handler",
     "mongomem.stages.extractor.types",
-    "mongomem.usage",
+    "mongomem.operations.usage",
     "mongomem.stages.extractor.worker",
 ]
 
@@ -42,7 +42,7 @@ def test_all_is_sorted_and_resolves(name: str) -> None:
 
 
 def test_stage_entry_point_matches_the_cli() -> None:
-    from mongomem.cli import STAGES
+    from mongomem.cli.main import STAGES
 
     module_name, _, attr = STAGES["extractor"].partition(":")
     entry = getattr(importlib.import_module(module_name), attr)

@@ -7,11 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mongomem.adapters.llm import strict_json_schema
 from mongomem.errors import BrokerError, LLMOutputInvalid, LLMRateLimited, ScopeError
-from mongomem.llm import strict_json_schema
 from mongomem.models import MemoryCandidate, Role, ScopeKind
 from mongomem.project_config import CustomTypeConfig
-from mongomem.recall import mark_recalled, strip_recalled
 from mongomem.stages.extractor.core import (
     Known,
     conversation_nonce,
@@ -23,6 +22,7 @@ from mongomem.stages.extractor.core import (
 )
 from mongomem.stages.extractor.types import builtin_spec, custom_spec
 from mongomem.stages.runtime import Decision, RetryPolicy
+from mongomem.stm.recall import mark_recalled, strip_recalled
 from mongomem.testing import make_snapshot
 
 NOW = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)

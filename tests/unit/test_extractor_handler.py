@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.adapters.kafka import DeadLetter
+from mongomem.adapters.llm import OpenAILLM
 from mongomem.codec import decode, encode
-from mongomem.embeddings import HashingEmbedder
 from mongomem.errors import ConfigError, EmbeddingError, StorageError
-from mongomem.kafka import DeadLetter
-from mongomem.llm import OpenAILLM
 from mongomem.models import MemoryCandidate, MemoryScope
-from mongomem.recall import mark_recalled
+from mongomem.operations.usage import MemoryUsageRecorder
 from mongomem.settings import ExtractionSettings, KafkaSettings, LLMSettings
 from mongomem.stages.extractor.core import Known as KnownMemory
 from mongomem.stages.extractor.handler import TypeHandler
@@ -23,6 +23,7 @@ from mongomem.stages.extractor.types import builtin_spec
 from mongomem.stages.runtime import RetryPolicy
 from mongomem.stages.runtime.memory import MemoryBroker
 from mongomem.stages.runtime.ports import Message
+from mongomem.stm.recall import mark_recalled
 from mongomem.testing import (
     LLAMA_CPP_PYTHON,
     Answer,
@@ -33,7 +34,6 @@ from mongomem.testing import (
     Slow,
     make_snapshot,
 )
-from mongomem.usage import MemoryUsageRecorder
 
 FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
 

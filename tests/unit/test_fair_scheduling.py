@@ -14,8 +14,14 @@ import pytest
 
 from mongomem.deadlines import ABANDONED, Deadline, check_deadline, current_deadline, within
 from mongomem.errors import DeadlineExceeded, EmbeddingError
-from mongomem.scheduling import TENANT, DepthObserver, FairEmbedder, FairScheduler, estimated_tokens
 from mongomem.service.deadlines import RequestDeadlines
+from mongomem.service.scheduling import (
+    TENANT,
+    DepthObserver,
+    FairEmbedder,
+    FairScheduler,
+    estimated_tokens,
+)
 
 WINDOW = 512
 BIG = "x" * 4096  # costs a whole window (as A0, A1, ...: see big())

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mongomem.cli import main
+from mongomem.cli.main import main
 from mongomem.errors import InfraError
-from mongomem.infra.local import LocalKafka, LocalMongo, LocalServer, free_port, resolve_classpath
+from mongomem.local.servers import LocalKafka, LocalMongo, LocalServer, free_port, resolve_classpath
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from mongomem.runner import INSPECTOR_KEY_FILE, LocalService, inspector_key
+from mongomem.local.runner import INSPECTOR_KEY_FILE, LocalService, inspector_key
 
 
 def test_the_local_key_is_made_once_private_and_reused(tmp_path: Path) -> None:

@@ -9,6 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from mongomem.adapters.llm import (
+    OpenAILLM,
+    StandInLLM,
+    make_llm,
+    parse_retry_after,
+    strict_json_schema,
+)
 from mongomem.errors import (
     ConfigError,
     ExtractionError,
@@ -18,7 +25,6 @@ from mongomem.errors import (
     MongomemError,
     NotReady,
 )
-from mongomem.llm import OpenAILLM, StandInLLM, make_llm, parse_retry_after, strict_json_schema
 from mongomem.settings import LLMSettings
 from mongomem.testing import (
     STAND_IN_MODEL,

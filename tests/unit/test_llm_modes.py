@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from mongomem.errors import ConfigError, ExtractionError, LLMOutputInvalid, LLMUnavailable
-from mongomem.llm import (
+from mongomem.adapters.llm import (
     FALLBACK_ORDER,
     LLMUsage,
     Mode,
@@ -23,6 +22,7 @@ from mongomem.llm import (
     StandInLLM,
     forget_working_modes,
 )
+from mongomem.errors import ConfigError, ExtractionError, LLMOutputInvalid, LLMUnavailable
 from mongomem.settings import LLMSettings, StructuredOutput
 from mongomem.stages.extractor.core import extracted_items, render_messages
 from mongomem.stages.extractor.types import builtin_spec
@@ -155,7 +155,7 @@ async def test_each_mode_asks_its_way_and_validates_the_answer(
 async def test_auto_falls_back_past_refusals_and_remembers_the_working_mode(
     dialect: Dialect, works: Mode, refusals: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="mongomem.llm")
+    caplog.set_level(logging.INFO, logger="mongomem.adapters.llm")
     with FakeOpenAIServer(dialect=dialect) as server:
         server.script(Answer(FACTS), Answer(FACTS), Answer(FACTS))
         first = llm_for(server)

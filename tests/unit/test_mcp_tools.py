@@ -20,7 +20,7 @@ from mongomem.mcp_server import (
 )
 from mongomem.models import Action, Role, SessionEnd, Turn, utcnow
 from mongomem.sdk import AsyncMemory, Identity, MemoryRecord, SaveResult
-from mongomem.stm import validate_role
+from mongomem.stm.turns import validate_role
 
 TOOLS = {
     "record_turn",

@@ -3,7 +3,7 @@
 Raw sockets check the HTTP/1.1 layer (keep-alive, chunked bodies, refusals,
 a connection dropped mid-body); the real ``openai`` client checks TLS and the
 stand-in's labels; subprocesses check that neither the stand-in nor the test
-doubles need aiohttp, and that ``python -m mongomem.llm_stand_in`` serves.
+doubles need aiohttp, and that ``python -m mongomem.local.llm_stand_in`` serves.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from mongomem.infra import free_port
-from mongomem.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
-from mongomem.llm_stand_in.http import HttpServer, Request, Response, json_response
-from mongomem.runner import LLMStandIn
+from mongomem.local.infra import free_port
+from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
+from mongomem.local.llm_stand_in.http import HttpServer, Request, Response, json_response
+from mongomem.local.runner import LLMStandIn
 from mongomem.testing import (
     Answer,
     Dropped,
@@ -240,8 +240,8 @@ def test_neither_the_stand_in_nor_the_doubles_need_aiohttp() -> None:
         "import sys\n"
         "sys.modules['aiohttp'] = None  # any import of it now fails\n"
         "import openai\n"
-        "from mongomem.llm import StandInLLM\n"
-        "from mongomem.llm_stand_in import stand_in_server\n"
+        "from mongomem.adapters.llm import StandInLLM\n"
+        "from mongomem.local.llm_stand_in import stand_in_server\n"
         "from mongomem.testing import FakeOpenAIServer, RateLimited\n"
         "with stand_in_server() as s, FakeOpenAIServer() as f:\n"
         "    f.script(RateLimited(retry_after=2))\n"
@@ -260,7 +260,7 @@ def test_the_stand_in_process_serves_and_shows_its_banner() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONGOMEM_")}
     with subprocess.Popen(
-        [sys.executable, "-m", "mongomem.llm_stand_in", "--port", str(port)],
+        [sys.executable, "-m", "mongomem.local.llm_stand_in", "--port", str(port)],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -279,7 +279,7 @@ def test_the_stand_in_process_serves_and_shows_its_banner() -> None:
 
 def test_the_stand_in_mongomem_up_starts_is_the_product_one(tmp_path: Path) -> None:
     stand_in = LLMStandIn(port=free_port(), state_dir=tmp_path, cache_dir=tmp_path)
-    assert stand_in._command()[1:3] == ["-m", "mongomem.llm_stand_in"]
+    assert stand_in._command()[1:3] == ["-m", "mongomem.local.llm_stand_in"]
     stand_in.start(timeout_s=30)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{stand_in.port}/v1", api_key="k")

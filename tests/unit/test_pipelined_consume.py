@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from mongomem.adapters.kafka import dead_letter_topic
 from mongomem.errors import BrokerError, InputError, LLMRateLimited
-from mongomem.kafka import dead_letter_topic
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime import PipelinedStage, Record, RetryPolicy, Revocations, consume
 from mongomem.stages.runtime.memory import MemoryBroker, MemorySource

@@ -1,8 +1,8 @@
-"""The state of one (snapshot, type) from its processing_status entry (mongomem.progress)."""
+"""The state of one (snapshot, type) from its processing_status entry (operations.progress)."""
 
 from __future__ import annotations
 
-from mongomem.progress import type_progress
+from mongomem.operations.progress import type_progress
 
 
 def test_states_from_entries() -> None:

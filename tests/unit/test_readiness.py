@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from mongomem.adapters.readiness import check_ready, ensure_ready
 from mongomem.errors import NotReady
-from mongomem.readiness import check_ready, ensure_ready
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, LLMSettings, load_settings
 
 

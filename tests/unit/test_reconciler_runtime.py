@@ -18,13 +18,13 @@ from pymongo.errors import (
     WriteError,
 )
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import decode, encode
 from mongomem.errors import StorageError
-from mongomem.kafka import DeadLetter
 from mongomem.ltm.testing import candidate
 from mongomem.metrics import DEAD_LETTERS
 from mongomem.models import MemoryCandidate
-from mongomem.ops import consumer_group
+from mongomem.operations.status import consumer_group
 from mongomem.settings import KafkaSettings
 from mongomem.stages.reconciler import POLICY
 from mongomem.stages.reconciler.stage import Reconciler

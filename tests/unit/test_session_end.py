@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import decode, encode
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionEnd, SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.watcher_encode import TurnEncoder
@@ -24,7 +24,7 @@ from mongomem.stages.windowing import WindowPolicy, advance
 from mongomem.stages.windowing.logic import initial_state
 from mongomem.stages.windowing.reader import EndRecord, TurnReader
 from mongomem.stages.windowing.windower import DictWindowStore, Policies, SnapshotWindower
-from mongomem.stm import end_document
+from mongomem.stm.turns import end_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SESSION = SessionKey(project_id="p", user_id="u", session_id="s")

@@ -187,15 +187,17 @@ def test_the_old_similarity_reinforce_thresholds_are_refused(
 
 
 def test_kafka_compression_reaches_the_producers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mongomem.kafka
+    import mongomem.adapters.kafka
 
     made: list[dict[str, object]] = []
-    monkeypatch.setattr(mongomem.kafka, "AIOKafkaProducer", lambda **options: made.append(options))
+    monkeypatch.setattr(
+        mongomem.adapters.kafka, "AIOKafkaProducer", lambda **options: made.append(options)
+    )
     assert load_settings().kafka.compression == "zstd"
     monkeypatch.setenv("MONGOMEM_KAFKA_BOOTSTRAP", "broker:9092")
     for value, expected in (("none", None), ("lz4", "lz4"), ("zstd", "zstd")):
         monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", value)
-        mongomem.kafka.make_producer(load_settings().kafka)
+        mongomem.adapters.kafka.make_producer(load_settings().kafka)
         assert made[-1]["compression_type"] == expected
     monkeypatch.setenv("MONGOMEM_KAFKA_COMPRESSION", "brotli")
     with pytest.raises(ConfigError, match="MONGOMEM_KAFKA_COMPRESSION"):

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import decode
 from mongomem.errors import BrokerError, ConfigError, InputError, LLMRateLimited, StorageError
-from mongomem.kafka import DeadLetter
 from mongomem.metrics import CONSUMER_LAG, DEAD_LETTERS
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime import (

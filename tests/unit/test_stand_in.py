@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from mongomem.llm import strict_json_schema
+from mongomem.adapters.llm import strict_json_schema
 from mongomem.ltm.judge import JudgeQuestion
 from mongomem.stages.extractor.core import extracted_items, render_messages
 from mongomem.stages.extractor.types import builtin_spec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mongomem.operate import llm_line
+from mongomem.cli.operate import llm_line
 from mongomem.settings import LLMSettings, load_settings
 
 

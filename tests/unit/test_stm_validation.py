@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from mongomem.errors import InputError
 from mongomem.models import Role, SessionEnd, Turn
-from mongomem.stm import (
+from mongomem.stm.turns import (
     end_document,
     end_from_document,
     session_key,

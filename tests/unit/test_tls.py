@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mongomem.adapters.tls import certificate_problem, client_verify, server_context
 from mongomem.errors import ConfigError
 from mongomem.sdk import AsyncMemory, HttpTransport, Memory
 from mongomem.sdk.spaces import HttpSpaces, Spaces
 from mongomem.testing import Certificates, make_certificates
-from mongomem.tls import certificate_problem, client_verify, server_context
 
 PREFIX = "MONGOMEM_SERVICE_"
 

@@ -8,10 +8,9 @@ from datetime import datetime
 import pytest
 from prometheus_client import REGISTRY
 
+from mongomem.adapters.llm import LLMUsage
 from mongomem.errors import ConfigError, StorageError
-from mongomem.llm import LLMUsage
-from mongomem.settings import LLMSettings, ModelPrice, load_settings
-from mongomem.usage import (
+from mongomem.operations.usage import (
     MemoryUsageRecorder,
     UsageKey,
     UsageMeter,
@@ -19,6 +18,7 @@ from mongomem.usage import (
     UsageRow,
     usage_table,
 )
+from mongomem.settings import LLMSettings, ModelPrice, load_settings
 
 
 def test_a_price_table_from_the_environment_prices_dated_model_versions(

@@ -13,11 +13,11 @@ from typing import Any, cast
 
 from pymongo.asynchronous.collection import AsyncCollection
 
+from mongomem.adapters.kafka import DeadLetter, dead_letter_topic
+from mongomem.adapters.mongo import Document
 from mongomem.codec import decode, peek_kind
-from mongomem.kafka import DeadLetter, dead_letter_topic
 from mongomem.metrics import DEAD_LETTERS
 from mongomem.models import Role, Turn
-from mongomem.mongo import Document
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime import PublishedDeadLetters, consume
 from mongomem.stages.runtime.memory import MemoryBatches, MemoryBroker
@@ -25,7 +25,7 @@ from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckp
 from mongomem.stages.watcher_core import STAGE, WatcherCore
 from mongomem.stages.watcher_logic import FlushPolicy, PublishLedger, WatermarkClock
 from mongomem.stages.watcher_source import ChangeStreamSource
-from mongomem.stm import turn_document
+from mongomem.stm.turns import turn_document
 
 KAFKA = KafkaSettings(bootstrap="memory:0", topic_prefix="w")
 TOPIC = KAFKA.topic("turns")

@@ -14,7 +14,7 @@ from mongomem.settings import WatcherSettings
 from mongomem.stages.watcher_encode import TurnEncoder
 from mongomem.stages.watcher_logic import READ_PIPELINE, read_pipeline, token_id
 from mongomem.stages.windowing.logic import WindowPolicy, advance, initial_state
-from mongomem.stm import end_document, end_from_document, turn_document, turn_from_document
+from mongomem.stm.turns import end_document, end_from_document, turn_document, turn_from_document
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IDLE = 10.0

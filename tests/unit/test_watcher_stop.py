@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from mongomem import restarts
+from mongomem.operations import restarts
 from mongomem.settings import KafkaSettings, MongoSettings, Settings
 from mongomem.stages import watcher
 

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import decode, encode, peek_kind
 from mongomem.errors import StorageError
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.project_config import WindowingConfig, WindowOverride
 from mongomem.settings import WindowingSettings

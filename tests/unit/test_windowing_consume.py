@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.codec import encode
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn
 from mongomem.settings import KafkaSettings, WindowingSettings
 from mongomem.stages.runtime import PipelinedStage, RetryPolicy, consume

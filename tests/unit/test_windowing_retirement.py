@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
+from mongomem.adapters.kafka import DeadLetter
 from mongomem.buckets import in_share
 from mongomem.codec import encode
-from mongomem.kafka import DeadLetter
 from mongomem.models import SessionKey, Snapshot, Turn, Watermark
 from mongomem.settings import WindowingSettings
 from mongomem.stages.windowing.logic import Window, WindowPolicy

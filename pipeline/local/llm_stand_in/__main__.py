@@ -1,4 +1,4 @@
-"""``python -m mongomem.llm_stand_in [--host H] [--port N]``: the stand-in until interrupted."""
+"""``python -m mongomem.local.llm_stand_in [--host H] [--port N]``: serve until interrupted."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import asyncio
 import contextlib
 
-from mongomem.llm_stand_in import STAND_IN_BANNER, stand_in_server
+from mongomem.local.llm_stand_in import STAND_IN_BANNER, stand_in_server
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m mongomem.llm_stand_in",
+        prog="python -m mongomem.local.llm_stand_in",
         description="The rule-based LLM stand-in (NOT a model) on an OpenAI-compatible port.",
     )
     parser.add_argument("--host", default="127.0.0.1")

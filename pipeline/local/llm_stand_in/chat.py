@@ -1,7 +1,7 @@
 """One chat-completions request as the local OpenAI-compatible server received it, and an answer.
 
 :class:`ChatRequest` reads what a request asks for wherever its
-structured-output mode puts it (see :func:`mongomem.llm.schema_instruction`):
+structured-output mode puts it (see :func:`mongomem.adapters.llm.schema_instruction`):
 the mode, the schema's name and the schema itself. :class:`Answer` is what a
 responder gives back: the server renders it as the assistant message, or as
 the arguments of the forced tool call when the request was in ``tools`` mode.
@@ -19,7 +19,7 @@ from typing import Any, cast
 __all__ = ["Answer", "ChatRequest", "Responder"]
 
 
-#: How :func:`mongomem.llm.schema_instruction` states a schema in the system message.
+#: How :func:`mongomem.adapters.llm.schema_instruction` states a schema in the system message.
 _STATED = re.compile(r'fit this JSON schema "([^"]+)":\n(\{[^\n]*\})')
 
 

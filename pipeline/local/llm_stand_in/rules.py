@@ -2,7 +2,7 @@
 
 ``make run`` with no LLM configured (and ``MONGOMEM_LLM_USE_STAND_IN=true``)
 serves this responder through
-:class:`~mongomem.llm_stand_in.server.OpenAICompatibleServer` so the
+:class:`~mongomem.local.llm_stand_in.server.OpenAICompatibleServer` so the
 end-to-end demo shows memories. It reads the conversation turns that
 the extraction prompt carries as JSON lines and applies a few regular
 expressions:
@@ -21,7 +21,7 @@ expressions:
 
 Every answer's ``model`` field, the start banner and every log line say it is
 not a real model. It must never be used when an endpoint is configured; the
-choice is made in :func:`mongomem.llm.make_llm`, not here.
+choice is made in :func:`mongomem.adapters.llm.make_llm`, not here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mongomem.llm_stand_in.chat import Answer, ChatRequest
+from mongomem.local.llm_stand_in.chat import Answer, ChatRequest
 
 __all__ = ["STAND_IN_BANNER", "STAND_IN_MODEL", "StandInResponder", "read_turns", "slug"]
 

@@ -1,11 +1,11 @@
 """A local OpenAI-compatible HTTP server: chat completions, embeddings, the model list.
 
 The real ``openai`` client talks to it over HTTP, so whatever uses it runs the
-production code path. A :data:`~mongomem.llm_stand_in.chat.Responder` answers
+production code path. A :data:`~mongomem.local.llm_stand_in.chat.Responder` answers
 each chat request; the answer is shaped by the request's structured-output
 mode: a forced tool call gets it as the call's arguments, every other mode as
 the message content. Embeddings are feature-hashing vectors
-(:class:`~mongomem.embeddings.HashingEmbedder`) and say so in their ``model``
+(:class:`~mongomem.adapters.embeddings.HashingEmbedder`) and say so in their ``model``
 field: NOT a model.
 
 It keeps nothing per request (a long-running stand-in does not grow); the
@@ -35,9 +35,15 @@ import time
 from types import TracebackType
 from typing import Any, Self
 
-from mongomem.embeddings import HashingEmbedder
-from mongomem.llm_stand_in.chat import Answer, ChatRequest, Responder
-from mongomem.llm_stand_in.http import HttpServer, Request, Response, json_response, openai_error
+from mongomem.adapters.embeddings import HashingEmbedder
+from mongomem.local.llm_stand_in.chat import Answer, ChatRequest, Responder
+from mongomem.local.llm_stand_in.http import (
+    HttpServer,
+    Request,
+    Response,
+    json_response,
+    openai_error,
+)
 
 __all__ = ["OpenAICompatibleServer"]
 

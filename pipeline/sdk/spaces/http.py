@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
+from mongomem.adapters.tls import Verify
 from mongomem.errors import InputError
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.sdk.spaces.transport import SpacesTransport
@@ -42,7 +43,6 @@ from mongomem.sdk.spaces.wire import (
     encode_argument,
 )
 from mongomem.spaces.editing import UNSET
-from mongomem.tls import Verify
 
 __all__ = ["HttpSpaces"]
 
@@ -51,7 +51,7 @@ class HttpSpaces(ServiceClient, SpacesTransport):
     """The spaces of the API key's project, through the memory service at ``base_url``.
 
     ``verify`` decides which certificates an ``https://`` service may present
-    (:data:`mongomem.tls.Verify`: default the system's CAs; the path of a private CA's
+    (:data:`mongomem.adapters.tls.Verify`: default the system's CAs; the path of a private CA's
     bundle; an :class:`ssl.SSLContext`), as for :class:`~mongomem.sdk.HttpTransport`.
     ``client`` lets an application share (or a test fake) its :class:`httpx.AsyncClient`,
     whose own ``verify`` then applies.

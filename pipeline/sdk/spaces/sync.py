@@ -5,7 +5,7 @@ The same calls, arguments and results as :class:`~mongomem.sdk.spaces.SpacesTran
 protocol, run on the async client (:mod:`mongomem.sdk.spaces.blocking`, typed by
 its generated stub). Over HTTP (``base_url=`` and ``api_key=``; the
 key decides the project; ``verify=`` for an ``https://`` service, see
-:mod:`mongomem.tls`) it wraps an :class:`~mongomem.sdk.spaces.HttpSpaces`;
+:mod:`mongomem.adapters.tls`) it wraps an :class:`~mongomem.sdk.spaces.HttpSpaces`;
 otherwise (``project_id=`` and ``settings=``) an :class:`~mongomem.spaces.AsyncSpaces`
 on MongoDB; ``transport=`` wraps any other :class:`SpacesTransport`. Like the sync
 SDK (:mod:`mongomem.sdk.sync`) it runs the async client on a private event loop
@@ -16,7 +16,8 @@ thread; close it (or use it as a context manager) to stop the thread.
 
 from __future__ import annotations
 
-from mongomem.embeddings import Embedder
+from mongomem.adapters.embeddings import Embedder
+from mongomem.adapters.tls import Verify
 from mongomem.errors import ConfigError
 from mongomem.sdk.spaces.blocking import SpaceCalls
 from mongomem.sdk.spaces.http import HttpSpaces
@@ -25,7 +26,6 @@ from mongomem.sdk.sync import SyncClient
 from mongomem.settings import Settings, load_settings, with_local_pipeline
 from mongomem.spaces.api import AsyncSpaces
 from mongomem.spaces.crypto import SpacesSettings
-from mongomem.tls import Verify
 
 __all__ = ["Spaces"]
 
