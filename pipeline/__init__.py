@@ -60,7 +60,7 @@ from mongomem.models import (
     SnapshotTurn,
     Turn,
 )
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, resolve_settings
 
 if TYPE_CHECKING:
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
@@ -128,6 +128,7 @@ __all__ = [
     "WriteConflict",
     "__version__",
     "load_settings",
+    "resolve_settings",
 ]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.evaluation.datasets import BENCHMARKS, read_dataset
-from mongomem.settings import Settings, with_local_pipeline
+from mongomem.settings import Settings
 
 __all__ = ["add_cli"]
 
@@ -21,7 +21,6 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     conversations = read_dataset(args.benchmark, args.data)  # all checked before any write
     if args.conversations is not None:
         conversations = conversations[: args.conversations]
-    settings = with_local_pipeline(settings)
     out = args.out or Path("eval-results") / f"{args.benchmark}-{args.data.stem}"
     options = EvalOptions(
         out=out,
@@ -55,7 +54,7 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
 def add_cli(sub: Any) -> None:
     """Add ``eval`` to the ``mongomem`` parser's subcommands."""
     p = sub.add_parser("eval", help="score memory on LoCoMo/LongMemEval vs full context")
-    p.add_argument("benchmark", choices=BENCHMARKS)
+    p.add_argument("benchmark", choices=BENCHMARKS, help="which benchmark the data file is")
     p.add_argument("--data", type=Path, required=True, help="the benchmark's JSON file")
     p.add_argument(
         "--out",

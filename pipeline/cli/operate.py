@@ -85,7 +85,7 @@ def with_local_defaults(settings: Settings) -> Settings:
     Those are the saved stage environment over ``settings``; without a local
     pipeline, the local servers' addresses fill in missing URIs.
     """
-    settings = with_local_pipeline(settings)
+    settings = with_local_pipeline(settings)  # already done by the CLI; callers may not have
     kafka = settings.kafka
     if kafka.bootstrap is None:
         kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})

@@ -51,7 +51,7 @@ from mongomem.sdk.models import (
     typed,
 )
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
-from mongomem.settings import Settings, load_settings, with_local_pipeline
+from mongomem.settings import Settings, resolve_settings
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
@@ -99,7 +99,7 @@ class AsyncMemory:
             transport.use_api_key(api_key)
         if transport is None:
             transport = DirectTransport(
-                settings or with_local_pipeline(load_settings()),
+                settings or resolve_settings(),
                 embedder=embedder,
                 judge=judge,
                 thresholds=thresholds,

@@ -28,7 +28,7 @@ from mongomem.adapters.embeddings import (
     local_model_installed,
     make_embedder,
 )
-from mongomem.adapters.mongo import Document, connect, database
+from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import ErasureRegister
@@ -241,6 +241,7 @@ class DirectTransport:
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
+                await reachable(self._client, self._settings.mongodb)  # one timeout, not one a step
                 db = database(self._client, self._settings.mongodb)
                 thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
                 store = MemoryStore(

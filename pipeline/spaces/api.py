@@ -25,7 +25,7 @@ from pymongo import AsyncMongoClient
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
 from mongomem.adapters.llm import make_llm
-from mongomem.adapters.mongo import Document, connect, database
+from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.errors import InputError
 from mongomem.models import utcnow
 from mongomem.settings import Settings
@@ -94,6 +94,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
+                await reachable(self._client, self._settings.mongodb)  # one timeout, not one a step
                 store = SpaceStore(database(self._client, self._settings.mongodb), self._keys)
                 await store.setup()
                 self._store = store
