@@ -299,7 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay_p.set_defaults(handler=_replay)
 
-    from mongomem.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK
+    from mongomem.mcp_server.options import add_arguments as add_mcp_arguments  # argparse only
 
     mcp_p = sub.add_parser("mcp", help="serve memory to an MCP client (stdio by default)")
     add_mcp_arguments(mcp_p)

@@ -80,7 +80,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kind",
         choices=["episodic", "escalation"],
         default="episodic",
-        help="episodic: past runs and their outcomes; escalation: resolved escalations (default: episodic)",
+        help="episodic: past runs and their outcomes; escalation: resolved escalations",
     )
     create.add_argument("--threshold", type=float, default=None, help="recall score threshold")
     create.add_argument("--top-k", type=int, default=None, help="cases recall returns at most")
