@@ -9,6 +9,11 @@ reported next to the same run's ``python -c pass`` and ``python -c "import
 mongomem"``, so a loaded machine shows as a higher baseline rather than as a
 slower command. The target: a reading call costs at most 1.5 s on the machine.
 
+Where the time goes: each command is also run in this process, its imports
+already loaded (``in-process s``: the round trips to the servers and the work),
+and its imports are timed alone in a fresh interpreter (``imports s``, ``python
+-X importtime``'s total for the modules the command loads).
+
     python -m bench.cli [--repeat N]     → bench/results/cli.md
 """
 
@@ -67,6 +72,43 @@ def _time(argv: list[str], cwd: Path) -> tuple[float, int]:
     return time.perf_counter() - began, done.returncode
 
 
+def _in_process(command: list[str], cwd: Path) -> float:
+    """One call of the command in this process (imports loaded by a first, untimed call)."""
+    import contextlib
+    import io
+
+    from mongomem.cli.main import main as cli_main
+
+    here = Path.cwd()
+    os.chdir(cwd)
+    saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("MONGOMEM_")]}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with contextlib.suppress(SystemExit):
+                cli_main(command)
+            began = time.perf_counter()
+            with contextlib.suppress(SystemExit):
+                cli_main(command)
+            return time.perf_counter() - began
+    finally:
+        os.environ.update(saved)
+        os.chdir(here)
+
+
+def _imports(command: list[str], cwd: Path) -> float:
+    """Seconds of ``import`` the command costs in a fresh interpreter (``-X importtime``)."""
+    argv = [sys.executable, "-X", "importtime", "-m", "mongomem.cli", *command]
+    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
+    total = 0
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        if line.startswith("import time:") and len(parts) == 3 and parts[0].split(":")[1].strip():
+            with_self = parts[0].split(":")[1].strip()
+            if with_self.isdigit():
+                total += int(with_self)
+    return total / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
@@ -93,6 +135,8 @@ def main() -> None:
                 _time(argv, cwd)
             times: dict[str, list[float]] = {}
             codes: dict[str, int] = {}
+            inside = {"mongomem " + " ".join(c): _in_process(c, cwd) for c in COMMANDS}
+            imports = {"mongomem " + " ".join(c): _imports(c, cwd) for c in COMMANDS}
             for _ in range(args.repeat):
                 for name, argv in BASELINES.items():
                     times.setdefault(name, []).append(_time(argv, cwd)[0])
@@ -113,14 +157,17 @@ def main() -> None:
         "(other engineers' builds and tests run at once): compare a row with the same run's "
         "baselines, not with another run.",
         "",
-        "| call | median s | min s | × `python -c pass` | exit |",
-        "|---|---:|---:|---:|---:|",
+        "| call | median s | min s | × `python -c pass` | in-process s | imports s | exit |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, values in times.items():
         median = statistics.median(values)
         code = codes.get(name, 0)
+        ran = f"{inside[name]:.2f}" if name in inside else ""
+        loaded = f"{imports[name]:.2f}" if name in imports else ""
         lines.append(
-            f"| `{name}` | {median:.2f} | {min(values):.2f} | {median / base:.1f} | {code} |"
+            f"| `{name}` | {median:.2f} | {min(values):.2f} | {median / base:.1f} | {ran} "
+            f"| {loaded} | {code} |"
         )
     RESULTS.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

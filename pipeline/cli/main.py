@@ -361,6 +361,9 @@ def settings_for(args: argparse.Namespace) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(_parser(), argv)
+    # The driver's own reconnect errors: a failure prints as one line of ours instead.
+    # (Commands that run servers or stages set up their logs, aiokafka's included.)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings: Settings | None = None
     try:
         settings = settings_for(args)

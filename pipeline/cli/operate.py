@@ -34,7 +34,7 @@ from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, MongomemError, StorageError
 from mongomem.local.infra import local_servers_status
 from mongomem.local.servers import pid_alive
-from mongomem.local.supervisor import read_restarts
+from mongomem.local.supervisor import read_restarts, read_servers
 from mongomem.models import Watermark, utcnow
 from mongomem.operations.status import (
     consumer_group,
@@ -57,6 +57,7 @@ __all__ = [
     "kafka_lines",
     "llm_line",
     "llm_usage_lines",
+    "local_servers",
     "local_stage_processes",
     "print_status",
     "replay",
@@ -121,9 +122,8 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
     problems = check_ready(settings)
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
-    restarts = read_restarts(settings.infra.state_dir.resolve() / "stages")
-    for name, state in local_servers_status(settings).items():
-        say(f"local {name}: {state}{_restarted(restarts.get(name))}")
+    for name, state in local_servers(settings):
+        say(f"local {name}: {state}")
     say(llm_line(settings))
     for line in await llm_usage_lines(settings):
         say(line)
@@ -177,6 +177,21 @@ async def kafka_lines(settings: Settings, types: tuple[str, ...]) -> list[str]:
         lines.append(f"  {group:<48} {text}")
     lines.append("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
     return lines
+
+
+def local_servers(settings: Settings, *, supervised: bool = False) -> list[tuple[str, str]]:
+    """(name, state) of the local servers (``mongo``, ``kafka``), with the supervisor's restarts.
+
+    ``supervised``: only those the supervisor of ``mongomem up`` keeps alive here.
+    """
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    restarts = read_restarts(stage_dir)
+    kept = set(read_servers(stage_dir)) if supervised else None
+    return [
+        (name, f"{state}{_restarted(restarts.get(name))}")
+        for name, state in local_servers_status(settings).items()
+        if kept is None or name in kept
+    ]
 
 
 def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mongomem.errors import InfraError
-from mongomem.local.servers import LocalKafka, LocalMongo, free_port, port_in_use
+from mongomem.local.servers import SERVERS_FILE, LocalKafka, LocalMongo, free_port, port_in_use
 from mongomem.settings import Settings
 
 __all__ = [
@@ -265,8 +265,6 @@ def stop_local_servers(settings: Settings) -> list[str]:
 
     First they are taken out of the supervisor's list, or it would start them again.
     """
-    from mongomem.local.supervisor import SERVERS_FILE
-
     (settings.infra.state_dir.resolve() / "stages" / SERVERS_FILE).unlink(missing_ok=True)
     stopped = []
     for server in persistent_servers(settings):

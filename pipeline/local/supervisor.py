@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.errors import MongomemError
-from mongomem.local.servers import LocalServer
+from mongomem.local.servers import SERVERS_FILE, LocalServer
 
 __all__ = [
     "PLAN_FILE",
@@ -123,10 +123,6 @@ def read_plan(stage_dir: Path) -> list[PlannedStage]:
     except (OSError, ValueError):
         return []
     return [PlannedStage(r["name"], r["stage"], tuple(r["args"]), r["metrics_port"]) for r in rows]
-
-
-#: The local servers (by name: ``kafka``, ``mongo``) the supervisor keeps alive.
-SERVERS_FILE = "servers.json"
 
 
 def write_servers(stage_dir: Path, names: Sequence[str]) -> None:

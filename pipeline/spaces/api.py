@@ -24,7 +24,6 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
-from mongomem.adapters.llm import make_llm
 from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.errors import InputError
 from mongomem.models import utcnow
@@ -102,6 +101,8 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
 
     async def _summariser_now(self) -> Summariser:
         if self._summariser is None:
+            from mongomem.adapters.llm import make_llm  # the OpenAI client: only when needed
+
             self._owned_llm = make_llm(self._settings.llm)
             self._summariser = LLMSummariser(self._owned_llm)
         return self._summariser

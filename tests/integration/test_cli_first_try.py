@@ -95,9 +95,16 @@ def test_import_of_an_export_from_a_new_shell(settings: Settings, tmp_path: Path
     )
     assert exported.returncode == 0, exported.stderr
     done = cli(
-        "import", "-", "--project-id", "first", "--user-id", "u2",
-        cwd=tmp_path, env=fresh_env(), stdin=exported.stdout,
-    )  # fmt: skip
+        "import",
+        "-",
+        "--project-id",
+        "first",
+        "--user-id",
+        "u2",
+        cwd=tmp_path,
+        env=fresh_env(),
+        stdin=exported.stdout,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["versions"] == 0
 
@@ -194,3 +201,13 @@ def test_a_retired_variable_is_reported_once_with_its_replacement(tmp_path: Path
     typo = [line for line in lines if "MONGOMEM_MONGODB_URIS" in line]
     assert len(typo) == 1
     assert "did you mean MONGOMEM_MONGODB_URI?" in typo[0]
+
+
+def test_an_unreachable_broker_is_one_line_naming_its_address(tmp_path: Path) -> None:
+    """`dlq list` printed aiokafka's own ``Unable connect to …`` lines before its error."""
+    down = f"127.0.0.1:{_free_port()}"
+    done = cli("dlq", "list", cwd=tmp_path, env=fresh_env(MONGOMEM_KAFKA_BOOTSTRAP=down))
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert down in line
+    assert "MONGOMEM_KAFKA_BOOTSTRAP" in line

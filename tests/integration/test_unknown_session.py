@@ -47,9 +47,17 @@ async def test_an_unknown_session_is_not_found_directly_and_over_http(settings: 
 def test_memory_status_of_an_unknown_session_says_so(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
     local_pipeline(settings, tmp_path)
     done = cli(
-        "memory", "status", "--project-id", "p", "--user-id", "u", "--session-id", "nope",
-        cwd=tmp_path, env=fresh_env(),
-    )  # fmt: skip
+        "memory",
+        "status",
+        "--project-id",
+        "p",
+        "--user-id",
+        "u",
+        "--session-id",
+        "nope",
+        cwd=tmp_path,
+        env=fresh_env(),
+    )
     assert done.returncode == 1
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()

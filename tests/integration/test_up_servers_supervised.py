@@ -9,6 +9,7 @@ on free ports in a temporary state folder, with the jars of the test servers.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mongomem.local.servers import pid_alive
@@ -117,3 +119,17 @@ def test_a_killed_broker_comes_back_and_status_counts_it(up_env: dict[str, str])
     log = (state / "stages" / "logs" / "supervisor.log").read_text()
     assert "kafka is not running; restarting in" in log
     assert "kafka restarted" in log
+
+    # the inspector's pipeline view shows the supervised servers and their restarts
+    port = re.search(r"http://127\.0\.0\.1:(\d+)/ui", started.stdout)
+    assert port is not None, started.stdout
+    key = (state / "stages" / "inspector-key").read_text().strip()
+    answer = httpx.get(
+        f"http://127.0.0.1:{port.group(1)}/v1/inspector/pipeline",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    shown = {p["name"]: p["state"] for p in answer.json()["result"]["processes"]}
+    assert "restarted 1x" in shown["local kafka"]
+    assert "restarted" not in shown["local mongo"]
