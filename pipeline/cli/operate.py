@@ -212,14 +212,18 @@ def _restarted(seen: dict[str, Any] | None) -> str:
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     """The last ``hours`` of ``llm_usage``: calls, tokens, dead letters and cost per type."""
     title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
-    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
+    wait = min(5.0, settings.mongodb.server_selection_timeout_s)
+    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": wait})
     client = connect(mongodb)
     try:
         collection = database(client, mongodb)[LLM_USAGE]
         since = utcnow() - timedelta(hours=hours)
         rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
     except (StorageError, TimeoutError) as exc:
-        return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
+        from mongomem.cli.failures import describe  # the address, not the driver's topology
+
+        reason = describe(exc, settings.model_copy(update={"mongodb": mongodb})) or exc
+        return [f"{title}: unavailable ({reason or 'MongoDB did not answer'})"]
     finally:
         await client.close()
     return usage_table(rows, title=title, priced=bool(settings.llm.prices))

@@ -211,3 +211,21 @@ def test_an_unreachable_broker_is_one_line_naming_its_address(tmp_path: Path) ->
     (line,) = done.stderr.splitlines()
     assert down in line
     assert "MONGOMEM_KAFKA_BOOTSTRAP" in line
+
+
+def test_status_with_both_servers_down_is_short_lines_and_every_section(tmp_path: Path) -> None:
+    """It printed the driver's topology (~600 characters) and stopped at the Kafka section."""
+    mongo, kafka = _free_port(), _free_port()
+    env = fresh_env(
+        MONGOMEM_MONGODB_URI=f"mongodb://127.0.0.1:{mongo}/?directConnection=true",
+        MONGOMEM_MONGODB_SERVER_SELECTION_TIMEOUT_S="1",
+        MONGOMEM_KAFKA_BOOTSTRAP=f"127.0.0.1:{kafka}",
+    )
+    done = cli("status", cwd=tmp_path, env=env)
+    assert "Traceback" not in done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) < 400 for line in lines), lines
+    usage = [line for line in lines if line.startswith("LLM usage")]
+    assert len(usage) == 1
+    assert f"MongoDB at 127.0.0.1:{mongo} did not answer" in usage[0]
+    assert len([line for line in lines if f"UNREACHABLE at 127.0.0.1:{kafka}" in line]) == 1

@@ -6,6 +6,8 @@ It answered ``"state": "done"``, so a mistyped session id read as finished.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from service_http import start
@@ -44,7 +46,7 @@ async def test_an_unknown_session_is_not_found_directly_and_over_http(settings: 
         await runner.stop()
 
 
-def test_memory_status_of_an_unknown_session_says_so(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_memory_status_of_an_unknown_session_says_so(settings: Settings, tmp_path: Path) -> None:
     local_pipeline(settings, tmp_path)
     done = cli(
         "memory",
