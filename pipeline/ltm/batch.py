@@ -13,6 +13,11 @@ but pays round trips per *batch* instead of per candidate:
    index in one matrix product, plan each one, and apply each decision to the
    in-memory index at once, so a later candidate sees an earlier one's effect
    (two ADDs of one key become ADD + REINFORCE);
+   Before planning, the questions the judge will be asked are gathered and
+   sent as one call per (snapshot, type) (:func:`~mongomem.ltm.judge.prefetch`);
+   each candidate's own plan then uses its verdict only if it asks the very same
+   question, and asks alone otherwise, so decisions are those of a judge asked
+   one question at a time.
 3. one ordered ``bulk_write`` per (scope, type) with every insert and
    ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
@@ -39,6 +44,7 @@ from mongomem.errors import StorageError
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.host import BatchHost
 from mongomem.ltm.index import Row, bump_scope
+from mongomem.ltm.judge import prefetch, question_for
 from mongomem.ltm.plan import Decision, Outcome, build_version
 from mongomem.ltm.search import ExactCosineSearch, neighbours_in
 from mongomem.ltm.writes import (
@@ -134,6 +140,24 @@ async def _reconcile_scope(
         return
     index.check_dims(vectors[0])
     generation, sims = index.similarities(vectors)
+    t = store.thresholds
+    # One judge call per snapshot for the questions this batch will ask (SPEC I6): planned
+    # against the index as it stands; a question that an earlier candidate of the batch
+    # changes is asked alone when its turn comes.
+    questions = [
+        q
+        for j, (_, c) in enumerate(items)
+        if (
+            q := await question_for(
+                c,
+                neighbours_in(index, c, t.neighbours, (generation, sims[j]), t.floor),
+                t,
+                store.evidence_dates,
+            )
+        )
+        is not None
+    ]
+    judge = await prefetch(store.judge, questions) if questions else store.judge
     now = store.clock()
     planned: list[tuple[int, MemoryCandidate, Decision]] = []
     inserts: list[tuple[int, Op]] = []  # (position in planned, op)
@@ -141,8 +165,8 @@ async def _reconcile_scope(
     changed: list[str] = []
     for j, (i, c) in enumerate(items):
         known = (generation, sims[j])
-        t = store.thresholds
-        decision = await store.decide(c, neighbours_in(index, c, t.neighbours, known, t.floor))
+        neighbours = neighbours_in(index, c, t.neighbours, known, t.floor)
+        decision = await store.decide(c, neighbours, judge=judge)
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
         else:
