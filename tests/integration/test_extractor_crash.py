@@ -32,7 +32,7 @@ from mongomem.models import MemoryCandidate
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, Slow, make_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +179,78 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
     runs = [d for d in usage if d["kind"] == "extraction"]
     assert sum(d["runs"] for d in runs) == 3  # the killed run never finished
     assert sum(d.get("reused", 0) for d in runs) == 2  # both reruns reused a stored answer
+
+
+async def test_a_call_cut_off_by_sigkill_is_recorded_once_as_unfinished(
+    settings: Settings,
+    subprocess_env: dict[str, str],
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+    mongo: AsyncMongoClient[Document],
+) -> None:
+    """Issue 24: the endpoint's requests and llm_usage's records are equal, one for one,
+    when the extractor is killed with a request in flight."""
+    env = {
+        **subprocess_env,
+        "MONGOMEM_LLM_BASE_URL": server.base_url,
+        "MONGOMEM_LLM_API_KEY": "test",
+        "MONGOMEM_LLM_TIMEOUT_S": "60",
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_EMBEDDING_DIMENSIONS": "32",
+        "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
+    }
+    snap = make_snapshot([("user", "I live in Boston.")])
+    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, ["extractor.semantic"]))
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.kafka.topic("snapshots"), encode(snap), key=snap.session.kafka_key()
+        )
+    finally:
+        await producer.stop()
+    server.script(Slow(60.0, answer_for_boston()))  # the first request hangs: killed in flight
+    log = tmp_path / "extractor.log"
+    proc = start(env, log)
+    usage = mongo[settings.mongodb.database][LLM_USAGE]
+    try:
+        await wait_until(lambda: len(server.chat_requests) == 1, 60, "the first request", log)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = start(env, log)
+
+        done: list[Document] = []
+
+        async def finished() -> bool:
+            done[:] = await usage.find({"kind": "extraction", "last_outcome": "ok"}).to_list()
+            return bool(done)
+
+        for _ in range(450):  # at most 90 s
+            if await finished():
+                break
+            await asyncio.sleep(0.2)
+        assert done, tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    received = server.requests_for("extract_semantic")
+    assert len(received) == 2  # the one cut off by the kill, and the one after the restart
+    calls = await usage.find({"kind": "call"}).sort("started_at").to_list()
+    assert [d["_id"] for d in calls] == [r.call_id for r in received]  # one record each
+    cut, answered = calls
+    assert (cut["state"], cut["answers"], cut["prompt_tokens"]) == ("started", 0, 0)
+    assert (answered["state"], answered["outcome"], answered["answers"]) == (
+        "finished",
+        "answered",
+        1,
+    )
+
+
+def answer_for_boston() -> Answer:
+    return Answer({"items": [{"label": "home-city", "fact": "The user lives in Boston."}]})
