@@ -21,9 +21,12 @@ fail the same way, so the stage stops without committing.
 
 Before asking the LLM, a handler given :class:`KnownMemories` looks up the
 scope's current memories of its type nearest to the snapshot (within
-``ExtractionSettings.known_tokens``) and shows them to the model, so it reuses
-their labels (SPEC K2); the reconciler still decides. A failed lookup only
-means extracting without them.
+``ExtractionSettings.known_tokens``; the farthest are left out first) and
+shows them to the model, so it reuses their labels (SPEC K2); the reconciler
+still decides. A failed lookup only means extracting without them. The
+snapshot's turns are bounded too (``ExtractionSettings.window_tokens``): over
+it, the longest turns are shortened first, their middle cut and marked, and no
+turn is dropped (:func:`~mongomem.stages.extractor.core.fit_contents`).
 
 With ``results`` (:mod:`~mongomem.stages.extractor.results`), the answer is
 looked up first by (snapshot, type, prompt version, schema version, model,
@@ -202,7 +205,8 @@ class TypeHandler:
         messages: list[dict[str, str]] = []
         if answer is None:
             known = await self._known(snapshot, roles)
-            messages = render_messages(self.spec, snapshot, roles, known)
+            window = self._extraction.window_tokens * CHARS_PER_TOKEN
+            messages = render_messages(self.spec, snapshot, roles, known, window)
         attempt = 0
         while True:
             attempt += 1

@@ -78,7 +78,10 @@ async def test_a_replay_pays_nothing_and_re_extract_pays_once_per_snapshot_and_t
         }
         replay(env, "-first")  # the first pass: asks for every snapshot and type
         first = list(server.chat_requests)
-        assert Counter(r.schema_name for r in first) == {"extract_semantic": 3, "extract_episodic": 3}
+        assert Counter(r.schema_name for r in first) == {
+            "extract_semantic": 3,
+            "extract_episodic": 3,
+        }
 
         replay(env, "-again")  # nothing changed: every answer is stored
         assert len(server.chat_requests) == len(first)

@@ -152,3 +152,19 @@ async def test_every_judge_call_is_recorded_with_purpose_judge() -> None:
         ("judge", "snap-2", "semantic"),
     ]
     assert len(usage.answers) == 2
+
+
+async def test_the_stand_in_answers_a_batch_as_it_answers_each_question() -> None:
+    from mongomem.adapters.llm import StandInLLM
+
+    questions = [question(0), question(1).model_copy(update={"new_text": "old text 1"})]
+    questions.append(question(2).model_copy(update={"new_key": "other"}))
+    llm = StandInLLM(LLMSettings(use_stand_in=True))
+    try:
+        judge = LLMJudge(llm)
+        alone = [(await judge.judge(q)).action for q in questions]
+        together = await judge.judge_many(questions)
+    finally:
+        await llm.close()
+    assert alone == [Action.UPDATE, Action.REINFORCE, Action.ADD]
+    assert [together[i].action for i in range(3)] == alone
