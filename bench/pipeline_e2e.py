@@ -132,12 +132,13 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
 
         await wait_until(caught_up, args.timeout, "every consumer group to catch up", every=0.2)
         done = time.monotonic()
+        first_wave_calls = len(llm.chat_requests) - calls_before
         changes = await second_wave(pipe, memory, db, args)
         prompt_tokens = await prompt_tokens_per_snapshot(db)
     await memory.close()
 
     turns = len(sessions) * 5
-    calls = len(llm.chat_requests) - calls_before
+    calls = first_wave_calls
     latencies = [(readable_at[s] - last_turn_at[s]).total_seconds() for s in sessions]
     write_rate = turns / (written - started)
     pipe_rate = turns / (done - started)
@@ -176,8 +177,8 @@ the embedding, and a hop through each of the three Kafka topics.
 
 Then a second wave: each user's one new session of 5 turns changes all four facts at
 once, so its snapshot carries four semantic candidates whose keys already exist (each
-needs the judge). The reconciler asks the judge once per snapshot and type; "judged
-decisions" is what a judge asked per candidate would have cost.
+needs the judge). The reconciler asks the judge once per snapshot (its types together);
+"judged decisions" is what a judge asked per candidate would have cost.
 
 | measure | value |
 |---|---|

@@ -169,17 +169,18 @@ class Prefetched:
 
 
 async def prefetch(judge: Judge | None, questions: Sequence[JudgeQuestion]) -> Judge | None:
-    """``judge`` primed with one batched call per (candidate's snapshot, type) of two or more
-    ``questions``; ``judge`` itself when it cannot batch or there is nothing to batch.
+    """``judge`` primed with one batched call per candidates' snapshot (all its memory types
+    together: each question names its type) of two or more ``questions``; ``judge`` itself
+    when it cannot batch or there is nothing to batch.
 
     A failed batch only means asking each question alone later.
     """
     judge_many = getattr(judge, "judge_many", None)
     if judge is None or judge_many is None:
         return judge
-    groups: dict[tuple[str, str], list[JudgeQuestion]] = {}
+    groups: dict[str, list[JudgeQuestion]] = {}
     for question in dict.fromkeys(questions):  # the same question once
-        groups.setdefault((question.source_ref, question.memory_type), []).append(question)
+        groups.setdefault(question.source_ref, []).append(question)
     verdicts: dict[JudgeQuestion, Verdict] = {}
     for group in groups.values():
         if len(group) < 2:

@@ -88,7 +88,8 @@ async def test_one_record_per_request_and_one_per_extraction_run(
     assert first["model"] == "gpt-4o-mini-2024-07-18"
     assert (judge["purpose"], judge["outcome"], judge["answers"]) == ("judge", "http-500", 0)
     cut = await usage.find_one({"_id": "call-d"})
-    assert cut is not None and cut["state"] == "started"  # recorded as cut off, once
+    assert cut is not None
+    assert cut["state"] == "started"  # recorded as cut off, once
     run = await usage.find_one({"_id": UsageKey.snapshot("snap-1", "semantic", "proj").doc_id})
     assert run is not None
     assert (run["runs"], run["fresh"], run["last_outcome"]) == (1, 1, "ok")
@@ -98,7 +99,8 @@ async def test_one_record_per_request_and_one_per_extraction_run(
         UsageKey.snapshot("snap-1", "semantic", "proj"), "call-s0", "timeout", None, None, utcnow()
     )
     again = await usage.find_one({"_id": "call-s0"})
-    assert again is not None and again["outcome"] == "answered"
+    assert again is not None
+    assert again["outcome"] == "answered"
 
     llm = LLMSettings(prices={"gpt-4o-mini": ModelPrice(input=0.15, output=0.6)})
     since = utcnow() - timedelta(hours=1)

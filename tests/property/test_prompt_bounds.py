@@ -38,7 +38,8 @@ def test_what_fits_is_unchanged_and_a_cut_is_marked() -> None:
     long = "start " + "x" * 2000 + " end"
     (cut,) = fit_contents([long], 300)
     assert len(cut) <= 300
-    assert cut.startswith("start ") and cut.endswith(" end")
+    assert cut.startswith("start ")
+    assert cut.endswith(" end")
     assert "characters cut" in cut
     assert shorten("short", 10) == "short"
 

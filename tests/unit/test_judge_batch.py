@@ -96,24 +96,25 @@ async def test_missing_unknown_and_repeated_verdicts_are_left_out() -> None:
     assert list(verdicts) == [0]  # q3 missing, q2 ambiguous, q9 unknown
 
 
-async def test_prefetch_batches_per_snapshot_and_type_and_falls_back_alone() -> None:
+async def test_prefetch_batches_per_snapshot_and_falls_back_alone() -> None:
     judge = ScriptedJudge(lambda q: Action.UPDATE)
     batch = [question(0), question(1), question(2, memory_type="episodic"), question(3, "snap-2")]
     batch.append(question(4, "snap-2"))
+    batch.append(question(5, "snap-3"))
     primed = await prefetch(judge, batch)
     assert isinstance(primed, Prefetched)
-    # snap-1/semantic (2 questions) and snap-2/semantic (2) in one call each; the lone
-    # episodic question is not batched (one call either way)
-    assert [len(b) for b in judge.batches] == [2, 2]
+    # snap-1 (three questions of two types) and snap-2 (two) in one call each; the lone
+    # question of snap-3 is not batched (one call either way)
+    assert [len(b) for b in judge.batches] == [3, 2]
     for q in batch:
         assert (await primed.judge(q)).action is Action.UPDATE
-    assert primed.reused == 4
-    assert judge.questions == [batch[2]]  # asked alone
+    assert primed.reused == 5
+    assert judge.questions == [batch[5]]  # asked alone
     # a question that changed since the batch (another text) is asked alone too
     changed = batch[0].model_copy(update={"existing_text": "changed"})
     await primed.judge(changed)
     assert judge.questions[-1] == changed
-    assert judge.round_trips == 4
+    assert judge.round_trips == 4  # two batches, two questions alone
 
 
 async def test_a_failed_batch_means_asking_alone() -> None:
