@@ -444,15 +444,15 @@ def report(
         "different from the per-candidate judge | value changes kept stale |",
         "|---|---|---|---|---|",
     ]
-    for got in batched:
-        stale = sum(
-            o.action is Action.REINFORCE and o.case.category in CHANGES for o in got.outcomes
+    for measured in batched:
+        kept_stale = sum(
+            o.action is Action.REINFORCE and o.case.category in CHANGES for o in measured.outcomes
         )
-        differ = sum(o.action is not per_candidate[o.case.id] for o in got.outcomes)
-        right = sum(o.action is o.case.expected for o in got.outcomes)
+        differ = sum(o.action is not per_candidate[o.case.id] for o in measured.outcomes)
+        right = sum(o.action is o.case.expected for o in measured.outcomes)
         lines.append(
-            f"| {got.size} | {100.0 * got.round_trips / len(cases):.1f} | "
-            f"{_pct(right, len(cases))} | {differ} | {stale} |"
+            f"| {measured.size} | {100.0 * measured.round_trips / len(cases):.1f} | "
+            f"{_pct(right, len(cases))} | {differ} | {kept_stale} |"
         )
     lines += ["", *NOTES]
     return "\n".join(lines) + "\n"

@@ -55,7 +55,7 @@ async def extract(
         outcome = await handler.handle(record)
     finally:
         await llm.close()
-    return outcome, [m.value for m in broker.history], usage
+    return outcome, [m.value for m in broker.history if m.value is not None], usage
 
 
 def texts(sent: list[bytes]) -> list[str]:

@@ -116,7 +116,7 @@ class BrokenRecorder(MemoryUsageRecorder):
     async def call_started(self, key: UsageKey, call_id: str, at: datetime) -> None:
         raise StorageError("MongoDB is down")
 
-    async def call_finished(self, *args: object) -> None:  # type: ignore[override]
+    async def call_finished(self, *args: object) -> None:
         raise StorageError("MongoDB is down")
 
     async def record(self, usage: UsageRecord) -> None:
@@ -124,7 +124,7 @@ class BrokenRecorder(MemoryUsageRecorder):
 
 
 class FinishFails(MemoryUsageRecorder):
-    async def call_finished(self, *args: object) -> None:  # type: ignore[override]
+    async def call_finished(self, *args: object) -> None:
         raise StorageError("MongoDB is down")
 
 
