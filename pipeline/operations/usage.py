@@ -178,8 +178,9 @@ class MongoUsageRecorder:
     async def ensure_index(self) -> None:
         """The indexes status and erasure read by."""
         try:
-            await self._collection.create_index([("updated_at", 1)])
-            await self._collection.create_index([("snapshot_id", 1)])
+            await self._collection.create_index([("started_at", 1)])  # calls, by time
+            await self._collection.create_index([("updated_at", 1)])  # runs, by time
+            await self._collection.create_index([("snapshot_id", 1)])  # erasure
         except PyMongoError as exc:
             raise StorageError(f"could not index {LLM_USAGE}: {exc}") from exc
 
