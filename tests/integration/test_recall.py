@@ -3,8 +3,12 @@ MongoDB-compatible server, directly and over HTTP (SPEC M1, M2)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,3 +244,59 @@ async def test_turn_search_over_http_and_its_422s(
         assert (await call(url, "search", long_search, KEY)).status_code == 422
     finally:
         await runner.stop()
+
+
+async def test_eval_retrieval_only_reports_recall_without_an_llm(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    data = Path(__file__).parent.parent / "data" / "eval" / "locomo_tiny.json"
+    env = subprocess_env | {
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_LLM_BASE_URL": "http://127.0.0.1:9/v1",  # never asked: no LLM is needed
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mongomem.cli",
+        "eval",
+        "locomo",
+        "--data",
+        str(data),
+        "--retrieval-only",
+        "--out",
+        str(tmp_path),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert "recall@10" in out.decode()
+    report = json.loads((tmp_path / "retrieval.json").read_text())
+    every = report["categories"]["all"]
+    assert every["questions"] == 5  # the adversarial question is left out
+    assert 0.0 < every["recall@20"] <= 1.0
+    assert every["mrr"] is not None
+    assert "NOT a model" in report["embedder"]  # the stand-in says so
+    rows = [
+        json.loads(x) for x in (tmp_path / "retrieval-questions.jsonl").read_text().splitlines()
+    ]
+    first = next(r for r in rows if r["id"] == "tiny-1/q0")
+    assert first["gold"] == ["D1:1"]
+    assert all(d is None or d.startswith("D") for r in rows for d in r["found"])
+    assert "| all | 5 |" in (tmp_path / "retrieval.md").read_text()
+
+
+async def test_without_atlas_search_the_probe_says_no_and_search_stays_in_process(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    from mongomem.ltm import ExactCosineSearch, MemoryStore
+    from mongomem.ltm.search import probe_text_search, text_index_definition
+
+    db = mongo[settings.mongodb.database]
+    assert await probe_text_search(db["memories"]) is False
+    store = MemoryStore(db)
+    await store.setup()
+    assert isinstance(store.search_backend, ExactCosineSearch)
+    fields = text_index_definition()["mappings"]["fields"]
+    assert fields["text"]["type"] == "string"
