@@ -56,7 +56,7 @@ __all__ = [
 VECTOR_INDEX = "memories_vector"
 TEXT_INDEX = "memories_text"
 #: How many candidates each retriever hands to the fusion.
-POOL = 50
+POOL = 20
 Doc = dict[str, Any]
 #: A hybrid hit: the version id, its cosine with the query, and how it was ranked.
 HybridHit = tuple[str, float, Ranked[str]]

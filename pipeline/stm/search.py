@@ -57,8 +57,9 @@ __all__ = [
     "speaker_of",
 ]
 
-#: Candidates each retriever hands to the fusion.
-POOL = 50
+#: Candidates each retriever hands to the fusion (20: chosen on the tuning part of the
+#: recall set, where it beat 50 by a point of recall@10).
+POOL = 20
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 
@@ -119,10 +120,21 @@ def speaker_of(doc: Document) -> str | None:
 
 
 def turn_text(doc: Document) -> str:
-    """What turn search reads of a turn: its content (with its speaker's name, if known)."""
+    """What a turn's embedding is made of: its content, after its speaker's name if known."""
     speaker = speaker_of(doc)
     content = str(doc.get("content", ""))
     return f"{speaker}: {content}" if speaker else content
+
+
+def turn_words(doc: Document) -> str:
+    """What BM25 reads of a turn: its content only.
+
+    Not the speaker's name: a name in the query would then match every turn of
+    that speaker and crowd the fused list (on the tuning part of the recall set,
+    hybrid recall@10 fell 21 points below dense-only with names in the text).
+    ``speaker=`` is the filter for who said it.
+    """
+    return str(doc.get("content", ""))
 
 
 @dataclass
@@ -174,7 +186,7 @@ class TurnIndex:
         self.ids.append(turn_id)
         self.sessions.append(str(doc["session_id"]))
         self.speakers.append(speaker_of(doc))
-        self.lexical.add(n, turn_text(doc))
+        self.lexical.add(n, turn_words(doc))
         self.at[turn_id] = n
 
     def remove(self, turn_id: str) -> None:
