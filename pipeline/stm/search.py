@@ -32,11 +32,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, Field, ValidationError, model_validator
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, PyMongoError
 
@@ -49,12 +48,14 @@ from mongomem.ranking import MAX_QUERY_CHARS, HitRanks, fuse, hit_ranks
 from mongomem.stm.turns import NOT_AN_EVENT, turn_from_document
 
 __all__ = [
-    "MAX_QUERY_CHARS",
     "TurnHit",
     "TurnIndex",
     "TurnQuery",
     "TurnSearch",
     "speaker_of",
+    "turn_query",
+    "turn_text",
+    "turn_words",
 ]
 
 #: Candidates each retriever hands to the fusion (20: chosen on the tuning part of the
@@ -86,14 +87,13 @@ class TurnQuery(Frozen):
 
 def turn_query(**fields: Any) -> TurnQuery:
     """A :class:`TurnQuery`, or an :class:`~mongomem.errors.InputError` naming the bad field."""
-    from pydantic import ValidationError
-
     try:
         return TurnQuery(**fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = str(first["loc"][0]) if first["loc"] else "query"
-        if where == "__root__" or not first["loc"]:
+        if first["loc"]:
+            where = str(first["loc"][0])
+        else:  # the model's own checks: an empty query, or since after until
             where = "since" if "since" in str(first["msg"]) else "query"
         raise InputError(f"{where}: {first['msg']}", field=where) from None
 
@@ -442,9 +442,3 @@ class TurnSearch:
             )
             out.append(h.model_copy(update={"neighbours": tuple(around)}))
         return out
-
-
-def check_window(since: datetime | None, until: datetime | None) -> None:
-    """``since`` after ``until`` is an :class:`~mongomem.errors.InputError`."""
-    if since is not None and until is not None and since > until:
-        raise InputError("since is after until", field="since")
