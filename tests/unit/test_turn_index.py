@@ -68,7 +68,7 @@ def test_bm25_reads_content_not_the_speaker() -> None:
         ({"query": "x", "since": T0 + timedelta(days=1), "until": T0}, "since"),
         ({"query": "x", "limit": 101}, "limit"),
         ({"query": "x", "neighbours": 6}, "neighbours"),
-        ({"query": "x", "since": datetime(2024, 1, 1)}, "since"),  # naive: refused
+        ({"query": "x", "since": datetime(2024, 1, 1)}, "since"),  # noqa: DTZ001 (naive: refused)
     ],
 )
 def test_bad_turn_queries_name_the_field(fields: dict[str, object], field: str) -> None:
