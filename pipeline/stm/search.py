@@ -257,6 +257,10 @@ def _best(scores: Vector, keep: Any, limit: int) -> list[tuple[int, float]]:
     return [(int(pool[i]), float(values[i])) for i in order]
 
 
+def _owned(doc: Document, whose: Document) -> bool:
+    return all(doc.get(k) == v for k, v in whose.items())
+
+
 async def _run(op: Any) -> Any:
     try:
         return await op
@@ -334,14 +338,15 @@ class TurnSearch:
         index.loaded_at, index.stale = started, False
 
     async def _load(self, index: TurnIndex, whose: Document, ids: list[str]) -> None:
-        docs = await _run(self._turns.find({**whose, "_id": {"$in": ids}}).to_list())
+        # by _id alone (what every server indexes), then checked to be the user's
+        found = await _run(self._turns.find({"_id": {"$in": ids}}).to_list())
+        docs = [d for d in found if _owned(d, whose)]
         stored = {
             d["_id"]: d["embedding"]
             for d in await _run(
-                self._vectors.find(
-                    {"_id": {"$in": ids}, "model": self.embedder.name}, {"embedding": 1}
-                ).to_list()
+                self._vectors.find({"_id": {"$in": ids}}, {"embedding": 1, "model": 1}).to_list()
             )
+            if d.get("model") == self.embedder.name  # another model's vector is made again
         }
         missing = [d for d in docs if d["_id"] not in stored]
         for start in range(0, len(missing), self.batch):
@@ -393,13 +398,11 @@ class TurnSearch:
         if not ranked:
             return []
         ids = [turn_id for turn_id, _, _ in ranked]
+        whose = {"project_id": project_id, "user_id": user_id}
         docs = {
             d["_id"]: d
-            for d in await _run(
-                self._turns.find(
-                    {"project_id": project_id, "user_id": user_id, "_id": {"$in": ids}}
-                ).to_list()
-            )
+            for d in await _run(self._turns.find({"_id": {"$in": ids}}).to_list())
+            if _owned(d, whose)  # re-checked on the document, whatever the index said
         }
         for turn_id in ids:
             if turn_id not in docs:  # erased since the index saw it
@@ -422,12 +425,20 @@ class TurnSearch:
     async def _with_neighbours(
         self, project_id: str, user_id: str, hits: Sequence[TurnHit], n: int
     ) -> list[TurnHit]:
-        near = [
-            {"session_id": h.session_id, "seq": {"$gte": h.turn.seq - n, "$lte": h.turn.seq + n}}
-            for h in hits
+        # a turn's id is made of its seq, so the neighbours are read by _id alone
+        near = sorted(
+            {
+                Turn.make_id(project_id, user_id, h.session_id, seq)
+                for h in hits
+                for seq in range(max(1, h.turn.seq - n), h.turn.seq + n + 1)
+                if seq != h.turn.seq
+            }
+        )
+        found = [
+            turn_from_document(d)
+            for d in await _run(self._turns.find({"_id": {"$in": near}}).to_list())
+            if "event" not in d  # a session end is not a turn
         ]
-        query = {"project_id": project_id, "user_id": user_id, "$or": near, **NOT_AN_EVENT}
-        found = [turn_from_document(d) for d in await _run(self._turns.find(query).to_list())]
         out = []
         for h in hits:
             around = sorted(
