@@ -410,9 +410,17 @@ async def run(args: argparse.Namespace) -> str:
         "- Tokens per turn in the cost runs: 6–18 words drawn from the quality set's "
         f"vocabulary ({len(WORDS)} words, e.g. {tokenize(' '.join(WORDS[:6]))}), so common "
         "terms have long posting lists (a pessimistic case for BM25).",
-        "- Turn search p90 includes the catch-up a user's index makes at most once a second (it lists the user's turn ids: on mongo-java-server a scan of 20,000 ids); p50 is the warm search.",
-        "- The index build above happens on a user's first turn search after a start (lazily), not at start-up: readiness does not wait for it. It grows linearly with the user's turns; at 100,000 turns expect about five times the 20,000 figure (not measured here).",
-        "- Quality: on this set the dense retriever is strong and BM25 weak (paraphrase questions share almost no words with their turn); fusion gains R@5, MRR and the two-speaker and entity kinds, and gives back a little on paraphrase. The +5 points goal is reported as measured.",
+        "- Turn search p90 includes the catch-up a user's index makes at most once a second "
+        "(it lists the user's turn ids: on mongo-java-server a scan of 20,000 ids); p50 is "
+        "the warm search.",
+        "- The index build above happens on a user's first turn search after a start "
+        "(lazily), not at start-up: readiness does not wait for it. It grows linearly with "
+        "the user's turns; at 100,000 turns expect about five times the 20,000 figure (not "
+        "measured here).",
+        "- Quality: on this set the dense retriever is strong and BM25 weak (paraphrase "
+        "questions share almost no words with their turn); fusion gains R@5, MRR and the "
+        "two-speaker and entity kinds, and gives back a little on paraphrase. The +5 points "
+        "goal is reported as measured.",
         "",
     ]
     return "\n".join(lines)
