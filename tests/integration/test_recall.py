@@ -226,8 +226,8 @@ async def test_turn_search_over_http_and_its_422s(
                 await chat.search_turns("x", since=T0 + timedelta(days=1), until=T0)
             context = await chat.build_context("kiln workshop", include_turns=1)
             assert any(i.memory_type == "turn" for i in context.items)
-        caller = {"project_id": "recall", "user_id": "ana"}
-        bad = [
+        caller: dict[str, Any] = {"project_id": "recall", "user_id": "ana"}
+        bad: list[dict[str, Any]] = [
             caller | {"query": "x" * (MAX_QUERY_CHARS + 1)},
             caller | {"query": "x", "mood": "happy"},  # an unknown filter
             caller

@@ -114,7 +114,7 @@ def test_longmemeval_evidence_is_the_marked_turns_else_the_answer_sessions(
 
 
 def test_recall_summary_counts_found_questions_and_mrr() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"category": "1", "gold": ["a"], "found": ["x", "a", *["y"] * 18]},  # rank 2
         {"category": "1", "gold": ["b", "c"], "found": [*["y"] * 7, "c", *["y"] * 12]},  # rank 8
         {"category": "2", "gold": ["d"], "found": [None] * 20},  # not found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,8 +36,8 @@ def _index() -> TurnIndex:
     return index
 
 
-def _ids(index: TurnIndex, **q: object) -> list[str]:
-    query = TurnQuery(**q)  # type: ignore[arg-type]
+def _ids(index: TurnIndex, **q: Any) -> list[str]:
+    query = TurnQuery(**q)
     return [t for t, _, _ in index.rank(query, np.ones(8, dtype=np.float32))]
 
 
