@@ -211,7 +211,7 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
             "completion_tokens": 0,
         }
         models: set[str] = set()
-        query: Document = {"kind": "extraction", "snapshot_id": {"$in": ids}}
+        query: Document = {"kind": "call", "purpose": "extract", "snapshot_id": {"$in": ids}}
         async for doc in db[LLM_USAGE].find(query):
             for name in ("calls", "prompt_tokens", "completion_tokens"):
                 totals[name] += int(doc.get(name, 0))
