@@ -25,6 +25,7 @@ __all__ = [
     "MEMORIES",
     "SNAPSHOTS",
     "TURNS",
+    "TURN_VECTORS",
     "Capabilities",
     "Document",
     "address",
@@ -38,6 +39,8 @@ __all__ = [
 Document = dict[str, Any]
 
 TURNS = "turns"
+#: Derived from turns: one embedding per turn, for turn search (erased with its turn).
+TURN_VECTORS = "turn_vectors"
 SNAPSHOTS = "snapshots"
 MEMORIES = "memories"
 LEDGER = "reconcile_ledger"
