@@ -51,19 +51,30 @@ test-e2e: setup ## End-to-end tests: stages as processes, faults injected
 
 TEST_MYPY = --allow-untyped-defs --allow-untyped-calls --allow-incomplete-defs
 
-lint: setup ## ruff (lint + format check) and mypy --strict
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	@# mypy reads the package as installed: mongomem = pipeline/, mongomem.stages = stages/
+# mypy, import-linter and mkdocstrings read the package as installed: mongomem =
+# pipeline/, mongomem.stages = stages/ (.typecheck/mongomem holds links to both)
+layout:
 	@rm -rf .typecheck && mkdir -p .typecheck/mongomem
 	@for f in pipeline/*; do ln -s ../../$$f .typecheck/mongomem/; done
 	@ln -s ../../stages .typecheck/mongomem/stages
+
+lint: setup layout ## ruff (lint + format check), the layer contracts (.importlinter) and mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@# the layers (.importlinter): import-linter finds the package on the path
+	PYTHONPATH=.typecheck $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	@# tests/: the same checks, relaxed (untyped test functions are fine), one folder at a
 	@# time with that folder on the path, as pytest's rootdir imports see it
 	@for d in . unit property integration e2e; do \
 		MYPYPATH=.typecheck:tests:tests/$$d $(VENV)/bin/mypy $(TEST_MYPY) \
 			$$(ls tests/$$d/*.py) || exit 1; done
+
+docs: setup layout ## Build the documentation site into site/ (offline; broken links fail)
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: setup layout ## Serve the documentation site on 127.0.0.1:8000, rebuilt on change
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 format: setup ## Apply ruff's formatting and safe fixes
 	$(VENV)/bin/ruff format .
@@ -88,7 +99,8 @@ bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
 	$(PY) -m bench
 
 clean: ## Remove the virtualenv, caches and local server state
-	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck
+	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck site
 
-.PHONY: help setup chromium test test-unit test-property test-integration test-e2e lint format \
+.PHONY: help setup chromium layout test test-unit test-property test-integration test-e2e lint \
+	docs docs-serve format \
 	infra-up infra-down infra-status run stop bench clean

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.errors import MongomemError
-from mongomem.local.servers import LocalServer
+from mongomem.local.servers import LocalServer, pid_alive
+from mongomem.settings import Settings
 
 __all__ = [
     "PLAN_FILE",
@@ -34,6 +35,7 @@ __all__ = [
     "PlannedStage",
     "StageProcess",
     "StageSupervisor",
+    "local_stage_processes",
     "read_plan",
     "read_restarts",
     "stage_env",
@@ -234,3 +236,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
+    """(name, state) of each stage process ``mongomem up`` started here, by name."""
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
+    restarts = read_restarts(stage_dir)
+    out = []
+    for pid_file in pids:
+        seen = restarts.get(pid_file.stem)
+        again = (
+            f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})" if seen else ""
+        )
+        out.append((pid_file.stem, f"{_pid_state(pid_file)}{again}"))
+    return out
+
+
+def _pid_state(pid_file: Path) -> str:
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return "stopped"
+    return f"running (pid {pid})" if pid_alive(pid) else "stopped"
