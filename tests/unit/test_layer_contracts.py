@@ -58,7 +58,7 @@ def _plant(tree: Path, module: str, line: str) -> None:
 def test_the_contracts_hold_on_the_package(tmp_path: Path, lint) -> None:
     done = lint(_copy(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 3 kept, 0 broken." in done.stdout
+    assert "Contracts: 4 kept, 0 broken." in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -87,14 +87,20 @@ def test_the_contracts_hold_on_the_package(tmp_path: Path, lint) -> None:
         # an import inside a function counts as well
         (
             "operations/dlq.py",
-            "def _late():\n    from mongomem.stages import retention",
-            "mongomem.operations is not allowed to import mongomem.stages",
+            "def _late():\n    from mongomem.sdk import Memory",
+            "mongomem.operations is not allowed to import mongomem.sdk",
         ),
         # product code imports the test doubles
         (
             "local/demo.py",
             "from mongomem.testing import FakeOpenAIServer",
             "mongomem.local is not allowed to import mongomem.testing",
+        ),
+        # pipeline/ imports a stage (the CLI starts one by its module name)
+        (
+            "cli/main.py",
+            "from mongomem.stages import watcher",
+            "mongomem.cli is not allowed to import mongomem.stages",
         ),
         # a stage other than the runtime's adapter imports aiokafka
         (
