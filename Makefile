@@ -5,6 +5,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# `make test` runs on every core (pytest-xdist), at most 4 workers: each starts its own
+# Kafka and MongoDB-compatible server. A test file stays on one worker (its
+# module-scoped servers start once). PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadfile
 
 .DEFAULT_GOAL := help
 
@@ -34,8 +39,8 @@ chromium:
 			"MONGOMEM_CHROMIUM to a Chromium binary), else the inspector's browser tests are skipped"; \
 	fi
 
-test: setup ## Run every test tier (starts its own Kafka and MongoDB-compatible servers)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: setup ## Run every test tier on every core (each worker starts its own servers)
+	$(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
 
 test-unit: setup ## Unit tests only (no servers)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -44,10 +49,10 @@ test-property: setup ## Hypothesis property tests only (no servers)
 	$(PY) -m pytest tests/property $(PYTEST_ARGS)
 
 test-integration: setup ## Integration tests against real servers
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration $(XDIST) $(PYTEST_ARGS)
 
 test-e2e: setup ## End-to-end tests: stages as processes, faults injected
-	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 TEST_MYPY = --allow-untyped-defs --allow-untyped-calls --allow-incomplete-defs
 
