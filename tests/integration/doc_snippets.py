@@ -7,7 +7,9 @@ as its own ``python`` process, from a folder of their own, in a shell with no
 leaves, ``.mongomem/stages/env.json``, written by :func:`local_pipeline`), with a
 folder named ``pipeline/`` of their own beside it that must shadow nothing.
 
-A snippet may need a server the docs tell the reader to start
+A snippet that reads the settings itself (``load_settings()``) runs after the exports
+the docs tell the reader to make first, ``eval "$(mongomem env)"``. A snippet may
+need a server the docs tell the reader to start
 (:data:`HTTP_SERVICE`: ``mongomem serve`` on 127.0.0.1:8080 with a key ``KEY``);
 the test starts it and points the snippet at it. :data:`CHECKS` adds, for the
 snippets it knows, lines that check what the snippet did (run after it, in the
@@ -35,6 +37,8 @@ GETTING_STARTED = DOCS / "getting-started.md"
 HTTP_SERVICE = 'base_url="http://127.0.0.1:8080"'
 #: How long one snippet may run (a reader's patience, on a busy machine).
 SNIPPET_TIMEOUT_S = 180
+#: What a snippet that reads the settings itself calls: it runs after ``mongomem env``'s exports.
+EXPORTED = "load_settings()"
 _FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -53,6 +57,12 @@ class Snippet:
     @property
     def needs_service(self) -> bool:
         return HTTP_SERVICE in self.code
+
+    @property
+    def needs_exports(self) -> bool:
+        """It reads the settings itself (``load_settings()``), so the docs tell the reader
+        to export them first: ``eval "$(mongomem env)"``."""
+        return EXPORTED in self.code
 
 
 def snippets(path: Path) -> list[Snippet]:
@@ -129,6 +139,12 @@ def local_pipeline(settings: Settings, folder: Path, **extra: str) -> None:
     saved.write_text(json.dumps(values))
 
 
+def _saved_env(folder: Path) -> dict[str, str]:
+    """What ``eval "$(mongomem env)"`` exports in ``folder``: the saved stage settings."""
+    saved = json.loads((folder / ".mongomem" / LOCAL_PIPELINE_ENV).read_text())
+    return {str(k): str(v) for k, v in saved.items()}
+
+
 def reader_folder(settings: Settings, folder: Path) -> Path:
     """A reader's folder after ``make run``, with a ``pipeline/`` of their own in it."""
     # `make run` saves the provider it chose; the hashing stand-in keeps the tests fast.
@@ -165,12 +181,13 @@ async def run_snippet(
             raise AssertionError(f"{snippet.name} needs the HTTP service and a key")
         code = f"KEY = {key!r}\n" + code.replace("http://127.0.0.1:8080", service_url)
     code = code + "\n" + checks_for(snippet) + "\n"
+    exports = _saved_env(folder) if snippet.needs_exports else {}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
         code,
         cwd=folder,
-        env=fresh_env(),
+        env=fresh_env(**exports),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
