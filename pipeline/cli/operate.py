@@ -40,7 +40,13 @@ from mongomem.operations.status import (
     set_group_position,
     stage_groups,
 )
-from mongomem.operations.usage import LLM_USAGE, recent_usage, usage_table
+from mongomem.operations.usage import (
+    LLM_USAGE,
+    recent_runs,
+    recent_usage,
+    runs_table,
+    usage_table,
+)
 from mongomem.project_config import enabled_types
 from mongomem.settings import (
     Settings,
@@ -136,7 +142,9 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
-    """The last ``hours`` of ``llm_usage``: calls, tokens, dead letters and cost per type."""
+    """The last ``hours`` of ``llm_usage``: calls, unfinished calls, tokens and cost per
+    purpose, then per memory type the snapshots that asked the LLM vs reused a stored answer
+    (SPEC I6) and the dead letters."""
     title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
     mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
     client = connect(mongodb)
@@ -144,11 +152,13 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
         collection = database(client, mongodb)[LLM_USAGE]
         since = utcnow() - timedelta(hours=hours)
         rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
+        runs = await asyncio.wait_for(recent_runs(collection, since), 15)
     except (StorageError, TimeoutError) as exc:
         return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
     finally:
         await client.close()
-    return usage_table(rows, title=title, priced=bool(settings.llm.prices))
+    # "no LLM calls" and yet runs: every snapshot reused a stored answer
+    return usage_table(rows, title=title, priced=bool(settings.llm.prices)) + runs_table(runs)
 
 
 def llm_line(settings: Settings) -> str:
