@@ -24,23 +24,21 @@ import argparse
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, TURNS
 from mongomem.adapters.mongo import connect, database
 from mongomem.adapters.readiness import check_ready
 from mongomem.codec import kind_of
-from mongomem.errors import BrokerError, MongomemError, StorageError
+from mongomem.errors import BrokerError, StorageError
 from mongomem.local.infra import local_servers_status
-from mongomem.local.servers import pid_alive
-from mongomem.local.supervisor import read_restarts, read_servers
+from mongomem.local.project_env import configure
+from mongomem.local.supervisor import local_servers, local_stage_processes
 from mongomem.models import Watermark, utcnow
 from mongomem.operations.status import (
-    consumer_group,
     dead_letter_counts,
     group_lag,
     set_group_position,
+    stage_groups,
 )
 from mongomem.operations.usage import (
     LLM_USAGE,
@@ -49,10 +47,8 @@ from mongomem.operations.usage import (
     runs_table,
     usage_table,
 )
-from mongomem.project_config import enabled_types, load_project_config
+from mongomem.project_config import enabled_types
 from mongomem.settings import (
-    ExtractionSettings,
-    KafkaSettings,
     Settings,
     with_local_pipeline,
 )
@@ -70,21 +66,6 @@ __all__ = [
     "stage_groups",
     "with_local_defaults",
 ]
-
-
-def stage_groups(
-    kafka: KafkaSettings, stage: str, types: tuple[str, ...], suffix: str = ""
-) -> list[tuple[str, str]]:
-    """(consumer group, input topic) of each consumer group that ``stage`` runs."""
-    if stage == "windowing":
-        return [(consumer_group(kafka, "windowing", suffix), kafka.topic(TURNS))]
-    if stage == "extractor":
-        return [
-            (consumer_group(kafka, f"extractor.{t}", suffix), kafka.topic(SNAPSHOTS)) for t in types
-        ]
-    if stage == "reconciler":
-        return [(consumer_group(kafka, "reconciler", suffix), kafka.topic(CANDIDATES))]
-    raise MongomemError(f"stage {stage!r} does not consume from Kafka")
 
 
 def with_local_defaults(settings: Settings) -> Settings:
@@ -185,36 +166,6 @@ async def kafka_lines(settings: Settings, types: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def local_servers(settings: Settings, *, supervised: bool = False) -> list[tuple[str, str]]:
-    """(name, state) of the local servers (``mongo``, ``kafka``), with the supervisor's restarts.
-
-    ``supervised``: only those the supervisor of ``mongomem up`` keeps alive here.
-    """
-    stage_dir = settings.infra.state_dir.resolve() / "stages"
-    restarts = read_restarts(stage_dir)
-    kept = set(read_servers(stage_dir)) if supervised else None
-    return [
-        (name, f"{state}{_restarted(restarts.get(name))}")
-        for name, state in local_servers_status(settings).items()
-        if kept is None or name in kept
-    ]
-
-
-def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
-    """(name, state) of each stage process ``mongomem up`` started here, by name."""
-    stage_dir = settings.infra.state_dir.resolve() / "stages"
-    pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
-    restarts = read_restarts(stage_dir)
-    return [(f.stem, f"{_pid_state(f)}{_restarted(restarts.get(f.stem))}") for f in pids]
-
-
-def _restarted(seen: dict[str, Any] | None) -> str:
-    """What the supervisor counted of one process: ``  restarted 2x (last …)``, or nothing."""
-    if not seen:
-        return ""
-    return f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})"
-
-
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     """The last ``hours`` of ``llm_usage``: calls, unfinished calls, tokens and cost per
     purpose, then per memory type the snapshots that asked the LLM vs reused a stored answer
@@ -246,43 +197,6 @@ def llm_line(settings: Settings) -> str:
         return "LLM: none configured (set MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY)"
     stand_in = "yes: a rule-based STAND-IN, NOT A MODEL" if llm.use_stand_in else "no"
     return f"LLM: {llm.base_url}  model {llm.model}  stand-in: {stand_in}"
-
-
-def _pid_state(pid_file: Path) -> str:
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return "stopped"
-    return f"running (pid {pid})" if pid_alive(pid) else "stopped"
-
-
-def configure(settings: Settings, file: Path, say: Callable[[str], None] = print) -> Path:
-    """Validate ``file`` and save the settings it implies; returns the saved env file."""
-    config = load_project_config(file)
-    types = enabled_types(settings.model_copy(update={"extraction": ExtractionSettings()}), config)
-    lines = [
-        f"MONGOMEM_PROJECT_CONFIG={file.resolve()}",
-        f"MONGOMEM_ENABLED_EXTRACTIONS={','.join(types)}",
-    ]
-    target = settings.infra.state_dir.resolve() / "project.env"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(lines) + "\n")
-    say(f"{file}: valid. Extractions: {', '.join(types)}")
-    if config.memory.extraction.custom:
-        say("custom types: " + ", ".join(c.name for c in config.memory.extraction.custom))
-    say(f"saved to {target} (make run passes these to the stages):")
-    for line in lines:
-        say(f"  {line}")
-    return target
-
-
-def read_project_env(settings: Settings) -> dict[str, str]:
-    """The settings saved by :func:`configure`, if any."""
-    path = settings.infra.state_dir.resolve() / "project.env"
-    if not path.exists():
-        return {}
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {k.strip(): v.strip() for k, v in pairs}
 
 
 async def replay(

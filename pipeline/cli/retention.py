@@ -17,6 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
+from mongomem.ltm.retention import retention_rules
 from mongomem.settings import Settings
 
 __all__ = ["add_cli", "expire_command", "retention_rules"]
@@ -28,16 +29,6 @@ def add_cli(subparsers: Any) -> None:
     )
     parser.add_argument("--limit", type=int, default=1000, help="at most this many per run")
     parser.set_defaults(handler=expire_command)
-
-
-def retention_rules(settings: Settings) -> dict[str, float]:
-    """Memory type → days, from the project config (empty: nothing expires)."""
-    from mongomem.project_config import load_project_config
-
-    if settings.project_config is None:
-        return {}
-    config = load_project_config(settings.project_config)
-    return {t: r.expire_after_days for t, r in config.memory.retention.items()}
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:

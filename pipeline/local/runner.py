@@ -21,9 +21,9 @@ from pathlib import Path
 from mongomem.adapters.embeddings import local_model_installed
 from mongomem.adapters.kafka import ensure_topics, pipeline_topics
 from mongomem.adapters.readiness import check_ready
-from mongomem.cli.operate import configure, read_project_env
 from mongomem.errors import ConfigError, NotReady
 from mongomem.local import infra
+from mongomem.local.project_env import configure, read_project_env
 from mongomem.local.servers import (
     LocalKafka,
     LocalMongo,

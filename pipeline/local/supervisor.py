@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.errors import MongomemError
-from mongomem.local.servers import SERVERS_FILE, LocalServer
+from mongomem.local.servers import SERVERS_FILE, LocalServer, pid_alive
+from mongomem.settings import Settings
 
 __all__ = [
     "PLAN_FILE",
@@ -42,6 +43,8 @@ __all__ = [
     "PlannedStage",
     "StageProcess",
     "StageSupervisor",
+    "local_servers",
+    "local_stage_processes",
     "read_plan",
     "read_restarts",
     "read_servers",
@@ -313,3 +316,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def local_servers(settings: Settings, *, supervised: bool = False) -> list[tuple[str, str]]:
+    """(name, state) of the local servers (``mongo``, ``kafka``), with the supervisor's restarts.
+
+    ``supervised``: only those the supervisor of ``mongomem up`` keeps alive here.
+    """
+    from mongomem.local.infra import local_servers_status
+
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    restarts = read_restarts(stage_dir)
+    kept = set(read_servers(stage_dir)) if supervised else None
+    return [
+        (name, f"{state}{_restarted(restarts.get(name))}")
+        for name, state in local_servers_status(settings).items()
+        if kept is None or name in kept
+    ]
+
+
+def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
+    """(name, state) of each stage process ``mongomem up`` started here, by name."""
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
+    restarts = read_restarts(stage_dir)
+    return [(f.stem, f"{_pid_state(f)}{_restarted(restarts.get(f.stem))}") for f in pids]
+
+
+def _restarted(seen: dict[str, Any] | None) -> str:
+    """What the supervisor counted of one process: ``  restarted 2x (last …)``, or nothing."""
+    if not seen:
+        return ""
+    return f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})"
+
+
+def _pid_state(pid_file: Path) -> str:
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return "stopped"
+    return f"running (pid {pid})" if pid_alive(pid) else "stopped"

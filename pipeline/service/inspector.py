@@ -302,8 +302,13 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
     mine: list[DeadLetterView] = []
     hidden = 0
     try:
-        from mongomem.cli.operate import local_servers, local_stage_processes, stage_groups
-        from mongomem.operations.status import dead_letter_counts, group_lag, recent_dead_letters
+        from mongomem.local.supervisor import local_servers, local_stage_processes
+        from mongomem.operations.status import (
+            dead_letter_counts,
+            group_lag,
+            recent_dead_letters,
+            stage_groups,
+        )
     except MongomemError as exc:  # the [stages] extra is not installed
         return PipelineStatus(
             groups=[],
