@@ -30,7 +30,6 @@ from mongomem.adapters.mongo import connect, database
 from mongomem.adapters.readiness import check_ready
 from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, StorageError
-from mongomem.local.infra import local_servers_status
 from mongomem.local.project_env import configure
 from mongomem.local.supervisor import local_servers, local_stage_processes
 from mongomem.models import Watermark, utcnow
