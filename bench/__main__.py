@@ -25,6 +25,7 @@ ORDER = [
     "service",
     "erase",
     "export",
+    "scale",
 ]
 
 
