@@ -394,9 +394,7 @@ class _Import:
         # A memory is there when the target has its id, or any version of it exists
         # (version ids are made of the memory id): both found without a scan.
         version_ids = [d["_id"] for _, docs in pending for d in docs]
-        found = {
-            d["_id"] async for d in memories.find({"_id": {"$in": version_ids}}, {"_id": 1})
-        }
+        found = {d["_id"] async for d in memories.find({"_id": {"$in": version_ids}}, {"_id": 1})}
         there = {
             docs[0]["memory_id"]
             for _, docs in pending

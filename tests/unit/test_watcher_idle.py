@@ -72,8 +72,9 @@ async def _idle_for(seconds: float) -> None:
 async def test_an_idle_reader_with_a_probe_stops_reading_the_stream() -> None:
     stream = AtOnceStream()
     log = Log(stream)
-    reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S,
-                          probe=log.probe)
+    reader = ChangeReader(
+        cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S, probe=log.probe
+    )
     try:
         await _idle_for(0.3)
         # Two empty reads, then only probes: the server is not asked for a getMore again.
@@ -97,15 +98,18 @@ async def test_without_a_probe_an_idle_reader_polls_every_poll_s() -> None:
 async def test_an_unchanged_probe_stands_for_an_empty_read_and_moves_read_at() -> None:
     stream = AtOnceStream()
     log = Log(stream)
-    reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S,
-                          probe=log.probe)
+    reader = ChangeReader(
+        cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S, probe=log.probe
+    )
     try:
         await _idle_for(0.05)
         first = reader.take(10)
-        assert len(first) == 1 and isinstance(first[0], Idle)  # later Idles replace earlier
+        assert len(first) == 1
+        assert isinstance(first[0], Idle)
         await _idle_for(0.05)
         second = reader.take(10)
-        assert len(second) == 1 and isinstance(second[0], Idle)
+        assert len(second) == 1
+        assert isinstance(second[0], Idle)
         assert second[0].read_at > first[0].read_at  # the caught-up watermark moves on
         assert second[0].token == {"_data": "00"}
         assert stream.reads == 2
@@ -116,8 +120,9 @@ async def test_an_unchanged_probe_stands_for_an_empty_read_and_moves_read_at() -
 async def test_a_write_makes_the_probing_reader_read_the_stream_again() -> None:
     stream = AtOnceStream()
     log = Log(stream)
-    reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S,
-                          probe=log.probe)
+    reader = ChangeReader(
+        cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S, probe=log.probe
+    )
     try:
         await _idle_for(0.05)
         reader.take(10)
@@ -134,8 +139,9 @@ async def test_a_failing_probe_falls_back_to_polling() -> None:
     stream = AtOnceStream()
     log = Log(stream)
     log.fail = True
-    reader = ChangeReader(cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S,
-                          probe=log.probe)
+    reader = ChangeReader(
+        cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S, probe=log.probe
+    )
     try:
         await _idle_for(0.3)
         assert log.asked == 1  # asked once, then never again
