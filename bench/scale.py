@@ -41,6 +41,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pymongo import AsyncMongoClient
+
 from bench.report import publish
 from mongomem.adapters.embeddings import make_embedder
 from mongomem.adapters.mongo import MEMORIES, TURNS
@@ -51,6 +53,7 @@ from mongomem.local.servers import LocalKafka, LocalMongo
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings, load_settings
 from mongomem.stages.runtime.kafka import consumer_group
+from mongomem.stages.watcher_reader import ChangeReader
 from mongomem.testing import (
     STAND_IN_MODEL,
     ChatRequest,
@@ -66,6 +69,8 @@ PROJECT = "bench"
 #: Turns per window in the seeded sessions (a window closes on this many messages).
 WINDOW = 20
 SEED_SESSION_TURNS = 20
+#: Seconds each idle change-stream reader is measured alone (store-alone rows).
+READER_S = 10.0
 
 
 # ------------------------------------------------------------------ the pipeline
@@ -186,6 +191,9 @@ class Row:
     servers_cpu: dict[str, float] = field(default_factory=dict)
     getmore_s: float = 0.0
     scan_s: float = 0.0
+    #: An idle change-stream reader alone: (server cores, getMores/s), polling vs probing.
+    reader_polling: tuple[float, float] = (0.0, 0.0)
+    reader_probing: tuple[float, float] = (0.0, 0.0)
 
 
 async def _lines(memory: AsyncMemory, user: str) -> list[str]:
@@ -220,7 +228,7 @@ async def e2e(memory: AsyncMemory, tag: str, n: int) -> list[float]:
         await chat.record_turn("assistant", "Noted.")
         await chat.record_turn("user", "Thanks.")
         await chat.end_session()
-        await chat.wait_until_processed(timeout=120, all_turns=True, poll_s=0.05)
+        await chat.wait_until_processed(timeout=120, all_turns=True)
         out.append(time.perf_counter() - started)
     return out
 
@@ -239,10 +247,9 @@ async def timed_erase(memory: AsyncMemory, user: str) -> float:
     return time.perf_counter() - started
 
 
-async def store_alone(mongo_uri: str, db_name: str, row: Row) -> None:
-    """The server alone: one empty change-stream read, one query it answers by a scan."""
-    from pymongo import AsyncMongoClient
-
+async def store_alone(mongo_uri: str, db_name: str, row: Row, mongo_pid: int) -> None:
+    """The server alone: one empty change-stream read, one query it answers by a scan,
+    an idle change-stream reader (polling, probing)."""
     c: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongo_uri)
     try:
         db = c[db_name]
@@ -263,8 +270,43 @@ async def store_alone(mongo_uri: str, db_name: str, row: Row) -> None:
             await db[MEMORIES].find_one({"scope.user_id": "nobody", "status": "current"})
             times.append(time.perf_counter() - started)
         row.scan_s = p50(times)
+        for probing in (False, True):
+            measured = await idle_reader(c, db, mongo_pid, probing)
+            if probing:
+                row.reader_probing = measured
+            else:
+                row.reader_polling = measured
     finally:
         await c.close()
+
+
+async def idle_reader(
+    c: AsyncMongoClient[dict[str, Any]], db: Any, mongo_pid: int, probing: bool
+) -> tuple[float, float]:
+    """The watcher's reader alone on an idle stream for :data:`READER_S`: the server's
+    cores and the getMores per second, polling every ``poll_s`` (what the watcher did
+    before issue 28) or probing the oplog's size."""
+    oplog = c.local["oplog.rs"]
+
+    async def probe() -> tuple[int, int] | None:
+        log, turns = await asyncio.gather(
+            oplog.estimated_document_count(), db[TURNS].estimated_document_count()
+        )
+        return int(log), int(turns)
+
+    stream = await db[TURNS].watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=50)
+    poll_s = load_settings().stm.watcher_poll_interval_s
+    reader = ChangeReader(
+        stream, asyncio.Event(), limit=100, poll_s=poll_s, probe=probe if probing else None
+    )
+    try:
+        await asyncio.sleep(1.0)
+        reads = reader.empty_reads
+        cores = await idle_cpu({"mongo": [mongo_pid]}, READER_S)
+        return cores["mongo"], (reader.empty_reads - reads) / READER_S
+    finally:
+        await reader.close()
+        await stream.close()
 
 
 async def measure(
@@ -289,7 +331,7 @@ async def measure(
     for name, process in pipe.processes.items():
         groups[name] = [process.process.pid] if process.process else []
     row.cpu = await idle_cpu(groups, args.idle_s)
-    await store_alone(mongo.uri, pipe.database, row)
+    await store_alone(mongo.uri, pipe.database, row, mongo.process.pid if mongo.process else 0)
 
 
 def server_pids(kafka: LocalKafka, mongo: LocalMongo) -> dict[str, list[int]]:
@@ -498,6 +540,19 @@ def report(
                 f"{big.getmore_s / max(empty.getmore_s, 1e-9):.1f}×",
             ),
             row(
+                "an idle change-stream reader polling every `poll_s` (the watcher before "
+                "issue 28): server CPU, getMores/s",
+                f"{pct(empty.reader_polling[0])}, {empty.reader_polling[1]:.1f}/s",
+                f"{pct(big.reader_polling[0])}, {big.reader_polling[1]:.1f}/s",
+                "",
+            ),
+            row(
+                "the same reader probing the oplog's size (now): server CPU, getMores/s",
+                f"{pct(empty.reader_probing[0])}, {empty.reader_probing[1]:.1f}/s",
+                f"{pct(big.reader_probing[0])}, {big.reader_probing[1]:.1f}/s",
+                "",
+            ),
+            row(
                 "one `find_one` on `memories` that no index serves there (a scan)",
                 ms(empty.scan_s),
                 ms(big.scan_s),
@@ -556,6 +611,32 @@ every other index, and it answers a change stream's getMore at once (no
 `maxAwaitTimeMS`) after a pass over its whole oplog. Those two rows are the bound
 it sets; MongoDB serves the same shapes from the indexes `MemoryStore.setup`
 creates and holds an idle getMore on the server.
+
+## Findings (root causes; docs/operations/scaling.md has the detail)
+
+* **Idle CPU.** Confirmed that each poll of the change stream costs mongo-java-server a
+  pass over its whole oplog (`CollectionBackedOplog.streamOplog`: every getMore streams
+  `local.oplog.rs`, filters and sorts it, whatever the resume token), refuted that a poll
+  waits `max_await_time_ms`: the server answers at once, so the watcher's reader asked
+  again every `watcher_poll_interval_s` (20 ms). The two "idle reader" rows above are
+  that loop and its replacement on this run's oplog. Fix: an idle reader probes the
+  oplog's size (a counter, no scan) and reads only when it changed; used only where the
+  oplog only grows (not capped), i.e. never on a replica set.
+* **Import.** Per chunk of 200 versions, a `memory_id $in` find and a key `$or` find_one,
+  and per import two `update_many` by `import_id`: all scans on this server (it serves
+  only `_id` and unique-index shapes). Now the target is read once (and once before the
+  commit), "already there" is `_id $in`, and the commit moves by `_id $in`.
+* **Turn → retrievable.** The busy server above, and the first turn of each session read
+  its last seq by a (project, user, session) filter sorted by seq: a scan of `turns` here.
+  Now `_id` probes of gap-free seqs. Still a scan here: processing status (an `aggregate`
+  on `turns` with two `$lookup`s, every `poll_s` of `wait_until_processed`), and every
+  change-stream read while turns flow (the getMore row).
+* **Erase.** About fifteen scans per sweep (two sweeps) and one per memory pruned by
+  lineage; now one read of the user's memories, deletes by `_id`, the pruned versions in
+  one read. The fixed re-sweep wait is {fixed_wait:.1f} s.
+* **`save_semantic`.** Seven round trips, all by `_id`: it does not grow with the store;
+  the erasure register is now read beside the embedding call. On this shared machine a
+  round trip costs several milliseconds, which is what the row measures.
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -17,14 +18,19 @@ from mongomem.errors import ChangeFeedError, ResumeTokenLost
 from mongomem.models import utcnow
 from mongomem.stages.watcher_logic import open_failure_verdict
 
-__all__ = ["IDLE_PROBE_S", "ChangeReader", "Idle", "LogProbe", "Stream"]
+__all__ = ["IDLE_PROBE_S", "IDLE_READ_S", "ChangeReader", "Idle", "LogProbe", "Stream"]
 
 Stream = AsyncChangeStream[Document]
-#: Reads how far the server's change log is (``None``: unknown). Two equal answers
-#: mean nothing was written in between (see :class:`ChangeReader`, "Idle").
-LogProbe = Callable[[], Awaitable[object | None]]
+#: Reads ``(how far the server's change log is, how far the watched collection is)``
+#: (``None``: unknown). Two equal answers mean nothing was written in between; a first
+#: part that moved alone means only other collections were written (see
+#: :class:`ChangeReader`, "Idle").
+LogProbe = Callable[[], Awaitable[tuple[int, int] | None]]
 #: How often an idle reader asks the :data:`LogProbe` (when it uses one).
 IDLE_PROBE_S = 0.1
+#: While only other collections are written, an idle reader still reads the stream this
+#: often (the watched part of a probe is a hint, not proof: see "Idle").
+IDLE_READ_S = 1.0
 
 
 class Idle(NamedTuple):
@@ -61,8 +67,13 @@ class ChangeReader:
     read. Each unchanged answer stands for an empty read that began when the
     probe was sent (nothing was written since a read that found nothing), so
     it is queued as :class:`Idle` like one (replacing an :class:`Idle` not
-    taken yet): the caught-up watermark moves on as before. A probe that fails
-    or answers ``None`` ends probing for this reader.
+    taken yet): the caught-up watermark moves on as before. When only the log
+    part moved (other collections were written: an import, an erasure, the
+    stages' own writes), the stream is read again only after
+    :data:`IDLE_READ_S` and nothing stands for a read meanwhile (the watched
+    collection's size is a hint: a delete and an insert between two probes
+    leave it equal). A probe that fails or answers ``None`` ends probing for
+    this reader.
     """
 
     def __init__(
@@ -144,10 +155,10 @@ class ChangeReader:
             queue.append(idle)
         self._wake.set()
 
-    async def _ask(self) -> object | None:
+    async def _ask(self) -> tuple[int, int] | None:
         """The probe's answer; ``None`` (and probing ends) when it has none or fails."""
         probe = self._probe
-        answer: object | None = None
+        answer: tuple[int, int] | None = None
         if probe is not None:
             with contextlib.suppress(PyMongoError):
                 answer = await probe()
@@ -155,16 +166,22 @@ class ChangeReader:
             self._probe = None
         return answer
 
-    async def _until_written(self, mark: object) -> None:
-        """Wait until the probe's answer is no longer ``mark`` (see "Idle")."""
+    async def _until_written(self, mark: tuple[int, int]) -> None:
+        """Wait until the watched collection may have changed since ``mark`` was taken
+        (before the last empty read), or :data:`IDLE_READ_S` passed while only other
+        collections were written (see "Idle")."""
+        read = time.monotonic()
         while True:
             await asyncio.sleep(IDLE_PROBE_S)
             read_at = utcnow()
             answer = await self._ask()
-            if answer is None or answer != mark:
+            if answer is None or answer[1] != mark[1]:
                 return
-            self.probes += 1
-            self._idle(Idle(self._stream.resume_token, read_at))
+            if answer == mark:
+                self.probes += 1
+                self._idle(Idle(self._stream.resume_token, read_at))
+            elif time.monotonic() - read >= IDLE_READ_S:
+                return
 
     async def _next(self) -> Document | None:
         try:

@@ -298,10 +298,14 @@ class ChangeStreamSource:
             return False
         return len(infos) == 1 and not infos[0].get("options", {}).get("capped", False)
 
-    async def _oplog_entries(self) -> object | None:
-        """How many entries the (growing) oplog has: the reader's idle probe, one count
-        that the server answers from the collection's size, without a scan."""
-        return int(await self._oplog().estimated_document_count())
+    async def _oplog_entries(self) -> tuple[int, int] | None:
+        """How many entries the (growing) oplog has, and how many documents ``turns``:
+        the reader's idle probe, two counts the server answers from each collection's
+        size, without a scan."""
+        log, turns = await asyncio.gather(
+            self._oplog().estimated_document_count(), self._turns.estimated_document_count()
+        )
+        return int(log), int(turns)
 
     def _streamed(self) -> None:
         """From now on the stream is read (resumed, or the back-fill is stored)."""

@@ -17,6 +17,7 @@ from mongomem.stages import watcher_reader
 from mongomem.stages.watcher_reader import ChangeReader, Idle, Stream
 
 PROBE_S = 0.01  # IDLE_PROBE_S for these tests
+READ_S = 0.15  # IDLE_READ_S for these tests
 POLL_S = 0.005
 
 
@@ -44,25 +45,31 @@ class Log:
     def __init__(self, stream: AtOnceStream) -> None:
         self.stream = stream
         self.entries = 7
+        self.watched = 3
         self.asked = 0
         self.fail = False
 
     def write(self, n: int) -> dict[str, Any]:
         change = {"_id": {"_data": f"{n:02d}"}, "fullDocument": {"n": n}}
         self.entries += 1
+        self.watched += 1
         self.stream.waiting.append(change)
         return change
 
-    async def probe(self) -> object | None:
+    def write_elsewhere(self) -> None:
+        self.entries += 1
+
+    async def probe(self) -> tuple[int, int] | None:
         self.asked += 1
         if self.fail:
             raise PyMongoError("the probe failed")
-        return self.entries
+        return self.entries, self.watched
 
 
 @pytest.fixture(autouse=True)
 def _fast_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watcher_reader, "IDLE_PROBE_S", PROBE_S)
+    monkeypatch.setattr(watcher_reader, "IDLE_READ_S", READ_S)
 
 
 async def _idle_for(seconds: float) -> None:
@@ -149,5 +156,24 @@ async def test_a_failing_probe_falls_back_to_polling() -> None:
         change = log.write(2)
         await _idle_for(0.05)
         assert change in reader.take(10)
+    finally:
+        await reader.close()
+
+
+async def test_writes_elsewhere_are_read_after_idle_read_s_and_stand_for_no_read() -> None:
+    stream = AtOnceStream()
+    log = Log(stream)
+    reader = ChangeReader(
+        cast(Stream, stream), asyncio.Event(), limit=10, poll_s=POLL_S, probe=log.probe
+    )
+    try:
+        await _idle_for(0.05)
+        reader.take(10)
+        log.write_elsewhere()  # the oplog moved, turns did not
+        await _idle_for(READ_S / 3)
+        assert stream.reads == 2  # not read at once …
+        assert reader.take(10) == []  # … and no probe stood for a read meanwhile
+        await _idle_for(READ_S * 2)
+        assert stream.reads > 2  # read again after IDLE_READ_S
     finally:
         await reader.close()
