@@ -27,7 +27,7 @@ Stream = AsyncChangeStream[Document]
 #: :class:`ChangeReader`, "Idle").
 LogProbe = Callable[[], Awaitable[tuple[int, int] | None]]
 #: How often an idle reader asks the :data:`LogProbe` (when it uses one).
-IDLE_PROBE_S = 0.1
+IDLE_PROBE_S = 0.25
 #: While only other collections are written, an idle reader still reads the stream this
 #: often (the watched part of a probe is a hint, not proof: see "Idle").
 IDLE_READ_S = 1.0
