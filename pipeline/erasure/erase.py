@@ -67,6 +67,7 @@ from mongomem.adapters.mongo import (
     LEDGER,
     MEMORIES,
     SNAPSHOTS,
+    TURN_VECTORS,
     TURNS,
     Document,
 )
@@ -332,6 +333,9 @@ class _Erasure:
         await self.checkpoint("derived")
         # -- 4: snapshots, then turns
         await self.delete_ids(SNAPSHOTS, sorted(snapshot_ids))
+        # turn search's embeddings are derived from the turns: they go first, by lineage
+        r = await _run(db[TURN_VECTORS].delete_many(whose))
+        self.count(TURN_VECTORS, r.deleted_count)
         await self.delete_ids(TURNS, [d["_id"] for d in turns])
         # the watcher's per-session high-water marks (it writes none for erased sessions)
         r = await _run(db[CHECKPOINTS].delete_many({**whose, "kind": "watcher-mark"}))
