@@ -27,6 +27,7 @@ ORDER = [
     "erase",
     "export",
     "cli",
+    "scale",
 ]
 
 

@@ -304,16 +304,29 @@ class DirectTransport:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
         checked = kind.check(fields, strict=True)
-        await self._register(store).refuse_erased(who.project_id, who.user_id, who.session_id)
-        fingerprint = None
-        if idempotency_key is None:
-            cid = stable_id("cand", "direct", uuid.uuid4().hex)
-        else:  # see mongomem.sdk.idempotency
-            key = check_idempotency_key(idempotency_key)
-            cid = keyed_candidate_id(who, memory_type, key)
-            fingerprint = request_fingerprint(memory_type, checked)
-        text = kind.text(checked)
-        [vector] = await embedder.embed([text])
+        # The register is read beside the embedding call, not before it (one round
+        # trip less on the save's path); its answer still comes first: an erased
+        # user is refused whatever else went wrong, and nothing is written before.
+        check = asyncio.ensure_future(
+            self._register(store).refuse_erased(who.project_id, who.user_id, who.session_id)
+        )
+        try:
+            fingerprint = None
+            if idempotency_key is None:
+                cid = stable_id("cand", "direct", uuid.uuid4().hex)
+            else:  # see mongomem.sdk.idempotency
+                key = check_idempotency_key(idempotency_key)
+                cid = keyed_candidate_id(who, memory_type, key)
+                fingerprint = request_fingerprint(memory_type, checked)
+            text = kind.text(checked)
+            [vector] = await embedder.embed([text])
+        except asyncio.CancelledError:
+            check.cancel()
+            raise
+        except BaseException:
+            await check  # Erased first
+            raise
+        await check
         now = utcnow()
         evidence = Evidence(
             source="direct",
