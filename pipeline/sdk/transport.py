@@ -15,6 +15,7 @@ from the reconciler's ledger with the first call's outcome.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
@@ -31,7 +32,7 @@ from mongomem.adapters.embeddings import (
 from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
-from mongomem.erasure.register import ErasureRegister
+from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import ConfigError, InputError, NotReady
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
@@ -307,8 +308,13 @@ class DirectTransport:
         # The register is read beside the embedding call, not before it (one round
         # trip less on the save's path); its answer still comes first: an erased
         # user is refused whatever else went wrong, and nothing is written before.
+        # An erasure's second sweep waits out answers up to NOT_ERASED_TTL_S old, so
+        # an answer older than that by the time of the write (a slow embedding) is
+        # read again just before it.
+        register = self._register(store)
+        asked = time.monotonic()
         check = asyncio.ensure_future(
-            self._register(store).refuse_erased(who.project_id, who.user_id, who.session_id)
+            register.refuse_erased(who.project_id, who.user_id, who.session_id)
         )
         try:
             fingerprint = None
@@ -327,6 +333,8 @@ class DirectTransport:
             await check  # Erased first
             raise
         await check
+        if time.monotonic() - asked >= NOT_ERASED_TTL_S:
+            await register.refuse_erased(who.project_id, who.user_id, who.session_id)
         now = utcnow()
         evidence = Evidence(
             source="direct",
