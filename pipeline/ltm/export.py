@@ -25,10 +25,14 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
   crash interrupted, or roll back an import a crash left ``running``. One
   import per user at a time: a second one started meanwhile rolls the first back,
   which then fails at its commit (:class:`~mongomem.errors.StorageError`, retriable).
-* **Idempotent.** Ids are deterministic (the source's, or
-  :func:`~mongomem.ltm.export_format.moved_id` of them), and a memory the
-  target already has (any version with its id) is skipped whole, as is a
-  decision-log entry already there: importing the same file twice stores
+* **Idempotent, and blind to other tenants.** Ids are deterministic (the
+  source's, or :func:`~mongomem.ltm.export_format.moved_id` of them; which of
+  the two depends on the file and the target alone, see "Ids an import keeps"
+  in :mod:`~mongomem.ltm.export_format`), and a memory the target already has
+  (any version with its id, *in the target's scope*) is skipped whole, as is
+  a decision-log entry already there. Every existence check reads the target's
+  own scope: an id another tenant holds is, to this import, a fresh id, and
+  nothing one tenant imports makes another's import skip anything: importing the same file twice stores
   nothing new the second time, and an import never changes a memory the
   target has. A memory whose key is *current* in the target under another
   memory id is refused (naming the line): one key holds one current memory.
@@ -43,7 +47,7 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -67,10 +71,14 @@ from mongomem.ltm.export_format import (
     decision_line,
     end_line,
     header_line,
+    moved_id,
+    owns_memory_id,
     parse_header,
     parse_line,
     relocate_decision,
     relocate_group,
+    rename_decision,
+    rename_memory,
     version_line,
 )
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
@@ -252,6 +260,9 @@ class _Import:
         self.pending: list[tuple[MemoryGroup, list[Doc]]] = []
         self.pending_decisions: list[tuple[int, Doc]] = []
         self.seen: set[str] = set()
+        #: Memory ids of the file stored under another id (see the module docstring).
+        self.renamed: dict[str, str] = {}
+        self.same_scope = False
         self.current_keys: set[tuple[str, str]] = set()
         self.types: set[str] = set()
         self.deleted: dict[str, int] = {}
@@ -268,6 +279,7 @@ class _Import:
             if kind != "header":
                 raise LineError(number, "the first line must be the export's header")
             self.header = parse_header(obj, number)
+            self.same_scope = self.header.scope == self.target
             if self.embedder is not None:
                 mine = (self.embedder.name, self.embedder.dimensions)
                 self.re_embed = self.header.embedder != mine
@@ -340,17 +352,46 @@ class _Import:
         if sum(len(d) for _, d in self.pending) >= CHUNK:
             await self._flush_versions()
 
+    def _owned(self, docs: list[Doc]) -> bool:
+        """Whether the memory id of ``docs`` may be kept as the file has it (module doc)."""
+        first = docs[0]
+        return not self.same_scope or owns_memory_id(
+            self.target, str(first["memory_type"]), str(first["key"]), str(first["memory_id"])
+        )
+
+    async def _held(self, collection: str, field: str, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` the target's own scope already holds (never another scope's)."""
+        where = {
+            **scope_filter(self.target.project_id, self.target.user_id),
+            field: {"$in": list(ids)},
+        }
+        cursor = self.db[collection].find(where, {field: 1})
+        return {str(d[field]) async for d in cursor}
+
     async def _flush_versions(self) -> None:
         pending, self.pending = self.pending, []
         if not pending:
             return
         memories = self.db[MEMORIES]
-        ids = [docs[0]["memory_id"] for _, docs in pending]
-        there = {
-            d["memory_id"]
-            async for d in memories.find({"memory_id": {"$in": ids}}, {"memory_id": 1})
+        aliases = {
+            str(docs[0]["memory_id"]): moved_id(self.target, str(docs[0]["memory_id"]))
+            for _, docs in pending
+            if not self._owned(docs)
         }
-        new = [(g, docs) for g, docs in pending if docs[0]["memory_id"] not in there]
+        ids = [str(docs[0]["memory_id"]) for _, docs in pending]
+        there = await _run(self._held(MEMORIES, "memory_id", [*ids, *aliases.values()]))
+        new: list[tuple[MemoryGroup, list[Doc]]] = []
+        for group, docs in pending:
+            raw = str(docs[0]["memory_id"])
+            if raw in there:
+                continue  # the target has it already: skipped whole
+            alias = aliases.get(raw)
+            if alias is not None:
+                self.renamed[raw] = alias
+                if alias in there:
+                    continue
+                docs = rename_memory(docs, alias)
+            new.append((group, docs))
         self.skipped += len(pending) - len(new)
         wanted: dict[tuple[str, str], MemoryGroup] = {}
         for group, docs in new:
@@ -399,13 +440,17 @@ class _Import:
         if not pending:
             return
         decisions = self.db[DECISIONS]
-        ids = [d["_id"] for _, d in pending]
-        there = {d["_id"] async for d in decisions.find({"_id": {"$in": ids}}, {"_id": 1})}
-        new = [
-            {**d, "scope": self.hidden, "import_id": self.import_id}
-            for _, d in pending
-            if d["_id"] not in there
-        ]
+        ids = [str(d["_id"]) for _, d in pending]
+        aliases = {i: moved_id(self.target, i) for i in ids} if self.same_scope else {}
+        there = await _run(self._held(DECISIONS, "_id", [*ids, *aliases.values()]))
+        new = []
+        for _, doc in pending:
+            raw = str(doc["_id"])
+            if raw in there or aliases.get(raw) in there:
+                continue
+            if raw in aliases:
+                doc = rename_decision(doc, aliases[raw], lambda m: self.renamed.get(m, m))
+            new.append({**doc, "scope": self.hidden, "import_id": self.import_id})
         self.decisions_skipped += len(pending) - len(new)
         if new:
             await _run(decisions.insert_many(new, ordered=False))
