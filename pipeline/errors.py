@@ -11,7 +11,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     MongomemError
     ├── ConfigError                  bad settings or project-config.yaml   (final)
     ├── InputError                   a caller's bad input; nothing stored  (final)
-    │   └── MessageDecodeError       bytes on a topic that are not ours    (final)
+    │   ├── MessageDecodeError       bytes on a topic that are not ours    (final)
+    │   └── BodyTimeout              a request body stalled or took too long (final)
     ├── InfraError                   a local server could not be started   (final)
     ├── StorageError                 MongoDB unreachable / failed write    (retriable
     │                                unless its pymongo cause is permanent)
@@ -43,6 +44,7 @@ import sys
 
 __all__ = [
     "AuthError",
+    "BodyTimeout",
     "BrokerError",
     "ChangeFeedError",
     "ConfigError",
@@ -96,6 +98,14 @@ class InputError(MongomemError):
 
 class MessageDecodeError(InputError):
     """Bytes read from a topic are not a message this version understands."""
+
+
+class BodyTimeout(InputError):
+    """A streamed request body (an import) sent nothing for too long, or took longer in
+    all than its limit (HTTP 408). Nothing of it was stored."""
+
+    def __init__(self, message: str, *, field: str | None = "body") -> None:
+        super().__init__(message, field=field)
 
 
 class InfraError(MongomemError):

@@ -4,6 +4,7 @@
 error                                              status  notes
 =================================================  ======  =======================
 body that is not JSON                              400     ``InputError``, field ``body``
+:class:`~mongomem.errors.BodyTimeout`              408     a streamed body stalled / too slow
 :class:`~mongomem.errors.InputError`               422     ``field`` names the argument
 :class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
@@ -31,6 +32,7 @@ from typing import Any
 from mongomem import errors
 from mongomem.errors import (
     AuthError,
+    BodyTimeout,
     InputError,
     LLMRateLimited,
     MongomemError,
@@ -62,6 +64,8 @@ _CLASSES: dict[str, type[MongomemError]] = {
 
 def status_for(exc: MongomemError) -> int:
     """The HTTP status of an error (see the module table)."""
+    if isinstance(exc, BodyTimeout):
+        return 408
     if isinstance(exc, InputError):
         return 400 if exc.field == "body" else 422
     if isinstance(exc, AuthError):

@@ -6,7 +6,9 @@ What every route of the memory service shares, apart from what it does:
   each failure becomes the JSON error of :mod:`mongomem.sdk.errormap` (a 5xx
   says only what failed; the details go to the log), a request that does not
   fit its schema a 422 (400 for a body that is not JSON) naming the field, and
-  every answer is counted in ``mongomem_service_requests_total`` and timed.
+  every answer is counted in ``mongomem_service_requests_total`` and timed. A
+  client that hung up mid-request (an import's body cut off) is logged at INFO
+  and counted as status 499, with no traceback.
 * :class:`Plumbing` — the ASGI middleware around the app: path segments are
   matched as they were encoded (an id holding ``/`` travels as ``%2F``), a
   body above its limit answers 413 before it is read whole, and the access log
@@ -44,9 +46,11 @@ with require("service"):
     from fastapi.routing import APIRoute
     from prometheus_client import REGISTRY, Counter, Gauge, Histogram
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
+    "CLIENT_CLOSED",
     "EMBEDDING_QUEUE_JOBS",
     "EMBEDDING_QUEUE_TOKENS",
     "REQUESTS",
@@ -64,6 +68,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("mongomem.service")
+#: The status a request is counted with when its client hung up before its answer
+#: (nginx's 499; nothing is sent, nobody listens).
+CLIENT_CLOSED = 499
 access_log = logging.getLogger("mongomem.service.access")
 
 REQUESTS = Counter(
@@ -199,6 +206,9 @@ class AnsweringRoute(APIRoute):
                 response = http_error_response(exc)
             except _TooLarge:  # a body read by the endpoint itself (an import)
                 response = http_error_response(HTTPException(413))
+            except ClientDisconnect:  # nobody is listening: no answer, no traceback
+                log.info("the client of %s hung up before its answer", request.url.path)
+                response = Response(status_code=CLIENT_CLOSED)
             except PyMongoError as exc:  # an adapter that did not translate it
                 response = error_response(StorageError(f"MongoDB failed: {exc}"))
             except Exception:

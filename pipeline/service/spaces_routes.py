@@ -44,6 +44,7 @@ from mongomem.sdk.spaces.wire import (
 from mongomem.sdk.wire import Answer
 from mongomem.service.deps import authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
+from mongomem.service.streams import timed_chunks
 from mongomem.settings import Settings
 from mongomem.spaces import AsyncSpaces
 
@@ -169,7 +170,11 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
                 values[k] = decode_argument(k, getattr(sent, k))
         values.update({k: _from_query(k, v) for k, v in given.items() if v is not None})
         if op.lines_body:
-            raw = await request.body()  # bounded by the service's body limit for this path
+            service = backend_of(request).settings.service  # bounded: the body limit, timeouts
+            chunks = timed_chunks(
+                request, service.import_idle_timeout_s, service.import_total_timeout_s
+            )
+            raw = b"".join([chunk async for chunk in chunks])
             try:
                 values["lines"] = raw.decode("utf-8").splitlines()
             except UnicodeDecodeError as exc:
