@@ -32,8 +32,8 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
   (any version with its id, *in the target's scope*) is skipped whole, as is
   a decision-log entry already there. Every existence check reads the target's
   own scope: an id another tenant holds is, to this import, a fresh id, and
-  nothing one tenant imports makes another's import skip anything: importing the same file twice stores
-  nothing new the second time, and an import never changes a memory the
+  nothing one tenant imports makes another's import skip anything. Importing
+  the same file twice stores nothing new the second time, and an import never changes a memory the
   target has. A memory whose key is *current* in the target under another
   memory id is refused (naming the line): one key holds one current memory.
 * **Embeddings.** Kept as exported when the target's embedder has the name and

@@ -43,9 +43,9 @@ on the file and the target's own data only, never on another tenant's.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from collections.abc import Callable
 from typing import Any, Literal
 
 from bson import json_util

@@ -115,7 +115,7 @@ async def test_a_client_hanging_up_is_info_and_499_with_no_traceback(
     caplog.set_level(logging.INFO)
     before = hung_up()
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    _, writer = await asyncio.open_connection(host, int(port))
     first = HEADER % b"gone"
     writer.write(
         b"POST /v1/users/gone/import HTTP/1.1\r\nHost: x\r\n"
