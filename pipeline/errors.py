@@ -279,9 +279,15 @@ class DeadlineExceeded(MongomemError):
     Raised before anything is written: the request's embedding was dropped from
     its queue (or its result ignored) and nothing of it was stored. Sending it
     again may succeed once the service is less busy (:mod:`mongomem.deadlines`).
+    ``retry_after``, when known, is the seconds the embedding queue it waited in
+    is expected to take to drain (the service's ``Retry-After``).
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ProcessingTimeout(MongomemError):

@@ -70,10 +70,11 @@ from mongomem.sdk.models import (
     item_of,
     record_of,
 )
+from mongomem.sdk.wire import MAX_QUERY_CHARS
 from mongomem.settings import EmbeddingSettings, Settings
 from mongomem.stm.turns import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
-__all__ = ["DirectTransport", "MemoryTransport", "default_embedder"]
+__all__ = ["DirectTransport", "MemoryTransport", "check_query", "default_embedder"]
 
 
 class MemoryTransport(Protocol):
@@ -191,6 +192,17 @@ class MemoryTransport(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def check_query(query: str) -> None:
+    """Refuse an empty search query, or one longer than :data:`MAX_QUERY_CHARS` (the
+    service's limit too: the same on every surface)."""
+    if not query.strip():
+        raise InputError("the search query is empty", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InputError(
+            f"the search query is longer than {MAX_QUERY_CHARS} characters", field="query"
+        )
 
 
 def default_embedder(settings: EmbeddingSettings) -> Embedder:
@@ -331,8 +343,7 @@ class DirectTransport:
     ) -> list[SearchHit[MemoryRecord]]:
         store, embedder = await self._ready()
         kind_of(memory_type)
-        if not query.strip():
-            raise InputError("the search query is empty", field="query")
+        check_query(query)
         [vector] = await embed_queries(embedder, [query])
         prefix = _domain_prefix(memory_type, domain)
         hits = await store.search(who.scope(memory_type), memory_type, vector, limit, prefix)
@@ -360,6 +371,7 @@ class DirectTransport:
         max_chars: int,
         min_score: float | None,
     ) -> MemoryContext:
+        check_query(query)
         return await compose_context(
             self, who, query, include, limit_per_type, max_chars, min_score
         )

@@ -86,6 +86,7 @@ __all__ = [
     "CALLER_FIELDS",
     "EXPORT_PATH",
     "IMPORT_PATH",
+    "MAX_QUERY_CHARS",
     "NDJSON",
     "OPERATIONS",
     "ROUTES",
@@ -138,9 +139,14 @@ class GetRequest(Caller):
     key: str
 
 
+#: The longest search query (characters): twice what an embedding window reads of one
+#: text; a longer one is refused (422) before anything is embedded.
+MAX_QUERY_CHARS = 4096
+
+
 class SearchRequest(Caller):
     memory_type: str
-    query: str
+    query: str = Field(max_length=MAX_QUERY_CHARS)
     limit: int = Field(default=5, ge=1, le=1000)
     domain: str | None = None
 
@@ -154,7 +160,7 @@ class ListRequest(Caller):
 class BuildContextRequest(Caller):
     """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
 
-    query: str
+    query: str = Field(max_length=MAX_QUERY_CHARS)
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTEXT_TYPES), max_length=16)
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)

@@ -421,6 +421,7 @@ def make_app(
         limiter = None if rate is None else RateLimiter(rate, settings.service.rate_limit_burst)
         app.state.backend = Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
         app.state.spaces = registry
+        app.state.embedder = fair  # its expected wait is a busy answer's Retry-After
         try:
             yield
         finally:

@@ -34,7 +34,7 @@ from urllib.parse import unquote
 from pydantic_core import to_json
 from pymongo.errors import PyMongoError
 
-from mongomem.errors import InputError, MongomemError, StorageError
+from mongomem.errors import DeadlineExceeded, InputError, MongomemError, StorageError
 from mongomem.extras import require
 from mongomem.sdk.errormap import error_body, status_for
 
@@ -197,6 +197,9 @@ class AnsweringRoute(APIRoute):
             try:
                 response = await handle(request)
             except MongomemError as exc:
+                if isinstance(exc, DeadlineExceeded) and exc.retry_after is None:
+                    fair = getattr(request.app.state, "embedder", None)  # how long its queue is
+                    exc.retry_after = getattr(fair, "expected_wait_s", None)
                 response = error_response(exc, self.status_of(exc))
             except RequestValidationError as exc:
                 response = error_response(_validation_error(exc))
