@@ -388,6 +388,7 @@ def make_app(
     ``embedder`` goes behind a :class:`~mongomem.service.scheduling.FairEmbedder`
     (unless it is one already); without it, the configured one, made on first use.
     """
+    from mongomem.service.docs import docs_router
     from mongomem.service.export_routes import MAX_IMPORT_BYTES as MAX_USER_IMPORT_BYTES
     from mongomem.service.export_routes import export_router
     from mongomem.service.inspector import inspector_router, ui_router
@@ -435,12 +436,19 @@ def make_app(
         description="Long-term memory for LLM agents: the SDK's operations and memory "
         "spaces over HTTP. Every `/v1` route needs an API key of the project.",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # mongomem.service.docs: Swagger UI from the package, no CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         exception_handlers={HTTPException: unrouted},
     )
-    routers = [memory_router(), export_router(), spaces_router(), inspector_router(), ui_router()]
+    routers = [
+        memory_router(),
+        export_router(),
+        spaces_router(),
+        inspector_router(),
+        ui_router(),
+        docs_router(),
+    ]
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(

@@ -63,6 +63,7 @@ with require("service"):
     from fastapi.responses import JSONResponse
 
 __all__ = [
+    "UI_HEADERS",
     "DecisionLog",
     "DecisionRecord",
     "PipelineStatus",
@@ -439,7 +440,8 @@ _UI_FILES = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/app.css": ("app.css", "text/css; charset=utf-8"),
 }
-_UI_HEADERS = {
+#: The headers of the page and its files (and of ``/docs``): nothing but ``'self'`` runs.
+UI_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -460,6 +462,6 @@ def ui_router() -> APIRouter:
 
 def _static(body: bytes, media_type: str) -> Any:
     async def serve() -> Response:
-        return Response(body, media_type=media_type, headers=_UI_HEADERS)
+        return Response(body, media_type=media_type, headers=UI_HEADERS)
 
     return serve
