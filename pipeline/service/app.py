@@ -441,14 +441,10 @@ def make_app(
         openapi_url="/openapi.json",
         exception_handlers={HTTPException: unrouted},
     )
-    routers = [
-        memory_router(),
-        export_router(),
-        spaces_router(),
-        inspector_router(),
-        ui_router(),
-        docs_router(),
-    ]
+    #: the /v1 routers: each of their routes documents every status of ERRORS (a route
+    #: added to one of them gets the table with no code of its own)
+    v1 = [memory_router(), export_router(), spaces_router(), inspector_router()]
+    routers = [*v1, ui_router(), docs_router()]
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(
@@ -468,7 +464,7 @@ def make_app(
     )
     routers.append(ops)
     for router in routers:
-        app.include_router(router)
+        app.include_router(router, responses=ERRORS if router in v1 else None)
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}

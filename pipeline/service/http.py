@@ -162,6 +162,9 @@ def _validation_error(exc: RequestValidationError) -> InputError:
         return InputError("the body must be a JSON object", field="body")
     if where == "body" and first.get("type") == "missing" and not rest:
         return InputError("the body is missing: send a JSON object", field="body")
+    if first.get("type") in ("union_tag_invalid", "union_tag_not_found"):  # a bad "choice"
+        tag = str((first.get("ctx") or {}).get("discriminator", "")).strip("'")
+        rest = [*rest, tag] if tag else rest
     field = ".".join(rest) or where
     return InputError(f"{field}: {first.get('msg')}", field=field)
 
