@@ -146,7 +146,7 @@ MAX_QUERY_CHARS = 4096
 
 class SearchRequest(Caller):
     memory_type: str
-    query: str = Field(max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
     limit: int = Field(default=5, ge=1, le=1000)
     domain: str | None = None
 
@@ -160,7 +160,7 @@ class ListRequest(Caller):
 class BuildContextRequest(Caller):
     """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
 
-    query: str = Field(max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTEXT_TYPES), max_length=16)
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)
@@ -217,7 +217,7 @@ class BrowseTurnsRequest(SessionRequest):
 
 
 class RecordTurnRequest(Caller):
-    role: str
+    role: Literal["user", "assistant", "system", "tool"]
     content: str
     metadata: dict[str, Any] | None = None
     # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
@@ -225,7 +225,8 @@ class RecordTurnRequest(Caller):
 
 
 class LimitRequest(Caller):
-    limit: int
+    # the STM's MONGOMEM_STM_MAX_RECENT_TURNS (default 1000) bounds it; checked by the STM
+    limit: int = Field(ge=1, le=1000)
 
 
 class EraseUserRequest(Caller):

@@ -108,6 +108,7 @@ from mongomem.sdk.wire import (
     SearchRequest,
     SessionRequest,
 )
+from mongomem.service.contract import exact_openapi
 from mongomem.service.deadlines import RequestDeadlines
 from mongomem.service.deps import (
     ERRORS,
@@ -465,6 +466,7 @@ def make_app(
     routers.append(ops)
     for router in routers:
         app.include_router(router, responses=ERRORS if router in v1 else None)
+    app.openapi = exact_openapi(app.openapi)  # type: ignore[method-assign]
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}

@@ -35,6 +35,7 @@ __all__ = [
     "BEARER",
     "BODY_TIMEOUT",
     "ERRORS",
+    "NDJSON_BODY",
     "Backend",
     "ErrorAnswer",
     "Project",
@@ -76,6 +77,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (500, "an internal error: nothing of the details is said (they are logged)"),
         (503, "a dependency is unavailable or the service is busy: retry after `Retry-After`"),
     ]
+}
+#: The documented body of an import: NDJSON, one JSON object a line (an export: its
+#: header first, its end line last; what else makes one valid is the format's, not a schema's).
+NDJSON_BODY: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "object"},
+    "description": "one JSON object a line (NDJSON): an export, header first, end line last",
 }
 #: A streamed body (an import) that stalled or took too long.
 BODY_TIMEOUT: dict[int | str, dict[str, Any]] = {

@@ -25,7 +25,14 @@ from mongomem.extras import require
 from mongomem.ltm.export import ImportResult
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, Answer, Caller
-from mongomem.service.deps import BODY_TIMEOUT, ERRORS, Project, backend_of, identity_of
+from mongomem.service.deps import (
+    BODY_TIMEOUT,
+    ERRORS,
+    NDJSON_BODY,
+    Project,
+    backend_of,
+    identity_of,
+)
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.service.streams import body_lines, timed_chunks
 
@@ -105,7 +112,7 @@ def export_router() -> APIRouter:
         summary="Import an export into the user: the same history, all or nothing, "
         "idempotent (the body is the NDJSON export)",
         openapi_extra={
-            "requestBody": {"required": True, "content": {NDJSON: {"schema": {"type": "string"}}}}
+            "requestBody": {"required": True, "content": {NDJSON: {"schema": NDJSON_BODY}}}
         },
     )
     return router

@@ -229,16 +229,24 @@ class AnsweringRoute(APIRoute):
 async def unrouted(request: Request, exc: Exception) -> Response:
     """The app's handler for what no route took (404, 405): the same shape, counted.
 
-    A 405's ``Allow`` lists the methods of every route of that path (Starlette's
-    names only the first route it tried).
+    A 405's ``Allow`` lists the methods of every route of the most literal path
+    template that matches (Starlette's names only the first route it tried).
     """
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
         path = request.scope.get("path", "")
-        allowed = {
-            method
+        matching = [
+            route
             for route in getattr(request.app.state, "routes", ())
             if isinstance(route, APIRoute) and route.path_regex.match(path)
+        ]
+        # the routes of the most literal template that matches: /v1/spaces/import is
+        # its own path, not /v1/spaces/{space_id} (as the document lists them)
+        fewest = min((route.path.count("{") for route in matching), default=0)
+        allowed = {
+            method
+            for route in matching
+            if route.path.count("{") == fewest
             for method in route.methods or ()
         }
         if allowed:

@@ -93,7 +93,12 @@ class UserSummary(_View):
     user_id: str
     turns: int
     sessions: int
-    memories: int = Field(description="current memories of the user's own scope")
+    memories: int = Field(
+        description="current memories the user's page lists: their own and the project's"
+    )
+    project_memories: int = Field(
+        default=0, description="of which the project's (taxonomic terms), shared by every user"
+    )
     last_activity: datetime | None
 
 
@@ -235,15 +240,19 @@ async def list_users(
         last = row.get("last")
         if last is not None and (u["last"] is None or last > u["last"]):
             u["last"] = last
+    shared = 0
     async for row in memories:
-        if row["_id"] is not None:  # a project-scope memory belongs to no user
+        if row["_id"] is None:  # the project's memories: every user's page lists them too
+            shared = int(row["n"])
+        else:
             user(str(row["_id"]))["memories"] = int(row["n"])
     return [
         UserSummary(
             user_id=uid,
             turns=u["turns"],
             sessions=u["sessions"],
-            memories=u["memories"],
+            memories=u["memories"] + shared,
+            project_memories=shared,
             last_activity=u["last"],
         )
         for uid, u in sorted(users.items())[:limit]

@@ -42,7 +42,7 @@ from mongomem.sdk.spaces.wire import (
     decode_argument,
 )
 from mongomem.sdk.wire import Answer, ErrorBody
-from mongomem.service.deps import BODY_TIMEOUT, authorise, backend_of
+from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.service.streams import timed_chunks
 from mongomem.settings import Settings
@@ -245,7 +245,8 @@ def _route_options(op: SpaceOperation) -> dict[str, Any]:
     else:
         options["response_model"] = Answer[op.result]  # type: ignore[name-defined]
     if op.lines_body:
-        options["openapi_extra"] = {"requestBody": {"required": True, "content": ndjson}}
+        body = {"application/x-ndjson": {"schema": NDJSON_BODY}}
+        options["openapi_extra"] = {"requestBody": {"required": True, "content": body}}
         options["responses"] = {**options.get("responses", {}), **BODY_TIMEOUT}
     if op.confirmable:
         conflict = {409: {"model": ConfirmationAnswer, "description": _CONFIRM}}

@@ -194,9 +194,14 @@ class SpaceRequest(SpacesRequest):
     space_id: str
 
 
-#: An id the call checks (:func:`~mongomem.models.check_identifier` names the field).
-Id = Annotated[str, Field(min_length=1, max_length=128)]
-Inputs = dict[str, Any]
+#: An id the call checks (:func:`~mongomem.models.check_identifier` names the field); its
+#: OpenAPI ``format`` names that rule (:mod:`mongomem.service.contract`).
+Id = Annotated[
+    str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
+]
+Inputs = dict[str, Any]  # text or a file ({"name", "text"}): decode_inputs names the field
+#: Free text that holds no control character (a name, who gave feedback).
+Text = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
 Sentiment = Literal["positive", "negative", "neutral"]
 
 
@@ -229,6 +234,7 @@ DuplicateChoice = Annotated[
 
 
 class CreateSpaceRequest(SpaceRequest):
+    space_id: Id
     keys: list[SearchKey] = Field(min_length=1)
     name: str | None = None
     description: str = ""
@@ -241,14 +247,14 @@ class UpdateSpaceRequest(SpaceRequest):
     name: str | None = None
     description: str | None = None
     recall: RecallSettings | None = None
-    keys: list[SearchKey] | None = None
+    keys: list[SearchKey] | None = Field(default=None, min_length=1)
     encrypted: StrictBool | None = None
     confirm: StrictBool = False
 
 
 class AttachAgentRequest(SpaceRequest):
     agent_id: Id
-    keys: list[SearchKey] | None = None
+    keys: list[SearchKey] | None = Field(default=None, min_length=1)
 
 
 class AgentRequest(SpaceRequest):
@@ -305,7 +311,7 @@ class UpdateItemRequest(ItemRequest):
 class AddFeedbackRequest(ItemRequest):
     comment: str
     sentiment: Sentiment
-    by: str | None = None
+    by: Text | None = None
 
 
 class FeedbackRequest(SpaceRequest):
