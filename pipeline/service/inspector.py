@@ -49,6 +49,7 @@ from mongomem.ltm.plan import Score, Thresholds
 from mongomem.models import SnapshotTurn
 from mongomem.operations.restarts import StageRestarts, read_restarts
 from mongomem.project_config import enabled_types
+from mongomem.sdk.models import check_memory_id
 from mongomem.sdk.wire import Answer
 from mongomem.service.deps import ERRORS, Project, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
@@ -393,10 +394,11 @@ def inspector_router() -> APIRouter:
     ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
-        query = {"memory_id": segment(memory_id), "scope.project_id": project}
+        memory_id = check_memory_id(segment(memory_id))  # the rule of every memory route
+        query = {"memory_id": memory_id, "scope.project_id": project}
         docs = await _run(db[DECISIONS].find(query).sort([("at", 1), ("_id", 1)]).to_list(1000))
         log_ = DecisionLog(
-            memory_id=segment(memory_id),
+            memory_id=memory_id,
             thresholds=Thresholds.from_settings(backend.settings.reconcile),
             decisions=[_decision(d) for d in docs],
         )
