@@ -113,6 +113,8 @@ def test_a_search_query_has_a_length_cap_on_every_surface() -> None:
     with pytest.raises(InputError, match="empty"):
         check_query("  ")
     fields = {"project_id": "p", "user_id": "u", "memory_type": "semantic"}
-    SearchRequest(**fields, query="x" * MAX_QUERY_CHARS)
+    SearchRequest.model_validate({**fields, "query": "x" * MAX_QUERY_CHARS})
     with pytest.raises(ValueError, match="at most 4096 characters"):
-        SearchRequest(**fields, query="x" * (MAX_QUERY_CHARS + 1))
+        SearchRequest.model_validate({**fields, "query": "x" * (MAX_QUERY_CHARS + 1)})
+    with pytest.raises(ValueError, match="should match pattern"):
+        SearchRequest.model_validate({**fields, "query": "   "})
