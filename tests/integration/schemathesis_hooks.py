@@ -20,14 +20,14 @@ from mongomem.service.contract import ID_FORMAT
 
 
 @schemathesis.serializer("application/x-ndjson")
-def ndjson(ctx: Any, value: Any) -> dict[str, Any]:
+def ndjson(ctx: Any, value: Any) -> bytes:
     if isinstance(value, list):
         text = "".join(json.dumps(item, separators=(",", ":")) + "\n" for item in value)
     elif isinstance(value, str):
         text = value
     else:
         text = json.dumps(value)
-    return {"data": text.encode("utf-8"), "headers": {"Content-Type": "application/x-ndjson"}}
+    return text.encode("utf-8")  # sent as the body, as application/x-ndjson
 
 
 def _valid_id(value: str) -> bool:
