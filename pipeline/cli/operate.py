@@ -34,7 +34,7 @@ from mongomem.codec import kind_of
 from mongomem.errors import BrokerError, MongomemError, StorageError
 from mongomem.local.infra import local_servers_status
 from mongomem.local.servers import pid_alive
-from mongomem.local.supervisor import read_restarts
+from mongomem.local.supervisor import read_restarts, read_servers
 from mongomem.models import Watermark, utcnow
 from mongomem.operations.status import (
     consumer_group,
@@ -60,8 +60,10 @@ from mongomem.settings import (
 __all__ = [
     "configure",
     "dead_letter_stages",
+    "kafka_lines",
     "llm_line",
     "llm_usage_lines",
+    "local_servers",
     "local_stage_processes",
     "print_status",
     "replay",
@@ -91,7 +93,7 @@ def with_local_defaults(settings: Settings) -> Settings:
     Those are the saved stage environment over ``settings``; without a local
     pipeline, the local servers' addresses fill in missing URIs.
     """
-    settings = with_local_pipeline(settings)
+    settings = with_local_pipeline(settings)  # already done by the CLI; callers may not have
     kafka = settings.kafka
     if kafka.bootstrap is None:
         kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})
@@ -126,32 +128,14 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
     problems = check_ready(settings)
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
-    for name, state in local_servers_status(settings).items():
+    for name, state in local_servers(settings):
         say(f"local {name}: {state}")
     say(llm_line(settings))
     for line in await llm_usage_lines(settings):
         say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
-    rows: list[tuple[str, str]] = []
-    try:
-        for stage in ("windowing", "extractor", "reconciler"):
-            for group, topic in stage_groups(settings.kafka, stage, types):
-                lag = await asyncio.wait_for(
-                    group_lag(settings.kafka, group, topic, markers=MARKER_KINDS), 15
-                )
-                marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
-                rows.append(
-                    (group, f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})")
-                )
-        stages = dead_letter_stages(settings)
-        dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
-    except (BrokerError, TimeoutError) as exc:
-        say(f"consumer lag: unavailable ({exc or 'Kafka did not answer'})")
-        return 1 if problems else 0
-    say("consumer groups:")
-    for group, text in rows:
-        say(f"  {group:<48} {text}")
-    say("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    for line in await kafka_lines(settings, types):
+        say(line)
     processes = local_stage_processes(settings)
     if processes:
         say("local stage processes:")
@@ -160,19 +144,75 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     return 1 if problems else 0
 
 
+#: How long ``status`` waits for Kafka's answers, all of them together.
+KAFKA_STATUS_TIMEOUT_S = 15.0
+
+
+async def kafka_lines(settings: Settings, types: tuple[str, ...]) -> list[str]:
+    """Each consumer group's lag and the dead-letter counts, or one line: Kafka is unreachable.
+
+    The groups are asked at once (each needs its own admin client), within
+    :data:`KAFKA_STATUS_TIMEOUT_S` for all of them; a broker that does not answer
+    costs that one line, and the other sections of ``status`` are shown all the same.
+    """
+    groups = [
+        pair
+        for stage in ("windowing", "extractor", "reconciler")
+        for pair in stage_groups(settings.kafka, stage, types)
+    ]
+
+    async def ask() -> tuple[list[Any], dict[str, int]]:
+        lags = await asyncio.gather(
+            *(group_lag(settings.kafka, g, t, markers=MARKER_KINDS) for g, t in groups)
+        )
+        dead = await dead_letter_counts(settings.kafka, dead_letter_stages(settings))
+        return list(lags), dead
+
+    try:
+        lags, dead = await asyncio.wait_for(ask(), KAFKA_STATUS_TIMEOUT_S)
+    except (BrokerError, TimeoutError) as exc:
+        reason = str(exc).splitlines()[0][:160] if str(exc) else "no answer"
+        return [
+            f"kafka: UNREACHABLE at {settings.kafka.bootstrap} ({reason}); "
+            "consumer lag and dead letters unavailable"
+        ]
+    lines = ["consumer groups:"]
+    for (group, _), lag in zip(groups, lags, strict=True):
+        marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
+        text = f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})"
+        lines.append(f"  {group:<48} {text}")
+    lines.append("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    return lines
+
+
+def local_servers(settings: Settings, *, supervised: bool = False) -> list[tuple[str, str]]:
+    """(name, state) of the local servers (``mongo``, ``kafka``), with the supervisor's restarts.
+
+    ``supervised``: only those the supervisor of ``mongomem up`` keeps alive here.
+    """
+    stage_dir = settings.infra.state_dir.resolve() / "stages"
+    restarts = read_restarts(stage_dir)
+    kept = set(read_servers(stage_dir)) if supervised else None
+    return [
+        (name, f"{state}{_restarted(restarts.get(name))}")
+        for name, state in local_servers_status(settings).items()
+        if kept is None or name in kept
+    ]
+
+
 def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
     """(name, state) of each stage process ``mongomem up`` started here, by name."""
     stage_dir = settings.infra.state_dir.resolve() / "stages"
     pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
     restarts = read_restarts(stage_dir)
-    out = []
-    for pid_file in pids:
-        seen = restarts.get(pid_file.stem)
-        again = (
-            f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})" if seen else ""
-        )
-        out.append((pid_file.stem, f"{_pid_state(pid_file)}{again}"))
-    return out
+    return [(f.stem, f"{_pid_state(f)}{_restarted(restarts.get(f.stem))}") for f in pids]
+
+
+def _restarted(seen: dict[str, Any] | None) -> str:
+    """What the supervisor counted of one process: ``  restarted 2x (last …)``, or nothing."""
+    if not seen:
+        return ""
+    return f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})"
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
@@ -180,7 +220,8 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     purpose, then per memory type the snapshots that asked the LLM vs reused a stored answer
     (SPEC I6) and the dead letters."""
     title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
-    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
+    wait = min(5.0, settings.mongodb.server_selection_timeout_s)
+    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": wait})
     client = connect(mongodb)
     try:
         collection = database(client, mongodb)[LLM_USAGE]
@@ -188,7 +229,10 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
         rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
         runs = await asyncio.wait_for(recent_runs(collection, since), 15)
     except (StorageError, TimeoutError) as exc:
-        return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
+        from mongomem.cli.failures import describe  # the address, not the driver's topology
+
+        reason = describe(exc, settings.model_copy(update={"mongodb": mongodb})) or exc
+        return [f"{title}: unavailable ({reason or 'MongoDB did not answer'})"]
     finally:
         await client.close()
     # "no LLM calls" and yet runs: every snapshot reused a stored answer

@@ -46,13 +46,13 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from mongomem.ltm.retention import expire_unreinforced
 
     rules = retention_rules(settings)
+    client = connect(settings.mongodb)  # a missing URI fails here, before any report
     if not rules:
         print(
             "mongomem: no memory type has a retention (memory.retention in the project "
-            "config); nothing to do",
+            "config); nothing expires",
             file=sys.stderr,
         )
-    client = connect(settings.mongodb)
     try:
         store = MemoryStore(database(client, settings.mongodb))
         await store.setup(probe=False)

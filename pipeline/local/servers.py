@@ -39,6 +39,7 @@ from mongomem.errors import InfraError
 
 __all__ = [
     "ASSETS",
+    "SERVERS_FILE",
     "LocalKafka",
     "LocalMongo",
     "LocalServer",
@@ -52,6 +53,11 @@ __all__ = [
 ASSETS = Path(__file__).resolve().parents[2] / "deploy" / "local"
 
 Profile = Literal["kafka", "mongo"]
+
+
+#: The local servers (by name: ``kafka``, ``mongo``) the supervisor of ``mongomem up``
+#: keeps alive, in its stage folder (see :mod:`mongomem.local.supervisor`).
+SERVERS_FILE = "servers.json"
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -84,7 +84,7 @@ from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import session_bucket
-from mongomem.erasure.register import ErasureRegister, refusal
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -546,7 +546,7 @@ class ShortTermMemory:
         remembered = self._erasures.remembered(project_id, user_id, session_id)
         if remembered is True:
             append.close()
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         if remembered is False:
             return await append
         check = asyncio.ensure_future(self._erasures.is_erased(project_id, user_id, session_id))
@@ -559,7 +559,7 @@ class ShortTermMemory:
             with contextlib.suppress(BaseException):
                 await check
             if erased_too:  # nothing was written, and the session is erased: say so
-                raise refusal(user_id, session_id) from None
+                raise self._erasures.refusal(project_id, user_id, session_id) from None
             raise
         try:
             erased = await check
@@ -568,7 +568,7 @@ class ShortTermMemory:
             raise
         if erased:
             await self._take_back(key, written)
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         return written
 
     async def _take_back(self, key: SessionKey, written: Turn | SessionEnd) -> None:
