@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mongomem.errors import (
     AuthError,
+    BodyTimeout,
     BrokerError,
     ChangeFeedError,
     ConfigError,
@@ -86,6 +87,7 @@ __all__ = [
     "AsyncMemory",
     "AsyncSpaces",
     "AuthError",
+    "BodyTimeout",
     "BrokerError",
     "ChangeFeedError",
     "ConfigError",

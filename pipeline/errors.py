@@ -11,7 +11,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     MongomemError
     ├── ConfigError                  bad settings or project-config.yaml   (final)
     ├── InputError                   a caller's bad input; nothing stored  (final)
-    │   └── MessageDecodeError       bytes on a topic that are not ours    (final)
+    │   ├── MessageDecodeError       bytes on a topic that are not ours    (final)
+    │   └── BodyTimeout              a request body stalled or took too long (final)
     ├── InfraError                   a local server could not be started   (final)
     ├── StorageError                 MongoDB unreachable / failed write    (retriable
     │                                unless its pymongo cause is permanent)
@@ -44,6 +45,7 @@ import sys
 
 __all__ = [
     "AuthError",
+    "BodyTimeout",
     "BrokerError",
     "ChangeFeedError",
     "ConfigError",
@@ -98,6 +100,14 @@ class InputError(MongomemError):
 
 class MessageDecodeError(InputError):
     """Bytes read from a topic are not a message this version understands."""
+
+
+class BodyTimeout(InputError):
+    """A streamed request body (an import) sent nothing for too long, or took longer in
+    all than its limit (HTTP 408). Nothing of it was stored."""
+
+    def __init__(self, message: str, *, field: str | None = "body") -> None:
+        super().__init__(message, field=field)
 
 
 class InfraError(MongomemError):
@@ -271,9 +281,15 @@ class DeadlineExceeded(MongomemError):
     Raised before anything is written: the request's embedding was dropped from
     its queue (or its result ignored) and nothing of it was stored. Sending it
     again may succeed once the service is less busy (:mod:`mongomem.deadlines`).
+    ``retry_after``, when known, is the seconds the embedding queue it waited in
+    is expected to take to drain (the service's ``Retry-After``).
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ProcessingTimeout(MongomemError):

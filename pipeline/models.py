@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from mongomem.buckets import in_share
+from mongomem.identifiers import invisible_character, mixed_scripts, nfc
 
 __all__ = [
     "BUILTIN_MEMORY_TYPES",
@@ -67,12 +68,15 @@ def json_depth(value: object) -> int:
 
 
 def check_identifier(value: str) -> str:
-    """Return ``value`` if it is a valid id, else raise ``ValueError`` saying why.
+    """Return ``value`` in NFC if it is a valid id, else raise ``ValueError`` saying why.
 
     Ids are 1–128 characters with no control characters (NUL included), no
     leading ``$``, no leading/trailing ``.`` or ``..`` runs, and no whitespace
-    at either end.
+    at either end; and, as :mod:`mongomem.identifiers` says why, no invisible
+    character (bidirectional controls, zero-width characters) and letters of
+    one script. This is the one rule of every surface (SDK, HTTP, MCP, CLI, import).
     """
+    value = nfc(value)
     if not value:
         raise ValueError("must not be empty")
     if len(value) > 128:
@@ -85,6 +89,9 @@ def check_identifier(value: str) -> str:
         raise ValueError("must not start with '$'")
     if value.startswith(".") or value.endswith(".") or ".." in value:
         raise ValueError("must not start or end with '.' or contain '..'")
+    why = invisible_character(value) or mixed_scripts(value)
+    if why is not None:
+        raise ValueError(why)
     return value
 
 

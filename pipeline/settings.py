@@ -423,6 +423,19 @@ class ServiceSettings(BaseSettings):
             "'none': no deadline"
         ),
     )
+    import_idle_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "seconds a streamed import body may send nothing before it is refused (408) and "
+            "rolled back"
+        ),
+    )
+    import_total_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="seconds a streamed import body may take in all before it is refused (408)",
+    )
     embedding_batch: int | None = Field(
         default=None,
         ge=1,

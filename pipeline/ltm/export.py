@@ -25,11 +25,15 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
   crash interrupted, or roll back an import a crash left ``running``. One
   import per user at a time: a second one started meanwhile rolls the first back,
   which then fails at its commit (:class:`~mongomem.errors.StorageError`, retriable).
-* **Idempotent.** Ids are deterministic (the source's, or
-  :func:`~mongomem.ltm.export_format.moved_id` of them), and a memory the
-  target already has (any version with its id) is skipped whole, as is a
-  decision-log entry already there: importing the same file twice stores
-  nothing new the second time, and an import never changes a memory the
+* **Idempotent, and blind to other tenants.** Ids are deterministic (the
+  source's, or :func:`~mongomem.ltm.export_format.moved_id` of them; which of
+  the two depends on the file and the target alone, see "Ids an import keeps"
+  in :mod:`~mongomem.ltm.export_format`), and a memory the target already has
+  (any version with its id, *in the target's scope*) is skipped whole, as is
+  a decision-log entry already there. Every existence check reads the target's
+  own scope: an id another tenant holds is, to this import, a fresh id, and
+  nothing one tenant imports makes another's import skip anything. Importing
+  the same file twice stores nothing new the second time, and an import never changes a memory the
   target has. A memory whose key is *current* in the target under another
   memory id is refused (naming the line): one key holds one current memory.
 * **Embeddings.** Kept as exported when the target's embedder has the name and
@@ -43,7 +47,7 @@ in :mod:`mongomem.ltm.export_format`. Here is the I/O, with these guarantees:
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -67,10 +71,14 @@ from mongomem.ltm.export_format import (
     decision_line,
     end_line,
     header_line,
+    moved_id,
+    owns_memory_id,
     parse_header,
     parse_line,
     relocate_decision,
     relocate_group,
+    rename_decision,
+    rename_memory,
     version_line,
 )
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
@@ -260,6 +268,9 @@ class _Import:
         self.target_current: dict[tuple[str, str], Doc] = {}
         #: ``_id`` of every document written, per collection (the commit moves these).
         self.written: dict[str, list[Any]] = {MEMORIES: [], DECISIONS: []}
+        #: Memory ids of the file stored under another id (see the module docstring).
+        self.renamed: dict[str, str] = {}
+        self.same_scope = False
         self.types: set[str] = set()
         self.deleted: dict[str, int] = {}
         self.read_versions = self.read_decisions = 0
@@ -275,6 +286,7 @@ class _Import:
             if kind != "header":
                 raise LineError(number, "the first line must be the export's header")
             self.header = parse_header(obj, number)
+            self.same_scope = self.header.scope == self.target
             if self.embedder is not None:
                 mine = (self.embedder.name, self.embedder.dimensions)
                 self.re_embed = self.header.embedder != mine
@@ -384,6 +396,28 @@ class _Import:
                     "into another user",
                 )
 
+    def _owned(self, docs: list[Doc]) -> bool:
+        """Whether the memory id of ``docs`` may be kept as the file has it (module doc)."""
+        first = docs[0]
+        return not self.same_scope or owns_memory_id(
+            self.target, str(first["memory_type"]), str(first["key"]), str(first["memory_id"])
+        )
+
+    async def _held_decisions(self, ids: Iterable[str]) -> set[str]:
+        """Which decision ids the target's own scope already holds (never another scope's).
+
+        Asked by ``_id`` alone, which every server answers from its ``_id`` index (a
+        scope-and-``_id`` filter is a scan of the collection on mongo-java-server), and
+        the scope compared here: another scope's document is as if absent.
+        """
+        cursor = self.db[DECISIONS].find({"_id": {"$in": list(ids)}}, {"scope": 1})
+        mine = {"project_id": self.target.project_id, "user_id": self.target.user_id}
+        return {
+            str(d["_id"])
+            async for d in cursor
+            if {k: (d.get("scope") or {}).get(k) for k in mine} == mine
+        }
+
     async def _flush_versions(self) -> None:
         pending, self.pending = self.pending, []
         if not pending:
@@ -391,16 +425,26 @@ class _Import:
         memories = self.db[MEMORIES]
         if self.target_ids is None:
             self.target_ids, self.target_current = await self._target_state()
-        # A memory is there when the target has its id, or any version of it exists
-        # (version ids are made of the memory id): both found without a scan.
-        version_ids = [d["_id"] for _, docs in pending for d in docs]
-        found = {d["_id"] async for d in memories.find({"_id": {"$in": version_ids}}, {"_id": 1})}
-        there = {
-            docs[0]["memory_id"]
+        aliases = {
+            str(docs[0]["memory_id"]): moved_id(self.target, str(docs[0]["memory_id"]))
             for _, docs in pending
-            if docs[0]["memory_id"] in self.target_ids or any(d["_id"] in found for d in docs)
+            if not self._owned(docs)
         }
-        new = [(g, docs) for g, docs in pending if docs[0]["memory_id"] not in there]
+        # What the target's own scope holds, read once (never another scope's ids).
+        asked = [str(docs[0]["memory_id"]) for _, docs in pending] + list(aliases.values())
+        there = {i for i in asked if i in self.target_ids}
+        new: list[tuple[MemoryGroup, list[Doc]]] = []
+        for group, docs in pending:
+            raw = str(docs[0]["memory_id"])
+            if raw in there:
+                continue  # the target has it already: skipped whole
+            alias = aliases.get(raw)
+            if alias is not None:
+                self.renamed[raw] = alias
+                if alias in there:
+                    continue
+                docs = rename_memory(docs, alias)
+            new.append((group, docs))
         self.skipped += len(pending) - len(new)
         wanted: dict[tuple[str, str], MemoryGroup] = {}
         for group, docs in new:
@@ -437,13 +481,17 @@ class _Import:
         if not pending:
             return
         decisions = self.db[DECISIONS]
-        ids = [d["_id"] for _, d in pending]
-        there = {d["_id"] async for d in decisions.find({"_id": {"$in": ids}}, {"_id": 1})}
-        new = [
-            {**d, "scope": self.hidden, "import_id": self.import_id}
-            for _, d in pending
-            if d["_id"] not in there
-        ]
+        ids = [str(d["_id"]) for _, d in pending]
+        aliases = {i: moved_id(self.target, i) for i in ids} if self.same_scope else {}
+        there = await _run(self._held_decisions([*ids, *aliases.values()]))
+        new = []
+        for _, doc in pending:
+            raw = str(doc["_id"])
+            if raw in there or aliases.get(raw) in there:
+                continue
+            if raw in aliases:
+                doc = rename_decision(doc, aliases[raw], lambda m: self.renamed.get(m, m))
+            new.append({**doc, "scope": self.hidden, "import_id": self.import_id})
         self.decisions_skipped += len(pending) - len(new)
         if new:
             await _run(decisions.insert_many(new, ordered=False))

@@ -30,11 +30,20 @@ memory id (``MemoryVersion.make_version_id``, which later UPDATEs rely on),
 decision-log ids move like memory ids, and every ``scope`` becomes the
 target's. Candidate ids and evidence (snapshot ids, turn ids, times) are
 provenance and stay as they were.
+
+**Ids an import keeps.** A stored id is unique across every scope, so an id
+in a file could be another tenant's. Into the scope a file names as its
+source, an import keeps a memory id only when the scope already holds it or
+when the pipeline derives it for that scope (:func:`owns_memory_id`); any
+other memory id, and every decision-log id the scope does not hold, is stored
+as :func:`moved_id` ``(target, id)``. What an import stores therefore depends
+on the file and the target's own data only, never on another tenant's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -45,6 +54,7 @@ from pydantic import ValidationError
 
 from mongomem.errors import InputError
 from mongomem.ltm.documents import decode_embedding, from_document
+from mongomem.ltm.plan import MAX_INCARNATIONS, memory_id_for
 from mongomem.models import Action, MemoryScope, MemoryStatus, MemoryVersion, stable_id
 
 __all__ = [
@@ -63,10 +73,13 @@ __all__ = [
     "end_line",
     "header_line",
     "moved_id",
+    "owns_memory_id",
     "parse_header",
     "parse_line",
     "relocate_decision",
     "relocate_group",
+    "rename_decision",
+    "rename_memory",
     "version_line",
 ]
 
@@ -265,14 +278,19 @@ def relocate_group(group: MemoryGroup, source: MemoryScope, target: MemoryScope)
     """The group's documents as they are stored in ``target`` (unchanged when it is the source)."""
     if target == source:
         return [dict(d) for d in group.docs]
-    new_memory = moved_id(target, group.memory_id)
-    numbers = {d["_id"]: int(d["version"]) for d in group.docs}
+    moved = rename_memory(group.docs, moved_id(target, group.memory_id))
+    return [{**d, "scope": target.model_dump()} for d in moved]
+
+
+def rename_memory(docs: list[Doc], new_memory: str) -> list[Doc]:
+    """One memory's version documents under the memory id ``new_memory``: version ids are
+    recomputed from it, and ``superseded_by`` links within the memory follow."""
+    numbers = {d["_id"]: int(d["version"]) for d in docs}
     out = []
-    for doc in group.docs:
+    for doc in docs:
         moved = {
             **doc,
             "memory_id": new_memory,
-            "scope": target.model_dump(),
             "_id": MemoryVersion.make_version_id(new_memory, int(doc["version"])),
         }
         by = doc.get("superseded_by")
@@ -282,16 +300,36 @@ def relocate_group(group: MemoryGroup, source: MemoryScope, target: MemoryScope)
     return out
 
 
+def owns_memory_id(scope: MemoryScope, memory_type: str, key: str, memory_id: str) -> bool:
+    """Whether ``memory_id`` is one the pipeline derives for ``key`` in ``scope``
+    (:func:`~mongomem.ltm.plan.memory_id_for`, any incarnation the store gives).
+
+    An import keeps only such ids (and ids the scope already holds): any other id
+    could be another tenant's, and a stored id is unique across every scope.
+    """
+    return any(
+        memory_id_for(scope, memory_type, key, incarnation) == memory_id
+        for incarnation in range(MAX_INCARNATIONS)
+    )
+
+
 def relocate_decision(doc: Doc, source: MemoryScope, target: MemoryScope) -> Doc:
     """A decision-log entry as it is stored in ``target`` (see the module docstring)."""
     if target == source:
         return dict(doc)
-    moved = {**doc, "_id": moved_id(target, str(doc["_id"])), "scope": target.model_dump()}
+    moved = rename_decision(doc, moved_id(target, str(doc["_id"])), lambda m: moved_id(target, m))
+    return {**moved, "scope": target.model_dump()}
+
+
+def rename_decision(doc: Doc, new_id: str, memory_of: Callable[[str], str]) -> Doc:
+    """A decision-log entry under the id ``new_id``, its memory ids mapped by ``memory_of``
+    (and its outcome's version id recomputed from the mapped memory id)."""
+    moved = {**doc, "_id": new_id}
     if isinstance(doc.get("memory_id"), str):
-        moved["memory_id"] = moved_id(target, doc["memory_id"])
+        moved["memory_id"] = memory_of(doc["memory_id"])
     outcome = doc.get("outcome")
     if isinstance(outcome, dict) and isinstance(outcome.get("memory_id"), str):
-        memory = moved_id(target, outcome["memory_id"])
+        memory = memory_of(outcome["memory_id"])
         moved["outcome"] = {**outcome, "memory_id": memory}
         if isinstance(outcome.get("version"), int):
             moved["outcome"]["version_id"] = MemoryVersion.make_version_id(
@@ -300,7 +338,7 @@ def relocate_decision(doc: Doc, source: MemoryScope, target: MemoryScope) -> Doc
     scores = doc.get("scores")
     if isinstance(scores, list):
         moved["scores"] = [
-            {**s, "memory_id": moved_id(target, s["memory_id"])}
+            {**s, "memory_id": memory_of(s["memory_id"])}
             if isinstance(s, dict) and isinstance(s.get("memory_id"), str)
             else s
             for s in scores

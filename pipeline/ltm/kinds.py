@@ -21,6 +21,8 @@ What a caller may send (:meth:`Kind.check`, strict): exactly the type's fields, 
 non-empty string of at most :data:`MAX_FIELD_CHARS` characters; key fields
 (label, title, name, domain, term) hold no control characters at all, the
 other fields none but tab, newline and carriage return — the rule ids follow.
+Key fields are labels: NFC-normalised, and a strict check refuses an invisible
+character in one (:mod:`mongomem.identifiers`; an extractor's are dropped).
 An unknown field is refused by name (a typo such as ``lable`` would otherwise
 store a memory without its label).
 """
@@ -34,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from mongomem.errors import InputError
+from mongomem.identifiers import clean_label, invisible_character
 from mongomem.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, ScopeKind
 
 __all__ = [
@@ -121,6 +124,12 @@ class Kind:
             control = _KEY_CONTROL if name in self.key_fields else _TEXT_CONTROL
             if control.search(value):
                 raise InputError(f"{name!r} must not contain control characters", field=name)
+            if name in self.key_fields:  # a label: NFC, nothing invisible (mongomem.identifiers)
+                value, why = clean_label(value)
+                if why is not None and strict:
+                    raise InputError(f"{name!r} {why}", field=name)
+                if why is not None:  # an extractor's output: drop what cannot be seen
+                    value = "".join(c for c in value if invisible_character(c) is None)
             out[name] = value.strip()
         if "/" in out.get("domain", ""):
             raise InputError("a taxonomic domain must not contain '/'", field="domain")

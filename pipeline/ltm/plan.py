@@ -58,6 +58,7 @@ from mongomem.models import stable_id as _stable_id
 from mongomem.settings import ReconcileSettings
 
 __all__ = [
+    "MAX_INCARNATIONS",
     "RECONCILE_ACTIONS",
     "Decision",
     "Neighbour",
@@ -197,6 +198,10 @@ class Outcome(Frozen):
     reason: str
     replayed: bool = False
     attempts: int = 1
+
+
+#: How many memories of one key may be deleted before it is refused (the store's bound).
+MAX_INCARNATIONS = 1_000
 
 
 def memory_id_for(scope: MemoryScope, memory_type: str, key: str, incarnation: int = 0) -> str:

@@ -84,6 +84,7 @@ from mongomem.ltm.export import ensure_export_indexes
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
 from mongomem.ltm.judge import Judge, decide
 from mongomem.ltm.plan import (
+    MAX_INCARNATIONS,
     Decision,
     Neighbour,
     Outcome,
@@ -386,7 +387,7 @@ class MemoryStore(MemoryReads):
     async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
         """``decision`` with the first incarnation of its key not taken by a deleted (or
         expired) memory."""
-        for incarnation in range(1_000):
+        for incarnation in range(MAX_INCARNATIONS):
             memory_id = memory_id_for(
                 candidate.scope, candidate.memory_type, candidate.key, incarnation
             )

@@ -4,6 +4,7 @@
 error                                              status  notes
 =================================================  ======  =======================
 body that is not JSON                              400     ``InputError``, field ``body``
+:class:`~mongomem.errors.BodyTimeout`              408     a streamed body stalled / too slow
 :class:`~mongomem.errors.InputError`               422     ``field`` names the argument
 :class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
@@ -32,6 +33,8 @@ from typing import Any
 from mongomem import errors
 from mongomem.errors import (
     AuthError,
+    BodyTimeout,
+    DeadlineExceeded,
     InputError,
     LLMRateLimited,
     MongomemError,
@@ -43,6 +46,7 @@ from mongomem.errors import (
 from mongomem.sdk.wire import ErrorBody
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "MEMORY_NOT_FOUND",
     "error_body",
     "error_from",
@@ -63,6 +67,8 @@ _CLASSES: dict[str, type[MongomemError]] = {
 
 def status_for(exc: MongomemError) -> int:
     """The HTTP status of an error (see the module table)."""
+    if isinstance(exc, BodyTimeout):
+        return 408
     if isinstance(exc, InputError):
         return 400 if exc.field == "body" else 422
     if isinstance(exc, AuthError):
@@ -78,12 +84,19 @@ def status_for(exc: MongomemError) -> int:
     return 500
 
 
+#: The longest ``Retry-After`` sent: a hint past it is a queue that will not drain soon.
+MAX_RETRY_AFTER_S = 300
+
+
 def retry_after_s(exc: MongomemError) -> int | None:
-    """Whole seconds for ``Retry-After`` (429 and 503): the error's own hint, else 1."""
+    """Whole seconds for ``Retry-After`` (429 and 503): the error's own hint (a rate
+    limit's refill, an embedding queue's expected wait), else 1; at most
+    :data:`MAX_RETRY_AFTER_S`."""
     if status_for(exc) not in (429, 503):
         return None
-    hint = exc.retry_after if isinstance(exc, (LLMRateLimited, RateLimitExceeded)) else None
-    return max(1, math.ceil(hint)) if hint is not None else 1
+    hinted = (LLMRateLimited, RateLimitExceeded, DeadlineExceeded)
+    hint = exc.retry_after if isinstance(exc, hinted) else None
+    return min(MAX_RETRY_AFTER_S, max(1, math.ceil(hint))) if hint is not None else 1
 
 
 #: What a 5xx answer says in place of the error's text, by class (first match wins).
@@ -149,7 +162,7 @@ def error_from(status: int, payload: Any, *, retry_after: float | None = None) -
     cls = _CLASSES.get(body.type) or _by_status(status)
     if issubclass(cls, InputError):
         return cls(body.message, field=body.field)
-    if issubclass(cls, (LLMRateLimited, RateLimitExceeded)):
+    if issubclass(cls, (LLMRateLimited, RateLimitExceeded, DeadlineExceeded)):
         hint = body.retry_after if body.retry_after is not None else retry_after
         return cls(body.message, retry_after=hint)
     return cls(body.message)

@@ -406,6 +406,7 @@ class DirectTransport:
         min_score: float | None,
         include_turns: int = 0,
     ) -> MemoryContext:
+        check_query(query)
         return await compose_context(
             self, who, query, include, limit_per_type, max_chars, min_score, include_turns
         )

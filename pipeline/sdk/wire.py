@@ -89,6 +89,7 @@ __all__ = [
     "CALLER_FIELDS",
     "EXPORT_PATH",
     "IMPORT_PATH",
+    "MAX_QUERY_CHARS",
     "NDJSON",
     "OPERATIONS",
     "ROUTES",
@@ -144,7 +145,7 @@ class GetRequest(Caller):
 
 class SearchRequest(Caller):
     memory_type: str
-    query: str = Field(max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
     limit: int = Field(default=5, ge=1, le=1000)
     domain: str | None = None
 
@@ -158,7 +159,7 @@ class ListRequest(Caller):
 class BuildContextRequest(Caller):
     """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
 
-    query: str
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
     include: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTEXT_TYPES), max_length=16)
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)
@@ -233,7 +234,7 @@ class BrowseTurnsRequest(SessionRequest):
 
 
 class RecordTurnRequest(Caller):
-    role: str
+    role: Literal["user", "assistant", "system", "tool"]
     content: str
     metadata: dict[str, Any] | None = None
     # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
@@ -241,7 +242,8 @@ class RecordTurnRequest(Caller):
 
 
 class LimitRequest(Caller):
-    limit: int
+    # the STM's MONGOMEM_STM_MAX_RECENT_TURNS (default 1000) bounds it; checked by the STM
+    limit: int = Field(ge=1, le=1000)
 
 
 class EraseUserRequest(Caller):

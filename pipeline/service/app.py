@@ -109,6 +109,7 @@ from mongomem.sdk.wire import (
     SearchTurnsRequest,
     SessionRequest,
 )
+from mongomem.service.contract import exact_openapi
 from mongomem.service.deadlines import RequestDeadlines
 from mongomem.service.deps import (
     ERRORS,
@@ -402,6 +403,7 @@ def make_app(
     ``embedder`` goes behind a :class:`~mongomem.service.scheduling.FairEmbedder`
     (unless it is one already); without it, the configured one, made on first use.
     """
+    from mongomem.service.docs import docs_router
     from mongomem.service.export_routes import MAX_IMPORT_BYTES as MAX_USER_IMPORT_BYTES
     from mongomem.service.export_routes import export_router
     from mongomem.service.inspector import inspector_router, ui_router
@@ -435,6 +437,7 @@ def make_app(
         limiter = None if rate is None else RateLimiter(rate, settings.service.rate_limit_burst)
         app.state.backend = Backend(settings, KeyRing(env_keys, store), transport, client, limiter)
         app.state.spaces = registry
+        app.state.embedder = fair  # its expected wait is a busy answer's Retry-After
         try:
             yield
         finally:
@@ -448,12 +451,15 @@ def make_app(
         description="Long-term memory for LLM agents: the SDK's operations and memory "
         "spaces over HTTP. Every `/v1` route needs an API key of the project.",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # mongomem.service.docs: Swagger UI from the package, no CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         exception_handlers={HTTPException: unrouted},
     )
-    routers = [memory_router(), export_router(), spaces_router(), inspector_router(), ui_router()]
+    #: the /v1 routers: each of their routes documents every status of ERRORS (a route
+    #: added to one of them gets the table with no code of its own)
+    v1 = [memory_router(), export_router(), spaces_router(), inspector_router()]
+    routers = [*v1, ui_router(), docs_router()]
     ops = APIRouter(route_class=AnsweringRoute, tags=["operations"])  # counted, too
     ops.add_api_route("/healthz", _healthz, methods=["GET"], name="healthz")
     ops.add_api_route(
@@ -473,7 +479,8 @@ def make_app(
     )
     routers.append(ops)
     for router in routers:
-        app.include_router(router)
+        app.include_router(router, responses=ERRORS if router in v1 else None)
+    app.openapi = exact_openapi(app.openapi)  # type: ignore[method-assign]
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}

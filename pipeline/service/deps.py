@@ -33,7 +33,9 @@ with require("service"):
 
 __all__ = [
     "BEARER",
+    "BODY_TIMEOUT",
     "ERRORS",
+    "NDJSON_BODY",
     "Backend",
     "ErrorAnswer",
     "Project",
@@ -58,18 +60,38 @@ class ErrorAnswer(BaseModel):
     error: ErrorBody
 
 
-#: The error answers every ``/v1`` route may give, for the document.
+#: The error answers every ``/v1`` route may give, for the document. The service's app
+#: applies it to every ``/v1`` router it includes (:func:`~mongomem.service.app.make_app`),
+#: so a route added to any of them documents these with no code of its own; a route
+#: with a status of its own (408 of an import, 409 of a confirmable change) adds it.
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorAnswer, "description": text}
     for code, text in [
-        (400, "the body is not JSON"),
+        (400, "the body is not JSON (or not an export, for an import)"),
         (401, "no API key, or one this service does not know"),
-        (403, "the caller is outside the key's project, or a reserved id"),
-        (404, "no such memory, space or item"),
+        (403, "the caller is outside the key's project, a reserved id, or an erased one"),
+        (404, "no such memory, session, space or item"),
+        (413, "the body is larger than this route's limit"),
         (422, "an argument is missing or bad: `error.field` names it; nothing was stored"),
         (429, "the key is over its rate limit: see `Retry-After`"),
-        (503, "a dependency is unavailable: retry after `Retry-After`"),
+        (500, "an internal error: nothing of the details is said (they are logged)"),
+        (503, "a dependency is unavailable or the service is busy: retry after `Retry-After`"),
     ]
+}
+#: The documented body of an import: NDJSON, one JSON object a line (an export: its
+#: header first, its end line last; what else makes one valid is the format's, not a schema's).
+NDJSON_BODY: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "object"},
+    "description": "one JSON object a line (NDJSON): an export, header first, end line last",
+}
+#: A streamed body (an import) that stalled or took too long.
+BODY_TIMEOUT: dict[int | str, dict[str, Any]] = {
+    408: {
+        "model": ErrorAnswer,
+        "description": "the body sent nothing for the idle timeout, or took longer than the "
+        "total timeout; nothing was stored",
+    }
 }
 
 

@@ -11,7 +11,8 @@ route's caller is (a ``project_id`` query parameter, if given, must be the key's
 ``sa:`` users are service accounts and have no memory of their own to move).
 An export is checked and its header read before the answer starts, so a refusal
 is a JSON error; a failure after that cuts the stream before its ``end`` line,
-which an import refuses. An import body may be up to :data:`MAX_IMPORT_BYTES`.
+which an import refuses. An import body may be up to :data:`MAX_IMPORT_BYTES`, and is
+read within the idle and total timeouts of :mod:`mongomem.service.streams` (408).
 """
 
 from __future__ import annotations
@@ -22,11 +23,18 @@ from typing import Annotated
 from mongomem.errors import InputError, ScopeError
 from mongomem.extras import require
 from mongomem.ltm.export import ImportResult
-from mongomem.ltm.export_format import MAX_LINE_BYTES
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, Answer, Caller
-from mongomem.service.deps import ERRORS, Project, backend_of, identity_of
+from mongomem.service.deps import (
+    BODY_TIMEOUT,
+    ERRORS,
+    NDJSON_BODY,
+    Project,
+    backend_of,
+    identity_of,
+)
 from mongomem.service.http import AnsweringRoute, result, segment
+from mongomem.service.streams import body_lines, timed_chunks
 
 with require("service"):
     from fastapi import APIRouter, Path, Query, Request, Response
@@ -69,25 +77,13 @@ async def export_user(
     return StreamingResponse(stream(), media_type=NDJSON)
 
 
-async def _lines(request: Request) -> AsyncIterator[bytes]:
-    """The body's lines as they arrive (a line longer than the format allows is refused)."""
-    buffer = b""
-    async for chunk in request.stream():
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            yield line
-        if len(buffer) > MAX_LINE_BYTES:
-            raise InputError(f"a line longer than {MAX_LINE_BYTES} bytes", field="body")
-    if buffer:
-        yield buffer
-
-
 async def import_user(
     request: Request, project: Project, user_id: UserId, project_id: ProjectQuery = None
 ) -> Response:
     user = _user(project, user_id, project_id)
-    answer = await backend_of(request).transport.import_user(project, user, _lines(request))
+    service = backend_of(request).settings.service
+    chunks = timed_chunks(request, service.import_idle_timeout_s, service.import_total_timeout_s)
+    answer = await backend_of(request).transport.import_user(project, user, body_lines(chunks))
     return result(answer)
 
 
@@ -112,10 +108,11 @@ def export_router() -> APIRouter:
         name="import_user",
         operation_id="import_user",
         response_model=Answer[ImportResult],
+        responses=BODY_TIMEOUT,
         summary="Import an export into the user: the same history, all or nothing, "
         "idempotent (the body is the NDJSON export)",
         openapi_extra={
-            "requestBody": {"required": True, "content": {NDJSON: {"schema": {"type": "string"}}}}
+            "requestBody": {"required": True, "content": {NDJSON: {"schema": NDJSON_BODY}}}
         },
     )
     return router

@@ -6,7 +6,9 @@ What every route of the memory service shares, apart from what it does:
   each failure becomes the JSON error of :mod:`mongomem.sdk.errormap` (a 5xx
   says only what failed; the details go to the log), a request that does not
   fit its schema a 422 (400 for a body that is not JSON) naming the field, and
-  every answer is counted in ``mongomem_service_requests_total`` and timed.
+  every answer is counted in ``mongomem_service_requests_total`` and timed. A
+  client that hung up mid-request (an import's body cut off) is logged at INFO
+  and counted as status 499, with no traceback.
 * :class:`Plumbing` — the ASGI middleware around the app: path segments are
   matched as they were encoded (an id holding ``/`` travels as ``%2F``), a
   body above its limit answers 413 before it is read whole, and the access log
@@ -32,7 +34,7 @@ from urllib.parse import unquote
 from pydantic_core import to_json
 from pymongo.errors import PyMongoError
 
-from mongomem.errors import InputError, MongomemError, StorageError
+from mongomem.errors import DeadlineExceeded, InputError, MongomemError, StorageError
 from mongomem.extras import require
 from mongomem.sdk.errormap import error_body, status_for
 
@@ -44,9 +46,11 @@ with require("service"):
     from fastapi.routing import APIRoute
     from prometheus_client import REGISTRY, Counter, Gauge, Histogram
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
+    "CLIENT_CLOSED",
     "EMBEDDING_QUEUE_JOBS",
     "EMBEDDING_QUEUE_TOKENS",
     "REQUESTS",
@@ -64,6 +68,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("mongomem.service")
+#: The status a request is counted with when its client hung up before its answer
+#: (nginx's 499; nothing is sent, nobody listens).
+CLIENT_CLOSED = 499
 access_log = logging.getLogger("mongomem.service.access")
 
 REQUESTS = Counter(
@@ -155,6 +162,9 @@ def _validation_error(exc: RequestValidationError) -> InputError:
         return InputError("the body must be a JSON object", field="body")
     if where == "body" and first.get("type") == "missing" and not rest:
         return InputError("the body is missing: send a JSON object", field="body")
+    if first.get("type") in ("union_tag_invalid", "union_tag_not_found"):  # a bad "choice"
+        tag = str((first.get("ctx") or {}).get("discriminator", "")).strip("'")
+        rest = [*rest, tag] if tag else rest
     field = ".".join(rest) or where
     return InputError(f"{field}: {first.get('msg')}", field=field)
 
@@ -190,6 +200,9 @@ class AnsweringRoute(APIRoute):
             try:
                 response = await handle(request)
             except MongomemError as exc:
+                if isinstance(exc, DeadlineExceeded) and exc.retry_after is None:
+                    fair = getattr(request.app.state, "embedder", None)  # how long its queue is
+                    exc.retry_after = getattr(fair, "expected_wait_s", None)
                 response = error_response(exc, self.status_of(exc))
             except RequestValidationError as exc:
                 response = error_response(_validation_error(exc))
@@ -199,6 +212,9 @@ class AnsweringRoute(APIRoute):
                 response = http_error_response(exc)
             except _TooLarge:  # a body read by the endpoint itself (an import)
                 response = http_error_response(HTTPException(413))
+            except ClientDisconnect:  # nobody is listening: no answer, no traceback
+                log.info("the client of %s hung up before its answer", request.url.path)
+                response = Response(status_code=CLIENT_CLOSED)
             except PyMongoError as exc:  # an adapter that did not translate it
                 response = error_response(StorageError(f"MongoDB failed: {exc}"))
             except Exception:
@@ -213,16 +229,24 @@ class AnsweringRoute(APIRoute):
 async def unrouted(request: Request, exc: Exception) -> Response:
     """The app's handler for what no route took (404, 405): the same shape, counted.
 
-    A 405's ``Allow`` lists the methods of every route of that path (Starlette's
-    names only the first route it tried).
+    A 405's ``Allow`` lists the methods of every route of the most literal path
+    template that matches (Starlette's names only the first route it tried).
     """
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
         path = request.scope.get("path", "")
-        allowed = {
-            method
+        matching = [
+            route
             for route in getattr(request.app.state, "routes", ())
             if isinstance(route, APIRoute) and route.path_regex.match(path)
+        ]
+        # the routes of the most literal template that matches: /v1/spaces/import is
+        # its own path, not /v1/spaces/{space_id} (as the document lists them)
+        fewest = min((route.path.count("{") for route in matching), default=0)
+        allowed = {
+            method
+            for route in matching
+            if route.path.count("{") == fewest
             for method in route.methods or ()
         }
         if allowed:

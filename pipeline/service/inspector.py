@@ -49,6 +49,7 @@ from mongomem.ltm.plan import Score, Thresholds
 from mongomem.models import SnapshotTurn
 from mongomem.operations.restarts import StageRestarts, read_restarts
 from mongomem.project_config import enabled_types
+from mongomem.sdk.models import check_memory_id
 from mongomem.sdk.wire import Answer
 from mongomem.service.deps import ERRORS, Project, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
@@ -63,6 +64,7 @@ with require("service"):
     from fastapi.responses import JSONResponse
 
 __all__ = [
+    "UI_HEADERS",
     "DecisionLog",
     "DecisionRecord",
     "PipelineStatus",
@@ -92,7 +94,12 @@ class UserSummary(_View):
     user_id: str
     turns: int
     sessions: int
-    memories: int = Field(description="current memories of the user's own scope")
+    memories: int = Field(
+        description="current memories the user's page lists: their own and the project's"
+    )
+    project_memories: int = Field(
+        default=0, description="of which the project's (taxonomic terms), shared by every user"
+    )
     last_activity: datetime | None
 
 
@@ -234,15 +241,19 @@ async def list_users(
         last = row.get("last")
         if last is not None and (u["last"] is None or last > u["last"]):
             u["last"] = last
+    shared = 0
     async for row in memories:
-        if row["_id"] is not None:  # a project-scope memory belongs to no user
+        if row["_id"] is None:  # the project's memories: every user's page lists them too
+            shared = int(row["n"])
+        else:
             user(str(row["_id"]))["memories"] = int(row["n"])
     return [
         UserSummary(
             user_id=uid,
             turns=u["turns"],
             sessions=u["sessions"],
-            memories=u["memories"],
+            memories=u["memories"] + shared,
+            project_memories=shared,
             last_activity=u["last"],
         )
         for uid, u in sorted(users.items())[:limit]
@@ -391,10 +402,11 @@ def inspector_router() -> APIRouter:
     ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
-        query = {"memory_id": segment(memory_id), "scope.project_id": project}
+        memory_id = check_memory_id(segment(memory_id))  # the rule of every memory route
+        query = {"memory_id": memory_id, "scope.project_id": project}
         docs = await _run(db[DECISIONS].find(query).sort([("at", 1), ("_id", 1)]).to_list(1000))
         log_ = DecisionLog(
-            memory_id=segment(memory_id),
+            memory_id=memory_id,
             thresholds=Thresholds.from_settings(backend.settings.reconcile),
             decisions=[_decision(d) for d in docs],
         )
@@ -447,7 +459,8 @@ _UI_FILES = {
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/app.css": ("app.css", "text/css; charset=utf-8"),
 }
-_UI_HEADERS = {
+#: The headers of the page and its files (and of ``/docs``): nothing but ``'self'`` runs.
+UI_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -468,6 +481,6 @@ def ui_router() -> APIRouter:
 
 def _static(body: bytes, media_type: str) -> Any:
     async def serve() -> Response:
-        return Response(body, media_type=media_type, headers=_UI_HEADERS)
+        return Response(body, media_type=media_type, headers=UI_HEADERS)
 
     return serve

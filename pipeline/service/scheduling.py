@@ -31,6 +31,14 @@ no tenant's large texts can starve another tenant's small ones (issue 17):
 Stored texts and queries are separate schedulers (lanes): the local model has
 an engine for each, so a search never queues behind saves.
 
+**Expected wait.** A scheduler measures what the model gets through (tokens
+a second, a moving average over its calls, times ``concurrency``) and
+:attr:`FairScheduler.expected_wait_s` is what waits divided by that. A job
+dropped at its deadline fails with that wait (what waits, and itself) as its
+:class:`~mongomem.errors.DeadlineExceeded`'s ``retry_after``, which the
+service sends as ``Retry-After``: clients come back when the queue has
+drained, not all after one second.
+
 **Queue depth.** A scheduler reports every change of what waits (jobs and
 their tokens) to its ``observe`` callback; the service turns those into the
 gauges ``mongomem_service_embedding_queue_jobs`` and
@@ -42,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -49,7 +58,7 @@ from typing import Any
 
 from mongomem.adapters.embeddings import Embedder, embed_queries
 from mongomem.deadlines import current_deadline
-from mongomem.errors import EmbeddingError
+from mongomem.errors import DeadlineExceeded, EmbeddingError
 
 __all__ = ["TENANT", "DepthObserver", "FairEmbedder", "FairScheduler", "estimated_tokens"]
 
@@ -82,7 +91,7 @@ class FairScheduler:
     See the module docstring for what is guaranteed. ``cost`` prices one text
     in tokens; ``quantum`` is what one batch may cost at most (one window);
     ``batch_texts`` the most texts in one call; ``observe`` is told every change of
-    what waits (:data:`DepthObserver`).
+    what waits (:data:`DepthObserver`); ``clock`` times the model calls (seconds).
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class FairScheduler:
         batch_texts: int = 16,
         concurrency: int = 1,
         observe: DepthObserver | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if quantum < 1 or batch_texts < 1 or concurrency < 1:
             raise ValueError("quantum, batch_texts and concurrency must be at least 1")
@@ -111,6 +121,8 @@ class FairScheduler:
         self._waiting_tokens = 0
         self._observe = observe
         self._tasks: set[asyncio.Task[None]] = set()
+        self._rate: float | None = None  # tokens a second of one model call (moving average)
+        self._clock = clock
 
     @property
     def queued(self) -> int:
@@ -121,6 +133,20 @@ class FairScheduler:
     def queued_tokens(self) -> int:
         """The tokens of the jobs waiting (as :attr:`queued` counts them)."""
         return self._waiting_tokens
+
+    @property
+    def expected_wait_s(self) -> float | None:
+        """Seconds until what waits now is embedded, at the measured rate (``None``: no
+        call measured yet; ``0``: nothing waits)."""
+        if not self._waiting_tokens:
+            return 0.0
+        if self._rate is None:
+            return None
+        return self._waiting_tokens / (self._rate * self._concurrency)
+
+    def _measured(self, tokens: int, seconds: float) -> None:
+        rate = tokens / max(seconds, 1e-6)
+        self._rate = rate if self._rate is None else 0.8 * self._rate + 0.2 * rate
 
     async def submit(self, tenant: str, texts: Sequence[str]) -> Vectors:
         """The vectors of ``texts``, once the scheduler has run them for ``tenant``."""
@@ -144,6 +170,11 @@ class FairScheduler:
         self._pump()
         try:
             return await future
+        except DeadlineExceeded as exc:
+            if exc.retry_after is not None or self._rate is None:
+                raise
+            wait = (self._waiting_tokens + job.cost) / (self._rate * self._concurrency)
+            raise DeadlineExceeded(str(exc), retry_after=wait) from None
         finally:
             if not future.done():  # the caller was cancelled: drop the job
                 future.cancel()
@@ -205,10 +236,12 @@ class FairScheduler:
         jobs = [j for j in jobs if not j.future.done()]
         if not jobs:
             return
+        started = self._clock()
         try:
             vectors = await self._call([t for j in jobs for t in j.texts])
             if len(vectors) != sum(len(j.texts) for j in jobs):
                 raise RuntimeError("the embedder returned a vector count unlike the texts'")
+            self._measured(sum(j.cost for j in jobs), self._clock() - started)
         except Exception as exc:
             if len(jobs) == 1 and not jobs[0].future.done():
                 jobs[0].future.set_exception(exc)
@@ -230,7 +263,8 @@ class FairEmbedder:
     ``inner`` may be a factory, called on first use (the model loads then);
     ``window`` is the tokens one text costs at most, when ``inner`` does not say
     (its ``MAX_TOKENS``). ``observe(lane)`` gives each lane's
-    :data:`DepthObserver` (lanes ``"stored"`` and ``"query"``).
+    :data:`DepthObserver` (lanes ``"stored"`` and ``"query"``); ``clock`` times the
+    model calls (for :attr:`expected_wait_s`).
     """
 
     def __init__(
@@ -241,6 +275,7 @@ class FairEmbedder:
         batch_texts: int = 16,
         concurrency: int = 1,
         observe: Callable[[str], DepthObserver] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._inner = inner if isinstance(inner, Embedder) else None
         self._make = None if isinstance(inner, Embedder) else inner
@@ -254,6 +289,7 @@ class FairEmbedder:
             "quantum": self._window,
             "batch_texts": batch_texts,
             "concurrency": concurrency,
+            "clock": clock,
         }
         self.stored = FairScheduler(
             lambda texts: self.inner.embed(texts),
@@ -292,6 +328,12 @@ class FairEmbedder:
             if found is not None:
                 return found
         return await self.queries.submit(TENANT.get(), texts)
+
+    @property
+    def expected_wait_s(self) -> float | None:
+        """The longer expected wait of the two lanes (:attr:`FairScheduler.expected_wait_s`)."""
+        waits = [w for w in (self.stored.expected_wait_s, self.queries.expected_wait_s) if w]
+        return max(waits) if waits else None
 
     async def close(self) -> None:
         close = getattr(self._inner, "close", None)

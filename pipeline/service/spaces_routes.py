@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_core import to_jsonable_python
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
@@ -41,11 +41,12 @@ from mongomem.sdk.spaces.wire import (
     SpaceOperation,
     decode_argument,
 )
-from mongomem.sdk.wire import Answer
-from mongomem.service.deps import authorise, backend_of
+from mongomem.sdk.wire import Answer, ErrorBody
+from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
+from mongomem.service.streams import timed_chunks
 from mongomem.settings import Settings
-from mongomem.spaces import AsyncSpaces
+from mongomem.spaces import AsyncSpaces, SpaceUpdate
 
 with require("service"):
     from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -57,6 +58,19 @@ __all__ = ["CONFIRMATION_REQUIRED", "MAX_IMPORT_BYTES", "SpacesRegistry", "space
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
 #: The ``error.type`` of a 409: a key change that needs ``confirm: true``.
 CONFIRMATION_REQUIRED = "ConfirmationRequired"
+
+
+class ConfirmationAnswer(BaseModel):
+    """A 409: the change needs ``confirm: true``; ``result`` says what it would do."""
+
+    error: ErrorBody
+    result: SpaceUpdate
+
+
+_CONFIRM = (
+    "a key change sent without `confirm: true`: nothing was changed; `error.message` is the "
+    "warning, `result` the change not applied (`applied: false`, the agents affected)"
+)
 
 
 class SpacesRegistry:
@@ -151,7 +165,7 @@ def _body_model(name: str, op: SpaceOperation) -> type[BaseModel]:
     fields: dict[str, Any] = {
         f: (op.request.model_fields[f].annotation, op.request.model_fields[f]) for f in op.in_body
     }
-    fields["project_id"] = (Any, None)
+    fields["project_id"] = (str | None, Field(default=None, description="the key's, if given"))
     title = "".join(part.title() for part in name.split("_")) + "Body"
     return create_model(title, __config__=ConfigDict(extra="forbid"), **fields)
 
@@ -165,11 +179,16 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
         sent = given.pop("args", None)
         if sent is not None:
             _check_project(sent.project_id, o.project)
+            sent_json = sent.model_dump(mode="json")  # what the call takes: JSON values
             for k in sent.model_fields_set - {"project_id"}:
-                values[k] = decode_argument(k, getattr(sent, k))
+                values[k] = decode_argument(k, sent_json[k])
         values.update({k: _from_query(k, v) for k, v in given.items() if v is not None})
         if op.lines_body:
-            raw = await request.body()  # bounded by the service's body limit for this path
+            service = backend_of(request).settings.service  # bounded: the body limit, timeouts
+            chunks = timed_chunks(
+                request, service.import_idle_timeout_s, service.import_total_timeout_s
+            )
+            raw = b"".join([chunk async for chunk in chunks])
             try:
                 values["lines"] = raw.decode("utf-8").splitlines()
             except UnicodeDecodeError as exc:
@@ -226,7 +245,12 @@ def _route_options(op: SpaceOperation) -> dict[str, Any]:
     else:
         options["response_model"] = Answer[op.result]  # type: ignore[name-defined]
     if op.lines_body:
-        options["openapi_extra"] = {"requestBody": {"required": True, "content": ndjson}}
+        body = {"application/x-ndjson": {"schema": NDJSON_BODY}}
+        options["openapi_extra"] = {"requestBody": {"required": True, "content": body}}
+        options["responses"] = {**options.get("responses", {}), **BODY_TIMEOUT}
+    if op.confirmable:
+        conflict = {409: {"model": ConfirmationAnswer, "description": _CONFIRM}}
+        options["responses"] = {**options.get("responses", {}), **conflict}
     return options
 
 

@@ -69,7 +69,9 @@ def check_argument(value: str) -> str:
     return value
 
 
-ArgumentName = Annotated[str, AfterValidator(check_argument)]
+ArgumentName = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"), AfterValidator(check_argument)
+]
 SpaceId = Annotated[str, AfterValidator(check_identifier)]
 
 

@@ -72,13 +72,22 @@ async function userView(user) {
   const types = Object.keys(byType).sort();
   const results = h("div", { id: "search-results" });
   const query = h("input", { id: "search-query", placeholder: "search memories", required: "" });
-  const type = h("select", { id: "search-type" }, (types.length ? types : ["semantic"]).map((t) => h("option", {}, t)));
+  // every memory type by default; a type is a filter
+  const type = h("select", { id: "search-type" }, h("option", { value: "" }, "all types"),
+    MEMORY_TYPES.map((t) => h("option", { value: t }, t)));
   const search = h("form", { class: "inline", id: "search", onsubmit: async (event) => {
     event.preventDefault();
     try {
-      const hits = await api("POST", `${base}/memories/${enc(type.value)}/search`, { query: query.value, limit: 10 });
-      results.replaceChildren(hits.length ? table(["score", "key", "text"], hits.map((hit) => [
-        num(hit.score), memoryLink(user, hit.memory.memory_id, hit.memory.key), hit.memory.text]))
+      const wanted = type.value ? [type.value] : MEMORY_TYPES;
+      const settled = await Promise.allSettled(wanted.map((t) =>
+        api("POST", `${base}/memories/${enc(t)}/search`, { query: query.value, limit: 10 })));
+      const failed = settled.find((r) => r.status === "rejected");
+      if (failed && settled.every((r) => r.status === "rejected")) throw failed.reason;
+      const hits = settled.filter((r) => r.status === "fulfilled").flatMap((r) => r.value)
+        .sort((a, b) => b.score - a.score).slice(0, 10);
+      results.replaceChildren(hits.length ? table(["score", "type", "key", "text"], hits.map((hit) => [
+        num(hit.score), hit.memory.memory_type, memoryLink(user, hit.memory.memory_id, hit.memory.key),
+        hit.memory.text]))
         : h("p", { class: "muted" }, "no match"));
     } catch (err) { results.replaceChildren(h("p", { class: "error" }, err.message)); }
   } }, query, type, h("button", { type: "submit" }, "Search"));
@@ -93,6 +102,8 @@ async function userView(user) {
         memoryLink(user, m.memory_id, m.key), m.text, m.version, m.reinforcement_count,
         when(m.updated_at)]))])];
 }
+
+const MEMORY_TYPES = ["semantic", "episodic", "procedural", "taxonomic"];
 
 const memoryLink = (user, id, text) => h("a", { href: `#/memory/${enc(user)}/${enc(id)}` }, text);
 
@@ -170,9 +181,10 @@ async function playgroundView() {
       const body = { inputs: JSON.parse(inputs.value) };
       const r = await api("POST", `/v1/spaces/${enc(space.value)}/${path}`, body);
       if (path === "playground") {
-        out.replaceChildren(h("h3", {}, `Matches (${r.matches.length})`), hitsTable(r.matches),
+        // no null child: replaceChildren would show it as the text "null"
+        out.replaceChildren(...[h("h3", {}, `Matches (${r.matches.length})`), hitsTable(r.matches),
           h("h3", {}, `Near misses (${r.near_misses.length})`), hitsTable(r.near_misses),
-          r.escalation ? escalation(r.escalation) : null);
+          r.escalation ? escalation(r.escalation) : null].filter((x) => x !== null));
       } else out.replaceChildren(escalation(r));
     } catch (err) { out.replaceChildren(h("p", { class: "error" }, err.message)); }
   }

@@ -233,7 +233,14 @@ async def test_the_routes_answer_for_the_keys_project_only(url: str) -> None:
         "bob": (1, 1, 0),
     }
     assert (await get(url, "/v1/inspector/users", OTHER_KEY)).json()["result"] == [
-        {"user_id": "eve", "turns": 0, "sessions": 0, "memories": 1, "last_activity": None}
+        {
+            "user_id": "eve",
+            "turns": 0,
+            "sessions": 0,
+            "memories": 1,
+            "project_memories": 0,
+            "last_activity": None,
+        }
     ]
     assert (await get(url, "/v1/inspector/users", None)).status_code == 401
     assert (await get(url, f"/v1/inspector/snapshots/{SNAP}", OTHER_KEY)).status_code == 404
@@ -364,4 +371,56 @@ async def test_every_view_in_chromium(url: str, browser: Any) -> None:
 
     assert errors == []
     assert all(KEY not in u for u in urls)  # the key never travels in a URL
+    await context.close()
+
+
+async def test_search_counts_and_recall_in_chromium(
+    url: str, browser: Any, settings: Settings
+) -> None:
+    """Issue 25: search covers every type by default (the type is a filter); the users
+    page counts what a user's page lists (the project's terms too); no stray "null"."""
+    async with AsyncMemory(
+        project_id=PROJECT, settings=with_keys(settings), embedder=EMBEDDER
+    ) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id="ada"))
+        await chat.save_taxonomic("airline", "red-eye", "An overnight flight.")  # the project's
+    context = await browser.new_context(viewport={"width": 1280, "height": 860})
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(f"{url}/ui")
+    await page.fill("#key", KEY)
+    await page.click("#login button")
+    await page.wait_for_selector('#view[data-ready="#/users"]', timeout=20_000)
+    row = await page.inner_text("#view tr:has(a:text-is('ada'))")
+    counted = int(row.split("\t")[3])
+    await page.click("text=ada")
+    await page.wait_for_selector('#view[data-ready="#/user/ada"]', timeout=20_000)
+    listed = await page.locator("#view td a[href^='#/memory/']").count()  # before a search
+    assert counted == listed == 2  # home-airport and the project's red-eye
+
+    assert await page.input_value("#search-type") == ""  # "all types" is the default
+    await page.fill("#search-query", "overnight flight red-eye")
+    await page.click("#search button")
+    await page.wait_for_selector("#search-results table")
+    found = await page.inner_text("#search-results")
+    assert "taxonomic" in found
+    assert "semantic" in found  # both types, ranked together
+    await page.select_option("#search-type", "semantic")  # the type as a filter
+    await page.click("#search button")
+    for _ in range(200):  # the filtered answer replaces the results (no eval: the CSP)
+        if "taxonomic" not in await page.inner_text("#search-results"):
+            break
+        await page.wait_for_timeout(50)
+    assert "taxonomic" not in await page.inner_text("#search-results")
+    assert "home-airport" in await page.inner_text("#search-results")
+
+    await page.click("text=Playground")
+    await page.wait_for_selector('#view[data-ready="#/playground"]', timeout=20_000)
+    await page.select_option("#space", "refunds")
+    await page.fill("#inputs", '{"question": "my blender is damaged, refund?"}')
+    await page.click("#recall")
+    await page.wait_for_selector("#playground-results table")
+    assert "null" not in await page.inner_text("#playground-results")
+    assert errors == []
     await context.close()

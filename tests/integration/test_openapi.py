@@ -38,6 +38,8 @@ KEY = "openapi-env-key-0123456789abcdef"
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 #: Test cases per operation and phase: enough to find a 500, small enough for CI.
 MAX_EXAMPLES = 25
+#: The bound of the whole run (seconds of Schemathesis' own clock): about two minutes.
+MAX_SECONDS = 150
 
 
 @pytest.fixture
@@ -103,9 +105,16 @@ async def test_the_document_is_openapi_3_1_with_every_operation(served: str) -> 
     assert "swagger" in docs.text.lower()
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(
-    served: str, tmp_path: Path
-) -> None:
+def test_schemathesis_with_every_check_finds_nothing(served: str, tmp_path: Path) -> None:
+    """Every check but one (stateful phase included), bounded: 0 server errors, 0 schema
+    violations, 0 undocumented statuses, 0 invalid requests accepted, the ``Allow`` of
+    every 405 right; the NDJSON import routes too, written by the serializer of
+    ``schemathesis_hooks.py``.
+
+    Not yet: ``positive_data_acceptance`` (0 valid requests rejected). What it still
+    finds is a refusal that depends on stored state or on another argument, which no
+    schema states (a cursor this call did not return, a space's kind, fields by memory
+    type); docs/guides/http-service.md lists them."""
     command = [
         str(SCHEMATHESIS),
         "run",
@@ -113,9 +122,11 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
         "--header",
         f"Authorization: Bearer {KEY}",
         "--checks",
-        "not_a_server_error,response_schema_conformance,negative_data_rejection",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance",
         "--phases",
-        "examples,coverage,fuzzing",
+        "examples,coverage,fuzzing,stateful",
         "--max-examples",
         str(MAX_EXAMPLES),
         "--seed",
@@ -125,20 +136,21 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
         "--no-color",
         "--generation-database",
         "none",
+        "--continue-on-failure",
         "--request-timeout",
         "30",
+        "--max-time",
+        str(MAX_SECONDS),
         "--report",
         "junit",
         "--report-dir",
         str(tmp_path),
         "--exclude-path",
         "/metrics",  # Prometheus text: no JSON schema to check
-        "--exclude-path",
-        "/v1/spaces/import",  # NDJSON: Schemathesis cannot write one
-        "--exclude-path",
-        "/v1/users/{user_id}/import",  # the same (test_export_import.py)
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MONGOMEM_")}
+    env["SCHEMATHESIS_HOOKS"] = "schemathesis_hooks"
+    env["PYTHONPATH"] = str(Path(__file__).parent)
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=900, check=False, env=env, cwd=tmp_path
     )

@@ -52,7 +52,8 @@ route                                                   call (result)
 
 A success answers ``{"result": ...}`` (201 for a new space), the JSON form of
 what the call returns; ``export_space`` answers NDJSON lines. The request models
-check shapes only and leave the checks of values to
+give each argument its JSON type (so the OpenAPI document types every body);
+the checks of values beyond that (ids, the space's own keys) are left to
 :class:`~mongomem.spaces.AsyncSpaces`, which names the field.
 """
 
@@ -61,7 +62,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -190,87 +191,127 @@ class NoArguments(SpacesRequest):
 
 
 class SpaceRequest(SpacesRequest):
-    space_id: Any
+    space_id: str
+
+
+#: An id the call checks (:func:`~mongomem.models.check_identifier` names the field); its
+#: OpenAPI ``format`` names that rule (:mod:`mongomem.service.contract`).
+Id = Annotated[
+    str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
+]
+Inputs = dict[str, Any]  # text or a file ({"name", "text"}): decode_inputs names the field
+#: Free text that holds no control character (a name, who gave feedback).
+Text = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
+Sentiment = Literal["positive", "negative", "neutral"]
+
+
+class AddAnywayChoice(BaseModel):
+    """``on_duplicate``: store the new item even though near-duplicates exist."""
+
+    model_config = ConfigDict(extra="forbid")
+    choice: Literal["add-anyway"]
+
+
+class ReplaceChoice(BaseModel):
+    """``on_duplicate``: delete these items (of the same space) and store the new one."""
+
+    model_config = ConfigDict(extra="forbid")
+    choice: Literal["replace"]
+    item_ids: list[Id] = Field(min_length=1, max_length=100)
+
+
+class MergeChoice(BaseModel):
+    """``on_duplicate``: merge the new feedback into the closest duplicate."""
+
+    model_config = ConfigDict(extra="forbid")
+    choice: Literal["merge"]
+    sentiment_wins: Literal["existing", "new"] | None = None
+
+
+DuplicateChoice = Annotated[
+    AddAnywayChoice | ReplaceChoice | MergeChoice, Field(discriminator="choice")
+]
 
 
 class CreateSpaceRequest(SpaceRequest):
-    keys: Any
-    name: Any = None
-    description: Any = ""
-    kind: Any = "episodic"
-    recall: Any = None
-    encrypted: Any = False
+    space_id: Id
+    keys: list[SearchKey] = Field(min_length=1)
+    name: str | None = None
+    description: str = ""
+    kind: Literal["episodic", "escalation"] = "episodic"
+    recall: RecallSettings | None = None
+    encrypted: StrictBool = False
 
 
 class UpdateSpaceRequest(SpaceRequest):
-    name: Any = None
-    description: Any = None
-    recall: Any = None
-    keys: Any = None
-    encrypted: Any = None
+    name: str | None = None
+    description: str | None = None
+    recall: RecallSettings | None = None
+    keys: list[SearchKey] | None = Field(default=None, min_length=1)
+    encrypted: StrictBool | None = None
     confirm: StrictBool = False
 
 
 class AttachAgentRequest(SpaceRequest):
-    agent_id: Any
-    keys: Any = None
+    agent_id: Id
+    keys: list[SearchKey] | None = Field(default=None, min_length=1)
 
 
 class AgentRequest(SpaceRequest):
-    agent_id: Any
+    agent_id: str
 
 
 class LookupRequest(SpaceRequest):
-    inputs: Any
-    agent_id: Any = None
+    inputs: Inputs
+    agent_id: Id | None = None
 
 
 class AddItemRequest(SpaceRequest):
-    inputs: Any
-    outputs: Any = None
-    outcome: Any = None
-    comment: Any = ""
-    sentiment: Any = "neutral"
-    agent_id: Any = None
-    on_duplicate: Any = None
+    inputs: Inputs
+    outputs: dict[str, Any] | None = None
+    outcome: str | None = None
+    comment: str = ""
+    sentiment: Sentiment = "neutral"
+    agent_id: Id | None = None
+    on_duplicate: DuplicateChoice | None = None
 
 
 class PromoteRequest(SpaceRequest):
-    trace_id: Any
-    inputs: Any
-    outputs: Any
-    comment: Any
-    sentiment: Any
-    part: Any = None
-    outcome: Any = None
-    agent_id: Any = None
-    on_duplicate: Any = None
+    trace_id: Id
+    inputs: Inputs
+    outputs: dict[str, Any]
+    comment: str
+    sentiment: Sentiment
+    part: str | None = None
+    outcome: str | None = None
+    agent_id: Id | None = None
+    on_duplicate: DuplicateChoice | None = None
 
 
 class ResolveRequest(SpaceRequest):
-    inputs: Any
-    resolution: Any
-    outcome: Any
-    agent_id: Any = None
-    resolved_by: Any = None
+    inputs: Inputs
+    resolution: str
+    outcome: str
+    agent_id: Id | None = None
+    resolved_by: str | None = None
 
 
 class ItemRequest(SpaceRequest):
-    item_id: Any
+    item_id: str
 
 
 class UpdateItemRequest(ItemRequest):
     """Only the fields sent change: ``outcome`` or ``inputs`` left out stay as they are."""
 
-    outputs: Any = None
-    outcome: Any = None
-    inputs: Any = None
+    outputs: dict[str, Any] | None = None
+    outcome: str | None = None
+    inputs: Inputs | None = None
 
 
 class AddFeedbackRequest(ItemRequest):
-    comment: Any
-    sentiment: Any
-    by: Any = None
+    comment: str
+    sentiment: Sentiment
+    by: Text | None = None
 
 
 class FeedbackRequest(SpaceRequest):
