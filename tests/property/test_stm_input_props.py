@@ -155,6 +155,22 @@ class _Collection:
     async def find_one(self, *args: Any, **kwargs: Any) -> Document | None:
         return None
 
+    def find(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return _Cursor()
+
+
+class _Cursor:
+    """An empty result: the store holds nothing yet."""
+
+    async def to_list(self, *args: Any) -> list[Document]:
+        return []
+
+    def __aiter__(self) -> _Cursor:
+        return self
+
+    async def __anext__(self) -> Document:
+        raise StopAsyncIteration
+
 
 class _Database:
     def __init__(self) -> None:
