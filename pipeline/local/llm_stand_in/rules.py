@@ -87,6 +87,12 @@ def read_turns(conversation: str) -> list[dict[str, Any]]:
     return turns
 
 
+def _cite(turn: Mapping[str, Any]) -> list[int]:
+    """The seq of ``turn`` as a citation (SPEC L4): every stand-in item cites its turns."""
+    seq = turn.get("seq")
+    return [seq] if isinstance(seq, int) else []
+
+
 def _semantic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: dict[str, dict[str, Any]] = {}
     for turn in turns:
@@ -95,13 +101,22 @@ def _semantic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
         text = turn["content"]
         for attr, value in _MY_X_IS.findall(text):
             attr, value = attr.strip().lower(), value.strip()
-            items[slug(attr)] = {"label": slug(attr), "fact": f"The user's {attr} is {value}."}
+            items[slug(attr)] = {
+                "label": slug(attr),
+                "fact": f"The user's {attr} is {value}.",
+                "seqs": _cite(turn),
+            }
         for place in _LIVE_IN.findall(text):
-            items["home-city"] = {"label": "home-city", "fact": f"The user lives in {place}."}
+            items["home-city"] = {
+                "label": "home-city",
+                "fact": f"The user lives in {place}.",
+                "seqs": _cite(turn),
+            }
         for name in _CALL_ME.findall(text):
             items["preferred-name"] = {
                 "label": "preferred-name",
                 "fact": f"The user wants to be called {name}.",
+                "seqs": _cite(turn),
             }
     return list(items.values())
 
@@ -122,6 +137,7 @@ def _taxonomic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "domain": domain,
                 "term": term,
                 "definition": definition.rstrip(".") + ".",
+                "seqs": _cite(turn),
             }
     return list(items.values())
 
@@ -142,6 +158,7 @@ def _procedural(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "name": name,
                     "description": f"How to {goal}." if goal else "A step-by-step procedure.",
                     "steps": steps,
+                    "seqs": _cite(turn),
                 }
             )
     return items
@@ -163,7 +180,8 @@ def _episodic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "title": title or "Conversation",
             "account": account,
             "participants": roles,
-            "when": turns[0].get("at"),
+            "valid_from": str(turns[0].get("at") or "")[:10] or None,
+            "seqs": sorted({s for t in turns for s in _cite(t)}),
         }
     ]
 
