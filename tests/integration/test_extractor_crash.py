@@ -31,7 +31,7 @@ from mongomem.models import MemoryCandidate
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, citing, make_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def answer(request: ChatRequest) -> Reply:
     text = request.text("user")
     city = "Lisbon" if "Lisbon" in text else "Boston"
-    return Answer({"items": [{"label": "home-city", "fact": f"The user lives in {city}."}]})
+    return Answer(citing(request, [{"label": "home-city", "fact": f"The user lives in {city}."}]))
 
 
 @pytest.fixture
