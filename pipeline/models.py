@@ -21,9 +21,9 @@ from mongomem.buckets import in_share
 
 __all__ = [
     "BUILTIN_MEMORY_TYPES",
-    "MAX_SPEAKER",
     "CLOSED_STATUSES",
     "MAX_JSON_DEPTH",
+    "MAX_SPEAKER",
     "Action",
     "EventTime",
     "Evidence",

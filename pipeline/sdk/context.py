@@ -16,7 +16,7 @@ from typing import Protocol
 from mongomem.errors import InputError
 from mongomem.models import MemoryType
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit
+from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit, dates_of
 from mongomem.sdk.render import render_context
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "Searcher", "check_context_arguments", "compose_context"]
@@ -69,6 +69,7 @@ async def compose_context(
                 key=h.memory.key,
                 text=context_text(h.memory),
                 score=h.score,
+                when=dates_of(h.memory),
             )
             for h in hits
             if min_score is None or h.score >= min_score

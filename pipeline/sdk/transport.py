@@ -69,6 +69,7 @@ from mongomem.sdk.models import (
     delete_result,
     item_of,
     record_of,
+    version_record,
 )
 from mongomem.settings import EmbeddingSettings, Settings
 from mongomem.stm.turns import SessionPage, SessionSummary, ShortTermMemory, TurnPage
@@ -367,12 +368,7 @@ class DirectTransport:
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         store = await self._store_ready()
         versions = await store.history(memory_id, who.scopes)
-        return [
-            VersionRecord.model_validate(
-                v.model_dump(exclude={"memory_id", "memory_type", "scope", "embedding"})
-            )
-            for v in versions
-        ]
+        return [version_record(v) for v in versions]
 
     async def delete(
         self, who: Identity, memory_id: str, reason: str | None

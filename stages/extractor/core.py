@@ -38,8 +38,8 @@ from mongomem.stm.recall import strip_recalled
 
 __all__ = [
     "DEFAULT_ROLES",
-    "MAX_ITEMS",
     "EMPTY",
+    "MAX_ITEMS",
     "MERGED",
     "NOT_IN_WINDOW",
     "UNCITED",
