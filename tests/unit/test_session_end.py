@@ -221,3 +221,15 @@ def test_the_watcher_carries_an_end_document_as_a_session_end_record() -> None:
     assert record.created_at == end(4, 3).created_at
     with pytest.raises(ValidationError):  # another event is no turn and no end: dead-lettered
         TurnEncoder().record({**stored, "event": "pause"})
+
+
+def test_an_end_after_a_historical_import_keeps_the_turns_own_time() -> None:
+    """Turns of 2023 imported and ended today: the snapshot is stamped 2023 (SPEC L1)."""
+    said = T0 - timedelta(days=900)
+    turns = [
+        turn(1, 0).model_copy(update={"created_at": said, "recorded_at": T0}),
+        turn(2, 0).model_copy(update={"created_at": said + timedelta(minutes=1), "recorded_at": T0}),
+    ]
+    (closed,) = run([*turns, end(3, 5)])
+    assert closed.reason == "end"
+    assert closed.closed_at == closed.observed_at == said + timedelta(minutes=1)
