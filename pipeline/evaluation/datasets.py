@@ -5,9 +5,9 @@ that does not fit raises :class:`~mongomem.errors.InputError` naming the item
 and the field, and nothing is stored.
 
 **LoCoMo** (``locomo10.json`` of snap-research/locomo): a list of samples.
-Fields read per sample: ``sample_id``; ``conversation.speaker_a`` (that
-speaker's turns are recorded as ``user``, the other speaker's as
-``assistant``, each prefixed with the speaker's name);
+Fields read per sample: ``sample_id``; ``conversation.speaker_a`` and
+``speaker_b`` (a conversation between two people: every turn is recorded with
+role ``user`` and its ``speaker``'s name, SPEC L3 — neither is an assistant);
 ``conversation.session_<N>`` (a list of ``{speaker, dia_id, text}``; ``dia_id``
 is kept only to name the turn) and ``conversation.session_<N>_date_time``
 (``"1:56 pm on 8 May, 2023"``, read as UTC); ``qa`` items' ``question``,
@@ -63,6 +63,8 @@ class EvalTurn:
     role: str  # "user" or "assistant"
     content: str
     at: datetime
+    #: who spoke, when the file names them (LoCoMo's two speakers)
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class EvalConversation:
         parts = []
         for session in self.sessions:
             parts.append(f"## {session.name} ({session.at:%Y-%m-%d %H:%M} UTC)")
-            parts.extend(f"{t.role}: {t.content}" for t in session.turns)
+            parts.extend(f"{t.speaker or t.role}: {t.content}" for t in session.turns)
         return "\n".join(parts)
 
 
@@ -142,14 +144,22 @@ def _longmemeval_time(text: str, where: str) -> datetime:
     raise _bad(where, f"date {text!r} is not like '2023/05/20 (Sat) 02:21'")
 
 
-def _turns(at: datetime, pairs: list[tuple[str, str]]) -> tuple[EvalTurn, ...]:
+def _turns(
+    at: datetime, pairs: list[tuple[str, str]], speakers: list[str] | None = None
+) -> tuple[EvalTurn, ...]:
     return tuple(
-        EvalTurn(role=role, content=content, at=at + timedelta(seconds=i))
+        EvalTurn(
+            role=role,
+            content=content,
+            at=at + timedelta(seconds=i),
+            speaker=speakers[i] if speakers else None,
+        )
         for i, (role, content) in enumerate(pairs)
     )
 
 
 _SESSION = re.compile(r"^session_(\d+)$")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def read_locomo(path: Path) -> list[EvalConversation]:
@@ -161,7 +171,6 @@ def read_locomo(path: Path) -> list[EvalConversation]:
             raise _bad(where, "expected an object with a 'conversation' object")
         cid = _text(sample, "sample_id", where) if "sample_id" in sample else f"conv-{index}"
         conv: dict[str, Any] = sample["conversation"]
-        speaker_a = conv.get("speaker_a")
         numbers = sorted(int(m.group(1)) for k in conv if (m := _SESSION.match(k)))
         if not numbers:
             raise _bad(where, "conversation has no session_<N> lists")
@@ -175,16 +184,20 @@ def read_locomo(path: Path) -> list[EvalConversation]:
             if not isinstance(date, str):
                 raise _bad(swhere, f"no {name}_date_time")
             at = _locomo_time(date, swhere)
-            pairs = []
+            pairs, speakers = [], []
             for t, turn in enumerate(turns):
                 if not isinstance(turn, dict):
                     raise _bad(f"{swhere} turn {t}", "expected an object")
                 speaker = _text(turn, "speaker", f"{swhere} turn {t}")
                 text = _text(turn, "text", f"{swhere} turn {t}")
-                role = "user" if speaker == speaker_a else "assistant"
-                pairs.append((role, f"{speaker}: {text}"))
+                if _CONTROL.search(speaker) or len(speaker) > 128:
+                    raise _bad(f"{swhere} turn {t}", "speaker is not a name (1-128 characters)")
+                pairs.append(("user", text))
+                speakers.append(speaker)
             if pairs:
-                sessions.append(EvalSession(name=name, at=at, turns=_turns(at, pairs)))
+                sessions.append(
+                    EvalSession(name=name, at=at, turns=_turns(at, pairs, speakers))
+                )
         qa = sample.get("qa")
         if not isinstance(qa, list):
             raise _bad(where, "no 'qa' list")

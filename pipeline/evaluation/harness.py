@@ -218,7 +218,7 @@ async def _ingest(
         chat = memory.bind(MemoryRequestContext(user_id=user, session_id=session.name))
         stored = (await chat.processing_status()).last_turn_seq  # resume a session cut short
         for turn in session.turns[stored:]:
-            await chat.record_turn(turn.role, turn.content, at=turn.at)
+            await chat.record_turn(turn.role, turn.content, at=turn.at, speaker=turn.speaker)
         if stored <= len(session.turns):
             await chat.end_session()
         cp.add({"kind": "session", "id": sid, "turns": len(session.turns)})

@@ -483,8 +483,14 @@ class AsyncBoundMemory:
         metadata: dict[str, Any] | None = None,
         *,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         """Record one turn of this context's session (fast; no extraction happens here).
+
+        ``speaker`` names who spoke besides the ``role`` (a display name or participant
+        id, SPEC L3), for conversations between people: 1–128 characters without
+        control characters, else :class:`~mongomem.errors.InputError` with
+        ``field="speaker"`` and nothing is stored.
 
         ``at`` loads a turn of the past with its own time (backfills,
         evaluations; SPEC J7): a timezone-aware datetime, at most
@@ -493,9 +499,12 @@ class AsyncBoundMemory:
         :class:`~mongomem.errors.InputError` with ``field="at"`` and nothing is
         stored. The windowing stage windows such turns by their own times.
         """
-        if at is None:
-            return await self._t.record_turn(self.identity, role, content, metadata)
-        return await self._t.record_turn(self.identity, role, content, metadata, at=at)
+        extra: dict[str, Any] = {}
+        if at is not None:  # passed only when given: a transport written before them works
+            extra["at"] = at
+        if speaker is not None:
+            extra["speaker"] = speaker
+        return await self._t.record_turn(self.identity, role, content, metadata, **extra)
 
     async def recent_turns(self, limit: int = 50) -> list[Turn]:
         return await self._t.recent_turns(self.identity, limit)

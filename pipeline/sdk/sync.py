@@ -413,8 +413,11 @@ class BoundMemory:
         metadata: dict[str, Any] | None = None,
         *,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
-        return self._m._call(self._inner.record_turn(role, content, metadata, at=at))
+        return self._m._call(
+            self._inner.record_turn(role, content, metadata, at=at, speaker=speaker)
+        )
 
     def recent_turns(self, limit: int = 50) -> list[Turn]:
         return self._m._call(self._inner.recent_turns(limit))

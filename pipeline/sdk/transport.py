@@ -162,8 +162,10 @@ class MemoryTransport(Protocol):
         content: str,
         metadata: dict[str, Any] | None,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
-        """Record a turn; ``at`` (passed only when given) is a historical turn's own time."""
+        """Record a turn; ``at`` (passed only when given) is a historical turn's own time,
+        ``speaker`` (passed only when given) who spoke besides the role (SPEC L3)."""
         ...
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
@@ -442,10 +444,13 @@ class DirectTransport:
         content: str,
         metadata: dict[str, Any] | None,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         stm = await self._short_term()
         check_deadline()  # a request past its deadline stores nothing
-        return await stm.record_turn(who.session(), role, content, metadata, at=at)
+        return await stm.record_turn(
+            who.session(), role, content, metadata, at=at, speaker=speaker
+        )
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()

@@ -7,7 +7,8 @@ end-to-end demo shows memories. It reads the conversation turns that
 the extraction prompt carries as JSON lines and applies a few regular
 expressions:
 
-* semantic — "my home airport is Boston", "I live in Lisbon", "call me Ana";
+* semantic — "my home airport is Boston", "I live in Lisbon", "call me Ana" (in a
+  conversation between named speakers, "my …" is the speaker's: "Ana's home airport");
 * taxonomic — "a red-eye means an overnight flight …" (domain from
   "in airline terms" / "in airline jargon", else ``general``);
 * procedural — two or more numbered steps, named after "how to …";
@@ -95,12 +96,23 @@ def _cite(turn: Mapping[str, Any]) -> list[int]:
 
 def _semantic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: dict[str, dict[str, Any]] = {}
+    named = len({t.get("speaker") for t in turns if t.get("speaker")}) > 1
     for turn in turns:
         if turn.get("role") != "user":
             continue
         text = turn["content"]
+        speaker = turn.get("speaker") if named else None
         for attr, value in _MY_X_IS.findall(text):
             attr, value = attr.strip().lower(), value.strip()
+            if isinstance(speaker, str):  # people talking: the fact is the speaker's
+                label = slug(f"{speaker} {attr}")
+                items[label] = {
+                    "label": label,
+                    "fact": f"{speaker}'s {attr} is {value}.",
+                    "subject": speaker,
+                    "seqs": _cite(turn),
+                }
+                continue
             items[slug(attr)] = {
                 "label": slug(attr),
                 "fact": f"The user's {attr} is {value}.",
