@@ -360,8 +360,12 @@ class MemoryStore(MemoryReads):
         decision = await decide(
             candidate, neighbours, self.thresholds, self.judge, self.evidence_dates
         )
-        if decision.historical:
-            decision = await self._at_its_place(candidate, decision)
+        current = next((n for n in neighbours if n.memory_id == decision.memory_id), None)
+        older = current is not None and evidence_rank(candidate.evidence) < current.rank
+        if current is not None and (
+            decision.historical or (older and decision.action is Action.REINFORCE)
+        ):
+            decision = await self._at_its_place(candidate, decision, current)
         if decision.action is Action.ADD and (
             not isinstance(self.search_backend, ExactCosineSearch)
             or self.cache.peek(candidate.scope, candidate.memory_type).deletes
@@ -369,31 +373,50 @@ class MemoryStore(MemoryReads):
             decision = await self._unused_id(candidate, decision)
         return decision
 
-    async def _at_its_place(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
-        """An older statement's place in history (SPEC L2): if the version just before it
-        in evidence order (:func:`~mongomem.ltm.plan.history_order`) is a history version
-        stating the same (:func:`~mongomem.ltm.values.equivalent`), it REINFORCEs that one
-        — so a replayed or repeated old statement adds evidence, never a second version —
-        else ``decision`` (a new history version) stands."""
+    async def _at_its_place(
+        self, candidate: MemoryCandidate, decision: Decision, current: Neighbour
+    ) -> Decision:
+        """Where an older statement goes (SPEC L2): beside the versions around its place in
+        evidence order. If the version just before or just after it states the same
+        (:func:`~mongomem.ltm.values.equivalent`), it REINFORCEs that one — so a replayed
+        or repeated old statement adds evidence, never a second version — else it enters
+        history as a new version (written superseded by the current one)."""
         docs = await self._read(
             self.memories.find({"memory_id": decision.memory_id}, {"embedding": 0}).to_list()
         )
         rank = evidence_rank(candidate.evidence)
-        before = [d for d in docs if str(d.get("observed_rank") or "") <= rank]
-        if not before:
-            return decision
-        place = max(before, key=lambda d: (str(d.get("observed_rank") or ""), d["version"]))
-        if place.get("status") != "superseded" or not equivalent(place["text"], candidate.text):
-            return decision
+        stated = sorted(
+            (d for d in docs if d.get("status") not in CLOSED_STATUSES),
+            key=lambda d: (str(d.get("observed_rank") or ""), int(d["version"])),
+        )
+        before = [d for d in stated if str(d.get("observed_rank") or "") <= rank]
+        after = [d for d in stated if str(d.get("observed_rank") or "") > rank]
+        for place in before[-1:] + after[:1]:
+            if equivalent(place["text"], candidate.text):
+                number = int(place["version"])
+                return decision.model_copy(
+                    update={
+                        "action": Action.REINFORCE,
+                        "version": number,
+                        "base_version": number,
+                        "historical": False,
+                        "raises_rank": str(place.get("observed_rank") or "") < rank,
+                        "reason": "older evidence than the current version: reinforces the "
+                        f"version at its place in history (v{number})",
+                    }
+                )
+        number = max([current.next_version, *(int(d["version"]) + 1 for d in docs)])
         return decision.model_copy(
             update={
-                "action": Action.REINFORCE,
-                "version": int(place["version"]),
-                "base_version": int(place["version"]),
-                "historical": False,
-                "raises_rank": str(place.get("observed_rank") or "") < rank,
-                "reason": "older evidence than the current version: reinforces the "
-                "history version at its place",
+                "action": Action.UPDATE,
+                "version": number,
+                "base_version": current.version,
+                "historical": True,
+                "raises_rank": False,
+                "reason": decision.reason
+                if decision.historical
+                else "older evidence than the current version, between other statements: "
+                "enters history at its place",
             }
         )
 

@@ -247,8 +247,17 @@ class BoundMemory:
     def get_semantic(self, label: str) -> SemanticMemory | None:
         return self._m._call(self._inner.get_semantic(label))
 
-    def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
-        return self._m._call(self._inner.search_semantic(query, limit))
+    def search_semantic(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[SemanticMemory]]:
+        return self._m._call(
+            self._inner.search_semantic(query, limit, as_of=as_of, subject=subject)
+        )
 
     def save_episode(
         self, title: str, content: str, *, idempotency_key: str | None = None
@@ -257,8 +266,17 @@ class BoundMemory:
             self._inner.save_episode(title, content, idempotency_key=idempotency_key)
         )
 
-    def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
-        return self._m._call(self._inner.search_episodes(query, limit))
+    def search_episodes(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[Episode]]:
+        return self._m._call(
+            self._inner.search_episodes(query, limit, as_of=as_of, subject=subject)
+        )
 
     def list_episodes(self, limit: int = 50) -> list[Episode]:
         return self._m._call(self._inner.list_episodes(limit))
@@ -309,6 +327,8 @@ class BoundMemory:
         limit_per_type: int = 5,
         max_chars: int = 4000,
         min_score: float | None = None,
+        as_of: datetime | None = None,
+        subject: str | None = None,
     ) -> MemoryContext:
         return self._m._call(
             self._inner.build_context(
@@ -317,11 +337,16 @@ class BoundMemory:
                 limit_per_type=limit_per_type,
                 max_chars=max_chars,
                 min_score=min_score,
+                as_of=as_of,
+                subject=subject,
             )
         )
 
-    def history(self, memory_id: str) -> list[VersionRecord]:
-        return self._m._call(self._inner.history(memory_id))
+    def history(self, memory_id: str, *, as_of: datetime | None = None) -> list[VersionRecord]:
+        return self._m._call(self._inner.history(memory_id, as_of=as_of))
+
+    def value_as_of(self, memory_id: str, at: datetime) -> VersionRecord | None:
+        return self._m._call(self._inner.value_as_of(memory_id, at))
 
     def delete_memory(self, memory_id: str, *, reason: str | None = None) -> DeleteResult | None:
         return self._m._call(self._inner.delete_memory(memory_id, reason=reason))

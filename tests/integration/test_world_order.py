@@ -16,12 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.mongo import MEMORIES, connect
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.documents import from_document
 from mongomem.ltm.plan import evidence_rank, history_order
 from mongomem.ltm.testing import candidate
 from mongomem.models import Evidence, MemoryCandidate, MemoryVersion, stable_id
+from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -143,3 +145,33 @@ def test_a_reversed_pass_gives_the_in_order_result(settings: Settings) -> None:
     window = "The user's seat is window."
     aisle = "The user's seat is aisle."
     assert expected["seat"] == (window, [window, aisle, window])
+
+
+async def test_recall_as_of_a_date_and_by_subject(settings: Settings) -> None:
+    """SPEC L5/L3: what was current on a date, from history; memories about one person."""
+    specs = [("seat", 1, 0, "s1", 1), ("seat", 0, 1, "s1", 1), ("seat", 1, 2, "s1", 1)]
+    seats = [statement("asof", i, s) for i, s in enumerate(specs)][::-1]  # processed backwards
+    melanie = candidate(
+        "semantic", project_id="asof", snapshot="snap-m", label="melanie-art",
+        text="Melanie painted a sunrise.", at=T0,
+    ).model_copy(update={"subject": "Melanie", "candidate_id": stable_id("cand", "asof", "m")})
+    await outcome(settings, [*seats, melanie], "asof", 1)
+    window, aisle = "The user's seat is window.", "The user's seat is aisle."
+    async with AsyncMemory(project_id="asof", settings=settings, embedder=HashingEmbedder(64)) as m:
+        chat = m.bind(MemoryRequestContext(user_id="u1"))
+        (now,) = [h.memory for h in await chat.search_semantic("seat", subject="user")]
+        assert now.text == window
+        day1 = T0 + timedelta(days=1, hours=1)
+        (then,) = [h.memory for h in await chat.search_semantic("seat", as_of=day1, subject="user")]
+        assert (then.text, then.observed_at) == (aisle, T0 + timedelta(days=1))
+        assert await chat.search_semantic("seat", as_of=T0 - timedelta(days=1)) == []
+        assert (await chat.value_as_of(now.memory_id, day1)).text == aisle  # type: ignore[union-attr]
+        assert [v.text for v in await chat.history(now.memory_id)] == [window, aisle, window]
+        assert [v.text for v in await chat.history(now.memory_id, as_of=day1)] == [window, aisle]
+        (hers,) = [h.memory for h in await chat.search_semantic("painted", subject="melanie")]
+        assert (hers.subject, hers.text) == ("Melanie", "Melanie painted a sunrise.")
+        context = await chat.build_context("seat", as_of=day1, include=["semantic"])
+        assert f"{aisle} (said 2023-05-02)" in context.text
+        assert window not in context.text
+        plain = await chat.build_context("seat", include=["semantic"])
+        assert f"{window} (said 2023-05-03)" in plain.text
