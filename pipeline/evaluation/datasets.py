@@ -195,9 +195,7 @@ def read_locomo(path: Path) -> list[EvalConversation]:
                 pairs.append(("user", text))
                 speakers.append(speaker)
             if pairs:
-                sessions.append(
-                    EvalSession(name=name, at=at, turns=_turns(at, pairs, speakers))
-                )
+                sessions.append(EvalSession(name=name, at=at, turns=_turns(at, pairs, speakers)))
         qa = sample.get("qa")
         if not isinstance(qa, list):
             raise _bad(where, "no 'qa' list")

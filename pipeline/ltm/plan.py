@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from pydantic import AwareDatetime, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from mongomem.errors import ConfigError
 from mongomem.ltm.kinds import normalize_key

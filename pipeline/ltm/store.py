@@ -92,20 +92,20 @@ from mongomem.ltm.plan import (
     memory_id_for,
 )
 from mongomem.ltm.reads import MemoryReads
-from mongomem.ltm.values import equivalent
 from mongomem.ltm.search import (
     AtlasVectorSearch,
     ExactCosineSearch,
     VectorSearch,
     probe_vector_search,
 )
+from mongomem.ltm.values import equivalent
 from mongomem.ltm.writes import (
     DONE,
     EXPIRES,
     PENDING,
+    SUPERSEDES,
     archived_decision_id,
     decision_entry,
-    SUPERSEDES,
     done_update,
     head_update,
     ledger_expired,

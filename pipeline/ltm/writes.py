@@ -78,7 +78,10 @@ def reinforce_update(candidate: MemoryCandidate, now: datetime) -> Doc:
     definition = candidate.fields.get("definition")
     if candidate.memory_type == MemoryType.TAXONOMIC and isinstance(definition, str):
         add["variants"] = definition
-    latest = {OBSERVED_RANK: evidence_rank(candidate.evidence), "observed_at": candidate.evidence.at}
+    latest = {
+        OBSERVED_RANK: evidence_rank(candidate.evidence),
+        "observed_at": candidate.evidence.at,
+    }
     return {"$addToSet": add, "$set": {"updated_at": now}, "$max": latest}
 
 

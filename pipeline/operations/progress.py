@@ -260,9 +260,7 @@ class Progress:
                 "at": now,
             }
             drop_id = stable_id("drops", snapshot.snapshot_id, memory_type)
-            await _run(
-                self._db[DECISIONS].replace_one({"_id": drop_id}, entry, upsert=True)
-            )
+            await _run(self._db[DECISIONS].replace_one({"_id": drop_id}, entry, upsert=True))
 
     async def extraction_failed(
         self, snapshot: Snapshot, memory_type: str, error: str, now: datetime

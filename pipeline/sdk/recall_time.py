@@ -42,9 +42,7 @@ def check_as_of(as_of: object) -> datetime | None:
 def value_at(history: Sequence[VersionRecord], at: datetime) -> VersionRecord | None:
     """The version whose value was current at ``at`` (see the module docstring)."""
     ended = [
-        v
-        for v in history
-        if v.status in CLOSED_STATUSES and (v.observed_at or v.created_at) <= at
+        v for v in history if v.status in CLOSED_STATUSES and (v.observed_at or v.created_at) <= at
     ]
     stated = [
         (e.at, v.version, v)

@@ -448,9 +448,7 @@ class DirectTransport:
     ) -> Turn:
         stm = await self._short_term()
         check_deadline()  # a request past its deadline stores nothing
-        return await stm.record_turn(
-            who.session(), role, content, metadata, at=at, speaker=speaker
-        )
+        return await stm.record_turn(who.session(), role, content, metadata, at=at, speaker=speaker)
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()

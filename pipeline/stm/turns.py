@@ -115,9 +115,9 @@ __all__ = [
     "validate_at",
     "validate_content",
     "validate_limit",
-    "validate_speaker",
     "validate_metadata",
     "validate_role",
+    "validate_speaker",
 ]
 
 SESSION_SEQ_INDEX = "session_seq_unique"
@@ -351,19 +351,21 @@ def validate_limit(limit: object, maximum: int) -> int:
 
 def turn_document(turn: Turn) -> Document:
     """The ``turns`` document of a turn (``_id`` is the turn id)."""
-    return {
-        "_id": turn.turn_id,
-        "project_id": turn.project_id,
-        "user_id": turn.user_id,
-        "session_id": turn.session_id,
-        "seq": turn.seq,
-        "role": turn.role.value,
-        "content": turn.content,
-        "metadata": turn.metadata,
-        "created_at": turn.created_at,
-        "bucket": session_bucket(turn.project_id, turn.user_id, turn.session_id),
-    } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at}) | (
-        {} if turn.speaker is None else {"speaker": turn.speaker}
+    return (
+        {
+            "_id": turn.turn_id,
+            "project_id": turn.project_id,
+            "user_id": turn.user_id,
+            "session_id": turn.session_id,
+            "seq": turn.seq,
+            "role": turn.role.value,
+            "content": turn.content,
+            "metadata": turn.metadata,
+            "created_at": turn.created_at,
+            "bucket": session_bucket(turn.project_id, turn.user_id, turn.session_id),
+        }
+        | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
+        | ({} if turn.speaker is None else {"speaker": turn.speaker})
     )
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from datetime import date, datetime, timedelta
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from functools import cache
 from importlib import resources
 from string import Template

@@ -88,9 +88,11 @@ async def outcome(
                 await store.reconcile(chunk[0])
             else:
                 await store.reconcile_many(chunk)
-        docs = await client[settings_.mongodb.database][MEMORIES].find(
-            {"scope.project_id": project}
-        ).to_list()
+        docs = (
+            await client[settings_.mongodb.database][MEMORIES]
+            .find({"scope.project_id": project})
+            .to_list()
+        )
     finally:
         await client.close()
     versions = [from_document(d) for d in docs]
@@ -152,8 +154,12 @@ async def test_recall_as_of_a_date_and_by_subject(settings: Settings) -> None:
     specs = [("seat", 1, 0, "s1", 1), ("seat", 0, 1, "s1", 1), ("seat", 1, 2, "s1", 1)]
     seats = [statement("asof", i, s) for i, s in enumerate(specs)][::-1]  # processed backwards
     melanie = candidate(
-        "semantic", project_id="asof", snapshot="snap-m", label="melanie-art",
-        text="Melanie painted a sunrise.", at=T0,
+        "semantic",
+        project_id="asof",
+        snapshot="snap-m",
+        label="melanie-art",
+        text="Melanie painted a sunrise.",
+        at=T0,
     ).model_copy(update={"subject": "Melanie", "candidate_id": stable_id("cand", "asof", "m")})
     await outcome(settings, [*seats, melanie], "asof", 1)
     window, aisle = "The user's seat is window.", "The user's seat is aisle."

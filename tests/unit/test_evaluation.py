@@ -40,7 +40,11 @@ def test_locomo_reader_reads_sessions_with_their_times_and_skips_adversarial() -
     assert first.sessions[0].at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     turns = first.sessions[0].turns
     # two people talking: both are users, each turn keeps its speaker's name (SPEC L3)
-    assert [(t.role, t.speaker) for t in turns] == [("user", "Ana"), ("user", "Bo"), ("user", "Ana")]
+    assert [(t.role, t.speaker) for t in turns] == [
+        ("user", "Ana"),
+        ("user", "Bo"),
+        ("user", "Ana"),
+    ]
     assert turns[0].content == "Hi Bo! My home airport is Boston."
     assert "Ana: Hi Bo! My home airport is Boston." in first.transcript()
     assert turns[1].at > turns[0].at

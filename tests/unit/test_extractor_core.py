@@ -74,7 +74,11 @@ def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
     answer = semantic.output_model.model_validate(
         {
             "items": [
-                {"label": "Home Airport", "fact": "  The user's home airport is Boston. ", "seqs": [2]},
+                {
+                    "label": "Home Airport",
+                    "fact": "  The user's home airport is Boston. ",
+                    "seqs": [2],
+                },
                 {"label": "home-airport", "fact": "an earlier turn's value, merged", "seqs": [1]},
                 {"label": "diet", "fact": "The user is vegetarian.", "seqs": [1]},
             ]
@@ -107,7 +111,12 @@ def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
         }
     )
     (cand,) = to_candidates(
-        taxonomic, snapshot, extracted_items(taxonomic, answer, snapshot), [[1.0]], model="m", now=NOW
+        taxonomic,
+        snapshot,
+        extracted_items(taxonomic, answer, snapshot),
+        [[1.0]],
+        model="m",
+        now=NOW,
     )
     assert cand.scope.kind is ScopeKind.PROJECT
     assert cand.scope.kafka_key() == b"p\x00"
@@ -115,7 +124,11 @@ def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
 
     procedural = builtin_spec("procedural")
     answer = procedural.output_model.model_validate(
-        {"items": [{"name": "Compare flights", "description": "d", "steps": ["a", "b"], "seqs": [1]}]}
+        {
+            "items": [
+                {"name": "Compare flights", "description": "d", "steps": ["a", "b"], "seqs": [1]}
+            ]
+        }
     )
     (item,) = extracted_items(procedural, answer, snapshot)
     assert item.key == "compare-flights"
@@ -133,7 +146,9 @@ def test_custom_type_spec() -> None:
     spec = custom_spec(config)
     assert spec.scope is ScopeKind.USER
     assert "Extract stable preferences." in spec.instructions
-    answer = spec.output_model.model_validate({"items": [{"topic": "seat", "value": "aisle", "seqs": [1]}]})
+    answer = spec.output_model.model_validate(
+        {"items": [{"topic": "seat", "value": "aisle", "seqs": [1]}]}
+    )
     one = make_snapshot([("user", "x")])
     (item,) = extracted_items(spec, answer, one)
     assert item.key == "seat"

@@ -228,7 +228,9 @@ def test_an_end_after_a_historical_import_keeps_the_turns_own_time() -> None:
     said = T0 - timedelta(days=900)
     turns = [
         turn(1, 0).model_copy(update={"created_at": said, "recorded_at": T0}),
-        turn(2, 0).model_copy(update={"created_at": said + timedelta(seconds=9), "recorded_at": T0}),
+        turn(2, 0).model_copy(
+            update={"created_at": said + timedelta(seconds=9), "recorded_at": T0}
+        ),
     ]
     (closed,) = run([*turns, end(3, 5)])
     assert closed.reason == "end"

@@ -9,7 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
-from test_extractor_handler import FACT, Known, KnownMemory, run
+from test_extractor_handler import FACT, Known, run
 
 from mongomem import metrics
 from mongomem.adapters.embeddings import HashingEmbedder
@@ -22,6 +22,9 @@ from mongomem.stages.extractor.core import (
     ground,
     render_messages,
     to_candidates,
+)
+from mongomem.stages.extractor.core import (
+    Known as KnownMemory,
 )
 from mongomem.stages.extractor.types import builtin_spec, event_time, parse_model_date
 from mongomem.stm.recall import mark_recalled
