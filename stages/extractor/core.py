@@ -236,7 +236,7 @@ def ground(
         raw = item.model_dump(mode="json", by_alias=True)
         seqs = raw.pop("seqs", None)
         corrects = raw.pop("corrects", None)
-        event = event_time(raw) if isinstance(item, DatedItem) else None
+        event = event_time(raw, event=item.EVENT) if isinstance(item, DatedItem) else None
         subject = _subject(raw.pop("subject", None)) if isinstance(item, DatedItem) else None
         cited = sorted({int(q) for q in seqs or ()})
         if not cited:

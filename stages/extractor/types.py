@@ -18,7 +18,7 @@ from datetime import date, datetime, timedelta
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -116,15 +116,17 @@ def parse_model_date(value: str, *, end: bool) -> date:
     raise ValueError(f"not an ISO date: {value!r}")
 
 
-def event_time(raw: Fields) -> EventTime | None:
+def event_time(raw: Fields, *, event: bool = True) -> EventTime | None:
     """The event time of an item's ``valid_from``/``valid_to``/``time_phrase`` (popped from
-    ``raw``); ``None`` when it gives none. A partial date alone (``2023-05``) is the range
-    it names. Raises ``ValueError`` on an unparseable date or a range that ends first."""
+    ``raw``); ``None`` when it gives none. For an ``event`` (an episode) a date alone is the
+    day or period it names (``2023-05``: all of May); for a fact that holds it is where the
+    fact starts to hold, open-ended. Raises ``ValueError`` on an unparseable date or a
+    range that ends first."""
     lo_text, hi_text = raw.pop("valid_from", None), raw.pop("valid_to", None)
     phrase = raw.pop("time_phrase", None)
     lo = parse_model_date(lo_text, end=False) if lo_text else None
     hi = parse_model_date(hi_text, end=True) if hi_text else None
-    if lo is not None and hi is None and _PARTIAL_DATE.match(lo_text.strip()):
+    if event and lo is not None and hi is None and _PARTIAL_DATE.match(lo_text.strip()):
         hi = parse_model_date(lo_text, end=True)  # "2023-05": all of May
     phrase = _clean(phrase)[:200] if isinstance(phrase, str) and phrase.strip() else None
     event = EventTime(valid_from=lo, valid_to=hi, phrase=phrase)
@@ -139,7 +141,12 @@ class _Item(BaseModel):
 
 
 class DatedItem(_Item):
-    """An item that may say whom it is about and when (SPEC L1, L3)."""
+    """An item that may say whom it is about and when (SPEC L1, L3).
+
+    ``EVENT``: a date alone is the day or period of an event (episodes); else where a
+    fact starts to hold (:func:`event_time`)."""
+
+    EVENT: ClassVar[bool] = False
 
     subject: str | None = Field(default=None, max_length=200, description=SUBJECT)
     valid_from: str | None = Field(default=None, max_length=40, description=VALID_FROM)
@@ -148,7 +155,7 @@ class DatedItem(_Item):
 
     @model_validator(mode="after")
     def _dates(self) -> DatedItem:
-        event_time(self.model_dump())  # an unparseable date or a reversed range: invalid
+        event_time(self.model_dump(), event=self.EVENT)  # unparseable, or reversed: invalid
         return self
 
 
@@ -158,6 +165,7 @@ class SemanticItem(DatedItem):
 
 
 class EpisodicItem(DatedItem):
+    EVENT: ClassVar[bool] = True
     title: str = Field(min_length=1, max_length=200, description="short title")
     account: str = Field(min_length=1, max_length=4000, description="what happened")
     participants: list[str] = Field(description="who took part, by name where known")
