@@ -126,8 +126,8 @@ def event_time(raw: Fields, *, event: bool = True) -> EventTime | None:
     phrase = raw.pop("time_phrase", None)
     lo = parse_model_date(lo_text, end=False) if lo_text else None
     hi = parse_model_date(hi_text, end=True) if hi_text else None
-    if event and lo is not None and hi is None and _PARTIAL_DATE.match(lo_text.strip()):
-        hi = parse_model_date(lo_text, end=True)  # "2023-05": all of May
+    if event and lo is not None and hi is None:
+        hi = parse_model_date(lo_text, end=True)  # "2023-05": all of May; a time: its day
     phrase = _clean(phrase)[:200] if isinstance(phrase, str) and phrase.strip() else None
     event = EventTime(valid_from=lo, valid_to=hi, phrase=phrase)
     return None if event.empty else event

@@ -53,6 +53,8 @@ def test_model_dates_parse_to_days_and_partial_dates_to_their_range() -> None:
         valid_from=date(2023, 5, 1), valid_to=date(2023, 5, 31), phrase="last May"
     )
     assert event_time({"valid_from": None, "valid_to": None, "time_phrase": None}) is None
+    at_three = event_time({"valid_from": "2023-05-09T15:00:00+00:00"})
+    assert at_three == EventTime(valid_from=date(2023, 5, 9), valid_to=date(2023, 5, 9))
     since = event_time({"valid_from": "2019", "time_phrase": "since 2019"}, event=False)
     assert since == EventTime(valid_from=date(2019, 1, 1), phrase="since 2019"), "open-ended"
 
