@@ -36,15 +36,15 @@ from typing import Any
 from bench.report import publish
 from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.llm import strict_json_schema
-from mongomem.adapters.mongo import MEMORIES, connect
+from mongomem.adapters.mongo import connect
 from mongomem.local.infra import start_servers
 from mongomem.ltm import MemoryStore
 from mongomem.ltm.documents import from_document
 from mongomem.ltm.plan import evidence_rank
 from mongomem.ltm.testing import candidate
 from mongomem.models import (
-    Evidence,
     EventTime,
+    Evidence,
     MemoryCandidate,
     Role,
     SessionKey,

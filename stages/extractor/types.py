@@ -129,8 +129,8 @@ def event_time(raw: Fields, *, event: bool = True) -> EventTime | None:
     if event and lo is not None and hi is None:
         hi = parse_model_date(lo_text, end=True)  # "2023-05": all of May; a time: its day
     phrase = _clean(phrase)[:200] if isinstance(phrase, str) and phrase.strip() else None
-    event = EventTime(valid_from=lo, valid_to=hi, phrase=phrase)
-    return None if event.empty else event
+    found = EventTime(valid_from=lo, valid_to=hi, phrase=phrase)
+    return None if found.empty else found
 
 
 class _Item(BaseModel):
