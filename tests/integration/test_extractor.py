@@ -418,7 +418,7 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
     (found,) = candidates_of(values)
     assert found.key == "home-airport"
     assert found.corrects == "home-airport"  # the model's hint travels with the candidate
-    assert found.prompt_version.endswith("+sys-v2")
+    assert found.prompt_version.endswith("+sys-v3")
     outcome = await store.reconcile(found)
     logged = await store.decisions.find_one({"_id": outcome.candidate_id})
     assert logged is not None
