@@ -83,6 +83,8 @@ def to_document(
     doc["candidate_id"] = candidate_id
     doc["candidate_ids"] = [candidate_id]
     doc["observed_rank"] = version_rank(version)
+    if version.event is not None:  # BSON has no date type: calendar dates as ISO text
+        doc["event"] = version.event.model_dump(mode="json")
     del doc["reinforcement_count"]
     return doc
 
