@@ -68,7 +68,8 @@ async def test_dates_subjects_and_a_late_older_statement_round_trip(
         (hit,) = [h.memory for h in await chat.search_semantic("race", subject="Melanie")]
         assert (hit.subject, hit.event, hit.observed_at) == ("Melanie", race, T0)
         seat = await chat.get_semantic("seat")
-        assert seat is not None and seat.text == "The user's seat is window."
+        assert seat is not None
+        assert seat.text == "The user's seat is window."
         history = await chat.history(seat.memory_id)
         assert [(v.version, v.text, v.status) for v in history] == [
             (2, "The user's seat is aisle.", "superseded"),
