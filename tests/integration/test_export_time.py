@@ -7,7 +7,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from pymongo import AsyncMongoClient
-from test_export_import import EMBEDDER, body_lines, export_text, other_db
+from service_http import EMBEDDER
+from test_export_import import body_lines, export_text, other_db
 
 from mongomem.adapters.mongo import Document, connect
 from mongomem.ltm import MemoryStore
