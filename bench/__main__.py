@@ -26,6 +26,7 @@ ORDER = [
     "service",
     "erase",
     "export",
+    "cli",
 ]
 
 

@@ -36,6 +36,7 @@ from mongomem.errors import (
     MessageDecodeError,
     MissingExtra,
     MongomemError,
+    NotFound,
     NotReady,
     ProcessingFailed,
     ProcessingTimeout,
@@ -60,7 +61,7 @@ from mongomem.models import (
     SnapshotTurn,
     Turn,
 )
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, resolve_settings
 
 if TYPE_CHECKING:
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
@@ -110,6 +111,7 @@ __all__ = [
     "MessageDecodeError",
     "MissingExtra",
     "MongomemError",
+    "NotFound",
     "NotReady",
     "ProcessingFailed",
     "ProcessingTimeout",
@@ -128,6 +130,7 @@ __all__ = [
     "WriteConflict",
     "__version__",
     "load_settings",
+    "resolve_settings",
 ]
 
 

@@ -52,6 +52,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import share_filter
 from mongomem.errors import ChangeFeedError, MongomemError, ResumeTokenLost, StorageError
+from mongomem.logs import dependency_ok
 from mongomem.stages.runtime.ports import Headers, Record
 from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_logic import (
@@ -509,6 +510,7 @@ class ChangeStreamSource:
         """Save ``marks`` and then ``token`` (either may be empty): :class:`WatcherCheckpoints`."""
         if await self._checkpoints.save(WatcherCheckpoint(marks, token)):
             self.checkpoints += 1
+            dependency_ok("Kafka", "MongoDB")  # what it marks was published and is saved
 
     # ------------------------------------------------------------------ close
 

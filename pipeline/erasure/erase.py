@@ -67,6 +67,7 @@ from mongomem.adapters.mongo import (
     LEDGER,
     MEMORIES,
     SNAPSHOTS,
+    TURN_VECTORS,
     TURNS,
     Document,
 )
@@ -329,6 +330,9 @@ class _Erasure:
         # -- 4: snapshots, then turns
         r = await _run(db[SNAPSHOTS].delete_many(whose))
         self.count(SNAPSHOTS, r.deleted_count)
+        # turn search's embeddings are derived from the turns: they go first, by lineage
+        r = await _run(db[TURN_VECTORS].delete_many(whose))
+        self.count(TURN_VECTORS, r.deleted_count)
         r = await _run(db[TURNS].delete_many(whose))
         self.count(TURNS, r.deleted_count)
         # the watcher's per-session high-water marks (it writes none for erased sessions)

@@ -17,11 +17,13 @@ from mongomem.models import (
     MemoryType,
     MemoryVersion,
 )
+from mongomem.ranking import HitRanks, hit_ranks
 
 __all__ = [
     "ContextItem",
     "DeleteResult",
     "Episode",
+    "HitRanks",
     "MemoryContext",
     "MemoryItem",
     "MemoryPage",
@@ -34,6 +36,7 @@ __all__ = [
     "TaxonomicTerm",
     "VersionRecord",
     "dates_of",
+    "hit_ranks",
     "item_of",
     "record_of",
     "typed",
@@ -109,10 +112,15 @@ M = TypeVar("M", bound=MemoryRecord)
 
 
 class SearchHit(Frozen, Generic[M]):
-    """One search result: the memory and its cosine similarity to the query."""
+    """One search result: the memory, its cosine similarity to the query, and its ranks.
+
+    Hits come in fused order (:attr:`ranks`); ``score`` stays the cosine, so a
+    ``min_score`` means the same whichever retriever found the hit.
+    """
 
     memory: M
     score: float
+    ranks: HitRanks | None = None
 
 
 class SaveResult(Frozen):

@@ -84,7 +84,7 @@ from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import session_bucket
-from mongomem.erasure.register import ErasureRegister, refusal
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -569,7 +569,7 @@ class ShortTermMemory:
         remembered = self._erasures.remembered(project_id, user_id, session_id)
         if remembered is True:
             append.close()
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         if remembered is False:
             return await append
         check = asyncio.ensure_future(self._erasures.is_erased(project_id, user_id, session_id))
@@ -582,7 +582,7 @@ class ShortTermMemory:
             with contextlib.suppress(BaseException):
                 await check
             if erased_too:  # nothing was written, and the session is erased: say so
-                raise refusal(user_id, session_id) from None
+                raise self._erasures.refusal(project_id, user_id, session_id) from None
             raise
         try:
             erased = await check
@@ -591,7 +591,7 @@ class ShortTermMemory:
             raise
         if erased:
             await self._take_back(key, written)
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         return written
 
     async def _take_back(self, key: SessionKey, written: Turn | SessionEnd) -> None:

@@ -39,14 +39,8 @@ def test_locomo_reader_reads_sessions_with_their_times_and_skips_adversarial() -
     assert [s.name for s in first.sessions] == ["session_1", "session_2"]
     assert first.sessions[0].at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     turns = first.sessions[0].turns
-    # two people talking: both are users, each turn keeps its speaker's name (SPEC L3)
-    assert [(t.role, t.speaker) for t in turns] == [
-        ("user", "Ana"),
-        ("user", "Bo"),
-        ("user", "Ana"),
-    ]
-    assert turns[0].content == "Hi Bo! My home airport is Boston."
-    assert "Ana: Hi Bo! My home airport is Boston." in first.transcript()
+    assert [t.role for t in turns] == ["user", "assistant", "user"]  # speaker_a is the user
+    assert turns[0].content == "Ana: Hi Bo! My home airport is Boston."
     assert turns[1].at > turns[0].at
     assert [q.category for q in first.questions] == ["4", "1", "2"]  # category 5 left out
     assert first.questions[0].evidence == ("D1:1",)
@@ -69,7 +63,9 @@ def test_longmemeval_reader_reads_haystacks_dates_and_abstention() -> None:
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        ({"not": "a list"}, "non-empty JSON list"),
+        # one object is a per-conversation file now (issue 27); this one has no sessions
+        ({"not": "a conversation"}, "'conversation' object or session_<N> lists"),
+        ([], "non-empty JSON list"),
         ([{"sample_id": "x", "conversation": {"speaker_a": "A"}, "qa": []}], "no session_<N>"),
         (
             [
