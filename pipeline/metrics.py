@@ -112,6 +112,13 @@ LLM_QUERY_TOKENS = Histogram(
     buckets=_TOKEN_BUCKETS,
     registry=REGISTRY,
 )
+EXTRACTION_DROPPED = Counter(
+    "mongomem_extraction_dropped",
+    "Extracted items dropped by code before they became candidates (SPEC L4): "
+    "uncited, citing turns not in the window, empty, or merged into a later item of one key",
+    ["memory_type", "reason"],
+    registry=REGISTRY,
+)
 RECONCILE_ACTIONS = Counter(
     "mongomem_reconcile_actions",
     "Reconciliation decisions applied",

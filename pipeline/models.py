@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -24,7 +24,9 @@ __all__ = [
     "BUILTIN_MEMORY_TYPES",
     "CLOSED_STATUSES",
     "MAX_JSON_DEPTH",
+    "MAX_SPEAKER",
     "Action",
+    "EventTime",
     "Evidence",
     "Frozen",
     "Identifier",
@@ -39,9 +41,12 @@ __all__ = [
     "SessionKey",
     "Snapshot",
     "SnapshotTurn",
+    "Speaker",
     "Turn",
     "Watermark",
     "check_identifier",
+    "check_speaker",
+    "check_valid_range",
     "json_depth",
     "stable_id",
     "utcnow",
@@ -96,6 +101,35 @@ def check_identifier(value: str) -> str:
 
 
 Identifier = Annotated[str, AfterValidator(check_identifier)]
+
+#: How long a turn's ``speaker`` (a display name or participant id) may be.
+MAX_SPEAKER = 128
+
+
+def check_speaker(value: str) -> str:
+    """Return ``value`` if it is a valid speaker name, else raise ``ValueError`` saying why.
+
+    A speaker is 1–128 characters, not blank, with no control characters
+    (newlines included: the name is shown to the model inside the conversation).
+    """
+    if not value.strip():
+        raise ValueError("must not be empty or blank")
+    if len(value) > MAX_SPEAKER:
+        raise ValueError(f"must be at most {MAX_SPEAKER} characters")
+    if _CONTROL.search(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Speaker = Annotated[str, AfterValidator(check_speaker)]
+
+
+def check_valid_range(valid_from: date | None, valid_to: date | None) -> None:
+    """Raise ``ValueError`` if an event-time range ends before it starts."""
+    if valid_from is not None and valid_to is not None and valid_to < valid_from:
+        raise ValueError(
+            f"valid_to {valid_to.isoformat()} is before valid_from {valid_from.isoformat()}"
+        )
 
 
 def utcnow() -> datetime:
@@ -166,6 +200,9 @@ class Turn(Frozen):
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: AwareDatetime
+    #: Who spoke (a display name or participant id) besides the role (SPEC L3); ``None``
+    #: when not given. Left out of the encoding when ``None``.
+    speaker: Speaker | None = Field(default=None, exclude_if=lambda v: v is None)
     #: When a turn recorded with its own past time (``record_turn(..., at=)``,
     #: SPEC J7) was written; ``None`` for a turn recorded live, whose
     #: ``created_at`` is that time. Left out of the encoding when ``None``.
@@ -269,6 +306,8 @@ class SnapshotTurn(Frozen):
     role: Role
     content: str
     created_at: AwareDatetime
+    #: Who spoke, when the turn says (SPEC L3); left out of the encoding when ``None``.
+    speaker: Speaker | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Snapshot(Frozen):
@@ -310,6 +349,14 @@ class Snapshot(Frozen):
             project_id=self.project_id, user_id=self.user_id, session_id=self.session_id
         )
 
+    @property
+    def observed_at(self) -> datetime:
+        """When the snapshot's turns were said: the latest of their own times (SPEC L1).
+
+        Never ``closed_at``, which is stream time (an idle close is stamped at
+        the end of the idle timeout)."""
+        return max(t.created_at for t in self.turns)
+
 
 class MemoryScope(Frozen):
     """Where a memory lives: (project, user) or the whole project."""
@@ -335,7 +382,49 @@ class Evidence(Frozen):
     #: project-scoped memory (``None`` on evidence written before it was recorded).
     user_id: str | None = None
     text: str | None = None
+    #: When the evidence was said (SPEC L1): the latest own time of the turns it cites
+    #: (never when it was processed), or the time of a direct write.
     at: AwareDatetime
+    #: The seqs of the snapshot's turns the item cites (SPEC L4); empty for a direct
+    #: write and for evidence recorded before citations existed.
+    seqs: tuple[int, ...] = ()
+
+
+class EventTime(Frozen):
+    """When a fact holds or an event happened, as the conversation says it (SPEC L1).
+
+    ``valid_from``/``valid_to`` are calendar dates (a single day has both
+    equal; an open range leaves one out); ``phrase`` is the words the
+    conversation used ("last May", "yesterday"), kept beside the resolved dates.
+    """
+
+    valid_from: date | None = None
+    valid_to: date | None = None
+    phrase: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EventTime:
+        check_valid_range(self.valid_from, self.valid_to)
+        return self
+
+    @property
+    def empty(self) -> bool:
+        return self.valid_from is None and self.valid_to is None and self.phrase is None
+
+    def describe(self) -> str:
+        """``2023-05-01..2023-05-31 ("last May")``, ``2023-05-07``, ``from 2020-01-01``."""
+        lo, hi = self.valid_from, self.valid_to
+        if lo is not None and hi is not None:
+            text = lo.isoformat() if lo == hi else f"{lo.isoformat()}..{hi.isoformat()}"
+        elif lo is not None:
+            text = f"from {lo.isoformat()}"
+        elif hi is not None:
+            text = f"until {hi.isoformat()}"
+        else:
+            text = ""
+        if self.phrase:
+            text = f'{text} ("{self.phrase}")' if text else f'"{self.phrase}"'
+        return text
 
 
 class MemoryCandidate(Frozen):
@@ -359,6 +448,11 @@ class MemoryCandidate(Frozen):
     #: The key of a known memory the extraction model said this statement corrects: a
     #: hint shown to the judge and kept in the decision log, never a decision (SPEC K2).
     corrects: str | None = Field(default=None, max_length=512)
+    #: Whom the memory is about (SPEC L3): ``None`` is the scope's user; else a named
+    #: participant or third party. Left out of the encoding when ``None``.
+    subject: str | None = Field(default=None, max_length=200, exclude_if=lambda v: v is None)
+    #: When it holds or happened, where the conversation says so (SPEC L1).
+    event: EventTime | None = Field(default=None, exclude_if=lambda v: v is None)
     created_at: AwareDatetime
 
     @staticmethod
@@ -422,6 +516,21 @@ class MemoryVersion(Frozen):
     superseded_by: str | None = None
     reason: str | None = None
     actor: str | None = None
+    #: When the evidence of this version's value was said (SPEC L1): the latest time of
+    #: its evidence; ``None`` on versions written before it was recorded (then read as
+    #: the latest ``evidence.at``, :attr:`evidence_time`).
+    observed_at: AwareDatetime | None = None
+    #: Whom it is about (``None``: the scope's user) and when it holds (SPEC L1, L3).
+    subject: str | None = None
+    event: EventTime | None = None
+
+    @property
+    def evidence_time(self) -> datetime:
+        """When this version's value was last said: ``observed_at``, else the latest
+        evidence time, else ``created_at``."""
+        if self.observed_at is not None:
+            return self.observed_at
+        return max((e.at for e in self.evidence), default=self.created_at)
 
     @staticmethod
     def make_version_id(memory_id: str, version: int) -> str:

@@ -235,7 +235,7 @@ async def _ingest(
         stored = (await chat.processing_status()).last_turn_seq  # resume a session cut short
         for turn in session.turns[stored:]:
             meta = turn_metadata(turn.dataset_id, turn.speaker)  # the dataset's turn id (M3)
-            await chat.record_turn(turn.role, turn.content, meta, at=turn.at)
+            await chat.record_turn(turn.role, turn.content, meta, at=turn.at, speaker=turn.speaker)
         if stored <= len(session.turns):
             await chat.end_session()
         cp.add({"kind": "session", "id": sid, "turns": len(session.turns)})

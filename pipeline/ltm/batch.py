@@ -46,12 +46,14 @@ from mongomem.ltm.documents import to_document
 from mongomem.ltm.host import BatchHost
 from mongomem.ltm.index import Row, bump_scope
 from mongomem.ltm.judge import Judge, JudgeQuestion, prefetch, question_for
-from mongomem.ltm.plan import Decision, Outcome, build_version
+from mongomem.ltm.plan import Decision, Outcome, build_version, evidence_rank
 from mongomem.ltm.search import ExactCosineSearch, neighbours_in
 from mongomem.ltm.writes import (
     DONE,
+    SUPERSEDES,
     decision_entry,
     done_update,
+    head_update,
     ledger_expired,
     pending_entry,
     reinforce_update,
@@ -184,16 +186,35 @@ async def _reconcile_scope(
         decision = await store.decide(c, neighbours, judge=judge)
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
+            if decision.raises_rank:  # its evidence time moved (SPEC L2)
+                changed.append(decision.version_id)
+                index.note_rank(decision.memory_id, evidence_rank(c.evidence))
         else:
             version = build_version(c, decision, now)
             doc = to_document(version, c.candidate_id, bson_vector=store.bson_vectors)
+            doc[SUPERSEDES] = decision.base_version_id
             inserts.append((j, InsertOne(doc)))
             changed.append(decision.version_id)
+            if decision.historical and decision.base_version_id is not None:
+                # An older statement entered history; the current version stays (SPEC L2).
+                head = head_update(decision.version)
+                updates.append((j, UpdateOne({"_id": decision.base_version_id}, head)))
+                changed.append(decision.base_version_id)
+                index.note_head(decision.memory_id, decision.version)
+                planned.append((i, c, decision))
+                continue
             if decision.base_version_id is not None:
                 supersede = supersede_update(decision.version_id, now)
                 updates.append((j, UpdateOne({"_id": decision.base_version_id}, supersede)))
                 changed.append(decision.base_version_id)
-            row = Row(decision.version_id, decision.memory_id, decision.version, c.key, c.text)
+            row = Row(
+                decision.version_id,
+                decision.memory_id,
+                decision.version,
+                c.key,
+                c.text,
+                evidence_rank(c.evidence),
+            )
             index.upsert(row, vectors[j])
         planned.append((i, c, decision))
     # All inserts, then all updates: two commands, and every update comes after the

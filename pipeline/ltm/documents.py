@@ -10,7 +10,10 @@ stored compactly as little-endian float32 bytes
 (BSON binary), or as a BSON vector (subtype 9) where ``$vectorSearch`` is used.
 A version written by an import (:mod:`mongomem.ltm.export`) carries ``import_id``
 until its import commits, and ``evidence_turns`` (the turn ids of evidence whose
-snapshot the database does not hold); neither is part of the model.
+snapshot the database does not hold); neither is part of the model. Nor are
+``observed_rank`` (the evidence order of its latest evidence, SPEC L2) and
+``head`` (on a current version: the memory's highest version number once a
+history version was written after it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from bson.binary import Binary, BinaryVectorDtype
 
 from mongomem.ltm.kinds import normalize_key
+from mongomem.ltm.plan import version_rank
 from mongomem.models import MemoryVersion
 
 __all__ = [
@@ -42,6 +46,9 @@ STORED_ONLY = (
     "variants",
     "import_id",
     "evidence_turns",
+    "observed_rank",
+    "head",
+    "supersedes",
 )
 
 
@@ -75,6 +82,9 @@ def to_document(
     doc["key_norm"] = normalize_key(version.key)
     doc["candidate_id"] = candidate_id
     doc["candidate_ids"] = [candidate_id]
+    doc["observed_rank"] = version_rank(version)
+    if version.event is not None:  # BSON has no date type: calendar dates as ISO text
+        doc["event"] = version.event.model_dump(mode="json")
     del doc["reinforcement_count"]
     return doc
 

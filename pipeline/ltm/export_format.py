@@ -250,14 +250,19 @@ def check_version(obj: Doc, number: int, source: MemoryScope, dims: int | None) 
 
 
 def check_group(group: MemoryGroup) -> None:
-    """A memory's versions are 1..n in order, and at most its last is current."""
+    """A memory's versions are 1..n in order; at most one is current — the last, or one
+    with only history versions after it (older statements that arrived later, SPEC L2) —
+    and only the last may close it (deleted, expired)."""
     numbers = [int(d["version"]) for d in group.docs]
     if numbers != list(range(1, len(numbers) + 1)):
         raise LineError(
             group.first_line, f"memory {group.memory_id}: versions {numbers} are not 1..n in order"
         )
+    current = [d for d in group.docs if d["status"] == MemoryStatus.CURRENT]
     for doc in group.docs[:-1]:
-        if doc["status"] != MemoryStatus.SUPERSEDED:
+        if doc["status"] not in (MemoryStatus.SUPERSEDED, MemoryStatus.CURRENT) or (
+            doc["status"] == MemoryStatus.CURRENT and len(current) > 1
+        ):
             raise LineError(
                 group.first_line,
                 f"memory {group.memory_id}: version {doc['version']} is {doc['status']} "

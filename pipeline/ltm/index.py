@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,16 @@ Vector = np.ndarray[Any, np.dtype[np.float32]]
 Doc = dict[str, Any]
 
 #: What the cache reads of a memory document.
-PROJECTION = {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1, "status": 1}
+PROJECTION = {
+    "memory_id": 1,
+    "version": 1,
+    "key": 1,
+    "text": 1,
+    "embedding": 1,
+    "status": 1,
+    "observed_rank": 1,
+    "head": 1,
+}
 
 
 def scope_log_id(scope: MemoryScope, memory_type: str) -> str:
@@ -86,6 +95,23 @@ class Row:
     version: int
     key: str
     text: str
+    #: the evidence order of the version's latest evidence, and the memory's highest
+    #: version number when history was written after it (SPEC L2; see ``Neighbour``)
+    rank: str = ""
+    head: int | None = None
+
+    @staticmethod
+    def of(doc: Doc) -> Row:
+        head = doc.get("head")
+        return Row(
+            doc["_id"],
+            doc["memory_id"],
+            int(doc["version"]),
+            doc["key"],
+            doc["text"],
+            str(doc.get("observed_rank") or ""),
+            int(head) if isinstance(head, int) else None,
+        )
 
 
 @dataclass
@@ -258,6 +284,21 @@ class ScopeIndex:
                 out.append((row, float(score)))
         return out
 
+    def note_head(self, memory_id: str, head: int) -> None:
+        """The memory now has a version numbered ``head`` (history, written after its
+        current version): its row remembers it, so its next version is numbered past it."""
+        at = self.by_memory.get(memory_id)
+        row = self.rows[at] if at is not None else None
+        if at is not None and row is not None and (row.head or 0) < head:
+            self.rows[at] = replace(row, head=head)
+
+    def note_rank(self, memory_id: str, rank: str) -> None:
+        """The memory's current version was reinforced by evidence of ``rank``."""
+        at = self.by_memory.get(memory_id)
+        row = self.rows[at] if at is not None else None
+        if at is not None and row is not None and row.rank < rank:
+            self.rows[at] = replace(row, rank=rank)
+
     def _keep(self, key_prefix: str | None) -> np.ndarray[Any, np.dtype[np.bool_]]:
         n = len(self.rows)
         if key_prefix is None:
@@ -300,12 +341,20 @@ class ScopeIndex:
         return out
 
     def apply_documents(self, docs: Iterable[Doc]) -> None:
+        docs = list(docs)
+        highest: dict[str, int] = {}
         for doc in docs:
-            row = Row(doc["_id"], doc["memory_id"], int(doc["version"]), doc["key"], doc["text"])
+            mid, number = doc["memory_id"], int(doc["version"])
+            highest[mid] = max(highest.get(mid, 0), number)
+        for doc in docs:
+            row = Row.of(doc)
+            if highest[row.memory_id] > max(row.version, row.head or 0):
+                row = replace(row, head=highest[row.memory_id])
             if doc.get("status") == "current":
                 self.upsert(row, decode_embedding(doc["embedding"]))
             else:
                 self.remove(row.version_id, row.memory_id)
+                self.note_head(row.memory_id, row.version)  # a history version past it
 
 
 def _best(scores: Vector, keep: Any, limit: int) -> list[tuple[int, float]]:

@@ -325,7 +325,10 @@ SYSTEM_PROMPT = (
     "extends or negates it (a changed number, date, place, name, unit or preference is an "
     "UPDATE, and so is adding detail). Answer ADD if NEW is about a different subject, even "
     "under the same key or with similar wording. Listed differences usually mean the value "
-    "changed; check that they are real. Give a one-sentence reason."
+    "changed; check that they are real. The dates are when each was said in the "
+    "conversation (not when it was processed): a NEW statement said before EXISTING's "
+    "latest evidence never replaces it — UPDATE then only records it in history. "
+    "Give a one-sentence reason."
 )
 
 

@@ -24,6 +24,19 @@ negation, name or antonym-like swap. The rules, in order:
    judge may say ADD, UPDATE or REINFORCE; without a verdict → **ADD**; no
    neighbour that near → **ADD**.
 
+**Order by the world, not by the queue** (SPEC L2). Every statement has an
+evidence order, :func:`evidence_rank`: when it was said (the turns' own time,
+``Evidence.at``), then — for statements of one instant, as in a session
+imported with one date — its session, the last seq it cites and its snapshot.
+A candidate ranked *below* the current version of its key (its evidence is
+older) never supersedes it: an equivalent statement REINFORCEs it (one more
+evidence point), anything else **enters history** — a version written already
+``superseded`` by the current one, numbered after the memory's highest
+version (:attr:`Neighbour.head`) and read back in evidence order
+(:func:`history_order`) — and the judge may only say REINFORCE instead. So
+the current value and the timeline of stated values (every evidence point in
+evidence order) do not depend on which snapshot was processed first.
+
 So without a judge similarity changes no decision at all; with one it only
 chooses *which* statements the judge is shown (``ambiguous_at``). The value
 differences :func:`~mongomem.ltm.values.value_changes` finds are recorded in
@@ -38,8 +51,8 @@ current memory: a judge that says ADD for a key match is recorded as UPDATE.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -47,7 +60,9 @@ from mongomem.errors import ConfigError
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.values import equivalent, value_changes
 from mongomem.models import (
+    CLOSED_STATUSES,
     Action,
+    Evidence,
     Frozen,
     MemoryCandidate,
     MemoryScope,
@@ -67,9 +82,36 @@ __all__ = [
     "Thresholds",
     "Verdict",
     "build_version",
+    "evidence_rank",
+    "history_order",
     "memory_id_for",
     "plan_reconcile",
+    "version_rank",
 ]
+
+
+def evidence_rank(evidence: Evidence) -> str:
+    """The order of a statement in the world (SPEC L2), as a string that sorts like it:
+    when it was said (UTC, to the microsecond), then its session, the last seq it cites
+    and its snapshot (or direct write) — deterministic for statements of one instant."""
+    at = evidence.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    last = max(evidence.seqs, default=0)
+    return f"{at}|{evidence.session_id or ''}|{last:010d}|{evidence.ref}"
+
+
+def version_rank(version: MemoryVersion) -> str:
+    """The rank of a version's latest evidence (its value was last said then)."""
+    return max((evidence_rank(e) for e in version.evidence), default="")
+
+
+def history_order(versions: Sequence[MemoryVersion]) -> list[MemoryVersion]:
+    """A memory's versions in the order of the world (SPEC L2): by the rank of each
+    version's latest evidence, then by version number. A closing version (DELETE,
+    EXPIRE) stays last: it ends the history whatever its evidence."""
+    closing = [v for v in versions if v.status in CLOSED_STATUSES]
+    stated = [v for v in versions if v.status not in CLOSED_STATUSES]
+    stated.sort(key=lambda v: (version_rank(v), v.version))
+    return stated + sorted(closing, key=lambda v: v.version)
 
 
 class Thresholds(Frozen):
@@ -112,10 +154,21 @@ class Neighbour(Frozen):
     key: str
     text: str
     similarity: float
+    #: The :func:`evidence_rank` of the current version's latest evidence (``""`` when
+    #: unknown: a version written before it was recorded never holds a candidate back).
+    rank: str = ""
+    #: The memory's highest version number when history versions were written after the
+    #: current one (SPEC L2); ``None``: the current version is the highest.
+    head: int | None = None
 
     @property
     def version_id(self) -> str:
         return MemoryVersion.make_version_id(self.memory_id, self.version)
+
+    @property
+    def next_version(self) -> int:
+        """The number the memory's next version takes."""
+        return max(self.version, self.head or 0) + 1
 
 
 #: What reconciliation may decide (a deletion is never a reconciliation decision).
@@ -174,6 +227,12 @@ class Decision(Frozen):
     differences: tuple[str, ...] = ()
     judge_input_chars: int | None = None
     judge_latency_ms: float | None = None
+    #: An older statement entering history (SPEC L2): the new version (an UPDATE) is
+    #: written ``superseded`` by ``base_version``, which stays current.
+    historical: bool = False
+    #: A REINFORCE by evidence newer than the version's latest: the version's evidence
+    #: time moves (and readers of the scope must learn it).
+    raises_rank: bool = False
 
     @property
     def version_id(self) -> str:
@@ -256,6 +315,12 @@ def plan_reconcile(
         for n in ranked[: t.neighbours]
     )
 
+    rank = evidence_rank(candidate.evidence)
+
+    def older(target: Neighbour) -> bool:
+        """Is the candidate's evidence older than the target's current version (L2)?"""
+        return rank < target.rank
+
     def decide(
         action: Action,
         target: Neighbour | None,
@@ -267,6 +332,7 @@ def plan_reconcile(
     ) -> Decision:
         compared = about or target
         differences = () if compared is None else value_changes(compared.text, candidate.text)
+        historical = False
         if target is None:
             memory_id, version, base = (
                 memory_id_for(candidate.scope, candidate.memory_type, candidate.key),
@@ -274,7 +340,10 @@ def plan_reconcile(
                 None,
             )
         elif action is Action.UPDATE:
-            memory_id, version, base = target.memory_id, target.version + 1, target.version
+            memory_id, version, base = target.memory_id, target.next_version, target.version
+            historical = older(target)
+            if historical and not reason.startswith("older evidence"):
+                reason = f"older evidence than the current version: enters history ({reason})"
         else:
             memory_id, version, base = target.memory_id, target.version, target.version
         return Decision(
@@ -291,6 +360,8 @@ def plan_reconcile(
             judged=judged,
             ask_about=compared.memory_id if needs_judge and compared is not None else None,
             differences=differences,
+            historical=historical,
+            raises_rank=action is Action.REINFORCE and target is not None and rank > target.rank,
         )
 
     def judged(target: Neighbour, allowed: tuple[Action, ...]) -> Decision | None:
@@ -307,6 +378,14 @@ def plan_reconcile(
         settled = judged(keyed, (Action.REINFORCE, Action.UPDATE))
         if settled is not None:
             return settled
+        if older(keyed):
+            return decide(
+                Action.UPDATE,
+                keyed,
+                f"older evidence than the current version, another statement (similarity "
+                f"{sim:.3f}); no verdict: it enters history, the current version stays",
+                needs_judge=True,
+            )
         return decide(
             Action.UPDATE,
             keyed,
@@ -338,6 +417,7 @@ def build_version(candidate: MemoryCandidate, decision: Decision, now: datetime)
     """The new version an ADD or UPDATE decision writes."""
     if decision.action is Action.REINFORCE:
         raise ValueError("REINFORCE writes no new version")
+    historical = decision.historical and decision.base_version_id is not None
     return MemoryVersion(
         version_id=decision.version_id,
         memory_id=decision.memory_id,
@@ -348,11 +428,16 @@ def build_version(candidate: MemoryCandidate, decision: Decision, now: datetime)
         fields=dict(candidate.fields),
         text=candidate.text,
         embedding=candidate.embedding,
-        status=MemoryStatus.CURRENT,
+        status=MemoryStatus.SUPERSEDED if historical else MemoryStatus.CURRENT,
         action=decision.action,
         reinforcement_count=1,
         evidence=(candidate.evidence,),
         created_at=now,
         updated_at=now,
+        superseded_at=now if historical else None,
+        superseded_by=decision.base_version_id if historical else None,
         reason=decision.reason,
+        observed_at=candidate.evidence.at,
+        subject=candidate.subject,
+        event=candidate.event,
     )

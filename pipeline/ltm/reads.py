@@ -20,6 +20,7 @@ from pymongo.errors import PyMongoError
 from mongomem.errors import StorageError
 from mongomem.ltm.documents import from_document, scope_filter
 from mongomem.ltm.kinds import normalize_key
+from mongomem.ltm.plan import history_order
 from mongomem.models import MemoryScope, MemoryType, MemoryVersion
 
 if TYPE_CHECKING:
@@ -153,11 +154,14 @@ class MemoryReads:
         return sorted({str(v) for v in values})
 
     async def history(self, memory_id: str, scopes: Sequence[MemoryScope]) -> list[MemoryVersion]:
-        """Every version of the memory, oldest first — only if it lives in one of ``scopes``."""
+        """Every version of the memory in the order of the world — by when each version's
+        value was last said (:func:`~mongomem.ltm.plan.history_order`, SPEC L2), which is
+        version order unless older statements arrived late — only if it lives in one of
+        ``scopes``."""
         ors = [scope_filter(s.project_id, s.user_id) for s in scopes]
         query: Doc = {"memory_id": memory_id, "$or": ors}
         cursor = self.memories.find(query, NO_EMBEDDING, sort=[("version", ASCENDING)])
-        return [from_document(d) for d in await _run(cursor.to_list())]
+        return history_order([from_document(d) for d in await _run(cursor.to_list())])
 
     async def latest(self, memory_id: str, scopes: Sequence[MemoryScope]) -> MemoryVersion | None:
         """The memory's highest version (current, or its ``DELETE`` version once deleted) —

@@ -243,13 +243,22 @@ def neighbours_in(
     if keyed is not None and all(r.memory_id != keyed.memory_id for r, _ in found):
         found.append((keyed, index.similarity(keyed, vector)))
     return [
-        _neighbour(candidate, row.memory_id, row.version, row.key, row.text, sim)
+        _neighbour(
+            candidate, row.memory_id, row.version, row.key, row.text, sim, row.rank, row.head
+        )
         for row, sim in found
     ]
 
 
 def _neighbour(
-    candidate: MemoryCandidate, memory_id: str, version: int, key: str, text: str, sim: float
+    candidate: MemoryCandidate,
+    memory_id: str,
+    version: int,
+    key: str,
+    text: str,
+    sim: float,
+    rank: str = "",
+    head: int | None = None,
 ) -> Neighbour:
     return Neighbour(
         memory_id=memory_id,
@@ -259,7 +268,15 @@ def _neighbour(
         key=key,
         text=text,
         similarity=sim,
+        rank=rank,
+        head=head,
     )
+
+
+def _time_of(doc: Doc) -> tuple[str, int | None]:
+    """The evidence rank and head of a memory document (SPEC L2)."""
+    head = doc.get("head")
+    return str(doc.get("observed_rank") or ""), int(head) if isinstance(head, int) else None
 
 
 class AtlasVectorSearch:
@@ -312,6 +329,8 @@ class AtlasVectorSearch:
                     "version": 1,
                     "key": 1,
                     "text": 1,
+                    "observed_rank": 1,
+                    "head": 1,
                     "score": {"$meta": "vectorSearchScore"},
                 }
             },
@@ -351,6 +370,7 @@ class AtlasVectorSearch:
                 d["key"],
                 d["text"],
                 2.0 * float(d["score"]) - 1.0,
+                *_time_of(d),
             )
             for d in docs
         ]
@@ -363,7 +383,15 @@ class AtlasVectorSearch:
         try:
             keyed = await self._memories.find_one(
                 query,
-                {"memory_id": 1, "version": 1, "key": 1, "text": 1, "embedding": 1},
+                {
+                    "memory_id": 1,
+                    "version": 1,
+                    "key": 1,
+                    "text": 1,
+                    "embedding": 1,
+                    "observed_rank": 1,
+                    "head": 1,
+                },
                 sort=[("version", -1)],
             )
         except PyMongoError as exc:
@@ -380,6 +408,7 @@ class AtlasVectorSearch:
                     keyed["key"],
                     keyed["text"],
                     sim,
+                    *_time_of(keyed),
                 )
             )
         return found

@@ -90,6 +90,7 @@ from mongomem.ltm.plan import (
     Outcome,
     Thresholds,
     build_version,
+    evidence_rank,
     memory_id_for,
 )
 from mongomem.ltm.reads import MemoryReads
@@ -100,13 +101,16 @@ from mongomem.ltm.search import (
     probe_text_search,
     probe_vector_search,
 )
+from mongomem.ltm.values import equivalent
 from mongomem.ltm.writes import (
     DONE,
     EXPIRES,
     PENDING,
+    SUPERSEDES,
     archived_decision_id,
     decision_entry,
     done_update,
+    head_update,
     ledger_expired,
     outlived,
     pending_entry,
@@ -365,12 +369,65 @@ class MemoryStore(MemoryReads):
         """
         asked = self.judge if isinstance(judge, EllipsisType) else judge
         decision = await decide(candidate, neighbours, self.thresholds, asked, self.evidence_dates)
+        current = next((n for n in neighbours if n.memory_id == decision.memory_id), None)
+        older = current is not None and evidence_rank(candidate.evidence) < current.rank
+        if current is not None and (
+            decision.historical or (older and decision.action is Action.REINFORCE)
+        ):
+            decision = await self._at_its_place(candidate, decision, current)
         if decision.action is Action.ADD and (
             not isinstance(self.search_backend, ExactCosineSearch)
             or self.cache.peek(candidate.scope, candidate.memory_type).deletes
         ):
             decision = await self._unused_id(candidate, decision)
         return decision
+
+    async def _at_its_place(
+        self, candidate: MemoryCandidate, decision: Decision, current: Neighbour
+    ) -> Decision:
+        """Where an older statement goes (SPEC L2): beside the versions around its place in
+        evidence order. If the version just before or just after it states the same
+        (:func:`~mongomem.ltm.values.equivalent`), it REINFORCEs that one — so a replayed
+        or repeated old statement adds evidence, never a second version — else it enters
+        history as a new version (written superseded by the current one)."""
+        docs = await self._read(
+            self.memories.find({"memory_id": decision.memory_id}, {"embedding": 0}).to_list()
+        )
+        rank = evidence_rank(candidate.evidence)
+        stated = sorted(
+            (d for d in docs if d.get("status") not in CLOSED_STATUSES),
+            key=lambda d: (str(d.get("observed_rank") or ""), int(d["version"])),
+        )
+        before = [d for d in stated if str(d.get("observed_rank") or "") <= rank]
+        after = [d for d in stated if str(d.get("observed_rank") or "") > rank]
+        for place in before[-1:] + after[:1]:
+            if equivalent(place["text"], candidate.text):
+                number = int(place["version"])
+                return decision.model_copy(
+                    update={
+                        "action": Action.REINFORCE,
+                        "version": number,
+                        "base_version": number,
+                        "historical": False,
+                        "raises_rank": str(place.get("observed_rank") or "") < rank,
+                        "reason": "older evidence than the current version: reinforces the "
+                        f"version at its place in history (v{number})",
+                    }
+                )
+        number = max([current.next_version, *(int(d["version"]) + 1 for d in docs)])
+        return decision.model_copy(
+            update={
+                "action": Action.UPDATE,
+                "version": number,
+                "base_version": current.version,
+                "historical": True,
+                "raises_rank": False,
+                "reason": decision.reason
+                if decision.historical
+                else "older evidence than the current version, between other statements: "
+                "enters history at its place",
+            }
+        )
 
     async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]:
         """When the evidence of ``neighbour``'s version was recorded (for the judge)."""
@@ -462,9 +519,20 @@ class MemoryStore(MemoryReads):
             )
             if result.matched_count == 0:
                 raise WriteConflict(f"{decision.version_id} does not exist")
+            if decision.raises_rank:  # its evidence time moved: readers must see it (L2)
+                await self._read(
+                    bump_scope(
+                        self.scope_log,
+                        candidate.scope,
+                        candidate.memory_type,
+                        [decision.version_id],
+                        session=session,
+                    )
+                )
             return None, []
         version = build_version(candidate, decision, now)
         doc = to_document(version, cid, bson_vector=self.bson_vectors)
+        doc[SUPERSEDES] = decision.base_version_id
         try:
             await self.memories.insert_one(doc, session=session)
         except DuplicateKeyError as exc:
@@ -478,6 +546,24 @@ class MemoryStore(MemoryReads):
         except PyMongoError as exc:
             raise StorageError(f"MongoDB write failed: {exc}") from exc
         changed, docs = [decision.version_id], [doc]
+        if decision.historical and decision.base_version_id is not None:
+            # An older statement entered history: the current version stays current and
+            # learns the memory's new highest number (SPEC L2). The cache catches up from
+            # the scope log (both ids are logged), so no rev is handed back.
+            await self._read(
+                self.memories.update_one(
+                    {"_id": decision.base_version_id},
+                    head_update(decision.version),
+                    session=session,
+                )
+            )
+            changed.append(decision.base_version_id)
+            await self._read(
+                bump_scope(
+                    self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
+                )
+            )
+            return None, []
         if decision.base_version_id is not None:
             await self._supersede(decision.base_version_id, decision.version_id, now, session)
             changed.append(decision.base_version_id)
@@ -549,7 +635,15 @@ class MemoryStore(MemoryReads):
         doc = await self._read(
             self.memories.find_one(
                 {"candidate_ids": cid},
-                {"memory_id": 1, "version": 1, "candidate_id": 1, "action": 1, "status": 1},
+                {
+                    "memory_id": 1,
+                    "version": 1,
+                    "candidate_id": 1,
+                    "action": 1,
+                    "status": 1,
+                    "superseded_by": 1,
+                    SUPERSEDES: 1,
+                },
             )
         )
         if doc is None:
@@ -558,22 +652,34 @@ class MemoryStore(MemoryReads):
         created = doc.get("candidate_id") == cid
         action = Action(doc["action"]) if created else Action.REINFORCE
         version = int(doc["version"])
-        if created and version > 1:
+        # The version it superseded: recorded since history versions exist (SPEC L2);
+        # before that always the one below it.
+        base_id = doc.get(SUPERSEDES, "legacy")
+        if base_id == "legacy":
             base_id = MemoryVersion.make_version_id(doc["memory_id"], version - 1)
-            await self._supersede(base_id, doc["_id"], now, None)
+        base_id = base_id if version > 1 else None
+        historical = base_id is not None and doc.get("superseded_by") == base_id
+        if created and base_id is not None:
+            if historical:  # it entered history: the current version learns its number
+                await self._read(self.memories.update_one({"_id": base_id}, head_update(version)))
+            else:
+                await self._supersede(base_id, doc["_id"], now, None)
         if created:
-            changed = [doc["_id"]]
-            if version > 1:
-                changed.append(MemoryVersion.make_version_id(doc["memory_id"], version - 1))
+            changed = [doc["_id"]] + ([base_id] if base_id is not None else [])
             await self._read(
                 bump_scope(self.scope_log, candidate.scope, candidate.memory_type, changed)
             )
+        base_version = version
+        if created and base_id is not None:
+            base = await self._read(self.memories.find_one({"_id": base_id}, {"version": 1}))
+            base_version = int(base["version"]) if base else version - 1
         decision = Decision(
             candidate_id=cid,
             action=action,
             memory_id=doc["memory_id"],
             version=version,
-            base_version=version - 1 if (created and version > 1) else version,
+            base_version=base_version,
+            historical=created and historical,
             key_match=True,
             similarity=None,
             reason="completed an interrupted apply",

@@ -32,16 +32,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mongomem.ltm.plan import Decision, Outcome
+from mongomem.ltm.plan import Decision, Outcome, evidence_rank
 from mongomem.models import MemoryCandidate, MemoryType
 
 __all__ = [
     "DONE",
     "EXPIRES",
+    "HEAD",
+    "OBSERVED_RANK",
     "PENDING",
+    "SUPERSEDES",
     "archived_decision_id",
     "decision_entry",
     "done_update",
+    "head_update",
     "ledger_expired",
     "outlived",
     "pending_entry",
@@ -53,9 +57,20 @@ Doc = dict[str, Any]
 PENDING = "pending"
 DONE = "done"
 EXPIRES = "expires_at"
+#: Stored on a version: the :func:`~mongomem.ltm.plan.evidence_rank` of its latest evidence.
+OBSERVED_RANK = "observed_rank"
+#: Stored on a current version: the memory's highest version number, when history
+#: versions were written after it (SPEC L2).
+HEAD = "head"
+#: Stored on a version an UPDATE wrote: the id of the version it superseded (or, for a
+#: history version, the current one it was written under), so an interrupted apply is
+#: completed against the right version.
+SUPERSEDES = "supersedes"
 
 
 def reinforce_update(candidate: MemoryCandidate, now: datetime) -> Doc:
+    """Add the candidate's evidence; the version's evidence time (``observed_at`` and
+    its rank) moves to the candidate's if that is later (SPEC L1, L2)."""
     add: Doc = {
         "candidate_ids": candidate.candidate_id,
         "evidence": candidate.evidence.model_dump(mode="python"),
@@ -63,7 +78,17 @@ def reinforce_update(candidate: MemoryCandidate, now: datetime) -> Doc:
     definition = candidate.fields.get("definition")
     if candidate.memory_type == MemoryType.TAXONOMIC and isinstance(definition, str):
         add["variants"] = definition
-    return {"$addToSet": add, "$set": {"updated_at": now}}
+    latest = {
+        OBSERVED_RANK: evidence_rank(candidate.evidence),
+        "observed_at": candidate.evidence.at,
+    }
+    return {"$addToSet": add, "$set": {"updated_at": now}, "$max": latest}
+
+
+def head_update(version: int) -> Doc:
+    """Note on the current version that the memory now has a version numbered ``version``
+    (a history version written after it, SPEC L2), so the next version is numbered past it."""
+    return {"$max": {HEAD: version}}
 
 
 def supersede_update(by: str, now: datetime) -> Doc:
@@ -127,6 +152,7 @@ def decision_entry(
         "scope": candidate.scope.model_dump(),
         "key": candidate.key,
         "model_says_corrects": candidate.corrects,
+        "observed_at": candidate.evidence.at,
         # whose content it came from: an erasure finds the user's decisions by it
         "evidence": candidate.evidence.model_dump(mode="python"),
         "attempts": outcome.attempts,

@@ -103,10 +103,18 @@ def _short_term(server: MCPServer[Any], caller: FixedCaller) -> None:
                 "importing old conversations; not before the session's previous turn"
             ),
         ] = None,
+        speaker: Annotated[
+            str | None,
+            Field(
+                description="optional; who spoke besides the role (a person's name or a "
+                "participant id), for conversations between people"
+            ),
+        ] = None,
     ) -> Turn:
         """Record one conversation turn (short-term memory); it gets the session's next seq."""
         with tool_errors():
-            return await caller.bind(session_id).record_turn(role, content, metadata, at=at)
+            bound = caller.bind(session_id)
+            return await bound.record_turn(role, content, metadata, at=at, speaker=speaker)
 
     @server.tool(annotations=READ)
     async def recent_turns(

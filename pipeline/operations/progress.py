@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -43,7 +43,7 @@ from pymongo import ASCENDING, UpdateOne
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
-from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
+from mongomem.adapters.mongo import DECISIONS, SNAPSHOTS, TURNS, Document
 from mongomem.errors import NotFound, StorageError
 from mongomem.models import Frozen, MemoryCandidate, SessionKey, Snapshot, stable_id
 from mongomem.stm.turns import NOT_AN_EVENT
@@ -217,12 +217,24 @@ class Progress:
         }
 
     async def extracted(
-        self, snapshot: Snapshot, memory_type: str, candidate_ids: Sequence[str], now: datetime
+        self,
+        snapshot: Snapshot,
+        memory_type: str,
+        candidate_ids: Sequence[str],
+        now: datetime,
+        dropped: Mapping[str, int] | None = None,
     ) -> None:
-        """The extractor of ``memory_type`` published ``candidate_ids`` (maybe none)."""
+        """The extractor of ``memory_type`` published ``candidate_ids`` (maybe none).
+
+        ``dropped`` counts the answer's items that code dropped, by reason (SPEC L4:
+        ungrounded, merged): kept on the entry, and — when there are any — in the
+        decision log too, as one ``extraction-drops`` entry per snapshot and type
+        (found and erased with the user's other decisions through its evidence)."""
+        drops = {k: int(v) for k, v in (dropped or {}).items() if v}
         fields = {
             **self._snapshot_fields(snapshot, memory_type, now),
             "candidates": list(candidate_ids),
+            "dropped": drops,
             "dead_letter": None,
         }
         await _run(
@@ -232,6 +244,23 @@ class Progress:
                 upsert=True,
             )
         )
+        if drops:
+            entry = {
+                "kind": "extraction-drops",
+                "snapshot_id": snapshot.snapshot_id,
+                "memory_type": memory_type,
+                "scope": {"project_id": snapshot.project_id, "user_id": snapshot.user_id},
+                "evidence": {
+                    "source": "snapshot",
+                    "ref": snapshot.snapshot_id,
+                    "session_id": snapshot.session_id,
+                    "user_id": snapshot.user_id,
+                },
+                "dropped": drops,
+                "at": now,
+            }
+            drop_id = stable_id("drops", snapshot.snapshot_id, memory_type)
+            await _run(self._db[DECISIONS].replace_one({"_id": drop_id}, entry, upsert=True))
 
     async def extraction_failed(
         self, snapshot: Snapshot, memory_type: str, error: str, now: datetime

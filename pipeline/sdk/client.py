@@ -50,14 +50,35 @@ from mongomem.sdk.models import (
     VersionRecord,
     typed,
 )
+from mongomem.sdk.recall_time import check_as_of, matches_subject, value_at, with_value
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, resolve_settings
-from mongomem.stm.search import TurnHit, turn_query
+from mongomem.stm.search import TurnHit, TurnQuery, turn_query
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
 M = TypeVar("M", bound=MemoryRecord)
+
+
+class _FilteredSearch:
+    """A :class:`~mongomem.sdk.context.Searcher` over a bound memory's filtered search."""
+
+    def __init__(
+        self, memory: AsyncBoundMemory, as_of: datetime | None, subject: str | None
+    ) -> None:
+        self._memory, self._as_of, self._subject = memory, as_of, subject
+
+    async def search(
+        self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
+    ) -> list[SearchHit[MemoryRecord]]:
+        return await self._memory._hits(
+            memory_type, query, limit, domain, self._as_of, self._subject
+        )
+
+    async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]:
+        """Raw turns are not filtered by ``as_of``/``subject``: none are added."""
+        return []
 
 
 class AsyncMemory:
@@ -196,13 +217,51 @@ class AsyncBoundMemory:
         return None if found is None else cast(M, typed(found))
 
     async def _search(
-        self, memory_type: str, query: str, limit: int, model: type[M], domain: str | None = None
+        self,
+        memory_type: str,
+        query: str,
+        limit: int,
+        model: type[M],
+        domain: str | None = None,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
     ) -> list[SearchHit[M]]:
-        hits = await self._t.search(self.identity, memory_type, query, _limit(limit), domain)
+        hits = await self._hits(memory_type, query, _limit(limit), domain, as_of, subject)
         return [
             SearchHit[model](memory=cast(M, typed(h.memory)), score=h.score, ranks=h.ranks)  # type: ignore[valid-type]
             for h in hits
         ]
+
+    async def _hits(
+        self,
+        memory_type: str,
+        query: str,
+        limit: int,
+        domain: str | None,
+        as_of: datetime | None,
+        subject: str | None,
+    ) -> list[SearchHit[MemoryRecord]]:
+        """The transport's hits, then (SPEC L3, L5) each replaced by its value ``as_of``
+        and kept only if about ``subject`` (:mod:`mongomem.sdk.recall_time`); filtered
+        searches ask the ranker for more so that ``limit`` can still be filled."""
+        at = check_as_of(as_of)
+        filtered = at is not None or subject is not None
+        wide = min(1000, limit * 4) if filtered else limit
+        hits = await self._t.search(self.identity, memory_type, query, wide, domain)
+        if not filtered:
+            return hits
+        out: list[SearchHit[MemoryRecord]] = []
+        for hit in hits:
+            record = hit.memory
+            if at is not None:
+                then = value_at(await self._t.history(self.identity, record.memory_id), at)
+                if then is None:
+                    continue
+                record = with_value(record, then)
+            if matches_subject(record, subject):
+                out.append(SearchHit[MemoryRecord](memory=record, score=hit.score))
+        return out[:limit]
 
     async def _list(
         self, memory_type: str, limit: int, model: type[M], domain: str | None = None
@@ -230,8 +289,19 @@ class AsyncBoundMemory:
     async def get_semantic(self, label: str) -> SemanticMemory | None:
         return await self._get(MemoryType.SEMANTIC, label, SemanticMemory)
 
-    async def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
-        return await self._search(MemoryType.SEMANTIC, query, limit, SemanticMemory)
+    async def search_semantic(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[SemanticMemory]]:
+        """Facts nearest to ``query``; ``as_of`` gives each as it was then (dropping those
+        not stated yet), ``subject`` keeps those about one person (``"user"``: the user)."""
+        return await self._search(
+            MemoryType.SEMANTIC, query, limit, SemanticMemory, as_of=as_of, subject=subject
+        )
 
     # -- episodic ----------------------------------------------------------------------
 
@@ -249,8 +319,19 @@ class AsyncBoundMemory:
         fields = {"title": title, "content": content}
         return await self._save(MemoryType.EPISODIC, fields, idempotency_key)
 
-    async def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
-        return await self._search(MemoryType.EPISODIC, query, limit, Episode)
+    async def search_episodes(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[Episode]]:
+        """Episodes nearest to ``query``; ``as_of`` and ``subject`` as for
+        :meth:`search_semantic`."""
+        return await self._search(
+            MemoryType.EPISODIC, query, limit, Episode, as_of=as_of, subject=subject
+        )
 
     async def list_episodes(self, limit: int = 50) -> list[Episode]:
         return await self._list(MemoryType.EPISODIC, limit, Episode)
@@ -306,6 +387,8 @@ class AsyncBoundMemory:
         limit_per_type: int = 5,
         max_chars: int = 4000,
         min_score: float | None = None,
+        as_of: datetime | None = None,
+        subject: str | None = None,
         include_turns: int = 0,
     ) -> MemoryContext:
         """Memories relevant to ``query``, structured and rendered within ``max_chars``.
@@ -314,8 +397,18 @@ class AsyncBoundMemory:
         ``"taxonomic"`` to ``include`` to get those too. ``include_turns=k`` adds
         the ``k`` best raw turns of the user's whole history (:meth:`search_turns`),
         each with its date and session, in a last section within the same budget.
+        Each line shows the memory's dates (when it was said; when it holds or
+        happened, where known). ``as_of`` composes the context of what was current
+        then, ``subject`` of the memories about one person (SPEC L3, L5; see
+        :mod:`mongomem.sdk.recall_time`); those filtered contexts hold memories only.
         """
         order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
+        if as_of is not None or subject is not None:
+            check_as_of(as_of)
+            searcher = _FilteredSearch(self, as_of, subject)
+            return await compose_context(
+                searcher, self.identity, query, order, limit_per_type, max_chars, min_score
+            )
         build = getattr(self._t, "build_context", None)
         if build is None:  # a transport written before the operation existed
             return await compose_context(
@@ -367,9 +460,28 @@ class AsyncBoundMemory:
         )
         return await self._t.search_turns(self.identity, q)
 
-    async def history(self, memory_id: str) -> list[VersionRecord]:
-        """Every version of one of this caller's memories, oldest first (empty if not theirs)."""
-        return await self._t.history(self.identity, memory_id)
+    async def history(
+        self, memory_id: str, *, as_of: datetime | None = None
+    ) -> list[VersionRecord]:
+        """Every version of one of this caller's memories in the order of the world (by
+        when each value was said; empty if not theirs). ``as_of``: only what was stated
+        by then, its last the value current then (SPEC L5; see :meth:`value_as_of`)."""
+        versions = await self._t.history(self.identity, memory_id)
+        at = check_as_of(as_of)
+        if at is None:
+            return versions
+        then = value_at(versions, at)
+        if then is None:
+            return []
+        stated = [v for v in versions if any(e.at <= at for e in v.evidence) and v != then]
+        return [*stated, then]
+
+    async def value_as_of(self, memory_id: str, at: datetime) -> VersionRecord | None:
+        """What the memory was on ``at`` — the version current then (``None``: not yet
+        stated, or deleted by then). SPEC L5."""
+        at_ = check_as_of(at)
+        assert at_ is not None
+        return value_at(await self._t.history(self.identity, memory_id), at_)
 
     # -- deleting (SPEC J1) ------------------------------------------------------------
 
@@ -531,8 +643,14 @@ class AsyncBoundMemory:
         metadata: dict[str, Any] | None = None,
         *,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         """Record one turn of this context's session (fast; no extraction happens here).
+
+        ``speaker`` names who spoke besides the ``role`` (a display name or participant
+        id, SPEC L3), for conversations between people: 1–128 characters without
+        control characters, else :class:`~mongomem.errors.InputError` with
+        ``field="speaker"`` and nothing is stored.
 
         ``at`` loads a turn of the past with its own time (backfills,
         evaluations; SPEC J7): a timezone-aware datetime, at most
@@ -541,9 +659,12 @@ class AsyncBoundMemory:
         :class:`~mongomem.errors.InputError` with ``field="at"`` and nothing is
         stored. The windowing stage windows such turns by their own times.
         """
-        if at is None:
-            return await self._t.record_turn(self.identity, role, content, metadata)
-        return await self._t.record_turn(self.identity, role, content, metadata, at=at)
+        extra: dict[str, Any] = {}
+        if at is not None:  # passed only when given: a transport written before them works
+            extra["at"] = at
+        if speaker is not None:
+            extra["speaker"] = speaker
+        return await self._t.record_turn(self.identity, role, content, metadata, **extra)
 
     async def recent_turns(self, limit: int = 50) -> list[Turn]:
         return await self._t.recent_turns(self.identity, limit)

@@ -16,7 +16,7 @@ from typing import Protocol
 from mongomem.errors import InputError
 from mongomem.models import MemoryType
 from mongomem.sdk.identity import Identity
-from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit
+from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit, dates_of
 from mongomem.sdk.render import TURN_SECTION, render_context
 from mongomem.stm.search import TurnHit, TurnQuery
 
@@ -86,6 +86,7 @@ async def compose_context(
                 key=h.memory.key,
                 text=context_text(h.memory),
                 score=h.score,
+                when=dates_of(h.memory),
             )
             for h in hits
             if min_score is None or h.score >= min_score

@@ -66,7 +66,14 @@ from mongomem.sdk.models import (
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, ROUTES
 from mongomem.stm.search import TurnHit, TurnQuery
-from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
+from mongomem.stm.turns import (
+    SessionPage,
+    SessionSummary,
+    TurnPage,
+    validate_at,
+    validate_metadata,
+    validate_speaker,
+)
 
 __all__ = ["HttpTransport"]
 
@@ -306,12 +313,15 @@ class HttpTransport(ServiceClient):
         content: str,
         metadata: dict[str, Any] | None,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         # JSON would turn non-string keys into strings: check as the direct path does
         plain = None if metadata is None else validate_metadata(metadata, sys.maxsize)
         extra: dict[str, Any] = {}
         if at is not None:  # naive or far ahead: say so here; the service checks again
             extra["at"] = validate_at(at, utcnow()).isoformat()
+        if speaker is not None:  # control characters: say so here; the service checks again
+            extra["speaker"] = validate_speaker(speaker)
         result = await self._call(
             "record_turn", who, role=role, content=content, metadata=plain, **extra
         )

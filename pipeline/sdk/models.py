@@ -8,7 +8,15 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from mongomem.errors import InputError
 from mongomem.ltm.deletes import Deleted
-from mongomem.models import Action, Evidence, Frozen, MemoryStatus, MemoryType, MemoryVersion
+from mongomem.models import (
+    Action,
+    EventTime,
+    Evidence,
+    Frozen,
+    MemoryStatus,
+    MemoryType,
+    MemoryVersion,
+)
 from mongomem.ranking import HitRanks, hit_ranks
 
 __all__ = [
@@ -27,10 +35,12 @@ __all__ = [
     "SemanticMemory",
     "TaxonomicTerm",
     "VersionRecord",
+    "dates_of",
     "hit_ranks",
     "item_of",
     "record_of",
     "typed",
+    "version_record",
 ]
 
 
@@ -68,6 +78,12 @@ class MemoryRecord(Frozen):
     reinforcement_count: int
     created_at: AwareDatetime
     updated_at: AwareDatetime
+    #: When its value was last said (the turns' own time, SPEC L1); ``None`` on memories
+    #: written before it was recorded.
+    observed_at: AwareDatetime | None = None
+    #: Whom it is about (``None``: the user) and when it holds or happened (SPEC L1, L3).
+    subject: str | None = None
+    event: EventTime | None = None
 
 
 class SemanticMemory(MemoryRecord):
@@ -135,6 +151,10 @@ class VersionRecord(Frozen):
     superseded_by: str | None = None
     reason: str | None = None
     actor: str | None = None
+    #: When this version's value was last said, whom it is about, when it holds (SPEC L1).
+    observed_at: AwareDatetime | None = None
+    subject: str | None = None
+    event: EventTime | None = None
 
 
 class MemoryItem(VersionRecord):
@@ -152,7 +172,28 @@ class MemoryPage(Frozen):
 
 
 def item_of(version: MemoryVersion) -> MemoryItem:
-    return MemoryItem.model_validate(version.model_dump(exclude={"scope", "embedding"}))
+    fields = version.model_dump(exclude={"scope", "embedding"})
+    fields["observed_at"] = version.evidence_time
+    return MemoryItem.model_validate(fields)
+
+
+def version_record(version: MemoryVersion) -> VersionRecord:
+    """One version as ``history`` answers it, its evidence time filled in (SPEC L1)."""
+    fields = version.model_dump(exclude={"memory_id", "memory_type", "scope", "embedding"})
+    fields["observed_at"] = version.evidence_time
+    return VersionRecord.model_validate(fields)
+
+
+def dates_of(record: MemoryRecord) -> str | None:
+    """The dates a context shows for a memory (SPEC L5): ``said <date>`` and, where the
+    conversation gave one, ``happened``/``holds`` ``<event time>``."""
+    parts = []
+    if record.observed_at is not None:
+        parts.append(f"said {record.observed_at.date().isoformat()}")
+    if record.event is not None and not record.event.empty:
+        verb = "happened" if record.memory_type == MemoryType.EPISODIC else "holds"
+        parts.append(f"{verb} {record.event.describe()}")
+    return "; ".join(parts) or None
 
 
 class DeleteResult(Frozen):
@@ -179,6 +220,9 @@ class ContextItem(Frozen):
     key: str
     text: str
     score: float
+    #: The item's dates as the context shows them (SPEC L5): when it was said, and when it
+    #: holds or happened ("said 2023-05-08; happened 2023-05-07 ("yesterday")").
+    when: str | None = None
 
 
 class MemoryContext(Frozen):
@@ -241,6 +285,9 @@ def record_of(version: MemoryVersion) -> MemoryRecord:
         reinforcement_count=version.reinforcement_count,
         created_at=version.created_at,
         updated_at=version.updated_at,
+        observed_at=version.evidence_time,
+        subject=version.subject,
+        event=version.event,
     )
 
 

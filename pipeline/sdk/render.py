@@ -43,7 +43,8 @@ def render_context(
         header_written = False
         for item in section:
             header = f"## {SECTION_TITLES.get(memory_type, memory_type)}\n"
-            line = f"- {item.key}: {item.text}".replace("\n", " ") + "\n"
+            dated = f" ({item.when})" if item.when else ""
+            line = f"- {item.key}: {item.text}{dated}".replace("\n", " ") + "\n"
             cost = len(line) + (0 if header_written else len(header))
             if size + cost > max_chars:
                 omitted += 1

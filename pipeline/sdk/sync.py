@@ -248,8 +248,17 @@ class BoundMemory:
     def get_semantic(self, label: str) -> SemanticMemory | None:
         return self._m._call(self._inner.get_semantic(label))
 
-    def search_semantic(self, query: str, limit: int = 5) -> list[SearchHit[SemanticMemory]]:
-        return self._m._call(self._inner.search_semantic(query, limit))
+    def search_semantic(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[SemanticMemory]]:
+        return self._m._call(
+            self._inner.search_semantic(query, limit, as_of=as_of, subject=subject)
+        )
 
     def save_episode(
         self, title: str, content: str, *, idempotency_key: str | None = None
@@ -258,8 +267,17 @@ class BoundMemory:
             self._inner.save_episode(title, content, idempotency_key=idempotency_key)
         )
 
-    def search_episodes(self, query: str, limit: int = 5) -> list[SearchHit[Episode]]:
-        return self._m._call(self._inner.search_episodes(query, limit))
+    def search_episodes(
+        self,
+        query: str,
+        limit: int = 5,
+        *,
+        as_of: datetime | None = None,
+        subject: str | None = None,
+    ) -> list[SearchHit[Episode]]:
+        return self._m._call(
+            self._inner.search_episodes(query, limit, as_of=as_of, subject=subject)
+        )
 
     def list_episodes(self, limit: int = 50) -> list[Episode]:
         return self._m._call(self._inner.list_episodes(limit))
@@ -310,6 +328,8 @@ class BoundMemory:
         limit_per_type: int = 5,
         max_chars: int = 4000,
         min_score: float | None = None,
+        as_of: datetime | None = None,
+        subject: str | None = None,
         include_turns: int = 0,
     ) -> MemoryContext:
         return self._m._call(
@@ -319,6 +339,8 @@ class BoundMemory:
                 limit_per_type=limit_per_type,
                 max_chars=max_chars,
                 min_score=min_score,
+                as_of=as_of,
+                subject=subject,
                 include_turns=include_turns,
             )
         )
@@ -347,8 +369,11 @@ class BoundMemory:
             )
         )
 
-    def history(self, memory_id: str) -> list[VersionRecord]:
-        return self._m._call(self._inner.history(memory_id))
+    def history(self, memory_id: str, *, as_of: datetime | None = None) -> list[VersionRecord]:
+        return self._m._call(self._inner.history(memory_id, as_of=as_of))
+
+    def value_as_of(self, memory_id: str, at: datetime) -> VersionRecord | None:
+        return self._m._call(self._inner.value_as_of(memory_id, at))
 
     def delete_memory(self, memory_id: str, *, reason: str | None = None) -> DeleteResult | None:
         return self._m._call(self._inner.delete_memory(memory_id, reason=reason))
@@ -440,8 +465,11 @@ class BoundMemory:
         metadata: dict[str, Any] | None = None,
         *,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
-        return self._m._call(self._inner.record_turn(role, content, metadata, at=at))
+        return self._m._call(
+            self._inner.record_turn(role, content, metadata, at=at, speaker=speaker)
+        )
 
     def recent_turns(self, limit: int = 50) -> list[Turn]:
         return self._m._call(self._inner.recent_turns(limit))

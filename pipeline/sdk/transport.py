@@ -72,6 +72,7 @@ from mongomem.sdk.models import (
     hit_ranks,
     item_of,
     record_of,
+    version_record,
 )
 from mongomem.settings import EmbeddingSettings, Settings
 from mongomem.stm.search import TurnHit, TurnQuery, TurnSearch
@@ -182,8 +183,10 @@ class MemoryTransport(Protocol):
         content: str,
         metadata: dict[str, Any] | None,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
-        """Record a turn; ``at`` (passed only when given) is a historical turn's own time."""
+        """Record a turn; ``at`` (passed only when given) is a historical turn's own time,
+        ``speaker`` (passed only when given) who spoke besides the role (SPEC L3)."""
         ...
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]: ...
@@ -428,12 +431,7 @@ class DirectTransport:
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         store = await self._store_ready()
         versions = await store.history(memory_id, who.scopes)
-        return [
-            VersionRecord.model_validate(
-                v.model_dump(exclude={"memory_id", "memory_type", "scope", "embedding"})
-            )
-            for v in versions
-        ]
+        return [version_record(v) for v in versions]
 
     async def delete(
         self, who: Identity, memory_id: str, reason: str | None
@@ -507,10 +505,11 @@ class DirectTransport:
         content: str,
         metadata: dict[str, Any] | None,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         stm = await self._short_term()
         check_deadline()  # a request past its deadline stores nothing
-        turn = await stm.record_turn(who.session(), role, content, metadata, at=at)
+        turn = await stm.record_turn(who.session(), role, content, metadata, at=at, speaker=speaker)
         if self._turn_search is not None:
             self._turn_search.note_turn(who.project_id, who.user_id)
         return turn

@@ -239,6 +239,8 @@ class RecordTurnRequest(Caller):
     metadata: dict[str, Any] | None = None
     # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
     at: datetime | None = None
+    # Who spoke besides the role (SPEC L3); checked (no control characters) by the STM.
+    speaker: str | None = None
 
 
 class LimitRequest(Caller):

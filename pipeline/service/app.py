@@ -217,10 +217,11 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
             return await t.browse_turns(who, a.limit, a.cursor)
         case SessionRequest():
             return await t.processing_status(who)
-        case RecordTurnRequest() if a.at is None:
-            return await t.record_turn(who, a.role, a.content, a.metadata)
         case RecordTurnRequest():
-            return await t.record_turn(who, a.role, a.content, a.metadata, at=a.at)
+            given: dict[str, Any] = {} if a.at is None else {"at": a.at}
+            if a.speaker is not None:
+                given["speaker"] = a.speaker
+            return await t.record_turn(who, a.role, a.content, a.metadata, **given)
         case LimitRequest() if op == "recent_turns":
             return await t.recent_turns(who, a.limit)
         case LimitRequest():

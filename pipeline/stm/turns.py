@@ -93,6 +93,7 @@ from mongomem.models import (
     SessionKey,
     Turn,
     check_identifier,
+    check_speaker,
     utcnow,
 )
 from mongomem.settings import StmSettings
@@ -116,6 +117,7 @@ __all__ = [
     "validate_limit",
     "validate_metadata",
     "validate_role",
+    "validate_speaker",
 ]
 
 SESSION_SEQ_INDEX = "session_seq_unique"
@@ -330,6 +332,16 @@ def validate_at(at: object, now: datetime) -> datetime:
         raise InputError("at is out of range", field="at") from None
 
 
+def validate_speaker(speaker: object) -> str:
+    """A turn's ``speaker``, or :class:`InputError` (``field="speaker"``) saying why not."""
+    if not isinstance(speaker, str):
+        raise InputError("speaker must be a string", field="speaker")
+    try:
+        return check_speaker(speaker)
+    except ValueError as exc:
+        raise InputError(f"speaker {exc}", field="speaker") from None
+
+
 def validate_limit(limit: object, maximum: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise InputError(f"limit must be an integer from 1 to {maximum}", field="limit")
@@ -341,18 +353,22 @@ def validate_limit(limit: object, maximum: int) -> int:
 
 def turn_document(turn: Turn) -> Document:
     """The ``turns`` document of a turn (``_id`` is the turn id)."""
-    return {
-        "_id": turn.turn_id,
-        "project_id": turn.project_id,
-        "user_id": turn.user_id,
-        "session_id": turn.session_id,
-        "seq": turn.seq,
-        "role": turn.role.value,
-        "content": turn.content,
-        "metadata": turn.metadata,
-        "created_at": turn.created_at,
-        "bucket": session_bucket(turn.project_id, turn.user_id, turn.session_id),
-    } | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
+    return (
+        {
+            "_id": turn.turn_id,
+            "project_id": turn.project_id,
+            "user_id": turn.user_id,
+            "session_id": turn.session_id,
+            "seq": turn.seq,
+            "role": turn.role.value,
+            "content": turn.content,
+            "metadata": turn.metadata,
+            "created_at": turn.created_at,
+            "bucket": session_bucket(turn.project_id, turn.user_id, turn.session_id),
+        }
+        | ({} if turn.recorded_at is None else {"recorded_at": turn.recorded_at})
+        | ({} if turn.speaker is None else {"speaker": turn.speaker})
+    )
 
 
 _T = TypeVar("_T", Turn, SessionEnd)
@@ -472,8 +488,13 @@ class ShortTermMemory:
         metadata: Mapping[str, Any] | None = None,
         *,
         at: datetime | None = None,
+        speaker: str | None = None,
     ) -> Turn:
         """Store one turn with the session's next seq and return it.
+
+        ``speaker`` says who spoke besides the role (a display name or participant
+        id, SPEC L3): 1–128 characters, not blank, no control characters — else
+        :class:`InputError` (``field="speaker"``) and nothing is stored.
 
         ``at`` records a turn of the past with its own time (historical import,
         SPEC J7): an aware datetime, not later than now plus
@@ -487,6 +508,7 @@ class ShortTermMemory:
         text = validate_content(content, self._limits.max_content_bytes)
         meta = validate_metadata(metadata, self._limits.max_metadata_bytes)
         own_time = None if at is None else validate_at(at, self._clock())
+        who = None if speaker is None else validate_speaker(speaker)
 
         def make(seq: int, now: datetime) -> tuple[Turn, Document, _Same]:
             # Every field was checked above (ids, role, content, metadata, time) and the
@@ -502,6 +524,7 @@ class ShortTermMemory:
                 metadata=meta,
                 created_at=now if own_time is None else own_time,
                 recorded_at=None if own_time is None else now,
+                speaker=who,
             )
             return turn, turn_document(turn), _same_turn(turn)
 

@@ -43,7 +43,9 @@ from mongomem.testing.replies import (
     SchemaViolation,
     ServerError,
     Slow,
+    citing,
     conversation_of,
+    turn_seqs,
 )
 from mongomem.testing.server import FakeOpenAIServer
 from mongomem.testing.snapshots import make_snapshot
@@ -72,7 +74,9 @@ __all__ = [
     "ServerError",
     "Slow",
     "StandInResponder",
+    "citing",
     "conversation_of",
     "make_certificates",
     "make_snapshot",
+    "turn_seqs",
 ]

@@ -12,6 +12,7 @@ faults are the test double's own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +30,32 @@ __all__ = [
     "SchemaViolation",
     "ServerError",
     "Slow",
+    "citing",
     "conversation_of",
+    "turn_seqs",
 ]
+
+
+def turn_seqs(request: ChatRequest) -> list[int]:
+    """The seqs of the conversation turns an extraction request carries (one JSON line each)."""
+    seqs = []
+    for line in conversation_of(request).splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and isinstance(value.get("seq"), int) and "role" in value:
+                seqs.append(value["seq"])
+    return seqs
+
+
+def citing(request: ChatRequest, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """An extraction answer whose items that cite nothing cite every turn of the request
+    (SPEC L4: an item citing no turn of its window is dropped)."""
+    seqs = turn_seqs(request)
+    return {"items": [{**item, "seqs": item.get("seqs") or seqs} for item in items]}
 
 
 def conversation_of(request: ChatRequest) -> str:

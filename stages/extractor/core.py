@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mongomem.models import (
+    EventTime,
     Evidence,
     MemoryCandidate,
     MemoryScope,
@@ -32,17 +33,24 @@ from mongomem.models import (
     Snapshot,
     SnapshotTurn,
 )
-from mongomem.stages.extractor.types import TypeSpec
+from mongomem.stages.extractor.types import DatedItem, TypeSpec, event_time
 from mongomem.stm.recall import strip_recalled
 
 __all__ = [
     "DEFAULT_ROLES",
+    "EMPTY",
     "MAX_ITEMS",
+    "MERGED",
+    "NOT_IN_WINDOW",
+    "UNCITED",
     "Extracted",
+    "Grounded",
     "Known",
     "conversation_nonce",
+    "evidence_of",
     "extractable_turns",
     "extracted_items",
+    "ground",
     "known_within",
     "render_conversation",
     "render_messages",
@@ -119,28 +127,27 @@ def fit_contents(contents: Sequence[str], max_chars: int | None) -> list[str]:
     return [shorten(c, low) for c in contents]
 
 
+def _turn_line(turn: SnapshotTurn, content: str) -> str:
+    line: dict[str, Any] = {"seq": turn.seq, "role": turn.role.value}
+    if turn.speaker is not None:
+        line["speaker"] = turn.speaker
+    line["at"] = turn.created_at.isoformat()
+    line["content"] = content
+    return json.dumps(line, ensure_ascii=False)
+
+
 def render_conversation(
     snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES, max_chars: int | None = None
 ) -> str:
-    """One JSON object per extractable turn: quotes and newlines in the content are escaped.
+    """One JSON object per extractable turn (seq, role, speaker when known, its own time,
+    content): quotes and newlines in the content are escaped.
 
     With ``max_chars``, the turns' contents together stay within it
     (:func:`fit_contents`: the longest turns are shortened first, their middle cut).
     """
     turns = extractable_turns(snapshot, roles)
     contents = fit_contents([t.content for t in turns], max_chars)
-    return "\n".join(
-        json.dumps(
-            {
-                "seq": t.seq,
-                "role": t.role.value,
-                "at": t.created_at.isoformat(),
-                "content": content,
-            },
-            ensure_ascii=False,
-        )
-        for t, content in zip(turns, contents, strict=True)
-    )
+    return "\n".join(_turn_line(t, content) for t, content in zip(turns, contents, strict=True))
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,7 @@ def render_messages(
     user = (
         f"{known_block}"
         f"Conversation turns {snapshot.first_seq}–{snapshot.last_seq}, "
-        f"closed at {snapshot.closed_at.isoformat()}.\n"
+        f"said until {snapshot.observed_at.isoformat()}.\n"
         f"<<<CONVERSATION {nonce}\n"
         f"{render_conversation(snapshot, roles, max_chars)}\n"
         f"CONVERSATION {nonce}>>>\n"
@@ -215,34 +222,126 @@ def render_messages(
 
 @dataclass(frozen=True)
 class Extracted:
-    """One normalised item: its key, fields and the text to embed."""
+    """One normalised item: its key, fields, the text to embed, and what it cites."""
 
     key: str
     fields: dict[str, Any]
     text: str
     #: the key of a known memory the model says this item corrects (a hint, not a decision)
     corrects: str | None = None
+    #: the seqs of the window's turns it cites (SPEC L4), ascending
+    seqs: tuple[int, ...] = ()
+    #: whom it is about (``None``: the user) and when it holds or happened (SPEC L1, L3)
+    subject: str | None = None
+    event: EventTime | None = None
 
 
-def extracted_items(spec: TypeSpec, answer: BaseModel) -> list[Extracted]:
-    """Normalise the answer's items, drop empty ones and repeated keys (first wins)."""
-    raw_items: list[BaseModel] = list(getattr(answer, "items", []))
-    out: list[Extracted] = []
-    seen: set[str] = set()
-    for item in raw_items:
+#: Why :func:`ground` dropped an item (the label of ``mongomem_extraction_dropped_total``).
+UNCITED = "uncited"  # it cites no turn at all
+NOT_IN_WINDOW = "not-in-window"  # a cited seq is no extractable turn of the window
+EMPTY = "empty"  # no key or no text after normalisation
+MERGED = "merged"  # another item of the same key cites a later turn
+
+
+@dataclass(frozen=True)
+class Grounded:
+    """The items of one answer that are stated in the window, and how many were dropped
+    for each reason (:data:`UNCITED`, :data:`NOT_IN_WINDOW`, :data:`EMPTY`, :data:`MERGED`)."""
+
+    items: list[Extracted]
+    dropped: dict[str, int]
+
+
+_USER_SUBJECTS = frozenset({"user", "the user", "me", "i", "myself"})
+
+
+def _subject(raw: object) -> str | None:
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    subject = " ".join(raw.split())[:200]
+    return None if subject.lower() in _USER_SUBJECTS else subject
+
+
+def ground(
+    spec: TypeSpec, answer: BaseModel, snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES
+) -> Grounded:
+    """Normalise the answer's items and keep those stated in ``snapshot`` (SPEC L4).
+
+    An item is dropped when it cites no turn (``seqs`` empty), or cites a seq
+    that is not an extractable turn of the window — a turn of another window,
+    a role that is not extracted, or a turn that held only recalled context
+    (what mongomem itself handed to the agent is never evidence, K3). Known
+    memories shown to the model are not turns, so an item copied from them has
+    nothing true to cite. Of items with one key the one citing the latest turn
+    is kept (on a tie the later in the answer): a model that lists the old value
+    before the correction keeps the correction. At most :data:`MAX_ITEMS`.
+    """
+    turns = {t.seq: t for t in extractable_turns(snapshot, roles)}
+    dropped = {UNCITED: 0, NOT_IN_WINDOW: 0, EMPTY: 0, MERGED: 0}
+    chosen: dict[str, tuple[int, int, Extracted]] = {}  # key -> (latest seq, position, item)
+    for position, item in enumerate(getattr(answer, "items", [])):
         raw = item.model_dump(mode="json", by_alias=True)
+        seqs = raw.pop("seqs", None)
         corrects = raw.pop("corrects", None)
+        event = event_time(raw, event=item.EVENT) if isinstance(item, DatedItem) else None
+        subject = _subject(raw.pop("subject", None)) if isinstance(item, DatedItem) else None
+        cited = sorted({int(q) for q in seqs or ()})
+        if not cited:
+            dropped[UNCITED] += 1
+            continue
+        if any(q not in turns for q in cited):
+            dropped[NOT_IN_WINDOW] += 1
+            continue
         fields = spec.normalise(raw)
+        if event is not None and "when" in fields:
+            fields["when"] = event.describe()
         key = spec.key_of(fields).strip()[:512]
         text = spec.text_of(fields).strip()
-        if not key or not text or key in seen:
+        if not key or not text:
+            dropped[EMPTY] += 1
             continue
-        seen.add(key)
         hint = corrects.strip()[:512] if isinstance(corrects, str) and corrects.strip() else None
-        out.append(Extracted(key=key, fields=fields, text=text, corrects=hint))
-        if len(out) >= MAX_ITEMS:
-            break
-    return out
+        extracted = Extracted(
+            key=key,
+            fields=fields,
+            text=text,
+            corrects=hint,
+            seqs=tuple(cited),
+            subject=subject,
+            event=event,
+        )
+        rank = (cited[-1], position)
+        seen = chosen.get(key)
+        if seen is not None:
+            dropped[MERGED] += 1
+            if rank < seen[:2]:
+                continue
+        chosen[key] = (*rank, extracted)
+    kept = sorted(chosen.values(), key=lambda entry: entry[1])  # in answer order
+    items = [entry[2] for entry in kept[:MAX_ITEMS]]
+    return Grounded(items=items, dropped={k: v for k, v in dropped.items() if v})
+
+
+def extracted_items(
+    spec: TypeSpec, answer: BaseModel, snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES
+) -> list[Extracted]:
+    """The grounded items of ``answer`` (:func:`ground` without the drop counts)."""
+    return ground(spec, answer, snapshot, roles).items
+
+
+def evidence_of(snapshot: Snapshot, item: Extracted) -> Evidence:
+    """The evidence of one grounded item: its snapshot, the seqs it cites, and when they
+    were said — the latest own time of those turns (SPEC L1), never processing time."""
+    cited = [t for t in snapshot.turns if t.seq in set(item.seqs)]
+    at = max((t.created_at for t in cited), default=snapshot.observed_at)
+    return Evidence(
+        source="snapshot",
+        ref=snapshot.snapshot_id,
+        session_id=snapshot.session_id,
+        user_id=snapshot.user_id,
+        at=at,
+        seqs=item.seqs,
+    )
 
 
 def to_candidates(
@@ -258,13 +357,6 @@ def to_candidates(
     if len(items) != len(vectors):
         raise ValueError(f"{len(items)} items but {len(vectors)} embeddings")
     scope = scope_of(spec, snapshot)
-    evidence = Evidence(
-        source="snapshot",
-        ref=snapshot.snapshot_id,
-        session_id=snapshot.session_id,
-        user_id=snapshot.user_id,
-        at=snapshot.closed_at,
-    )
     version = spec.full_prompt_version
     return [
         MemoryCandidate(
@@ -275,10 +367,12 @@ def to_candidates(
             fields=item.fields,
             text=item.text,
             embedding=tuple(vector),
-            evidence=evidence,
+            evidence=evidence_of(snapshot, item),
             prompt_version=version,
             model=model,
             corrects=item.corrects,
+            subject=item.subject,
+            event=item.event,
             created_at=now,
         )
         for pos, (item, vector) in enumerate(zip(items, vectors, strict=True))

@@ -68,7 +68,7 @@ from mongomem.settings import ExtractionSettings, KafkaSettings
 from mongomem.stages.extractor.core import (
     Known,
     extractable_turns,
-    extracted_items,
+    ground,
     known_within,
     render_messages,
     scope_of,
@@ -170,6 +170,8 @@ class TypeHandler:
         self._interval = 1.0 / extraction.max_rps if extraction.max_rps else 0.0
         self._next_start = 0.0  # monotonic time of the next free slot under max_rps
         self._topic = kafka.topic(CANDIDATES)
+        #: the drops of each snapshot's answer, until its progress is noted
+        self._dropped: dict[str, dict[str, int]] = {}
 
     async def handle(self, record: SourceRecord) -> HandledRecord:
         """Handle one record: candidates acknowledged, or a dead letter acknowledged."""
@@ -334,7 +336,9 @@ class TypeHandler:
     ) -> None:
         """Record the snapshot as handled in ``processing_status``
         (:mod:`~mongomem.operations.progress`):
-        its candidates (maybe none), or the dead letter's error. Retried until stored."""
+        its candidates (maybe none) and the items dropped from the answer, or the dead
+        letter's error. Retried until stored."""
+        dropped = self._dropped.pop(snapshot.snapshot_id, {})
         progress = self._progress
         if progress is None:
             return
@@ -344,7 +348,7 @@ class TypeHandler:
             if candidate_ids is None:
                 await progress.extraction_failed(snapshot, name, error or "", now)
             else:
-                await progress.extracted(snapshot, name, candidate_ids, now)
+                await progress.extracted(snapshot, name, candidate_ids, now, dropped)
 
         await until_stored(write, what=f"{self.stage}: progress of {snapshot.snapshot_id}")
 
@@ -363,7 +367,16 @@ class TypeHandler:
     async def _candidates(
         self, snapshot: Snapshot, answer: LLMResult[BaseModel]
     ) -> list[MemoryCandidate]:
-        items = extracted_items(self.spec, answer.value)
+        roles = tuple(Role(r) for r in self._extraction.roles)
+        grounded = ground(self.spec, answer.value, snapshot, roles)
+        self._dropped[snapshot.snapshot_id] = grounded.dropped
+        for reason, count in grounded.dropped.items():
+            metrics.EXTRACTION_DROPPED.labels(self.spec.name, reason).inc(count)
+        if grounded.dropped:
+            log.info(
+                "%s: snapshot %s: dropped %s", self.stage, snapshot.snapshot_id, grounded.dropped
+            )
+        items = grounded.items
         vectors = await self._embedder.embed([i.text for i in items]) if items else []
         return to_candidates(
             self.spec, snapshot, items, vectors, model=answer.model, now=self._clock()

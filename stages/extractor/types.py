@@ -14,20 +14,22 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from mongomem.errors import ConfigError
 from mongomem.ltm.kinds import KINDS
-from mongomem.models import BUILTIN_MEMORY_TYPES, MemoryType, ScopeKind
+from mongomem.models import BUILTIN_MEMORY_TYPES, EventTime, MemoryType, ScopeKind
 from mongomem.project_config import CustomTypeConfig, ProjectConfig
 
 __all__ = [
     "SYSTEM_PROMPT_VERSION",
+    "DatedItem",
     "EpisodicItem",
     "ProceduralItem",
     "SemanticItem",
@@ -35,12 +37,15 @@ __all__ = [
     "TypeSpec",
     "builtin_spec",
     "custom_spec",
+    "event_time",
     "load_prompt",
+    "parse_model_date",
     "slug",
     "spec_for",
 ]
 
-SYSTEM_PROMPT_VERSION = "v2"  # v2: the known memories of the scope (SPEC K2)
+#: v2: the known memories of the scope (SPEC K2); v3: citations, speakers, dates (SPEC L1–L4)
+SYSTEM_PROMPT_VERSION = "v3"
 
 Fields = dict[str, Any]
 
@@ -67,22 +72,103 @@ CORRECTS = (
 )
 
 
+#: The description of every item's ``seqs`` field (its citations, SPEC L4).
+SEQS = (
+    "the seq numbers of the conversation turns that state this item (at least one); "
+    "never a KNOWN memory, which is not a turn"
+)
+SUBJECT = (
+    "whom the item is about: the speaker's or person's name as the conversation gives it, "
+    "or null when it is about the user (the owner of this memory)"
+)
+VALID_FROM = (
+    "when it starts to hold or happened: an ISO date (YYYY-MM-DD, or YYYY-MM / YYYY when "
+    "only that is known), resolving relative phrases such as 'yesterday' or 'last May' "
+    "against the date of the turn that says them; null if the conversation gives no time"
+)
+VALID_TO = "when it stops holding or ended, the same form as valid_from; null if open or unknown"
+TIME_PHRASE = "the words of the conversation that give the time ('last May'), or null"
+
+_PARTIAL_DATE = re.compile(r"^(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?$")
+
+
+def parse_model_date(value: str, *, end: bool) -> date:
+    """A model's ISO date — ``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD`` or an ISO datetime — as
+    a date: a partial date is its first day (``end``: its last day). Anything else
+    raises ``ValueError`` naming the value (the answer is then invalid, SPEC L1)."""
+    text = value.strip()
+    found = _PARTIAL_DATE.match(text)
+    try:
+        if found is None:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+        year, month, day = found.group(1), found.group(2), found.group(3)
+        if day is not None:
+            return date(int(year), int(month), int(day))
+        if month is not None:
+            first = date(int(year), int(month), 1)
+            if not end:
+                return first
+            following = date(first.year + first.month // 12, first.month % 12 + 1, 1)
+            return following - timedelta(days=1)
+        return date(int(year), 12, 31) if end else date(int(year), 1, 1)
+    except ValueError:
+        pass
+    raise ValueError(f"not an ISO date: {value!r}")
+
+
+def event_time(raw: Fields, *, event: bool = True) -> EventTime | None:
+    """The event time of an item's ``valid_from``/``valid_to``/``time_phrase`` (popped from
+    ``raw``); ``None`` when it gives none. For an ``event`` (an episode) a date alone is the
+    day or period it names (``2023-05``: all of May); for a fact that holds it is where the
+    fact starts to hold, open-ended. Raises ``ValueError`` on an unparseable date or a
+    range that ends first."""
+    lo_text, hi_text = raw.pop("valid_from", None), raw.pop("valid_to", None)
+    phrase = raw.pop("time_phrase", None)
+    lo = parse_model_date(lo_text, end=False) if lo_text else None
+    hi = parse_model_date(hi_text, end=True) if hi_text else None
+    if event and lo is not None and hi is None:
+        hi = parse_model_date(lo_text, end=True)  # "2023-05": all of May; a time: its day
+    phrase = _clean(phrase)[:200] if isinstance(phrase, str) and phrase.strip() else None
+    found = EventTime(valid_from=lo, valid_to=hi, phrase=phrase)
+    return None if found.empty else found
+
+
 class _Item(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    seqs: list[int] = Field(default_factory=list, max_length=200, description=SEQS)
     corrects: str | None = Field(default=None, max_length=512, description=CORRECTS)
 
 
-class SemanticItem(_Item):
+class DatedItem(_Item):
+    """An item that may say whom it is about and when (SPEC L1, L3).
+
+    ``EVENT``: a date alone is the day or period of an event (episodes); else where a
+    fact starts to hold (:func:`event_time`)."""
+
+    EVENT: ClassVar[bool] = False
+
+    subject: str | None = Field(default=None, max_length=200, description=SUBJECT)
+    valid_from: str | None = Field(default=None, max_length=40, description=VALID_FROM)
+    valid_to: str | None = Field(default=None, max_length=40, description=VALID_TO)
+    time_phrase: str | None = Field(default=None, max_length=200, description=TIME_PHRASE)
+
+    @model_validator(mode="after")
+    def _dates(self) -> DatedItem:
+        event_time(self.model_dump(), event=self.EVENT)  # unparseable, or reversed: invalid
+        return self
+
+
+class SemanticItem(DatedItem):
     label: str = Field(min_length=1, max_length=80, description="kebab-case name of the fact")
     fact: str = Field(min_length=1, max_length=2000, description="the fact, one sentence")
 
 
-class EpisodicItem(_Item):
+class EpisodicItem(DatedItem):
+    EVENT: ClassVar[bool] = True
     title: str = Field(min_length=1, max_length=200, description="short title")
     account: str = Field(min_length=1, max_length=4000, description="what happened")
-    participants: list[str] = Field(description="who took part")
-    when: str | None = Field(description="when it happened (ISO 8601 if known) or null")
+    participants: list[str] = Field(description="who took part, by name where known")
 
 
 class ProceduralItem(_Item):
@@ -149,12 +235,12 @@ def _semantic(f: Fields) -> Fields:
 
 def _episodic(f: Fields) -> Fields:
     participants = [_clean(p) for p in f["participants"] if _clean(p)]
-    when = _clean(f["when"]) if f.get("when") else None
     return {
         "title": _clean(f["title"]),
         "content": _clean(f["account"]),
         "participants": sorted(dict.fromkeys(participants)),
-        "when": when,
+        # the event time itself is the candidate's ``event``; ``when`` is set from it
+        "when": None,
     }
 
 
@@ -184,7 +270,7 @@ _BUILTIN: dict[str, tuple[ScopeKind, type[BaseModel], Callable[[Fields], Fields]
     MemoryType.TAXONOMIC: (ScopeKind.PROJECT, TaxonomicItem, _taxonomic),
 }
 
-BUILTIN_PROMPT_VERSION = "v1"
+BUILTIN_PROMPT_VERSION = "v2"  # v2: citations, subjects and event dates (SPEC L1–L4)
 
 
 def builtin_spec(name: str) -> TypeSpec:
@@ -218,6 +304,11 @@ def custom_spec(config: CustomTypeConfig) -> TypeSpec:
         else:
             spec = Field(alias=name, max_length=4000, description=description)
             definitions[f"f_{name}"] = (str | None, spec)
+    if "seqs" not in config.fields:  # a declared field of that name keeps its meaning
+        definitions["hint_seqs"] = (
+            list[int],
+            Field(default_factory=list, alias="seqs", max_length=200, description=SEQS),
+        )
     if "corrects" not in config.fields:  # a declared field of that name keeps its meaning
         definitions["hint_corrects"] = (
             str | None,

@@ -40,7 +40,9 @@ Rules, applied by :func:`advance` at each event whose time is ``now``:
 
 4. **End.** A :class:`~mongomem.models.SessionEnd` (``end_session``) holds a
    seq of the session like a turn. When it is the next one expected, the
-   open window closes at once (reason ``end``) and the end's seq is passed
+   open window closes at once (reason ``end``, ``closed_at`` the latest own
+   time of its turns — not the end's, which is the wall clock of the call,
+   so a historical import ended today keeps its turns' time) and the end's seq is passed
    over; seqs missing before it (holes) are given up as in rule 1 — the
    end was written after them, so they can no longer arrive. Like every
    other event it is in the log, so a replay closes the same snapshot.
@@ -347,7 +349,9 @@ class Window:
             self._count_closes(policy, at)
         expected = self.next_seq + len(self.open)
         if self.open:
-            self._close(len(self.open), "end", at)
+            # Stamped with the turns' own time, not the end's: an end_session after a
+            # historical import is written now, but its window was said then (SPEC L1).
+            self._close(len(self.open), "end", max(t.created_at for t in self.open))
         self.lost.extend(range(expected, seq))
         self.next_seq = seq + 1
         self._pull()  # turns past the end (out of order) start the next window
@@ -448,6 +452,7 @@ def snapshot_turn(turn: Turn) -> SnapshotTurn:
             "role": turn.role,
             "content": turn.content,
             "created_at": turn.created_at,
+            **({} if turn.speaker is None else {"speaker": turn.speaker}),
         }
     )
 

@@ -44,8 +44,9 @@ END_KIND = kind_of(SessionEnd)
 #: What windowing workers once produced with their own clock: read and ignored (it proves nothing).
 LEGACY_TICK_KIND = "window-tick"
 
-#: A live turn's fields; one with ``recorded_at`` (historical import) takes the general path.
-_FIELDS = frozenset(Turn.model_fields) - {"recorded_at"}
+#: A live turn's fields; one with ``recorded_at`` (historical import) or a ``speaker`` takes the
+#: general path.
+_FIELDS = frozenset(Turn.model_fields) - {"recorded_at", "speaker"}
 _FIELDS_WITHOUT_METADATA = _FIELDS - {"metadata"}
 
 #: Sessions whose identifiers are remembered (the memo is emptied when it is full).

@@ -36,6 +36,7 @@ from mongomem.testing import (
     SchemaViolation,
     ServerError,
     Slow,
+    citing,
     make_snapshot,
 )
 
@@ -51,7 +52,6 @@ ANSWERS: dict[str, dict[str, Any]] = {
                 "title": "Trip planning",
                 "account": "The user planned a trip to Lisbon.",
                 "participants": ["user", "assistant"],
-                "when": None,
             }
         ]
     },
@@ -72,7 +72,8 @@ ANSWERS: dict[str, dict[str, Any]] = {
 
 
 def scripted(request: ChatRequest) -> Reply:
-    return Answer(ANSWERS.get(request.schema_name or "", {"items": []}))
+    answer = ANSWERS.get(request.schema_name or "", {"items": []})
+    return Answer(citing(request, answer["items"]))
 
 
 @pytest.fixture
@@ -406,7 +407,8 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
         shown = '{"key": "home-airport", "text": "The user\'s home airport is Boston."}'
         label = "home-airport" if shown in request.text("user") else "departure-airport"
         fact = "The user's home airport is Denver."
-        return Answer({"items": [{"label": label, "fact": fact, "corrects": "home-airport"}]})
+        item = {"label": label, "fact": fact, "corrects": "home-airport"}
+        return Answer(citing(request, [item]))
 
     server.responder = relabelling
     snapshot = make_snapshot([("user", "We moved: I fly from Denver now."), ("assistant", "Ok.")])
@@ -416,7 +418,7 @@ async def test_the_model_is_shown_the_scopes_known_memories_and_can_reuse_their_
     (found,) = candidates_of(values)
     assert found.key == "home-airport"
     assert found.corrects == "home-airport"  # the model's hint travels with the candidate
-    assert found.prompt_version.endswith("+sys-v2")
+    assert found.prompt_version.endswith("+sys-v3")
     outcome = await store.reconcile(found)
     logged = await store.decisions.find_one({"_id": outcome.candidate_id})
     assert logged is not None

@@ -32,7 +32,15 @@ from mongomem.models import MemoryCandidate
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, Slow, make_snapshot
+from mongomem.testing import (
+    Answer,
+    ChatRequest,
+    FakeOpenAIServer,
+    Reply,
+    Slow,
+    citing,
+    make_snapshot,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def answer(request: ChatRequest) -> Reply:
     text = request.text("user")
     city = "Lisbon" if "Lisbon" in text else "Boston"
-    return Answer({"items": [{"label": "home-city", "fact": f"The user lives in {city}."}]})
+    return Answer(citing(request, [{"label": "home-city", "fact": f"The user lives in {city}."}]))
 
 
 @pytest.fixture
@@ -253,4 +261,5 @@ async def test_a_call_cut_off_by_sigkill_is_recorded_once_as_unfinished(
 
 
 def answer_for_boston() -> Answer:
-    return Answer({"items": [{"label": "home-city", "fact": "The user lives in Boston."}]})
+    item = {"label": "home-city", "fact": "The user lives in Boston.", "seqs": [1]}
+    return Answer({"items": [item]})

@@ -41,7 +41,8 @@ def eager(request: ChatRequest) -> Reply:
     for turn in read_turns(request.text("user")):
         for attr, value in _FACTS.findall(turn["content"]):
             label = attr.lower().replace(" ", "-")
-            items[label] = {"label": label, "fact": f"The user's {attr.lower()} is {value}."}
+            fact = f"The user's {attr.lower()} is {value}."
+            items[label] = {"label": label, "fact": fact, "seqs": [turn["seq"]]}
     return Answer({"items": list(items.values())})
 
 

@@ -127,7 +127,9 @@ async def test_the_batched_path_treats_an_expired_entry_as_new(
     clock.advance(TTL)
     outcomes = await store.reconcile_many([boston, boston])
     assert [o.replayed for o in outcomes] == [False, True]
-    assert outcomes[0].action is Action.UPDATE  # Denver was current: Boston again is news
+    # Denver was said after Boston, so it stays current (SPEC L2); Boston again is only
+    # more evidence for its own version in history, not a new version.
+    assert (outcomes[0].action, outcomes[0].version) == (Action.REINFORCE, 1)
     assert (await store.reconcile_many([boston]))[0] == outcomes[0].model_copy(
         update={"replayed": True}
     )
@@ -144,14 +146,17 @@ async def test_an_entry_mongodb_already_deleted_is_new_and_the_log_keeps_both(
     clock.advance(TTL)
     await db[LEDGER].delete_one({"_id": cand.candidate_id})  # what the TTL monitor does
     single = await store.reconcile(cand)
-    assert (single.replayed, single.action, single.version) == (False, Action.UPDATE, 3)
+    # Boston was said before Denver: applied again it reinforces its own version in
+    # history (idempotently) and Denver stays current (SPEC L2).
+    assert (single.replayed, single.action, single.version) == (False, Action.REINFORCE, 1)
     clock.advance(TTL)
     await db[LEDGER].delete_one({"_id": cand.candidate_id})
     batched = (await store.reconcile_many([cand]))[0]
-    assert (batched.replayed, batched.action, batched.version) == (False, Action.REINFORCE, 3)
+    assert (batched.replayed, batched.action, batched.version) == (False, Action.REINFORCE, 1)
     assert (await store.reconcile(cand)) == batched.model_copy(update={"replayed": True})
     logged = await db[DECISIONS].find({"candidate_id": cand.candidate_id}).sort("at").to_list()
-    assert [d["outcome"]["version"] for d in logged] == [first.version, 3, 3]
+    assert [d["outcome"]["version"] for d in logged] == [first.version, 1, 1]
+    assert await db[MEMORIES].count_documents({}) == 2, "no version was added by the replays"
     assert sum(d["_id"] == cand.candidate_id for d in logged) == 1
 
 

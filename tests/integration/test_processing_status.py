@@ -25,7 +25,7 @@ from mongomem.operations.progress import PROGRESS, type_progress
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, Settings
 from mongomem.stages.reconciler import run_reconciler
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, ServerError
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, ServerError, citing
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,8 @@ def scripted(request: ChatRequest) -> Reply:
     if "poison" in request.text("user") and request.schema_name == "extract_semantic":
         return ServerError(500)
     if request.schema_name == "extract_semantic" and "airport" in request.text("user"):
-        return Answer({"items": [{"label": "home-airport", "fact": "The home airport is Boston."}]})
+        item = {"label": "home-airport", "fact": "The home airport is Boston."}
+        return Answer(citing(request, [item]))
     return Answer({"items": []})
 
 

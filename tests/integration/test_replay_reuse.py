@@ -22,7 +22,7 @@ from mongomem.adapters.mongo import EXTRACTIONS, Document
 from mongomem.codec import encode
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, citing, make_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,9 @@ TYPES = ("semantic", "episodic")
 
 def answer(request: ChatRequest) -> Reply:
     if request.schema_name == "extract_semantic":
-        return Answer({"items": [{"label": "home-city", "fact": "The user lives in Boston."}]})
+        return Answer(
+            citing(request, [{"label": "home-city", "fact": "The user lives in Boston."}])
+        )
     return Answer({"items": []})
 
 

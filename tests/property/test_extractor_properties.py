@@ -51,9 +51,9 @@ def test_candidate_ids_are_unique_and_deterministic(pairs: list[tuple[str, str]]
     spec = builtin_spec("semantic")
     snapshot = make_snapshot([("user", "x")])
     answer = spec.output_model.model_validate(
-        {"items": [{"label": label, "fact": fact} for label, fact in pairs]}
+        {"items": [{"label": label, "fact": fact, "seqs": [1]} for label, fact in pairs]}
     )
-    items = extracted_items(spec, answer)
+    items = extracted_items(spec, answer, snapshot)
     keys = [i.key for i in items]
     assert len(keys) == len(set(keys))
     now = datetime(2026, 1, 1, tzinfo=UTC)

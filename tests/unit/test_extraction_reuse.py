@@ -19,8 +19,12 @@ from mongomem.stages.runtime.memory import MemoryBroker
 from mongomem.stages.runtime.ports import Message
 from mongomem.testing import Answer, FakeOpenAIServer, make_snapshot
 
-FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
-OTHER = {"items": [{"label": "home-airport", "fact": "The user's home airport is Denver."}]}
+FACT = {
+    "items": [{"label": "home-airport", "fact": "The user's home airport is Boston.", "seqs": [1]}]
+}
+OTHER = {
+    "items": [{"label": "home-airport", "fact": "The user's home airport is Denver.", "seqs": [1]}]
+}
 
 
 async def extract(

@@ -69,18 +69,22 @@ def test_nonce_depends_on_content() -> None:
 
 
 def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
-    snapshot = make_snapshot([("user", "x")], project_id="p", user_id="u")
+    snapshot = make_snapshot([("user", "x"), ("user", "y")], project_id="p", user_id="u")
     semantic = builtin_spec("semantic")
     answer = semantic.output_model.model_validate(
         {
             "items": [
-                {"label": "Home Airport", "fact": "  The user's home airport is Boston. "},
-                {"label": "home-airport", "fact": "duplicate key, dropped"},
-                {"label": "diet", "fact": "The user is vegetarian."},
+                {
+                    "label": "Home Airport",
+                    "fact": "  The user's home airport is Boston. ",
+                    "seqs": [2],
+                },
+                {"label": "home-airport", "fact": "an earlier turn's value, merged", "seqs": [1]},
+                {"label": "diet", "fact": "The user is vegetarian.", "seqs": [1]},
             ]
         }
     )
-    items = extracted_items(semantic, answer)
+    items = extracted_items(semantic, answer, snapshot)
     assert [i.key for i in items] == ["home-airport", "diet"]
     cands = to_candidates(semantic, snapshot, items, [[1.0, 0.0], [0.0, 1.0]], model="m", now=NOW)
     again = to_candidates(semantic, snapshot, items, [[1.0, 0.0], [0.0, 1.0]], model="m", now=NOW)
@@ -95,10 +99,24 @@ def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
 
     taxonomic = builtin_spec("taxonomic")
     answer = taxonomic.output_model.model_validate(
-        {"items": [{"domain": "Airline", "term": "Red-Eye", "definition": "An overnight flight."}]}
+        {
+            "items": [
+                {
+                    "domain": "Airline",
+                    "term": "Red-Eye",
+                    "definition": "An overnight flight.",
+                    "seqs": [1],
+                }
+            ]
+        }
     )
     (cand,) = to_candidates(
-        taxonomic, snapshot, extracted_items(taxonomic, answer), [[1.0]], model="m", now=NOW
+        taxonomic,
+        snapshot,
+        extracted_items(taxonomic, answer, snapshot),
+        [[1.0]],
+        model="m",
+        now=NOW,
     )
     assert cand.scope.kind is ScopeKind.PROJECT
     assert cand.scope.kafka_key() == b"p\x00"
@@ -106,9 +124,13 @@ def test_candidates_have_deterministic_ids_scopes_and_keys() -> None:
 
     procedural = builtin_spec("procedural")
     answer = procedural.output_model.model_validate(
-        {"items": [{"name": "Compare flights", "description": "d", "steps": ["a", "b"]}]}
+        {
+            "items": [
+                {"name": "Compare flights", "description": "d", "steps": ["a", "b"], "seqs": [1]}
+            ]
+        }
     )
-    (item,) = extracted_items(procedural, answer)
+    (item,) = extracted_items(procedural, answer, snapshot)
     assert item.key == "compare-flights"
     assert item.fields["content"] == "1. a\n2. b"
 
@@ -124,14 +146,17 @@ def test_custom_type_spec() -> None:
     spec = custom_spec(config)
     assert spec.scope is ScopeKind.USER
     assert "Extract stable preferences." in spec.instructions
-    answer = spec.output_model.model_validate({"items": [{"topic": "seat", "value": "aisle"}]})
-    (item,) = extracted_items(spec, answer)
+    answer = spec.output_model.model_validate(
+        {"items": [{"topic": "seat", "value": "aisle", "seqs": [1]}]}
+    )
+    one = make_snapshot([("user", "x")])
+    (item,) = extracted_items(spec, answer, one)
     assert item.key == "seat"
     assert item.text == "topic: seat; value: aisle"
     hinted = spec.output_model.model_validate(
-        {"items": [{"topic": "seat", "value": "window", "corrects": " seat "}]}
+        {"items": [{"topic": "seat", "value": "window", "corrects": " seat ", "seqs": [1]}]}
     )
-    (item,) = extracted_items(spec, hinted)
+    (item,) = extracted_items(spec, hinted, one)
     assert (item.text, item.corrects) == ("topic: seat; value: window", "seat")
     changed = custom_spec(config.model_copy(update={"instructions": "Other words."}))
     assert changed.prompt_version != spec.prompt_version
@@ -147,11 +172,11 @@ def test_custom_field_names_that_shadow_pydantic_attributes() -> None:
     spec = custom_spec(config)
     sent = strict_json_schema(spec.output_model)
     item = next(iter(sent["$defs"].values()))
-    assert list(item["properties"]) == ["schema", "model_name", "json", "corrects"]
+    assert list(item["properties"]) == ["schema", "model_name", "json", "seqs", "corrects"]
     answer = spec.output_model.model_validate(
-        {"items": [{"schema": "theme", "model_name": "dark", "json": None}]}
+        {"items": [{"schema": "theme", "model_name": "dark", "json": None, "seqs": [1]}]}
     )
-    (extracted,) = extracted_items(spec, answer)
+    (extracted,) = extracted_items(spec, answer, make_snapshot([("user", "x")]))
     assert extracted.key == "theme"
     assert extracted.fields == {"schema": "theme", "model_name": "dark", "json": None}
 
@@ -173,7 +198,7 @@ def test_retry_policy() -> None:
 @pytest.mark.parametrize("name", ["semantic", "episodic", "procedural", "taxonomic"])
 def test_builtin_prompts_are_versioned_files(name: str) -> None:
     spec = builtin_spec(name)
-    assert spec.prompt_version == f"{name}-v1"
+    assert spec.prompt_version == f"{name}-v2"
     assert spec.instructions.strip()
     assert "$" not in spec.system_prompt("n")
 
@@ -231,4 +256,4 @@ def test_known_memories_are_a_delimited_data_block_within_their_budget() -> None
     first_line = len(json.dumps({"key": "home-airport", "text": known[0].text})) + 1
     assert known_within(known, first_line) == known[:1]
     assert known_within(known, first_line - 1) == []
-    assert spec.full_prompt_version.endswith("+sys-v2")
+    assert spec.full_prompt_version.endswith("+sys-v3")

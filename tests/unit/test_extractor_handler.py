@@ -35,7 +35,9 @@ from mongomem.testing import (
     make_snapshot,
 )
 
-FACT = {"items": [{"label": "home-airport", "fact": "The user's home airport is Boston."}]}
+FACT = {
+    "items": [{"label": "home-airport", "fact": "The user's home airport is Boston.", "seqs": [1]}]
+}
 
 
 Record = Message  # a plain consumed record

@@ -22,7 +22,7 @@ ITEMS: dict[str, dict[str, Any]] = {
         "title": "Trip planning",
         "account": "Planned a summer trip to Lisbon.",
         "participants": ["user", "assistant"],
-        "when": None,
+        "valid_from": "2026-05-01",
     },
     "procedural": {
         "name": "compare flights",

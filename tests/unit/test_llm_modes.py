@@ -275,7 +275,7 @@ async def test_the_stand_in_reads_the_schema_in_every_mode(mode: Mode) -> None:
         )
     finally:
         await llm.close()
-    (item,) = extracted_items(spec, result.value)
+    (item,) = extracted_items(spec, result.value, snapshot)
     assert item.fields == {
         "label": "home-airport",
         "text": "The user's home airport is Boston Logan.",

@@ -71,7 +71,7 @@ def run(events: list[Turn | SessionEnd | Watermark]) -> list[Snapshot]:
 def test_an_end_closes_the_open_window_at_once_and_the_next_turn_starts_a_new_one() -> None:
     closed = run([turn(1, 0), turn(2, 1), turn(3, 2), end(4, 3), turn(5, 4), turn(6, 5)])
     assert spans(closed) == [(1, 3, "end")]
-    assert closed[0].closed_at == T0 + timedelta(seconds=3)
+    assert closed[0].closed_at == T0 + timedelta(seconds=2), "the last turn's own time"
     later = run([turn(1, 0), end(2, 1), turn(3, 2), end(4, 3)])
     assert spans(later) == [(1, 1, "end"), (3, 3, "end")]
 
@@ -221,3 +221,17 @@ def test_the_watcher_carries_an_end_document_as_a_session_end_record() -> None:
     assert record.created_at == end(4, 3).created_at
     with pytest.raises(ValidationError):  # another event is no turn and no end: dead-lettered
         TurnEncoder().record({**stored, "event": "pause"})
+
+
+def test_an_end_after_a_historical_import_keeps_the_turns_own_time() -> None:
+    """Turns of 2023 imported and ended today: the snapshot is stamped 2023 (SPEC L1)."""
+    said = T0 - timedelta(days=900)
+    turns = [
+        turn(1, 0).model_copy(update={"created_at": said, "recorded_at": T0}),
+        turn(2, 0).model_copy(
+            update={"created_at": said + timedelta(seconds=9), "recorded_at": T0}
+        ),
+    ]
+    (closed,) = run([*turns, end(3, 5)])
+    assert closed.reason == "end"
+    assert closed.closed_at == closed.observed_at == said + timedelta(seconds=9)

@@ -28,7 +28,8 @@ CONVERSATION = [
 
 def ask(memory_type: str) -> list[dict[str, object]]:
     spec = builtin_spec(memory_type)
-    messages = render_messages(spec, make_snapshot(CONVERSATION))
+    snapshot = make_snapshot(CONVERSATION)
+    messages = render_messages(spec, snapshot)
     request = ChatRequest(
         body={
             "messages": messages,
@@ -45,7 +46,7 @@ def ask(memory_type: str) -> list[dict[str, object]]:
     assert reply.model == STAND_IN_MODEL
     assert not isinstance(reply.content, str)
     answer = spec.output_model.model_validate(reply.content)
-    return [item.fields for item in extracted_items(spec, answer)]
+    return [item.fields for item in extracted_items(spec, answer, snapshot)]
 
 
 def test_semantic_and_injection_is_just_text() -> None:

@@ -7,7 +7,8 @@ end-to-end demo shows memories. It reads the conversation turns that
 the extraction prompt carries as JSON lines and applies a few regular
 expressions:
 
-* semantic — "my home airport is Boston", "I live in Lisbon", "call me Ana";
+* semantic — "my home airport is Boston", "I live in Lisbon", "call me Ana" (in a
+  conversation between named speakers, "my …" is the speaker's: "Ana's home airport");
 * taxonomic — "a red-eye means an overnight flight …" (domain from
   "in airline terms" / "in airline jargon", else ``general``);
 * procedural — two or more numbered steps, named after "how to …";
@@ -88,21 +89,47 @@ def read_turns(conversation: str) -> list[dict[str, Any]]:
     return turns
 
 
+def _cite(turn: Mapping[str, Any]) -> list[int]:
+    """The seq of ``turn`` as a citation (SPEC L4): every stand-in item cites its turns."""
+    seq = turn.get("seq")
+    return [seq] if isinstance(seq, int) else []
+
+
 def _semantic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     items: dict[str, dict[str, Any]] = {}
+    named = len({t.get("speaker") for t in turns if t.get("speaker")}) > 1
     for turn in turns:
         if turn.get("role") != "user":
             continue
         text = turn["content"]
+        speaker = turn.get("speaker") if named else None
         for attr, value in _MY_X_IS.findall(text):
             attr, value = attr.strip().lower(), value.strip()
-            items[slug(attr)] = {"label": slug(attr), "fact": f"The user's {attr} is {value}."}
+            if isinstance(speaker, str):  # people talking: the fact is the speaker's
+                label = slug(f"{speaker} {attr}")
+                items[label] = {
+                    "label": label,
+                    "fact": f"{speaker}'s {attr} is {value}.",
+                    "subject": speaker,
+                    "seqs": _cite(turn),
+                }
+                continue
+            items[slug(attr)] = {
+                "label": slug(attr),
+                "fact": f"The user's {attr} is {value}.",
+                "seqs": _cite(turn),
+            }
         for place in _LIVE_IN.findall(text):
-            items["home-city"] = {"label": "home-city", "fact": f"The user lives in {place}."}
+            items["home-city"] = {
+                "label": "home-city",
+                "fact": f"The user lives in {place}.",
+                "seqs": _cite(turn),
+            }
         for name in _CALL_ME.findall(text):
             items["preferred-name"] = {
                 "label": "preferred-name",
                 "fact": f"The user wants to be called {name}.",
+                "seqs": _cite(turn),
             }
     return list(items.values())
 
@@ -123,6 +150,7 @@ def _taxonomic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "domain": domain,
                 "term": term,
                 "definition": definition.rstrip(".") + ".",
+                "seqs": _cite(turn),
             }
     return list(items.values())
 
@@ -143,6 +171,7 @@ def _procedural(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "name": name,
                     "description": f"How to {goal}." if goal else "A step-by-step procedure.",
                     "steps": steps,
+                    "seqs": _cite(turn),
                 }
             )
     return items
@@ -164,7 +193,8 @@ def _episodic(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "title": title or "Conversation",
             "account": account,
             "participants": roles,
-            "when": turns[0].get("at"),
+            "valid_from": str(turns[0].get("at") or "")[:10] or None,
+            "seqs": sorted({s for t in turns for s in _cite(t)}),
         }
     ]
 
