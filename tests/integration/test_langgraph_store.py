@@ -133,9 +133,9 @@ async def test_abatch_answers_each_op_as_the_in_memory_store(store: MongomemStor
             else:
                 assert a == b
     assert view(ours[0]) is None
-    assert view(
-        (await store.abatch([PutOp(SEM, "x", {"content": "X."}), GetOp(SEM, "x")]))[1]
-    ) is None
+    assert (
+        view((await store.abatch([PutOp(SEM, "x", {"content": "X."}), GetOp(SEM, "x")]))[1]) is None
+    )
     # the async convenience methods too
     await store.aput(PROC, "pack", {"description": "Packing.", "content": "Roll clothes."})
     got = await store.aget(PROC, "pack")
