@@ -48,7 +48,7 @@ had stored it. ``put(..., None)`` / ``delete`` deletes the memory (a ``DELETE`` 
 written, ``updated_at`` when it was last reinforced). ``search`` with a ``query`` is
 memory's retrieval (the SDK's per-type search, scores are its similarities, best first);
 without one it lists the current memories. ``filter`` is applied to the values with
-LangGraph's own matching (equality, ``$eq $ne $gt $gte $lt $lte``), then ``offset`` and
+LangGraph's matching (:func:`matches`: equality, ``$eq $ne $gt $gte $lt $lte``), then ``offset`` and
 ``limit``. Memories the pipeline extracted from conversations are items too.
 
 **Namespaces.** A namespace is listed while it holds a current memory (as LangGraph's
@@ -87,15 +87,15 @@ with require("langgraph"):
         GetOp,
         Item,
         ListNamespacesOp,
+        MatchCondition,
         Op,
         PutOp,
         Result,
         SearchItem,
         SearchOp,
     )
-    from langgraph.store.memory import _compare_values, _does_match
 
-__all__ = ["STORE_TYPES", "MongomemStore"]
+__all__ = ["STORE_TYPES", "MongomemStore", "matches", "namespace_matches"]
 
 T = TypeVar("T")
 
@@ -169,6 +169,48 @@ def _fields(
             )
         fields[field] = text
     return fields
+
+
+def matches(value: Any, wanted: Any) -> bool:
+    """Whether a stored value matches a search ``filter`` entry, as LangGraph's stores
+    match: nested dicts by key, lists element by element, ``$eq $ne $gt $gte $lt $lte``
+    operators, else equality."""
+    if isinstance(wanted, dict):
+        if any(str(k).startswith("$") for k in wanted):
+            return all(_operator(value, op, operand) for op, operand in wanted.items())
+        return isinstance(value, dict) and all(matches(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(wanted)
+            and all(matches(a, b) for a, b in zip(value, wanted, strict=True))
+        )
+    return bool(value == wanted)
+
+
+def _operator(value: Any, op: str, operand: Any) -> bool:
+    match op:
+        case "$eq":
+            return bool(value == operand)
+        case "$ne":
+            return bool(value != operand)
+        case "$gt" | "$gte" | "$lt" | "$lte":
+            try:
+                a, b = float(value), float(operand)
+            except (TypeError, ValueError):
+                return False
+            return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
+        case _:
+            raise Unmappable(f"unsupported filter operator {op!r} ($eq $ne $gt $gte $lt $lte)")
+
+
+def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    """Whether a namespace meets a ``list_namespaces`` prefix or suffix ("*" matches any)."""
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
+    return all(p in ("*", n) for n, p in zip(part, path, strict=True)) if path else True
 
 
 def _check_put(op: PutOp) -> None:
@@ -323,8 +365,7 @@ class MongomemStore(BaseStore):
         items = [
             _search_item(user, record, score)
             for record, score in found
-            if not op.filter
-            or all(_compare_values(_value(record).get(k), v) for k, v in op.filter.items())
+            if not op.filter or all(matches(_value(record).get(k), v) for k, v in op.filter.items())
         ]
         return items[op.offset : op.offset + op.limit]
 
@@ -348,7 +389,7 @@ class MongomemStore(BaseStore):
         for memory_type in STORE_TYPES:
             if await transport.count_memories(who, make_filter(memory_type)):
                 namespaces.append((user, memory_type))
-        namespaces = [ns for ns in namespaces if all(_does_match(c, ns) for c in conditions)]
+        namespaces = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in conditions)]
         if op.max_depth is not None:
             namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
         else:

@@ -176,7 +176,7 @@ def test_search_with_a_query_uses_memorys_retrieval(store: MongomemStore) -> Non
     store.put(SEM, "seat", {"content": "The user prefers aisle seats on long flights."})
     store.put(SEM, "diet", {"content": "The user eats vegetarian food."})
     hits = store.search((U,), query="which airport is home", limit=2)
-    assert [h.key for h in hits][0] == "home-airport"
+    assert next(h.key for h in hits) == "home-airport"
     assert len(hits) == 2
     assert hits[0].score is not None
     assert hits[0].score >= (hits[1].score or 0.0)

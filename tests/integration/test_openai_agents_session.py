@@ -160,7 +160,8 @@ async def test_two_runs_of_one_conversation_and_what_memory_learned(
     assert seen[0] == {"content": "My home airport is Boston.", "role": "user"}
     kinds = [i.get("type", "message") for i in seen]
     assert kinds[:5] == ["message", "function_call", "function_call_output", "message", "message"]
-    assert seen[1]["call_id"] == "call_1" and seen[2]["output"] == "BOS"
+    assert seen[1]["call_id"] == "call_1"
+    assert seen[2]["output"] == "BOS"
     assert seen[-1]["content"] == "Where do I fly from?"
 
     # a new session object on the same conversation reads the same items, losslessly
