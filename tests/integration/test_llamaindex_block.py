@@ -10,6 +10,7 @@ from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms import ChatMessage, MockLLM
 from llama_index.core.memory import Memory
 from pymongo import AsyncMongoClient
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.mongo import Document
@@ -29,11 +30,23 @@ async def memory(
         yield m
 
 
-async def test_the_block_puts_long_term_memory_into_the_prompt(memory: AsyncMemory) -> None:
+@pytest.fixture
+async def engine() -> AsyncIterator[AsyncEngine]:
+    """LlamaIndex's chat store (its default: SQLite in memory), closed after the test."""
+    made = create_async_engine("sqlite+aiosqlite:///:memory:")
+    yield made
+    await made.dispose()
+
+
+async def test_the_block_puts_long_term_memory_into_the_prompt(
+    memory: AsyncMemory, engine: AsyncEngine
+) -> None:
     chat = memory.bind(MemoryRequestContext(user_id="user_1"))
     await chat.save_semantic(label="home-airport", text="The user's home airport is Boston.")
     block = MongomemMemoryBlock(memory=memory, user_id="user_1")
-    chat_memory = Memory.from_defaults(session_id="thread_1", memory_blocks=[block])
+    chat_memory = Memory.from_defaults(
+        session_id="thread_1", memory_blocks=[block], async_engine=engine
+    )
     engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=chat_memory)
 
     reply = await engine.achat("Which home airport do I fly from?")
@@ -47,7 +60,7 @@ async def test_the_block_puts_long_term_memory_into_the_prompt(memory: AsyncMemo
 
 
 async def test_messages_ejected_from_the_queue_are_recorded_as_turns(
-    memory: AsyncMemory,
+    memory: AsyncMemory, engine: AsyncEngine
 ) -> None:
     block = MongomemMemoryBlock(memory=memory, user_id="user_1")
     chat_memory = Memory.from_defaults(
@@ -56,6 +69,7 @@ async def test_messages_ejected_from_the_queue_are_recorded_as_turns(
         chat_history_token_ratio=0.5,
         token_flush_size=20,
         memory_blocks=[block],
+        async_engine=engine,
     )
     said = [
         ChatMessage(role="user", content="My home airport is Boston, and I fly a lot."),
