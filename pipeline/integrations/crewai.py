@@ -69,7 +69,7 @@ def _in_scope(record: MemoryRecord, prefix: str | None) -> bool:
     if prefix is None or prefix.strip("/") == "":
         return True
     base = "/" + prefix.strip("/")
-    scope = "/" + record.scope.strip("/")
+    scope = "/" + str(record.scope).strip("/")
     return scope == base or scope.startswith(base + "/")
 
 

@@ -105,7 +105,7 @@ def test_same_answers_as_langgraphs_in_memory_store(store: MongomemStore) -> Non
 
 
 async def test_abatch_answers_each_op_as_the_in_memory_store(store: MongomemStore) -> None:
-    batches = [
+    batches: list[list[Any]] = [
         [
             PutOp(SEM, "home-airport", {"content": "The home airport is Boston."}),
             PutOp(EPI, "lisbon-trip", {"content": "Planned a summer trip to Lisbon."}),
@@ -125,17 +125,17 @@ async def test_abatch_answers_each_op_as_the_in_memory_store(store: MongomemStor
         ours = await store.abatch(ops)
         theirs = await theirs_store.abatch(ops)
         assert len(ours) == len(theirs) == len(ops)
-        for a, b in zip(ours, theirs, strict=True):
+        pairs: list[tuple[Any, Any]] = list(zip(ours, theirs, strict=True))
+        for a, b in pairs:
             if isinstance(a, list) and a and isinstance(a[0], Item):
                 assert views(a) == views(b)
             elif isinstance(a, Item) or a is None:
                 assert view(a) == view(b)
             else:
                 assert a == b
-    assert view(ours[0]) is None
-    assert (
-        view((await store.abatch([PutOp(SEM, "x", {"content": "X."}), GetOp(SEM, "x")]))[1]) is None
-    )
+    assert ours[0] is None
+    put_then_get = await store.abatch([PutOp(SEM, "x", {"content": "X."}), GetOp(SEM, "x")])
+    assert put_then_get[1] is None
     # the async convenience methods too
     await store.aput(PROC, "pack", {"description": "Packing.", "content": "Roll clothes."})
     got = await store.aget(PROC, "pack")

@@ -47,9 +47,9 @@ async def test_the_block_puts_long_term_memory_into_the_prompt(
     chat_memory = Memory.from_defaults(
         session_id="thread_1", memory_blocks=[block], async_engine=engine
     )
-    engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=chat_memory)
+    chat_engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=chat_memory)
 
-    reply = await engine.achat("Which home airport do I fly from?")
+    reply = await chat_engine.achat("Which home airport do I fly from?")
     # MockLLM echoes its prompt: the memory block's content was in it
     assert "The user's home airport is Boston." in str(reply)
     assert "<mongomem>" in str(reply)  # LlamaIndex's template names the block

@@ -191,21 +191,24 @@ async def test_pop_and_clear(settings: Settings, mongo: AsyncMongoClient[Documen
     ) as memory:
         session = MongomemSession(memory, user_id="u", session_id="s")
         assert await session.pop_item() is None
-        first = {"role": "user", "content": "I like window seats."}
-        second = {"role": "assistant", "content": "Noted."}
+        first: Any = {"role": "user", "content": "I like window seats."}
+        second: Any = {"role": "assistant", "content": "Noted."}
         await session.add_items([first, second])
         assert await session.pop_item() == second
         assert await session.get_items() == [first]
-        await session.add_items([{"role": "user", "content": "And aisle on long flights."}])
-        assert [i["content"] for i in await session.get_items()] == [
+        more: Any = {"role": "user", "content": "And aisle on long flights."}
+        await session.add_items([more])
+        items: list[Any] = await session.get_items()
+        assert [i["content"] for i in items] == [
             "I like window seats.",
             "And aisle on long flights.",
         ]
 
         await session.clear_session()
         assert await session.get_items() == []
-        await session.add_items([{"role": "user", "content": "Hello again."}])  # still usable
-        assert await session.get_items() == [{"role": "user", "content": "Hello again."}]
+        hello: Any = {"role": "user", "content": "Hello again."}
+        await session.add_items([hello])  # still usable
+        assert await session.get_items() == [hello]
         # not an erasure: short-term memory keeps what was said, and the markers
         chat = memory.bind(MemoryRequestContext(user_id="u", session_id="s"))
         contents = [t.content for t in await chat.recent_turns()]
@@ -214,8 +217,10 @@ async def test_pop_and_clear(settings: Settings, mongo: AsyncMongoClient[Documen
 
         # an item that is not JSON or has no role mapping stores nothing
         before = len(await chat.recent_turns())
+        bad: Any = [{"role": "user", "content": "ok"}, {"x": object()}]
+        critic: Any = {"role": "critic", "content": "hm"}
         with pytest.raises(InputError):
-            await session.add_items([{"role": "user", "content": "ok"}, {"x": object()}])
+            await session.add_items(bad)
         with pytest.raises(InputError, match="role"):
-            turn_of({"role": "critic", "content": "hm"})
+            turn_of(critic)
         assert len(await chat.recent_turns()) == before
