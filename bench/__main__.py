@@ -21,6 +21,7 @@ ORDER = [
     "reconciler",
     "pipeline_e2e",
     "decisions",
+    "replay",
     "lifecycle",
     "service",
     "erase",

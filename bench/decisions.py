@@ -36,7 +36,15 @@ from typing import Any
 
 from bench.report import publish
 from mongomem.adapters.embeddings import Embedder, HashingEmbedder, LocalE5Embedder, cosine
-from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge, decide
+from mongomem.ltm.judge import (
+    Judge,
+    JudgeQuestion,
+    LLMJudge,
+    ScriptedJudge,
+    decide,
+    prefetch,
+    question_for,
+)
 from mongomem.ltm.kinds import normalize_key, normalize_text
 from mongomem.ltm.plan import Decision, Neighbour, Thresholds
 from mongomem.models import Action, Evidence, MemoryCandidate, MemoryScope
@@ -125,7 +133,12 @@ class StandInLLM:
         self._responder = StandInResponder()
 
     async def structured(
-        self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Any,
+        *,
+        schema_name: str,
+        meter: Any = None,
     ) -> Any:
         body = {
             "messages": list(messages),
@@ -209,6 +222,59 @@ class _Counting:
         return await self._inner.judge(question)
 
 
+#: Candidates per snapshot in the batched-judge measurement (cases of one type, file order).
+SNAPSHOT_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Batched:
+    """The oracle judge asked once per snapshot and type (:func:`mongomem.ltm.judge.prefetch`)."""
+
+    size: int
+    outcomes: list[Outcome]
+    round_trips: int  # batched calls + questions asked alone
+
+
+async def run_batched(cases: Sequence[Case], similarity: Mapping[str, float], size: int) -> Batched:
+    """Group the cases into snapshots of ``size`` candidates of one memory type (in file
+    order), then decide each group as the reconciler's batch path does: gather its
+    questions, one batched call per snapshot and type, each decision through
+    :func:`decide` with the prefetched verdicts (the same question asked alone otherwise)."""
+    thresholds = Thresholds()
+    expected = {f"cand_{c.id}": c.expected for c in cases}
+    judge = ScriptedJudge(lambda q: expected[q.candidate_id])
+    by_type: dict[str, list[Case]] = defaultdict(list)
+    for case in cases:
+        by_type[case.memory_type].append(case)
+    groups = [
+        members[i : i + size] for members in by_type.values() for i in range(0, len(members), size)
+    ]
+
+    async def dates(_: Neighbour) -> list[datetime]:
+        return [LEARNED]
+
+    decided: dict[str, Outcome] = {}
+    for number, group in enumerate(groups):
+        pairs = []
+        for case in group:
+            candidate, existing = pair(case, similarity[case.id])
+            evidence = candidate.evidence.model_copy(update={"ref": f"snap-group-{number}"})
+            pairs.append((case, candidate.model_copy(update={"evidence": evidence}), existing))
+        questions = [
+            q
+            for _, candidate, existing in pairs
+            if (q := await question_for(candidate, [existing], thresholds, dates)) is not None
+        ]
+        primed = await prefetch(judge, questions)
+        for case, candidate, existing in pairs:
+            decision = await decide(candidate, [existing], thresholds, primed, dates)
+            asked = decision.judged
+            decided[case.id] = Outcome(
+                case, "batched", decision.action, decision.judged, asked, existing.similarity
+            )
+    return Batched(size, [decided[c.id] for c in cases], judge.round_trips)
+
+
 async def similarities(embedder: Embedder, cases: Sequence[Case]) -> dict[str, float]:
     texts = [t for c in cases for t in (c.existing_text, c.new_text)]
     vectors = await embedder.embed(texts)
@@ -225,6 +291,7 @@ def report(
     command: str,
     embedder: str,
     sweep: Mapping[float, list[Outcome]],
+    batched: Sequence[Batched] = (),
 ) -> str:
     categories = sorted(
         {c.category for c in cases},
@@ -362,6 +429,31 @@ def report(
             f"{100.0 * sum(o.asked for o in got) / len(got):.1f} | "
             f"{sum(o.action is o.case.expected for o in relabelled)} of {len(relabelled)} |"
         )
+    per_candidate = {o.case.id: o.action for o in results[MODES[2]]}
+    lines += [
+        "",
+        "## One judge call per snapshot and type (oracle judge, issue 24)",
+        "",
+        "The cases are grouped into snapshots of *n* candidates of one memory type (in file "
+        "order) and decided as the reconciler's batch path decides: the questions of a "
+        "snapshot and type go to the judge in one call (`mongomem.ltm.judge.prefetch`), and "
+        "each decision uses its verdict only for the very same question. *n* = 1 is the "
+        "per-candidate judge.",
+        "",
+        "| candidates per snapshot | judge calls per 100 candidates | accuracy | decisions "
+        "different from the per-candidate judge | value changes kept stale |",
+        "|---|---|---|---|---|",
+    ]
+    for measured in batched:
+        kept_stale = sum(
+            o.action is Action.REINFORCE and o.case.category in CHANGES for o in measured.outcomes
+        )
+        differ = sum(o.action is not per_candidate[o.case.id] for o in measured.outcomes)
+        right = sum(o.action is o.case.expected for o in measured.outcomes)
+        lines.append(
+            f"| {measured.size} | {100.0 * measured.round_trips / len(cases):.1f} | "
+            f"{_pct(right, len(cases))} | {differ} | {kept_stale} |"
+        )
     lines += ["", *NOTES]
     return "\n".join(lines) + "\n"
 
@@ -406,7 +498,8 @@ async def run(split: str, embedder_name: str, command: str) -> str:
         at: await run_mode(MODES[2], cases, sims, Thresholds(ambiguous_at=at, floor=0.5))
         for at in (0.80, 0.85, 0.90, 0.95)
     }
-    return report(results, cases, command, described, sweep)
+    batched = [await run_batched(cases, sims, size) for size in SNAPSHOT_SIZES]
+    return report(results, cases, command, described, sweep, batched)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,12 +22,15 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench.report import publish
-from mongomem.adapters.mongo import MEMORIES
+from mongomem.adapters.mongo import DECISIONS, MEMORIES
 from mongomem.models import utcnow
+from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing import (
     STAND_IN_MODEL,
@@ -129,15 +132,23 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
 
         await wait_until(caught_up, args.timeout, "every consumer group to catch up", every=0.2)
         done = time.monotonic()
+        first_wave_calls = len(llm.chat_requests) - calls_before
+        changes = await second_wave(pipe, memory, db, args)
+        prompt_tokens = await prompt_tokens_per_snapshot(db)
     await memory.close()
 
     turns = len(sessions) * 5
-    calls = len(llm.chat_requests) - calls_before
+    calls = first_wave_calls
     latencies = [(readable_at[s] - last_turn_at[s]).total_seconds() for s in sessions]
     write_rate = turns / (written - started)
     pipe_rate = turns / (done - started)
     load = " ".join(f"{x:.1f}" for x in _loadavg())
     command = f"python -m bench.pipeline_e2e --users {args.users} --llm-latency {args.llm_latency}"
+    judged_100 = changes.per_100(changes.judged)
+    judge_100 = f"{changes.per_100(changes.judge_calls)} ({changes.judge_calls} requests)"
+    wave_calls = (
+        f"{changes.calls / changes.turns:.2f} ({changes.calls} calls for {changes.turns} turns)"
+    )
     return f"""# Benchmark: the whole pipeline as processes (P4, P5)
 
 Command (from the repository root): `{command}`
@@ -161,7 +172,84 @@ on count (5 turns). {len(sessions)} sessions of 5 turns ({args.users} users × 4
 P5 is four calls per snapshot (one per memory type) divided by the snapshot's
 turns: the window size sets it. The latency includes one LLM call ({args.llm_latency:.1f} s),
 the embedding, and a hop through each of the three Kafka topics.
+
+## Judge calls and prompt size (issue 24)
+
+Then a second wave: each user's one new session of 5 turns changes all four facts at
+once, so its snapshot carries four semantic candidates whose keys already exist (each
+needs the judge). The reconciler asks the judge once per snapshot (its types together);
+"judged decisions" is what a judge asked per candidate would have cost.
+
+| measure | value |
+|---|---|
+| second wave: candidates reconciled (all types) | {changes.candidates} |
+| judged decisions (= calls of a per-candidate judge) per 100 candidates | {judged_100} |
+| judge requests the endpoint received per 100 candidates | {judge_100} |
+| second wave: LLM calls per turn (extraction + judge) | {wave_calls} |
+| extraction prompt tokens per snapshot and type, p50 | {prompt_tokens[0]:,.0f} |
+| same, p95 | {prompt_tokens[1]:,.0f} |
+
+Prompt tokens are as the local server counts them (from `llm_usage`, every extraction
+request of both waves).
 """
+
+
+@dataclass(frozen=True)
+class Changes:
+    candidates: int
+    judged: int
+    judge_calls: int
+    calls: int
+    turns: int
+
+    def per_100(self, count: int) -> str:
+        return "—" if not self.candidates else f"{100.0 * count / self.candidates:.1f}"
+
+
+async def second_wave(
+    pipe: Pipeline, memory: AsyncMemory, db: Any, args: argparse.Namespace
+) -> Changes:
+    """Each user changes all four facts in one session; wait until every change is current."""
+    llm = pipe.llm
+    before = len(llm.chat_requests)
+    logged_before = await db[DECISIONS].count_documents({})
+    judged_before = await db[DECISIONS].count_documents({"judged": True})
+
+    async def change(user: int) -> None:
+        chat = memory.bind(MemoryRequestContext(user_id=f"u{user}", session_id="changes"))
+        for attr in ATTRIBUTES:
+            await chat.record_turn("user", f"My {attr} is changed {user} of {attr}.")
+        await chat.record_turn("assistant", "Noted, all four.")
+
+    await asyncio.gather(*(change(u) for u in range(args.users)))
+    wanted = args.users * len(ATTRIBUTES)
+
+    async def all_changed() -> bool:
+        query = {"memory_type": "semantic", "status": "current", "text": {"$regex": "changed"}}
+        return await db[MEMORIES].count_documents(query) >= wanted and await pipe.lag() == 0
+
+    await wait_until(all_changed, args.timeout, "every change to be current", every=0.5)
+    requests = llm.chat_requests[before:]
+    judge_calls = sum(
+        r.schema_name in ("reconcile_verdict", "reconcile_verdicts") for r in requests
+    )
+    return Changes(
+        candidates=await db[DECISIONS].count_documents({}) - logged_before,
+        judged=await db[DECISIONS].count_documents({"judged": True}) - judged_before,
+        judge_calls=judge_calls,
+        calls=len(requests),
+        turns=args.users * (len(ATTRIBUTES) + 1),
+    )
+
+
+async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float]:
+    """p50 and p95 of the prompt tokens of one snapshot's extraction for one type."""
+    tokens: dict[tuple[str, str], int] = {}
+    async for doc in db[LLM_USAGE].find({"kind": "call", "purpose": "extract"}):
+        key = (str(doc.get("snapshot_id")), str(doc.get("memory_type")))
+        tokens[key] = tokens.get(key, 0) + int(doc.get("prompt_tokens", 0))
+    values = [float(v) for v in tokens.values()] or [0.0]
+    return percentile(values, 0.5), percentile(values, 0.95)
 
 
 def _loadavg() -> tuple[float, float, float]:

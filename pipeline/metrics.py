@@ -30,10 +30,13 @@ with require("stages"):
 __all__ = [
     "CONSUMER_LAG",
     "DEAD_LETTERS",
+    "EXTRACTION_RESULTS",
     "LLM_CALLS",
     "LLM_LATENCY",
     "LLM_QUERY_CALLS",
     "LLM_QUERY_TOKENS",
+    "LLM_REQUESTS",
+    "LLM_REQUEST_TOKENS",
     "LLM_SNAPSHOT_TOKENS",
     "LLM_TOKENS",
     "MESSAGES",
@@ -63,6 +66,24 @@ LLM_LATENCY = Histogram(
 )
 LLM_TOKENS = Counter(
     "mongomem_llm_tokens", "LLM tokens used", ["memory_type", "kind"], registry=REGISTRY
+)
+LLM_REQUESTS = Counter(
+    "mongomem_llm_requests",
+    "LLM requests sent, per purpose (extract, judge, eval-*, answer …; counted once each)",
+    ["purpose"],
+    registry=REGISTRY,
+)
+LLM_REQUEST_TOKENS = Counter(
+    "mongomem_llm_request_tokens",
+    "LLM tokens used, per purpose",
+    ["purpose", "kind"],
+    registry=REGISTRY,
+)
+EXTRACTION_RESULTS = Counter(
+    "mongomem_extraction_results",
+    "Extraction answers used, by source: llm (asked) or stored (reused, SPEC I6)",
+    ["memory_type", "source"],
+    registry=REGISTRY,
 )
 LLM_CALLS = Counter(
     "mongomem_llm_calls",

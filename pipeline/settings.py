@@ -211,6 +211,16 @@ class ExtractionSettings(BaseSettings):
             "the type shown to the model, so it reuses their labels; 0: none"
         ),
     )
+    window_tokens: int = Field(
+        default=6000,
+        ge=500,
+        le=200_000,
+        description=(
+            "budget (tokens of about 4 characters) for a snapshot's turns in one extraction "
+            "prompt; over it, the longest turns are shortened first (their middle is cut), "
+            "every turn keeps its place"
+        ),
+    )
     roles: Annotated[tuple[Literal["user", "assistant", "system", "tool"], ...], NoDecode] = Field(
         default=("user", "assistant"),
         min_length=1,

@@ -77,6 +77,7 @@ from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_i
 from mongomem.settings import LLMSettings
 
 __all__ = [
+    "CALL_HEADER",
     "DEFAULT_BASE_URL",
     "FALLBACK_ORDER",
     "LLM",
@@ -131,17 +132,27 @@ class LLMResult(Generic[M]):
     latency_s: float
 
 
+#: The header each request carries with its call id (the request's row in ``llm_usage``).
+CALL_HEADER = "X-Mongomem-Call"
+
+
 class CallMeter(Protocol):
     """Hears of every request to the endpoint, so usage can be accounted per call.
 
-    ``call_started`` is awaited *before* the request is sent: a call cut short
-    (timeout, crash) is still counted. ``answered`` is awaited for every
-    answer that arrived, also one then rejected as invalid.
+    ``call_started`` is awaited *before* the request is sent and returns the
+    call's id, sent with the request as the :data:`CALL_HEADER` header; if it
+    raises, the request is not sent (no request without its record). Then
+    exactly one of ``answered`` (an answer arrived, also one then rejected as
+    invalid) or ``failed`` (the request failed: timeout, refusal, HTTP error)
+    is awaited with that id, unless the process dies first: a call cut off by
+    a kill stays recorded as started, never finished.
     """
 
-    async def call_started(self) -> None: ...
+    async def call_started(self) -> str: ...
 
-    async def answered(self, usage: LLMUsage, model: str) -> None: ...
+    async def answered(self, call_id: str, usage: LLMUsage, model: str) -> None: ...
+
+    async def failed(self, call_id: str, error: str) -> None: ...
 
 
 class LLM(Protocol):
@@ -362,6 +373,16 @@ class OpenAILLM:
         return f"openai-compatible:{self._model}@{self._url}"
 
     @property
+    def model(self) -> str:
+        """The model asked for (part of the key of a stored extraction answer)."""
+        return self._model
+
+    @property
+    def structured_output(self) -> str:
+        """The configured structured-output mode (``auto`` or one of :data:`Mode`)."""
+        return self._setting
+
+    @property
     def mode(self) -> Mode:
         """The mode the next call starts with (``auto``: the one remembered, if any)."""
         if self._setting != "auto":
@@ -487,22 +508,25 @@ class OpenAILLM:
         meter: CallMeter | None,
         where: str,
     ) -> ChatCompletion:
-        if meter is not None:
-            await meter.call_started()
+        call_id = await meter.call_started() if meter is not None else None
+        headers = {CALL_HEADER: call_id} if call_id else None
         try:
             response: ChatCompletion = await self._client.chat.completions.create(
                 model=self._model,
                 messages=cast("list[ChatCompletionMessageParam]", chat),
                 temperature=0,
                 stream=False,
+                extra_headers=headers,
                 **options,
             )
         except openai.OpenAIError as exc:
+            if meter is not None and call_id is not None:
+                await meter.failed(call_id, _failure(exc))
             if isinstance(exc, openai.APIStatusError) and is_format_refusal(exc, mode):
                 raise _Refused(mode, exc) from exc
             raise _translate(exc, where) from exc
-        if meter is not None:
-            await meter.answered(_usage_of(response), response.model or self._model)
+        if meter is not None and call_id is not None:
+            await meter.answered(call_id, _usage_of(response), response.model or self._model)
         return response
 
     def _read(
@@ -538,6 +562,17 @@ class OpenAILLM:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _failure(exc: openai.OpenAIError) -> str:
+    """How a request failed, in a few words (the ``outcome`` of its usage record)."""
+    if isinstance(exc, openai.APIStatusError):
+        return f"http-{exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    return type(exc).__name__
 
 
 def _usage_of(response: ChatCompletion) -> LLMUsage:

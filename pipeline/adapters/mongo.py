@@ -20,6 +20,7 @@ from mongomem.settings import MongoSettings
 __all__ = [
     "CHECKPOINTS",
     "DECISIONS",
+    "EXTRACTIONS",
     "LEDGER",
     "MEMORIES",
     "SNAPSHOTS",
@@ -39,6 +40,8 @@ MEMORIES = "memories"
 LEDGER = "reconcile_ledger"
 DECISIONS = "decision_log"
 CHECKPOINTS = "checkpoints"
+#: Stored extraction answers, one per snapshot, type, prompt, schema, model and mode (SPEC I6).
+EXTRACTIONS = "extraction_results"
 
 
 def connect(settings: MongoSettings, **options: Any) -> AsyncMongoClient[Document]:

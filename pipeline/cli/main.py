@@ -276,6 +276,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep running after catching up (default: stop when caught up)",
     )
+    replay_p.add_argument(
+        "--re-extract",
+        action="store_true",
+        help="extractor: ask the LLM again for every snapshot, replacing the stored answers "
+        "(default: reuse them, no LLM call)",
+    )
     replay_p.set_defaults(handler=_replay)
 
     from mongomem.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK

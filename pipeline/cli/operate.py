@@ -42,7 +42,13 @@ from mongomem.operations.status import (
     group_lag,
     set_group_position,
 )
-from mongomem.operations.usage import LLM_USAGE, recent_usage, usage_table
+from mongomem.operations.usage import (
+    LLM_USAGE,
+    recent_runs,
+    recent_usage,
+    runs_table,
+    usage_table,
+)
 from mongomem.project_config import enabled_types, load_project_config
 from mongomem.settings import (
     ExtractionSettings,
@@ -170,7 +176,9 @@ def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
-    """The last ``hours`` of ``llm_usage``: calls, tokens, dead letters and cost per type."""
+    """The last ``hours`` of ``llm_usage``: calls, unfinished calls, tokens and cost per
+    purpose, then per memory type the snapshots that asked the LLM vs reused a stored answer
+    (SPEC I6) and the dead letters."""
     title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
     mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
     client = connect(mongodb)
@@ -178,11 +186,13 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
         collection = database(client, mongodb)[LLM_USAGE]
         since = utcnow() - timedelta(hours=hours)
         rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
+        runs = await asyncio.wait_for(recent_runs(collection, since), 15)
     except (StorageError, TimeoutError) as exc:
         return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
     finally:
         await client.close()
-    return usage_table(rows, title=title, priced=bool(settings.llm.prices))
+    # "no LLM calls" and yet runs: every snapshot reused a stored answer
+    return usage_table(rows, title=title, priced=bool(settings.llm.prices)) + runs_table(runs)
 
 
 def llm_line(settings: Settings) -> str:

@@ -28,7 +28,8 @@ order that keeps what later steps need until they are done:
    versions; project-scoped ones (and, for a session, the user's) follow the
    lineage rule of :mod:`mongomem.erasure.prune`;
 3. decision-log entries, processing-status entries, LLM usage records of the
-   erased snapshots;
+   erased snapshots, the stored extraction answers (``extraction_results``, by
+   project / user / session);
 4. snapshots, then turns;
 5. tombstones for the erased sessions' window states, written to the windowing
    changelog by the ``on_sessions`` hook (the CLI passes one; see the README),
@@ -62,6 +63,7 @@ from pymongo.errors import PyMongoError
 from mongomem.adapters.mongo import (
     CHECKPOINTS,
     DECISIONS,
+    EXTRACTIONS,
     LEDGER,
     MEMORIES,
     SNAPSHOTS,
@@ -321,6 +323,8 @@ class _Erasure:
         )
         r = await _run(db[LLM_USAGE].delete_many(usage))
         self.count(LLM_USAGE, r.deleted_count)
+        r = await _run(db[EXTRACTIONS].delete_many(whose))  # stored LLM answers (SPEC I6)
+        self.count(EXTRACTIONS, r.deleted_count)
         await self.checkpoint("derived")
         # -- 4: snapshots, then turns
         r = await _run(db[SNAPSHOTS].delete_many(whose))

@@ -198,7 +198,7 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
             async for d in db[SNAPSHOTS].find({"project_id": project, "user_id": user}, {"_id": 1})
         ]
         totals = {"snapshots": len(ids), "calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
-        query: Document = {"kind": "extraction", "snapshot_id": {"$in": ids}}
+        query: Document = {"kind": "call", "purpose": "extract", "snapshot_id": {"$in": ids}}
         async for doc in db[LLM_USAGE].find(query):
             for name in ("calls", "prompt_tokens", "completion_tokens"):
                 totals[name] += int(doc.get(name, 0))

@@ -13,6 +13,12 @@ but pays round trips per *batch* instead of per candidate:
    index in one matrix product, plan each one, and apply each decision to the
    in-memory index at once, so a later candidate sees an earlier one's effect
    (two ADDs of one key become ADD + REINFORCE);
+   Before planning, the questions the judge will be asked are gathered and
+   sent as one call per snapshot, all its types together
+   (:func:`~mongomem.ltm.judge.prefetch`);
+   each candidate's own plan then uses its verdict only if it asks the very same
+   question, and asks alone otherwise, so decisions are those of a judge asked
+   one question at a time.
 3. one ordered ``bulk_write`` per (scope, type) with every insert and
    ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
@@ -39,6 +45,7 @@ from mongomem.errors import StorageError
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.host import BatchHost
 from mongomem.ltm.index import Row, bump_scope
+from mongomem.ltm.judge import Judge, JudgeQuestion, prefetch, question_for
 from mongomem.ltm.plan import Decision, Outcome, build_version
 from mongomem.ltm.search import ExactCosineSearch, neighbours_in
 from mongomem.ltm.writes import (
@@ -110,12 +117,42 @@ async def reconcile_batch(store: BatchHost, candidates: Sequence[MemoryCandidate
                 raise StorageError(f"writing the ledger failed: {exc}") from exc
         except PyMongoError as exc:
             raise StorageError(f"writing the ledger failed: {exc}") from exc
+    # One judge call per snapshot for the questions this batch will ask (SPEC I6), its
+    # types together: planned against the index as it stands; a question that an earlier
+    # candidate of the batch changes is asked alone when its turn comes.
+    questions: list[JudgeQuestion] = []
     for (scope, memory_type), items in groups.items():
-        await _reconcile_scope(store, scope, memory_type, items, outcomes)
+        questions += await _questions(store, scope, memory_type, items)
+    judge = await prefetch(store.judge, questions) if questions else store.judge
+    for (scope, memory_type), items in groups.items():
+        await _reconcile_scope(store, scope, memory_type, items, outcomes, judge)
     for i, c in enumerate(candidates):
         if i not in outcomes:
             outcomes[i] = outcomes[first[c.candidate_id]].model_copy(update={"replayed": True})
     return [outcomes[i] for i in range(len(candidates))]
+
+
+async def _questions(
+    store: BatchHost,
+    scope: MemoryScope,
+    memory_type: str,
+    items: list[tuple[int, MemoryCandidate]],
+) -> list[JudgeQuestion]:
+    """The judge questions the candidates of one (scope, type) would ask now."""
+    index = await store.cache.fresh(scope, memory_type)
+    vectors = np.asarray([c.embedding for _, c in items], dtype=np.float32)
+    if vectors.ndim != 2:
+        return []  # ragged: reconciled one at a time, asking alone
+    index.check_dims(vectors[0])
+    generation, sims = index.similarities(vectors)
+    t = store.thresholds
+    out = []
+    for j, (_, c) in enumerate(items):
+        near = neighbours_in(index, c, t.neighbours, (generation, sims[j]), t.floor)
+        question = await question_for(c, near, t, store.evidence_dates)
+        if question is not None:
+            out.append(question)
+    return out
 
 
 async def _reconcile_scope(
@@ -124,6 +161,7 @@ async def _reconcile_scope(
     memory_type: str,
     items: list[tuple[int, MemoryCandidate]],
     outcomes: dict[int, Outcome],
+    judge: Judge | None,
 ) -> None:
 
     index = await store.cache.fresh(scope, memory_type)
@@ -134,6 +172,7 @@ async def _reconcile_scope(
         return
     index.check_dims(vectors[0])
     generation, sims = index.similarities(vectors)
+    t = store.thresholds
     now = store.clock()
     planned: list[tuple[int, MemoryCandidate, Decision]] = []
     inserts: list[tuple[int, Op]] = []  # (position in planned, op)
@@ -141,8 +180,8 @@ async def _reconcile_scope(
     changed: list[str] = []
     for j, (i, c) in enumerate(items):
         known = (generation, sims[j])
-        t = store.thresholds
-        decision = await store.decide(c, neighbours_in(index, c, t.neighbours, known, t.floor))
+        neighbours = neighbours_in(index, c, t.neighbours, known, t.floor)
+        decision = await store.decide(c, neighbours, judge=judge)
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
         else:

@@ -32,14 +32,22 @@ from mongomem.ltm.plan import Decision, Neighbour, Thresholds, Verdict, plan_rec
 from mongomem.models import Action, MemoryCandidate
 
 __all__ = [
+    "BATCH_SYSTEM_PROMPT",
+    "BatchJudge",
     "EvidenceDates",
     "Judge",
     "JudgeAnswer",
+    "JudgeBatchAnswer",
     "JudgeQuestion",
+    "JudgeVerdict",
     "LLMJudge",
+    "MeterFor",
+    "Prefetched",
     "ScriptedJudge",
     "StructuredLLM",
     "decide",
+    "prefetch",
+    "question_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,6 +73,11 @@ class JudgeQuestion(BaseModel):
     differences: tuple[str, ...] = ()
     #: The key the extraction model said the new statement corrects, if any (a hint).
     model_says_corrects: str | None = None
+    #: Not shown to the judge: the candidate, and what its calls are accounted to (the
+    #: candidate's snapshot, or direct save, and its project).
+    candidate_id: str = ""
+    source_ref: str = ""
+    project_id: str = ""
 
     @classmethod
     def of(
@@ -86,11 +99,19 @@ class JudgeQuestion(BaseModel):
             new_stated_at=candidate.evidence.at,
             differences=decision.differences,
             model_says_corrects=candidate.corrects,
+            candidate_id=candidate.candidate_id,
+            source_ref=candidate.evidence.ref,
+            project_id=candidate.scope.project_id,
         )
 
     def render(self) -> str:
         """The question as the JSON document :class:`LLMJudge` sends (stable key order)."""
-        body = {
+        return json.dumps(self.body(), ensure_ascii=False, indent=1)
+
+    def body(self) -> dict[str, Any]:
+        """What the judge is shown of this question: every per-candidate field, the same in a
+        question asked alone and in a batch (:meth:`LLMJudge.judge_many`)."""
+        return {
             "memory_type": self.memory_type,
             "same_key": self.same_key,
             "existing": {
@@ -106,7 +127,6 @@ class JudgeQuestion(BaseModel):
             "detected_value_differences": list(self.differences),
             "extraction_model_says_it_corrects": self.model_says_corrects,
         }
-        return json.dumps(body, ensure_ascii=False, indent=1)
 
 
 class Judge(Protocol):
@@ -115,12 +135,109 @@ class Judge(Protocol):
     async def judge(self, question: JudgeQuestion) -> Verdict: ...
 
 
+class BatchJudge(Judge, Protocol):
+    """A judge that can also answer many questions in one call (SPEC I6).
+
+    :meth:`judge_many` returns a verdict per question it could answer, by
+    position; a question missing from the answer (or answered invalidly) is
+    simply absent, and the caller asks it alone with :meth:`judge`.
+    """
+
+    async def judge_many(self, questions: Sequence[JudgeQuestion]) -> dict[int, Verdict]: ...
+
+
+class Prefetched:
+    """A :class:`Judge` that first answers from verdicts given in advance for the very same
+    questions (asked in a batch), and asks ``inner`` alone for anything else.
+
+    A verdict is used only for a question equal to the one it was given for (same
+    statements, keys, dates and differences): the decision is the one the judge
+    would have made asked alone.
+    """
+
+    def __init__(self, inner: Judge, verdicts: Mapping[JudgeQuestion, Verdict]) -> None:
+        self._inner = inner
+        self._verdicts = dict(verdicts)
+        self.reused = 0
+
+    async def judge(self, question: JudgeQuestion) -> Verdict:
+        verdict = self._verdicts.pop(question, None)
+        if verdict is not None:
+            self.reused += 1
+            return verdict
+        return await self._inner.judge(question)
+
+
+async def prefetch(judge: Judge | None, questions: Sequence[JudgeQuestion]) -> Judge | None:
+    """``judge`` primed with one batched call per candidates' snapshot (all its memory types
+    together: each question names its type) of two or more ``questions``; ``judge`` itself
+    when it cannot batch or there is nothing to batch.
+
+    A failed batch only means asking each question alone later.
+    """
+    judge_many = getattr(judge, "judge_many", None)
+    if judge is None or judge_many is None:
+        return judge
+    groups: dict[str, list[JudgeQuestion]] = {}
+    for question in dict.fromkeys(questions):  # the same question once
+        groups.setdefault(question.source_ref, []).append(question)
+    verdicts: dict[JudgeQuestion, Verdict] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue  # asked alone anyway: one call either way
+        try:
+            answered = await judge_many(group)
+        except MongomemError as exc:
+            log.warning("batched judge call failed (%s); asking one question at a time", exc)
+            continue
+        for index, verdict in answered.items():
+            verdicts[group[index]] = verdict
+    return Prefetched(judge, verdicts) if verdicts else judge
+
+
 #: Given the neighbour the judge is asked about, when its evidence was recorded.
 EvidenceDates = Callable[[Neighbour], Awaitable[Sequence[datetime]]]
 
 
 async def _no_dates(_: Neighbour) -> Sequence[datetime]:
     return ()
+
+
+async def question_for(
+    candidate: MemoryCandidate,
+    neighbours: Sequence[Neighbour],
+    thresholds: Thresholds,
+    evidence_dates: EvidenceDates = _no_dates,
+) -> JudgeQuestion | None:
+    """The question :func:`decide` would ask the judge about ``candidate``, if any."""
+    decision = plan_reconcile(candidate, neighbours, thresholds)
+    if not decision.needs_judge:
+        return None
+    return await _question(candidate, neighbours, decision, evidence_dates)
+
+
+async def _question(
+    candidate: MemoryCandidate,
+    neighbours: Sequence[Neighbour],
+    decision: Decision,
+    evidence_dates: EvidenceDates,
+) -> JudgeQuestion | None:
+    target = next(
+        (
+            n
+            for n in neighbours
+            if n.memory_id == decision.ask_about
+            and n.scope == candidate.scope
+            and n.memory_type == candidate.memory_type
+        ),
+        None,
+    )
+    if target is None:
+        return None
+    target = max(
+        (n for n in neighbours if n.memory_id == target.memory_id), key=lambda n: n.version
+    )
+    return JudgeQuestion.of(candidate, target, decision, await evidence_dates(target))
 
 
 async def decide(
@@ -134,22 +251,9 @@ async def decide(
     decision = plan_reconcile(candidate, neighbours, thresholds)
     if not decision.needs_judge or judge is None:
         return decision
-    target = next(
-        (
-            n
-            for n in neighbours
-            if n.memory_id == decision.ask_about
-            and n.scope == candidate.scope
-            and n.memory_type == candidate.memory_type
-        ),
-        None,
-    )
-    if target is None:
+    question = await _question(candidate, neighbours, decision, evidence_dates)
+    if question is None:
         return decision
-    target = max(
-        (n for n in neighbours if n.memory_id == target.memory_id), key=lambda n: n.version
-    )
-    question = JudgeQuestion.of(candidate, target, decision, await evidence_dates(target))
     started = time.perf_counter()
     try:
         verdict = await judge.judge(question)
@@ -174,12 +278,40 @@ class JudgeAnswer(BaseModel):
     reason: str
 
 
+class JudgeVerdict(BaseModel):
+    """One verdict of a batched answer, tied to its question by ``id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    action: Literal["ADD", "UPDATE", "REINFORCE"]
+    reason: str
+
+
+class JudgeBatchAnswer(BaseModel):
+    """The JSON the LLM must answer a batch of questions with: one verdict per id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdicts: list[JudgeVerdict]
+
+
 class StructuredLLM(Protocol):
-    """The part of :class:`mongomem.adapters.llm.LLM` the judge needs."""
+    """The part of :class:`mongomem.adapters.llm.LLM` the judge needs (``meter`` is the
+    :class:`~mongomem.adapters.llm.CallMeter` of the call, or ``None``)."""
 
     async def structured(
-        self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Any,
+        *,
+        schema_name: str,
+        meter: Any = None,
     ) -> Any: ...
+
+
+#: Given a question (the first of a batch), the meter its call is accounted with, or None.
+MeterFor = Callable[[JudgeQuestion], Any]
 
 
 SYSTEM_PROMPT = (
@@ -197,11 +329,20 @@ SYSTEM_PROMPT = (
 )
 
 
-class LLMJudge:
-    """A :class:`Judge` backed by an OpenAI-compatible model (see :mod:`mongomem.adapters.llm`)."""
+BATCH_SYSTEM_PROMPT = (
+    f"{SYSTEM_PROMPT}\n\nYou are given several such questions at once, as a JSON list; each "
+    "has an id. Judge each one on its own, exactly as if it were the only one: the questions "
+    "are independent. Answer with one verdict per question, with its id."
+)
 
-    def __init__(self, llm: StructuredLLM) -> None:
+
+class LLMJudge:
+    """A :class:`BatchJudge` backed by an OpenAI-compatible model
+    (see :mod:`mongomem.adapters.llm`); each call is accounted with ``meter_for``'s meter."""
+
+    def __init__(self, llm: StructuredLLM, *, meter_for: MeterFor | None = None) -> None:
         self._llm = llm
+        self.meter_for = meter_for
 
     async def judge(self, question: JudgeQuestion) -> Verdict:
         user = question.render()
@@ -209,6 +350,7 @@ class LLMJudge:
             [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}],
             JudgeAnswer,
             schema_name="reconcile_verdict",
+            meter=self._meter(question),
         )
         answer = JudgeAnswer.model_validate(result.value)
         return Verdict(
@@ -218,20 +360,83 @@ class LLMJudge:
             input_chars=len(SYSTEM_PROMPT) + len(user),
         )
 
+    async def judge_many(self, questions: Sequence[JudgeQuestion]) -> dict[int, Verdict]:
+        """One call for all ``questions``; verdicts by position (see :class:`BatchJudge`).
+
+        Questions get the ids ``q1``, ``q2`` …; a verdict for an unknown id, or a
+        second verdict for an id, is ignored (that question is then asked alone).
+        """
+        if not questions:
+            return {}
+        body = [{"id": f"q{n}", **q.body()} for n, q in enumerate(questions, 1)]
+        user = json.dumps({"questions": body}, ensure_ascii=False, indent=1)
+        result = await self._llm.structured(
+            [
+                {"role": "system", "content": BATCH_SYSTEM_PROMPT},
+                {"role": "user", "content": user},
+            ],
+            JudgeBatchAnswer,
+            schema_name="reconcile_verdicts",
+            meter=self._meter(questions[0]),
+        )
+        answer = JudgeBatchAnswer.model_validate(result.value)
+        share = (len(BATCH_SYSTEM_PROMPT) + len(user)) // len(questions)
+        by_index: dict[int, list[JudgeVerdict]] = {}
+        for verdict in answer.verdicts:
+            index = _index_of(verdict.id, len(questions))
+            if index is not None:
+                by_index.setdefault(index, []).append(verdict)
+        return {
+            index: Verdict(
+                memory_id=questions[index].memory_id,
+                action=Action(only.action),
+                reason=only.reason,
+                input_chars=share,
+            )
+            for index, (only, *more) in by_index.items()
+            if not more  # two verdicts for one question: neither is trusted
+        }
+
+    def _meter(self, question: JudgeQuestion) -> Any:
+        return None if self.meter_for is None else self.meter_for(question)
+
+
+def _index_of(question_id: str, count: int) -> int | None:
+    """``q3`` → 2 when there are at least 3 questions; ``None`` for anything else."""
+    digits = question_id.strip().removeprefix("q")
+    if not digits.isdigit():
+        return None
+    index = int(digits) - 1
+    return index if 0 <= index < count else None
+
 
 class ScriptedJudge:
     """A test double: answers with ``decide(question)`` and keeps every question asked."""
 
     def __init__(self, decide: Callable[[JudgeQuestion], Action]) -> None:
         self._decide = decide
-        self.questions: list[JudgeQuestion] = []
+        self.questions: list[JudgeQuestion] = []  # asked alone
+        self.batches: list[list[JudgeQuestion]] = []  # asked together
 
     @property
     def calls(self) -> int:
         return len(self.questions)
 
+    async def judge_many(self, questions: Sequence[JudgeQuestion]) -> dict[int, Verdict]:
+        """All of ``questions`` in one call (counted in :attr:`batches`)."""
+        self.batches.append(list(questions))
+        return {i: self._verdict(q) for i, q in enumerate(questions)}
+
+    @property
+    def round_trips(self) -> int:
+        """Calls made: one per question asked alone, one per batch."""
+        return len(self.questions) + len(self.batches)
+
     async def judge(self, question: JudgeQuestion) -> Verdict:
         self.questions.append(question)
+        return self._verdict(question)
+
+    def _verdict(self, question: JudgeQuestion) -> Verdict:
         action = self._decide(question)
         return Verdict(
             memory_id=question.memory_id,

@@ -65,6 +65,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from types import EllipsisType
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING
@@ -344,18 +345,23 @@ class MemoryStore(MemoryReads):
         neighbours = await self.search_backend.neighbours(candidate, t.neighbours, t.floor)
         return await self.decide(candidate, neighbours)
 
-    async def decide(self, candidate: MemoryCandidate, neighbours: list[Neighbour]) -> Decision:
-        """Plan against ``neighbours``, asking the judge when the plan says so
-        (:func:`mongomem.ltm.judge.decide`).
+    async def decide(
+        self,
+        candidate: MemoryCandidate,
+        neighbours: list[Neighbour],
+        *,
+        judge: Judge | EllipsisType | None = ...,
+    ) -> Decision:
+        """Plan against ``neighbours``, asking the judge (the store's, unless ``judge`` is
+        given) when the plan says so (:func:`mongomem.ltm.judge.decide`).
 
         An ADD whose memory id is that of a deleted memory takes the key's next
         incarnation instead (:func:`~mongomem.ltm.plan.memory_id_for`), so a
         deleted memory never comes back. This costs a read only in scopes where
         a memory was ever deleted (the scope log counts them).
         """
-        decision = await decide(
-            candidate, neighbours, self.thresholds, self.judge, self.evidence_dates
-        )
+        asked = self.judge if isinstance(judge, EllipsisType) else judge
+        decision = await decide(candidate, neighbours, self.thresholds, asked, self.evidence_dates)
         if decision.action is Action.ADD and (
             not isinstance(self.search_backend, ExactCosineSearch)
             or self.cache.peek(candidate.scope, candidate.memory_type).deletes

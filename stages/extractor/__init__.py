@@ -59,16 +59,30 @@ class ExtractorStage:
 
     name = "extractor"
 
-    def __init__(self, settings: Settings, chosen: list[TypeSpec], group_suffix: str = "") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        chosen: list[TypeSpec],
+        group_suffix: str = "",
+        *,
+        re_extract: bool = False,
+    ) -> None:
         self.settings = settings
         self.chosen = chosen
         self.group_suffix = group_suffix
+        self.re_extract = re_extract
 
     async def run(self, stop: asyncio.Event) -> None:
         if not self.chosen:
             await stop.wait()
             return
-        await run_extractors(self.settings, self.chosen, stop, group_suffix=self.group_suffix)
+        await run_extractors(
+            self.settings,
+            self.chosen,
+            stop,
+            group_suffix=self.group_suffix,
+            re_extract=self.re_extract,
+        )
 
 
 async def main(settings: Settings, args: argparse.Namespace) -> None:
@@ -78,5 +92,6 @@ async def main(settings: Settings, args: argparse.Namespace) -> None:
     if not chosen:
         log.warning("no memory type is enabled: the extractor has nothing to do")
     suffix = getattr(args, "group_suffix", "") or ""
-    await run_stage(ExtractorStage(settings, chosen, suffix), settings)
+    re_extract = bool(getattr(args, "re_extract", False))
+    await run_stage(ExtractorStage(settings, chosen, suffix, re_extract=re_extract), settings)
     log.info("extractor stopped")

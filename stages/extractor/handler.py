@@ -21,9 +21,20 @@ fail the same way, so the stage stops without committing.
 
 Before asking the LLM, a handler given :class:`KnownMemories` looks up the
 scope's current memories of its type nearest to the snapshot (within
-``ExtractionSettings.known_tokens``) and shows them to the model, so it reuses
-their labels (SPEC K2); the reconciler still decides. A failed lookup only
-means extracting without them.
+``ExtractionSettings.known_tokens``; the farthest are left out first) and
+shows them to the model, so it reuses their labels (SPEC K2); the reconciler
+still decides. A failed lookup only means extracting without them. The
+snapshot's turns are bounded too (``ExtractionSettings.window_tokens``): over
+it, the longest turns are shortened first, their middle cut and marked, and no
+turn is dropped (:func:`~mongomem.stages.extractor.core.fit_contents`).
+
+With ``results`` (:mod:`~mongomem.stages.extractor.results`), the answer is
+looked up first by (snapshot, type, prompt version, schema version, model,
+structured-output mode): a stored one is used as it is and no LLM call is
+made (SPEC I6: replays, re-published snapshots, restarts and other consumer
+groups pay nothing). A fresh answer is stored *before* any candidate is
+published from it, so a crash after the answer never pays for it twice; with
+``re_extract`` the lookup is skipped and the new answer replaces the old.
 
 With a ``progress`` recorder, a handled snapshot is recorded in
 ``processing_status`` before :meth:`TypeHandler.handle` returns: its candidate
@@ -64,6 +75,7 @@ from mongomem.stages.extractor.core import (
     snapshot_query,
     to_candidates,
 )
+from mongomem.stages.extractor.results import AnswerStore, ResultKey, schema_version
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.runtime import (
     Decision,
@@ -124,6 +136,8 @@ class TypeHandler:
         known: KnownMemories | None = None,
         progress: Progress | None = None,
         erasures: ErasureRegister | None = None,
+        results: AnswerStore | None = None,
+        re_extract: bool = False,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -146,6 +160,8 @@ class TypeHandler:
         self._known_memories = known
         self._progress = progress
         self._erasures = erasures
+        self._results = results
+        self._re_extract = re_extract
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
@@ -183,9 +199,14 @@ class TypeHandler:
             await self._note(snapshot, [], None)  # done for this type: nothing to extract
             await self._record(snapshot, None, meter, 0, 0, "nothing-to-extract")
             return HandledRecord(snapshot.snapshot_id, (), 0, False)
-        known = await self._known(snapshot, roles)
-        messages = render_messages(self.spec, snapshot, roles, known)
-        answer: LLMResult[BaseModel] | None = None
+        key = self.result_key(snapshot)
+        answer = await self._stored_answer(key)
+        reused = answer is not None
+        messages: list[dict[str, str]] = []
+        if answer is None:
+            known = await self._known(snapshot, roles)
+            window = self._extraction.window_tokens * CHARS_PER_TOKEN
+            messages = render_messages(self.spec, snapshot, roles, known, window)
         attempt = 0
         while True:
             attempt += 1
@@ -199,6 +220,7 @@ class TypeHandler:
                         meter=meter,
                     )
                     metrics.LLM_LATENCY.labels(self.spec.name).observe(answer.latency_s)
+                    answer = await self._keep_answer(key, snapshot, answer)
                 candidates = await self._candidates(snapshot, answer)
                 await self._publish(candidates)
             except ConfigError:
@@ -235,14 +257,61 @@ class TypeHandler:
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
                 await self._note(snapshot, None, f"{type(exc).__name__}: {exc}")
-                await self._record(snapshot, answer, meter, attempt, 0, "dead-letter")
+                await self._record(snapshot, answer, meter, attempt, 0, "dead-letter", reused)
                 return HandledRecord(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
             await self._note(snapshot, [c.candidate_id for c in candidates], None)
-            await self._record(snapshot, answer, meter, attempt, len(candidates), "ok")
+            await self._record(snapshot, answer, meter, attempt, len(candidates), "ok", reused)
             return HandledRecord(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
+
+    def result_key(self, snapshot: Snapshot) -> ResultKey:
+        """The key of this snapshot's answer in ``extraction_results`` (SPEC I6)."""
+        # The model and the configured structured-output mode, for any LLM (test doubles
+        # without them are keyed by their name).
+        model = getattr(self._llm, "model", None) or self._llm.name
+        mode = getattr(self._llm, "structured_output", None) or "-"
+        return ResultKey(
+            snapshot_id=snapshot.snapshot_id,
+            memory_type=self.spec.name,
+            prompt_version=self.spec.full_prompt_version,
+            schema_version=schema_version(self.spec.output_model),
+            model=str(model),
+            mode=str(mode),
+        )
+
+    async def _stored_answer(self, key: ResultKey) -> LLMResult[BaseModel] | None:
+        """The stored answer of ``key`` (none with ``re_extract``, or if the lookup fails)."""
+        if self._results is None or self._re_extract:
+            return None
+        try:
+            stored = await self._results.find(key, self.spec.output_model)
+        except StorageError as exc:
+            log.warning("%s: stored answers unavailable (%s); asking the LLM", self.stage, exc)
+            return None
+        if stored is None:
+            return None
+        metrics.EXTRACTION_RESULTS.labels(self.spec.name, "stored").inc()
+        return stored.as_result()
+
+    async def _keep_answer(
+        self, key: ResultKey, snapshot: Snapshot, answer: LLMResult[BaseModel]
+    ) -> LLMResult[BaseModel]:
+        """Store a fresh answer before anything is published from it; the answer to use (the
+        one stored first, if another consumer stored one meanwhile)."""
+        metrics.EXTRACTION_RESULTS.labels(self.spec.name, "llm").inc()
+        if self._results is None:
+            return answer
+        try:
+            if self._re_extract:
+                await self._results.replace(key, snapshot, answer, self._clock())
+                return answer
+            stored = await self._results.keep(key, snapshot, answer, self._clock())
+        except StorageError as exc:
+            log.warning("%s: answer of %s not stored: %s", self.stage, snapshot.snapshot_id, exc)
+            return answer
+        return LLMResult(stored.value, stored.answer_model, answer.usage, answer.latency_s)
 
     async def _known(self, snapshot: Snapshot, roles: Sequence[Role]) -> list[Known]:
         """The nearest known memories within the budget; none if that lookup fails (it only
@@ -319,6 +388,7 @@ class TypeHandler:
         attempts: int,
         candidates: int,
         outcome: str,
+        reused: bool = False,
     ) -> None:
         """Record the run's outcome (its calls and tokens were counted as they happened);
         a storage failure is only logged."""
@@ -337,6 +407,7 @@ class TypeHandler:
             candidates=candidates,
             outcome=outcome,
             at=self._clock(),
+            reused=reused,
         )
         try:
             await self._usage.record(record)

@@ -8,8 +8,9 @@ records run concurrently (at most ``ExtractionSettings.concurrency`` at a
 time per type), except that records with the same key (one session) run one
 after another, in order, so the candidates of a session reach the reconciler
 in snapshot order. A crash before the commit replays the batch: the same
-snapshots give the same candidate ids (same prompt version, same answer),
-which the reconciler deduplicates.
+snapshots give the same candidate ids (same prompt version, and the same
+answer, reused from ``extraction_results`` without an LLM call), which the
+reconciler deduplicates.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
-from pymongo import AsyncMongoClient
-
 from mongomem.adapters.embeddings import Embedder, make_embedder
 from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, dead_letter_topic, ensure_topics
 from mongomem.adapters.llm import LLM, make_llm
-from mongomem.adapters.mongo import Document, connect, database
+from mongomem.adapters.mongo import connect, database
 from mongomem.erasure.register import ErasureRegister
 from mongomem.ltm.store import MemoryStore
 from mongomem.models import MemoryScope
@@ -40,6 +39,7 @@ from mongomem.stages.extractor.handler import (
     SourceRecord,
     TypeHandler,
 )
+from mongomem.stages.extractor.results import EXTRACTIONS, ExtractionResults
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.runtime import RetryPolicy, consume
 from mongomem.stages.runtime.kafka import KafkaSource, kafka_publisher, kafka_source
@@ -111,6 +111,7 @@ async def run_extractors(
     usage: UsageRecorder | None = None,
     known: KnownMemories | None = None,
     progress: Progress | None = None,
+    re_extract: bool = False,
 ) -> None:
     """Run one consumer group per spec in this process until ``stop`` is set (or cancelled).
 
@@ -118,6 +119,9 @@ async def run_extractors(
     the ``llm_usage`` collection, ``known`` to the ``memories`` collection
     (unless ``known_tokens`` is 0); tests pass their own. ``progress`` defaults to
     the ``processing_status`` collection (:mod:`mongomem.operations.progress`).
+    Answers are stored in and reused from ``extraction_results``
+    (:mod:`~mongomem.stages.extractor.results`); ``re_extract`` asks the LLM
+    again for every snapshot and replaces the stored answers.
     """
     stop = stop or asyncio.Event()
     kafka = settings.kafka
@@ -129,21 +133,24 @@ async def run_extractors(
     llm = llm or make_llm(settings.llm)
     own_embedder = embedder is None
     embedder = embedder or make_embedder(settings.embedding)
-    mongo: AsyncMongoClient[Document] | None = None
     own_progress = progress is None
     wants_known = known is None and settings.extraction.known_tokens > 0
-    if usage is None or progress is None or wants_known:
-        mongo = connect(settings.mongodb)
-        db = database(mongo, settings.mongodb)
-        usage = usage or MongoUsageRecorder(db[LLM_USAGE])
-        progress = progress or Progress(db)
-        if wants_known:
-            known = StoredMemories(MemoryStore(db))
+    mongo = connect(settings.mongodb)
+    db = database(mongo, settings.mongodb)
+    own_usage = usage is None
+    usage = usage or MongoUsageRecorder(db[LLM_USAGE])
+    progress = progress or Progress(db)
+    if wants_known:
+        known = StoredMemories(MemoryStore(db))
+    results = ExtractionResults(db[EXTRACTIONS])
     batch_size = max(1, settings.extraction.concurrency * 2)
     try:
         async with AsyncExitStack() as stack:
             if own_progress:
                 await until_stored(progress.ensure_index, what="the processing_status index")
+            await until_stored(results.ensure_index, what="the extraction_results index")
+            if own_usage and isinstance(usage, MongoUsageRecorder):
+                await until_stored(usage.ensure_index, what="the llm_usage indexes")
             publisher = await stack.enter_async_context(kafka_publisher(kafka))
             # SPEC J3: the snapshots of erased sessions are skipped (the register lives beside
             # processing_status)
@@ -165,6 +172,8 @@ async def run_extractors(
                     known=known,
                     progress=progress,
                     erasures=erasures,
+                    results=results,
+                    re_extract=re_extract,
                 )
                 source = await stack.enter_async_context(
                     kafka_source(
@@ -208,5 +217,4 @@ async def run_extractors(
         close = getattr(embedder, "close", None)
         if own_embedder and close is not None:
             await close()
-        if mongo is not None:
-            await mongo.close()
+        await mongo.close()

@@ -5,7 +5,9 @@ store); :mod:`mongomem.stages.reconciler.stage` is the stage's core, run on
 the stage runtime (:mod:`mongomem.stages.runtime`, which states the delivery
 contract). The optional LLM judge is used when an LLM is configured
 (``MONGOMEM_LLM_API_KEY``); without one the ambiguous band takes the
-judge-less default.
+judge-less default. Its calls are recorded in ``llm_usage`` with purpose
+``judge``, and a batch's questions of one snapshot and type go in one call
+(:func:`mongomem.ltm.judge.prefetch`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ from contextlib import AsyncExitStack
 
 from mongomem.adapters.kafka import CANDIDATES, dead_letter_topic, ensure_topics
 from mongomem.adapters.mongo import connect, database
-from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
+from mongomem.ltm import Judge, JudgeQuestion, LLMJudge, MemoryStore, Thresholds
+from mongomem.ltm.judge import MeterFor
 from mongomem.operations.progress import Progress
+from mongomem.operations.usage import (
+    LLM_USAGE,
+    MongoUsageRecorder,
+    UsageKey,
+    UsageMeter,
+    UsageRecorder,
+)
 from mongomem.settings import Settings
 from mongomem.stages.reconciler.stage import STAGE, Reconciler
 from mongomem.stages.runtime import RetryPolicy, consume, run_stage
@@ -38,6 +48,17 @@ def _judge(settings: Settings) -> Judge | None:
     from mongomem.adapters.llm import OpenAILLM
 
     return LLMJudge(OpenAILLM(settings.llm))
+
+
+def judge_meters(recorder: UsageRecorder) -> MeterFor:
+    """Each judge call accounted in ``llm_usage`` (purpose ``judge``) to the snapshot and
+    memory type of the candidate it was asked about (the first one, for a batch)."""
+
+    def meter_for(question: JudgeQuestion) -> UsageMeter:
+        key = UsageKey.judge(question.source_ref, question.memory_type, question.project_id)
+        return UsageMeter(recorder, key)
+
+    return meter_for
 
 
 async def run_reconciler(
@@ -61,6 +82,8 @@ async def run_reconciler(
             ledger_ttl_s=settings.reconcile.ledger_ttl_s,
         )
         await store.setup()
+        if isinstance(judge, LLMJudge) and judge.meter_for is None:
+            judge.meter_for = judge_meters(MongoUsageRecorder(store.db[LLM_USAGE]))
         publisher = await stack.enter_async_context(kafka_publisher(kafka))
         # Candidates carry embeddings (~8 KB as JSON): fetch enough for full batches.
         source = await stack.enter_async_context(

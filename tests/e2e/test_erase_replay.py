@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from mongomem.adapters.mongo import SNAPSHOTS
+from mongomem.adapters.mongo import EXTRACTIONS, SNAPSHOTS
 from mongomem.erasure.register import ERASURES
 from mongomem.errors import Erased
 from mongomem.operations.usage import LLM_USAGE
@@ -83,6 +83,11 @@ async def per_collection(pipe: Pipeline, user: str) -> dict[str, int]:
                     n += user == GONE  # usage of a snapshot that is gone counts as the erased's
             out[name] = n
         return out
+
+
+async def answers_stored(pipe: Pipeline) -> int:
+    async with client(pipe) as mongo:
+        return await mongo[pipe.database][EXTRACTIONS].count_documents({})
 
 
 async def learned(memory: AsyncMemory, user: str) -> bool | str:
@@ -178,10 +183,15 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
         assert all(v["snapshots"] > 0 and v["memories"] > 0 for v in kept.values())
         assert got_in > 0  # it was talking while the erasure ran, then was refused
 
+        asked = len(pipeline.llm.chat_requests)
+        stored = await answers_stored(pipeline)
         await pipeline.replay_windowing()
         await settled(pipeline, memory)
         await asyncio.sleep(3)  # let anything the replay republished go through
         await settled(pipeline, memory)
+        # SPEC I6: the republished snapshots reuse their stored answers: no LLM request
+        assert len(pipeline.llm.chat_requests) == asked
+        assert await answers_stored(pipeline) == stored
 
         assert {k: v for k, v in (await per_collection(pipeline, GONE)).items() if v} == {}
         assert {u: await per_collection(pipeline, u) for u in KEPT} == kept

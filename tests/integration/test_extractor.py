@@ -188,10 +188,14 @@ async def test_one_snapshot_fans_out_to_every_enabled_type_only(
     assert found["semantic"].model == "fake-model"
 
     usage = mongo[cfg.mongodb.database][LLM_USAGE]
-    docs = await usage.find({"snapshot_id": snapshot.snapshot_id}).to_list()
-    assert sorted(d["memory_type"] for d in docs) == ["procedural", "semantic", "taxonomic"]
-    assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 for d in docs)
-    assert all(d["last_outcome"] == "ok" and d["calls"] == 1 for d in docs)
+    calls = await usage.find({"kind": "call", "snapshot_id": snapshot.snapshot_id}).to_list()
+    assert sorted(d["memory_type"] for d in calls) == ["procedural", "semantic", "taxonomic"]
+    assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 for d in calls)
+    assert {d["_id"] for d in calls} == {r.call_id for r in server.chat_requests}
+    runs = await usage.find({"kind": "extraction", "snapshot_id": snapshot.snapshot_id}).to_list()
+    assert all(d["last_outcome"] == "ok" and d["fresh"] == 1 for d in runs)
+    stored = mongo[cfg.mongodb.database]["extraction_results"]
+    assert await stored.count_documents({"snapshot_id": snapshot.snapshot_id}) == 3
 
 
 async def test_a_json_object_only_server_extracts_a_whole_snapshot_in_auto_mode(
@@ -226,9 +230,11 @@ async def test_a_json_object_only_server_extracts_a_whole_snapshot_in_auto_mode(
 
     usage = mongo[cfg.mongodb.database][LLM_USAGE]
     docs = await usage.find({"snapshot_id": snapshot.snapshot_id}).to_list()
-    assert all(d["last_outcome"] == "ok" for d in docs)
-    assert sum(d["calls"] for d in docs) == len(requests)  # the refused requests are counted too
-    assert sum(d["answers"] for d in docs) == len(answered)
+    assert all(d["last_outcome"] == "ok" for d in docs if d["kind"] == "extraction")
+    calls = [d for d in docs if d["kind"] == "call"]
+    assert len(calls) == len(requests)  # the refused requests are recorded too, once each
+    assert sorted(d["_id"] for d in calls) == sorted(r.call_id or "" for r in requests)
+    assert sum(d["answers"] for d in calls) == len(answered)
 
 
 FAULTS: dict[str, Reply] = {

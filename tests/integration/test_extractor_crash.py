@@ -6,7 +6,8 @@ candidates are published; the second one's LLM answer arrives, and its
 embedding request is held at the local server. Then the process is killed:
 the batch's offsets were never committed. A restarted extractor must emit
 the same candidate ids again (duplicates are the reconciler's to absorb) and
-lose nothing.
+lose nothing, and it must not pay the LLM again: both answers were stored
+before the kill (SPEC I6).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mongomem.models import MemoryCandidate
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.settings import Settings
 from mongomem.stages.extractor.types import builtin_spec
-from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, make_snapshot
+from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer, Reply, Slow, make_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -166,11 +167,90 @@ async def test_sigkill_before_commit_replays_the_same_candidate_ids(
     assert counts[id_first] == 2  # emitted, not committed, emitted again after the restart
     assert set(counts) == {id_first, id_second}
 
-    # Every request the endpoint received is in llm_usage, the killed run's too: each
-    # call is counted before it is sent, its tokens as its answer arrives.
+    # The answers were stored before the kill (SPEC I6): the restarted extractor reused
+    # them and asked the endpoint nothing. Every request the endpoint received has exactly
+    # one record in llm_usage, tied by the id the request carried.
     received = server.requests_for("extract_semantic")
+    assert len(received) == 2  # both snapshots before the kill, none again after it
     usage = await mongo[settings.mongodb.database][LLM_USAGE].find().to_list()
-    assert len(received) == 4  # both snapshots before the kill, both again after it
-    assert sum(d["calls"] for d in usage) == len(received)
-    assert sum(d["answers"] for d in usage) == len(received)
-    assert sum(d["runs"] for d in usage) == 3  # the killed run never finished
+    calls = [d for d in usage if d["kind"] == "call"]
+    assert sorted(d["_id"] for d in calls) == sorted(r.call_id or "" for r in received)
+    assert all(d["state"] == "finished" and d["answers"] == 1 for d in calls)
+    runs = [d for d in usage if d["kind"] == "extraction"]
+    assert sum(d["runs"] for d in runs) == 3  # the killed run never finished
+    assert sum(d.get("reused", 0) for d in runs) == 2  # both reruns reused a stored answer
+
+
+async def test_a_call_cut_off_by_sigkill_is_recorded_once_as_unfinished(
+    settings: Settings,
+    subprocess_env: dict[str, str],
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+    mongo: AsyncMongoClient[Document],
+) -> None:
+    """Issue 24: the endpoint's requests and llm_usage's records are equal, one for one,
+    when the extractor is killed with a request in flight."""
+    env = {
+        **subprocess_env,
+        "MONGOMEM_LLM_BASE_URL": server.base_url,
+        "MONGOMEM_LLM_API_KEY": "test",
+        "MONGOMEM_LLM_TIMEOUT_S": "60",
+        "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
+        "MONGOMEM_EMBEDDING_DIMENSIONS": "32",
+        "MONGOMEM_ENABLED_EXTRACTIONS": "semantic",
+    }
+    snap = make_snapshot([("user", "I live in Boston.")])
+    await ensure_topics(settings.kafka, pipeline_topics(settings.kafka, ["extractor.semantic"]))
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.kafka.topic("snapshots"), encode(snap), key=snap.session.kafka_key()
+        )
+    finally:
+        await producer.stop()
+    server.script(Slow(60.0, answer_for_boston()))  # the first request hangs: killed in flight
+    log = tmp_path / "extractor.log"
+    proc = start(env, log)
+    usage = mongo[settings.mongodb.database][LLM_USAGE]
+    try:
+        await wait_until(lambda: len(server.chat_requests) == 1, 60, "the first request", log)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = start(env, log)
+
+        done: list[Document] = []
+
+        async def finished() -> bool:
+            done[:] = await usage.find({"kind": "extraction", "last_outcome": "ok"}).to_list()
+            return bool(done)
+
+        for _ in range(450):  # at most 90 s
+            if await finished():
+                break
+            await asyncio.sleep(0.2)
+        assert done, tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    received = server.requests_for("extract_semantic")
+    assert len(received) == 2  # the one cut off by the kill, and the one after the restart
+    calls = await usage.find({"kind": "call"}).sort("started_at").to_list()
+    assert [d["_id"] for d in calls] == [r.call_id for r in received]  # one record each
+    cut, answered = calls
+    assert (cut["state"], cut["answers"], cut["prompt_tokens"]) == ("started", 0, 0)
+    assert (answered["state"], answered["outcome"], answered["answers"]) == (
+        "finished",
+        "answered",
+        1,
+    )
+
+
+def answer_for_boston() -> Answer:
+    return Answer({"items": [{"label": "home-city", "fact": "The user lives in Boston."}]})

@@ -249,6 +249,7 @@ async def test_a_call_cut_short_by_a_crash_was_counted_before_it_was_sent() -> N
             await task
         await llm.close()
     (started,) = usage.started
+    assert usage.call_ids == [server.chat_requests[0].call_id]  # the request names its record
     assert started.kind == "extraction"
     assert started.name == "semantic"
     assert usage.answers == []

@@ -66,12 +66,17 @@ class Meter:
         self.server = server
         self.seen_at_start: list[int] = []
         self.answers: list[LLMUsage] = []
+        self.failures: list[tuple[str, str]] = []
 
-    async def call_started(self) -> None:
+    async def call_started(self) -> str:
         self.seen_at_start.append(len(self.server.chat_requests))
+        return f"call-{len(self.seen_at_start)}"
 
-    async def answered(self, usage: LLMUsage, model: str) -> None:
+    async def answered(self, call_id: str, usage: LLMUsage, model: str) -> None:
         self.answers.append(usage)
+
+    async def failed(self, call_id: str, error: str) -> None:
+        self.failures.append((call_id, error))
 
 
 @pytest.fixture(autouse=True)
@@ -216,6 +221,8 @@ async def test_prompt_mode_asks_once_for_a_repair(server: FakeOpenAIServer) -> N
     assert "extract_semantic" in repair.messages[-1]["content"]
     assert meter.seen_at_start == [0, 1]  # the repair is a call of its own, counted
     assert len(meter.answers) == 2
+    # each request carries the id of its own usage record
+    assert [r.call_id for r in server.chat_requests] == ["call-1", "call-2"]
 
 
 async def test_prompt_mode_fails_after_one_invalid_repair(server: FakeOpenAIServer) -> None:
@@ -254,6 +261,7 @@ async def test_the_meter_hears_of_a_call_before_it_is_sent_even_if_it_never_retu
         await ask(llm_for(server, "json_schema", timeout_s=0.3), meter)
     assert meter.seen_at_start == [0]  # counted before the server had the request
     assert meter.answers == []
+    assert meter.failures == [("call-1", "timeout")]  # finished as failed, exactly once
 
 
 @pytest.mark.parametrize("mode", FALLBACK_ORDER)

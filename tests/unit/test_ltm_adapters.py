@@ -32,7 +32,12 @@ class FakeLLM:
         self.prompts: list[Sequence[Mapping[str, str]]] = []
 
     async def structured(
-        self, messages: Sequence[Mapping[str, str]], schema: Any, *, schema_name: str
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Any,
+        *,
+        schema_name: str,
+        meter: Any = None,
     ) -> _Result:
         self.prompts.append(messages)
         if isinstance(self.answer, Exception):

@@ -29,6 +29,14 @@ class ChatRequest:
 
     body: Mapping[str, Any]
     at: float = field(default_factory=time.monotonic)
+    #: The request's headers, names in lower case.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def call_id(self) -> str | None:
+        """The id mongomem's LLM adapter sends with each request (``x-mongomem-call``), if any:
+        the ``_id`` of the request's row in ``llm_usage``."""
+        return self.headers.get("x-mongomem-call")
 
     @property
     def messages(self) -> list[Mapping[str, Any]]:

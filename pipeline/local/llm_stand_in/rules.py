@@ -12,8 +12,9 @@ expressions:
   "in airline terms" / "in airline jargon", else ``general``);
 * procedural — two or more numbered steps, named after "how to …";
 * episodic — one episode per conversation of at least two turns;
-* the reconciler's judge (schema ``reconcile_verdict``) — the same text is
-  REINFORCE, the same key with another text is UPDATE, else ADD;
+* the reconciler's judge (schema ``reconcile_verdict``, or ``reconcile_verdicts``
+  for a batch: one verdict per question id) — the same text is REINFORCE, the
+  same key with another text is UPDATE, else ADD;
 * ``mongomem eval``'s answer (schema ``eval_answer``) — the line of the
   given material sharing the most words with the question — and its judge
   (schema ``eval_judge``) — CORRECT when the gold answer's words all occur
@@ -188,12 +189,30 @@ def _item_properties(schema: Mapping[str, Any] | None) -> list[str] | None:
     return list(props) if isinstance(props, Mapping) else None
 
 
+def _verdicts(text: str) -> dict[str, Any]:
+    """A batch of judge questions (``{"questions": [{"id": …, …}]}``, see
+    :meth:`~mongomem.ltm.judge.LLMJudge.judge_many`): one :func:`_verdict` per id."""
+    try:
+        questions = json.loads(text)["questions"]
+        answers = [(str(q["id"]), _verdict_of(q)) for q in questions]
+    except (ValueError, TypeError, KeyError):
+        return {"verdicts": []}  # nothing read: every question is asked alone
+    return {"verdicts": [{"id": qid, **verdict} for qid, verdict in answers]}
+
+
 def _verdict(text: str) -> dict[str, Any]:
     """The reconciler's judge question (the JSON of
     :meth:`~mongomem.ltm.judge.JudgeQuestion.render`): the same text → REINFORCE,
     the same key with another text → UPDATE, else ADD. No reading of meaning at all."""
     try:
         question = json.loads(text)
+    except ValueError:
+        return {"action": "ADD", "reason": "stand-in: could not read the question"}
+    return _verdict_of(question)
+
+
+def _verdict_of(question: Any) -> dict[str, Any]:
+    try:
         old_key, old_text = question["existing"]["key"], question["existing"]["text"]
         new_key, new_text = question["new"]["key"], question["new"]["text"]
     except (ValueError, TypeError, KeyError):
@@ -236,6 +255,8 @@ class StandInResponder:
     def __call__(self, request: ChatRequest) -> Answer:
         if request.schema_name == "reconcile_verdict":
             return Answer(_verdict(request.text("user")), model=STAND_IN_MODEL)
+        if request.schema_name == "reconcile_verdicts":
+            return Answer(_verdicts(request.text("user")), model=STAND_IN_MODEL)
         if request.schema_name == "eval_answer":
             return Answer(_eval_answer(request.text("user")), model=STAND_IN_MODEL)
         if request.schema_name == "eval_judge":

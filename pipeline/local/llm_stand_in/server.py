@@ -161,7 +161,7 @@ class OpenAICompatibleServer:
         body = _json_object(request)
         if body is None:
             return openai_error(400, "request body must be a JSON object", "invalid_request_error")
-        return await self.respond(ChatRequest(body=body))
+        return await self.respond(ChatRequest(body=body, headers=request.headers))
 
     async def _embeddings(self, request: Request) -> Response:
         body = _json_object(request)
