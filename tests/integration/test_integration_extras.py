@@ -87,9 +87,16 @@ def test_an_integration_works_with_its_extra_alone(
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"
     installed = _run(
-        python, "-m", "pip", "install", "-q", f"{wheel}[{extras}]", "pytest", "pytest-asyncio",
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        f"{wheel}[{extras}]",
+        "pytest",
+        "pytest-asyncio",
         *test_deps,
-    )  # fmt: skip
+    )
     assert installed.returncode == 0, installed.stderr
 
     for other, module in MODULES.items():
@@ -102,12 +109,18 @@ def test_an_integration_works_with_its_extra_alone(
         assert last.endswith(f"pip install 'mongomem-ltm[{other}]'"), last
 
     ran = _run(
-        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/integration/{tests}",
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"tests/integration/{tests}",
         env={
             "MONGOMEM_MONGODB_URI": servers.mongodb_uri,
             "MONGOMEM_KAFKA_BOOTSTRAP": servers.kafka_bootstrap,
         },
-    )  # fmt: skip
+    )
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
     assert " passed" in ran.stdout
     assert "skipped" not in ran.stdout

@@ -175,8 +175,13 @@ async def test_two_runs_of_one_conversation_and_what_memory_learned(
     chat = memory.bind(MemoryRequestContext(user_id="user_1", session_id="thread_1"))
     turns = await chat.recent_turns()
     assert [t.role for t in turns] == [
-        Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT, Role.USER, Role.ASSISTANT
-    ]  # fmt: skip
+        Role.USER,
+        Role.ASSISTANT,
+        Role.TOOL,
+        Role.ASSISTANT,
+        Role.USER,
+        Role.ASSISTANT,
+    ]
     assert turns[1].content == 'airport_code({"city": "Boston"})'
     await session.end_session()
     await chat.wait_until_processed(120, all_turns=True)
