@@ -44,6 +44,7 @@ from mongomem.errors import (
     ResumeTokenLost,
     ScopeError,
     StorageError,
+    Unmappable,
     WriteConflict,
 )
 from mongomem.models import (
@@ -125,6 +126,7 @@ __all__ = [
     "Spaces",
     "StorageError",
     "Turn",
+    "Unmappable",
     "WriteConflict",
     "__version__",
     "load_settings",

@@ -24,7 +24,9 @@ def test_an_integration_without_its_extra_is_one_line_naming_it(
     module: str, extra: str, package: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert extra in EXTRAS
-    monkeypatch.setitem(sys.modules, package, None)  # as if not installed
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    monkeypatch.setitem(sys.modules, package, None)
     monkeypatch.delitem(sys.modules, f"mongomem.integrations.{module}", raising=False)
     with pytest.raises(MissingExtra) as err:
         importlib.import_module(f"mongomem.integrations.{module}")
