@@ -77,25 +77,25 @@ def test_crewais_memory_remembers_recalls_forgets_and_resets_through_mongomem(
         importance=0.8,
     )
     crew_memory.remember(
-        "The team ships on Fridays.", scope="/work/team", categories=["process"], importance=0.4
+        "The team ships on Fridays.", scope="/office/team", categories=["process"], importance=0.4
     )
     [best, *_] = crew_memory.recall("home airport Boston", depth="shallow")
     assert best.record.content == "The user's home airport is Boston."
     assert [
         m.record.content
-        for m in crew_memory.recall("ships Fridays", scope="/work", depth="shallow")
+        for m in crew_memory.recall("ships Fridays", scope="/office", depth="shallow")
     ] == ["The team ships on Fridays."]
     storage = crew_memory._storage
-    assert storage.list_scopes("/") == ["/travel", "/work"]
-    assert storage.list_scopes("/work") == ["/work/team"]
+    assert storage.list_scopes("/") == ["/office", "/travel"]
+    assert storage.list_scopes("/office") == ["/office/team"]
     assert storage.list_categories() == {"airport": 1, "process": 1}
-    assert storage.get_scope_info("/work").record_count == 1
+    assert storage.get_scope_info("/office").record_count == 1
 
     # what the crew remembered are turns of short-term memory: the pipeline learns from them
     chat = memory.bind(MemoryRequestContext(user_id="crew_1", session_id="crewai-memory"))
     assert "The user's home airport is Boston." in [t.content for t in chat.recent_turns()]
 
-    assert crew_memory.forget(scope="/work") == 1
+    assert crew_memory.forget(scope="/office") == 1
     assert storage.count() == 1
     crew_memory.reset()
     assert storage.count() == 0
