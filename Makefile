@@ -5,6 +5,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# `make test` runs on every core (pytest-xdist), at most 4 workers: each starts its own
+# Kafka and MongoDB-compatible server. A test file stays on one worker (its
+# module-scoped servers start once). PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --maxprocesses=4 --dist loadfile
 
 .DEFAULT_GOAL := help
 
@@ -34,8 +39,8 @@ chromium:
 			"MONGOMEM_CHROMIUM to a Chromium binary), else the inspector's browser tests are skipped"; \
 	fi
 
-test: setup ## Run every test tier (starts its own Kafka and MongoDB-compatible servers)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: setup ## Run every test tier on every core (each worker starts its own servers)
+	$(PY) -m pytest tests $(XDIST) $(PYTEST_ARGS)
 
 test-unit: setup ## Unit tests only (no servers)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -44,26 +49,37 @@ test-property: setup ## Hypothesis property tests only (no servers)
 	$(PY) -m pytest tests/property $(PYTEST_ARGS)
 
 test-integration: setup ## Integration tests against real servers
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration $(XDIST) $(PYTEST_ARGS)
 
 test-e2e: setup ## End-to-end tests: stages as processes, faults injected
-	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 TEST_MYPY = --allow-untyped-defs --allow-untyped-calls --allow-incomplete-defs
 
-lint: setup ## ruff (lint + format check) and mypy --strict
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	@# mypy reads the package as installed: mongomem = pipeline/, mongomem.stages = stages/
+# mypy, import-linter and mkdocstrings read the package as installed: mongomem =
+# pipeline/, mongomem.stages = stages/ (.typecheck/mongomem holds links to both)
+layout:
 	@rm -rf .typecheck && mkdir -p .typecheck/mongomem
 	@for f in pipeline/*; do ln -s ../../$$f .typecheck/mongomem/; done
 	@ln -s ../../stages .typecheck/mongomem/stages
+
+lint: setup layout ## ruff (lint + format check), the layer contracts (.importlinter) and mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@# the layers (.importlinter): import-linter finds the package on the path
+	PYTHONPATH=.typecheck $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	@# tests/: the same checks, relaxed (untyped test functions are fine), one folder at a
 	@# time with that folder on the path, as pytest's rootdir imports see it
 	@for d in . unit property integration e2e; do \
 		MYPYPATH=.typecheck:tests:tests/$$d $(VENV)/bin/mypy $(TEST_MYPY) \
 			$$(ls tests/$$d/*.py) || exit 1; done
+
+docs: setup layout ## Build the documentation site into site/ (offline; broken links fail)
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: setup layout ## Serve the documentation site on 127.0.0.1:8000, rebuilt on change
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 format: setup ## Apply ruff's formatting and safe fixes
 	$(VENV)/bin/ruff format .
@@ -88,7 +104,8 @@ bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
 	$(PY) -m bench
 
 clean: ## Remove the virtualenv, caches and local server state
-	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck
+	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck site
 
-.PHONY: help setup chromium test test-unit test-property test-integration test-e2e lint format \
+.PHONY: help setup chromium layout test test-unit test-property test-integration test-e2e lint \
+	docs docs-serve format \
 	infra-up infra-down infra-status run stop bench clean

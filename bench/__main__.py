@@ -26,6 +26,8 @@ ORDER = [
     "service",
     "erase",
     "export",
+    "cli",
+    "scale",
 ]
 
 

@@ -36,6 +36,7 @@ from mongomem.errors import (
     MessageDecodeError,
     MissingExtra,
     MongomemError,
+    NotFound,
     NotReady,
     ProcessingFailed,
     ProcessingTimeout,
@@ -61,7 +62,7 @@ from mongomem.models import (
     SnapshotTurn,
     Turn,
 )
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, resolve_settings
 
 if TYPE_CHECKING:
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
@@ -111,6 +112,7 @@ __all__ = [
     "MessageDecodeError",
     "MissingExtra",
     "MongomemError",
+    "NotFound",
     "NotReady",
     "ProcessingFailed",
     "ProcessingTimeout",
@@ -130,6 +132,7 @@ __all__ = [
     "WriteConflict",
     "__version__",
     "load_settings",
+    "resolve_settings",
 ]
 
 

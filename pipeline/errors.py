@@ -34,6 +34,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     │                                client left; nothing stored          (retriable)
     ├── ProcessingTimeout            extraction not caught up in time      (retriable)
     ├── ProcessingFailed             a snapshot was dead-lettered          (final)
+    ├── NotFound                     no such session (etc.) in the scope   (final)
     └── ScopeError                   identity or scope violation           (final)
         ├── Erased                   the user/session/project was erased   (final)
         └── AuthError                missing or wrong API key              (final)
@@ -60,6 +61,7 @@ __all__ = [
     "MessageDecodeError",
     "MissingExtra",
     "MongomemError",
+    "NotFound",
     "NotReady",
     "ProcessingFailed",
     "ProcessingTimeout",
@@ -295,6 +297,14 @@ class ProcessingTimeout(MongomemError):
 class ProcessingFailed(MongomemError):
     """A snapshot's extraction (or one of its candidates) was dead-lettered: it will not
     be done without an operator (replay from the dead-letter topic); the message names it."""
+
+
+class NotFound(MongomemError):
+    """What a call is about does not exist in the caller's scope (HTTP 404).
+
+    E.g. the processing status of a session in which no turn was ever
+    recorded: a mistyped session id must not read as "done".
+    """
 
 
 class ScopeError(MongomemError):

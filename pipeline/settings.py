@@ -42,9 +42,12 @@ LATENESS_S                             after its created_at (2); idle closes wai
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -66,6 +69,8 @@ from mongomem.errors import ConfigError
 
 __all__ = [
     "LOCAL_PIPELINE_ENV",
+    "LOCAL_PIPELINE_HINT",
+    "RETIRED_VARIABLES",
     "EmbeddingSettings",
     "ExtractionSettings",
     "InfraSettings",
@@ -82,9 +87,12 @@ __all__ = [
     "StructuredOutput",
     "WatcherSettings",
     "WindowingSettings",
+    "known_variables",
     "load_settings",
     "local_pipeline_env",
     "overlay",
+    "resolve_settings",
+    "unknown_variables",
     "with_local_pipeline",
 ]
 
@@ -108,6 +116,11 @@ def _none_value(value: Any) -> Any:
     return value
 
 
+def _empty_is_none(value: Any) -> Any:
+    """``None`` for an empty (or blank) string: an unset variable written as ``X=``."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
 def _comma_list(value: Any) -> Any:
     """A comma-separated string as a tuple of its non-empty, stripped parts."""
     if isinstance(value, str):
@@ -124,9 +137,21 @@ class MongoSettings(BaseSettings):
 
     model_config = _group("MONGOMEM_MONGODB_")
 
-    uri: str | None = None
+    uri: Annotated[str | None, BeforeValidator(_empty_is_none)] = None
     database: str = Field(default="mongomem", min_length=1, max_length=63)
     server_selection_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("uri")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        """Only a ``mongodb://`` or ``mongodb+srv://`` URI (the error shows the scheme only)."""
+        if value is not None and not value.startswith(("mongodb://", "mongodb+srv://")):
+            scheme = value.split("://", 1)[0] + "://" if "://" in value else "no scheme"
+            raise ValueError(
+                f"not a MongoDB URI (it starts with {scheme!r}; "
+                "a URI starts with mongodb:// or mongodb+srv://)"
+            )
+        return value
 
 
 class KafkaSettings(BaseSettings):
@@ -573,13 +598,17 @@ class Settings(BaseSettings):
 
 
 def _describe(exc: ValidationError, source: str, prefix: str = "") -> str:
-    lines = [f"invalid settings in {source}:"]
+    """One line: each bad variable by its name, with what is wrong with it."""
+    problems = []
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"]) or (f"{prefix}*" if prefix else "(root)")
         if prefix and not where.startswith("MONGOMEM_") and not where.startswith("DOCKER_"):
             where = f"{prefix}{where}".upper()
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}")
+    noun = "setting" if len(problems) == 1 else "settings"
+    where_from = "" if source.startswith("environment") else f" (in {source})"
+    return f"invalid {noun} " + "; ".join(problems) + where_from
 
 
 _GROUPS: dict[str, type[BaseSettings]] = {
@@ -627,6 +656,12 @@ def overlay(settings: Settings, env: Mapping[str, str], *, keep_set: bool = Fals
         updates["project_config"] = Path(env["MONGOMEM_PROJECT_CONFIG"])
     return settings.model_copy(update=updates)
 
+
+#: The fix a missing setting's message ends with: where a local pipeline runs,
+#: its settings are found by themselves; elsewhere this shell needs them.
+LOCAL_PIPELINE_HINT = (
+    '(or, for a local pipeline (`make run`) in another folder, eval "$(mongomem env)" there)'
+)
 
 #: Where ``mongomem up`` (``make run``) saves the environment it gave its
 #: stages, under the state directory (``MONGOMEM_INFRA_STATE_DIR``).
@@ -687,3 +722,75 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**values)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, "environment variables MONGOMEM_*")) from exc
+
+
+#: Variables that no longer exist, with what replaced them (reported, never silently ignored).
+RETIRED_VARIABLES: dict[str, str] = {
+    "MONGOMEM_WINDOW_TICK_INTERVAL_S": (
+        "removed: idle windows close on the watcher's watermarks; "
+        "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S sets how often they come"
+    ),
+}
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``MONGOMEM_*`` variable some setting reads (and the groups' JSON forms)."""
+    names = {f"MONGOMEM_{field.upper()}" for field in Settings.model_fields}
+    for cls in _GROUPS.values():
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        for field, info in cls.model_fields.items():
+            names.add(f"{prefix}{field}".upper())
+            alias = info.validation_alias
+            if isinstance(alias, AliasChoices):
+                names.update(str(c) for c in alias.choices if str(c).startswith("MONGOMEM_"))
+    return frozenset(names)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One sentence per ``MONGOMEM_*`` variable of ``env`` that no setting reads.
+
+    A retired variable says what replaced it; any other names the nearest
+    valid variable when one is close (a typo), so nothing is silently ignored.
+    """
+    known = known_variables()
+    found = []
+    for name in sorted(env):
+        if not name.startswith("MONGOMEM_") or name in known:
+            continue
+        if name in RETIRED_VARIABLES:
+            found.append(f"{name} is ignored: {RETIRED_VARIABLES[name]}")
+            continue
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        found.append(f"{name} is not a mongomem setting and is ignored{hint}")
+    return found
+
+
+_log = logging.getLogger("mongomem.settings")
+_reported: set[str] = set()
+
+
+def _report_unknown(env: Mapping[str, str], say: Callable[[str], None] | None) -> None:
+    """Say each unknown variable once per process (default: a WARNING on ``mongomem.settings``)."""
+    for line in unknown_variables(env):
+        if line not in _reported:
+            _reported.add(line)
+            if say is None:
+                _log.warning("%s", line)
+            else:
+                say(line)
+
+
+def resolve_settings(*, say: Callable[[str], None] | None = None, **overrides: Any) -> Settings:
+    """The settings of every surface: the environment first, then the local pipeline's.
+
+    The one loader the CLI's commands, the SDK (``Memory()`` without settings),
+    ``Spaces``, the MCP server and the service use: :func:`load_settings`
+    (``MONGOMEM_*`` variables and ``.env``; ``overrides`` as there), completed
+    by :func:`with_local_pipeline` from the settings ``mongomem up`` (``make
+    run``) saved in ``<state dir>/stages/env.json``. Each ``MONGOMEM_*``
+    variable no setting reads is reported once per process, with the nearest
+    valid name: to ``say`` if given, else as a logged warning.
+    """
+    _report_unknown(os.environ, say)
+    return with_local_pipeline(load_settings(**overrides))

@@ -23,9 +23,8 @@ import contextlib
 import logging
 
 from mongomem.adapters.mongo import connect, database
-from mongomem.cli.retention import retention_rules
 from mongomem.ltm import MemoryStore
-from mongomem.ltm.retention import expire_unreinforced
+from mongomem.ltm.retention import expire_unreinforced, retention_rules
 from mongomem.settings import Settings
 from mongomem.stages.runtime import run_stage
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -17,9 +18,19 @@ from mongomem.errors import ChangeFeedError, ResumeTokenLost
 from mongomem.models import utcnow
 from mongomem.stages.watcher_logic import open_failure_verdict
 
-__all__ = ["ChangeReader", "Idle", "Stream"]
+__all__ = ["IDLE_PROBE_S", "IDLE_READ_S", "ChangeReader", "Idle", "LogProbe", "Stream"]
 
 Stream = AsyncChangeStream[Document]
+#: Reads ``(how far the server's change log is, how far the watched collection is)``
+#: (``None``: unknown). Two equal answers mean nothing was written in between; a first
+#: part that moved alone means only other collections were written (see
+#: :class:`ChangeReader`, "Idle").
+LogProbe = Callable[[], Awaitable[tuple[int, int] | None]]
+#: How often an idle reader asks the :data:`LogProbe` (when it uses one).
+IDLE_PROBE_S = 0.25
+#: While only other collections are written, an idle reader still reads the stream this
+#: often (the watched part of a probe is a hint, not proof: see "Idle").
+IDLE_READ_S = 1.0
 
 
 class Idle(NamedTuple):
@@ -43,13 +54,44 @@ class ChangeReader:
     queued as :class:`Idle`; after two in a row the reader pauses ``poll_s``.
     A failure of the stream is raised by :meth:`take` once the changes read
     before it have been taken.
+
+    Idle. MongoDB holds an empty getMore up to the stream's ``max_await_time_ms``
+    and answers as soon as a change comes, so reading on costs nothing while
+    nothing happens. mongo-java-server answers such a getMore at once, and
+    each getMore scans its whole oplog: asked every ``poll_s``, an idle
+    watcher kept it busy (issue 28). Given ``probe`` (a :data:`LogProbe`: the
+    source gives one only for an oplog that only grows, so an unchanged answer
+    means nothing was written), the reader, after two empty reads, asks
+    ``probe`` every :data:`IDLE_PROBE_S` instead and reads the stream again only
+    once the answer differs from the one taken just before the last empty
+    read. Each unchanged answer stands for an empty read that began when the
+    probe was sent (nothing was written since a read that found nothing), so
+    it is queued as :class:`Idle` like one (replacing an :class:`Idle` not
+    taken yet): the caught-up watermark moves on as before. When only the log
+    part moved (other collections were written: an import, an erasure, the
+    stages' own writes), the stream is read again only after
+    :data:`IDLE_READ_S` and nothing stands for a read meanwhile (the watched
+    collection's size is a hint: a delete and an insert between two probes
+    leave it equal). A probe that fails or answers ``None`` ends probing for
+    this reader.
     """
 
-    def __init__(self, stream: Stream, wake: asyncio.Event, *, limit: int, poll_s: float) -> None:
+    def __init__(
+        self,
+        stream: Stream,
+        wake: asyncio.Event,
+        *,
+        limit: int,
+        poll_s: float,
+        probe: LogProbe | None = None,
+    ) -> None:
         self._stream = stream
         self._wake = wake
         self._limit = limit
         self._poll_s = poll_s
+        self._probe = probe
+        #: Empty reads of the stream, and probes that stood in for one.
+        self.empty_reads = self.probes = 0
         self._queue: deque[Mapping[str, Any] | Idle] = deque()
         self._room = asyncio.Event()
         self._error: Exception | None = None
@@ -82,13 +124,17 @@ class ChangeReader:
         idle = False
         try:
             while True:
+                mark = await self._ask() if idle and self._probe is not None else None
                 read_at = utcnow()
                 change = await self._next()
                 if change is None:
-                    self._queue.append(Idle(self._stream.resume_token, read_at))
-                    self._wake.set()
+                    self.empty_reads += 1
+                    self._idle(Idle(self._stream.resume_token, read_at))
                     if idle:  # twice in a row: nothing is coming, do not spin
-                        await asyncio.sleep(self._poll_s)
+                        if mark is not None:
+                            await self._until_written(mark)
+                        else:
+                            await asyncio.sleep(self._poll_s)
                     idle = True
                     continue
                 idle = False
@@ -100,6 +146,42 @@ class ChangeReader:
         except Exception as exc:  # handed to the publisher, which raises it
             self._error = exc
             self._wake.set()
+
+    def _idle(self, idle: Idle) -> None:
+        queue = self._queue
+        if queue and isinstance(queue[-1], Idle):
+            queue[-1] = idle  # the later one says more; the earlier was not taken yet
+        else:
+            queue.append(idle)
+        self._wake.set()
+
+    async def _ask(self) -> tuple[int, int] | None:
+        """The probe's answer; ``None`` (and probing ends) when it has none or fails."""
+        probe = self._probe
+        answer: tuple[int, int] | None = None
+        if probe is not None:
+            with contextlib.suppress(PyMongoError):
+                answer = await probe()
+        if answer is None:
+            self._probe = None
+        return answer
+
+    async def _until_written(self, mark: tuple[int, int]) -> None:
+        """Wait until the watched collection may have changed since ``mark`` was taken
+        (before the last empty read), or :data:`IDLE_READ_S` passed while only other
+        collections were written (see "Idle")."""
+        read = time.monotonic()
+        while True:
+            await asyncio.sleep(IDLE_PROBE_S)
+            read_at = utcnow()
+            answer = await self._ask()
+            if answer is None or answer[1] != mark[1]:
+                return
+            if answer == mark:
+                self.probes += 1
+                self._idle(Idle(self._stream.resume_token, read_at))
+            elif time.monotonic() - read >= IDLE_READ_S:
+                return
 
     async def _next(self) -> Document | None:
         try:

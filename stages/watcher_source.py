@@ -52,6 +52,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import share_filter
 from mongomem.errors import ChangeFeedError, MongomemError, ResumeTokenLost, StorageError
+from mongomem.logs import dependency_ok
 from mongomem.stages.runtime.ports import Headers, Record
 from mongomem.stages.watcher_checkpoints import WatcherCheckpoint, WatcherCheckpoints
 from mongomem.stages.watcher_logic import (
@@ -80,6 +81,8 @@ log = logging.getLogger("mongomem.watcher")
 COMMITS_IN_FLIGHT = 4
 #: How often a token that moved without any turn (an idle stream) is stored.
 TOKEN_REFRESH_S = 5.0
+#: The server's oplog (in database ``local``): its size is the idle reader's probe.
+OPLOG = "oplog.rs"
 
 
 class ChangeRecord:
@@ -176,6 +179,7 @@ class ChangeStreamSource:
         max_await_ms: int,
         marks_interval_s: float,
         backfilled: Callable[[], None] | None = None,
+        idle_probe: bool = True,
     ) -> None:
         self._turns = turns
         self._checkpoints = checkpoints
@@ -217,11 +221,16 @@ class ChangeStreamSource:
         self._streaming = asyncio.Event()
         self.backfills = 0
         self.checkpoints = 0
+        #: Whether to look for an oplog that only grows (see :meth:`_oplog_only_grows`).
+        self._idle_probe = idle_probe
+        #: It only grows: the reader probes its size while idle.
+        self._growing_oplog = False
 
     # ------------------------------------------------------------------ open
 
     async def open(self) -> None:
         """Resume after the stored token, or (none usable) open a stream and back-fill."""
+        self._growing_oplog = self._idle_probe and await self._oplog_only_grows()
         token = await self._checkpoints.load_token()
         self._scheduled_token = token
         if token is not None:
@@ -262,9 +271,42 @@ class ChangeStreamSource:
         if self._stream is None:
             raise RuntimeError("the change stream is not open")
         self._reader = ChangeReader(
-            self._stream, self._wake, limit=self._read_ahead, poll_s=self._poll_s
+            self._stream,
+            self._wake,
+            limit=self._read_ahead,
+            poll_s=self._poll_s,
+            probe=self._oplog_entries if self._growing_oplog else None,
         )
         return self._reader
+
+    def _oplog(self) -> AsyncCollection[Document]:
+        return self._turns.database.client.get_database("local")[OPLOG]
+
+    async def _oplog_only_grows(self) -> bool:
+        """Whether the server's oplog is readable and not capped (only ever appended to).
+
+        mongo-java-server's is; a replica set's is capped (it also holds an empty
+        getMore until a change comes, so it needs no probe), and ``local`` is out
+        of reach through mongos or without the privilege: no probe then.
+        """
+        try:
+            infos = await (
+                await self._turns.database.client.get_database("local").list_collections(
+                    filter={"name": OPLOG}
+                )
+            ).to_list()
+        except PyMongoError:
+            return False
+        return len(infos) == 1 and not infos[0].get("options", {}).get("capped", False)
+
+    async def _oplog_entries(self) -> tuple[int, int] | None:
+        """How many entries the (growing) oplog has, and how many documents ``turns``:
+        the reader's idle probe, two counts the server answers from each collection's
+        size, without a scan."""
+        log, turns = await asyncio.gather(
+            self._oplog().estimated_document_count(), self._turns.estimated_document_count()
+        )
+        return int(log), int(turns)
 
     def _streamed(self) -> None:
         """From now on the stream is read (resumed, or the back-fill is stored)."""
@@ -509,6 +551,7 @@ class ChangeStreamSource:
         """Save ``marks`` and then ``token`` (either may be empty): :class:`WatcherCheckpoints`."""
         if await self._checkpoints.save(WatcherCheckpoint(marks, token)):
             self.checkpoints += 1
+            dependency_ok("Kafka", "MongoDB")  # what it marks was published and is saved
 
     # ------------------------------------------------------------------ close
 

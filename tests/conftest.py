@@ -7,6 +7,9 @@ servers; unit and property tests run without any.
 
 ``settings`` gives each test its own database and topic prefix on those
 servers, so tests never see each other's data.
+
+Under pytest-xdist (``make test``) each worker is a session of its own and starts its
+own servers; the workers tell the controller which, for the summary.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Generator, Iterator
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -30,10 +34,29 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "mongomem servers: started on first use by integration tests (see summary)"
 
 
+_WORKER_SERVERS: list[str] = []
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for servers in _SERVERS:
+    described = [servers.describe() for servers in _SERVERS] + _WORKER_SERVERS
+    for text in described:
         terminalreporter.write_sep("-", "servers the integration tests ran against")
-        terminalreporter.write_line(servers.describe())
+        terminalreporter.write_line(text)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand the servers it started to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["mongomem_servers"] = [servers.describe() for servers in _SERVERS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the xdist controller: collect what each worker ran against."""
+    name = node.gateway.id
+    for text in getattr(node, "workeroutput", {}).get("mongomem_servers", []):
+        _WORKER_SERVERS.append(f"({name}) " + text.replace("\n", f"\n({name}) "))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

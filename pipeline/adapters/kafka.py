@@ -29,7 +29,7 @@ from mongomem.codec import register
 from mongomem.errors import BrokerError, MongomemError
 from mongomem.extras import require
 from mongomem.models import utcnow
-from mongomem.settings import KafkaSettings
+from mongomem.settings import LOCAL_PIPELINE_HINT, KafkaSettings
 
 with require("stages"):
     from aiokafka import AIOKafkaProducer
@@ -99,7 +99,9 @@ async def ensure_topics(
 
 def _bootstrap(settings: KafkaSettings) -> str:
     if not settings.bootstrap:
-        raise BrokerError("no Kafka bootstrap servers: set MONGOMEM_KAFKA_BOOTSTRAP")
+        raise BrokerError(
+            f"no Kafka bootstrap servers: set MONGOMEM_KAFKA_BOOTSTRAP {LOCAL_PIPELINE_HINT}"
+        )
     return settings.bootstrap
 
 

@@ -73,7 +73,6 @@ from mongomem.errors import (
     LLMUnavailable,
     NotReady,
 )
-from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
 from mongomem.settings import LLMSettings
 
 __all__ = [
@@ -593,9 +592,16 @@ class StandInLLM(OpenAILLM):
     (:class:`~mongomem.local.llm_stand_in.StandInResponder` on a local
     OpenAI-compatible server), so the stage's code path is the production one.
     The start is announced loudly on stderr.
+
+    The stand-in is a plug-in of this adapter, picked by settings
+    (``MONGOMEM_LLM_USE_STAND_IN``): it lives with the local runner, which also
+    serves it as a process of its own, and is imported only when it is used (the
+    one import of ``mongomem.local`` below the surfaces; ``.importlinter`` names it).
     """
 
     def __init__(self, settings: LLMSettings) -> None:
+        from mongomem.local.llm_stand_in import STAND_IN_BANNER, STAND_IN_MODEL, stand_in_server
+
         self._server = stand_in_server().start()
         print(STAND_IN_BANNER, file=sys.stderr, flush=True)
         log.warning("LLM STAND-IN in use at %s: NOT a real model", self._server.base_url)
@@ -612,7 +618,7 @@ class StandInLLM(OpenAILLM):
 
     @property
     def name(self) -> str:
-        return STAND_IN_MODEL
+        return self._model  # STAND_IN_MODEL, set in __init__
 
     async def close(self) -> None:
         await super().close()

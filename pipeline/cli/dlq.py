@@ -54,7 +54,7 @@ def add_cli(subparsers: Any) -> None:
         )
         sub.set_defaults(handler=_run)
     show = actions.add_parser("show", help="one dead letter with its original bytes decoded")
-    show.add_argument("id", metavar="ID")
+    show.add_argument("id", metavar="ID", help="TOPIC:PARTITION:OFFSET, as `dlq list` prints it")
     show.set_defaults(handler=_run, stage=None, since=None)
 
 

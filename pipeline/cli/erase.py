@@ -20,20 +20,15 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mongomem.adapters.mongo import connect, database
-from mongomem.erasure.erase import (
-    ErasureResult,
-    SessionsHook,
-    StepHook,
-    Target,
-    erase,
-    resume_erasures,
-)
+from mongomem.cli.options import add_project_id, add_user_id
 from mongomem.errors import BrokerError
-from mongomem.models import SessionKey
 from mongomem.settings import Settings
+
+if TYPE_CHECKING:  # MongoDB and the erasure load when a command runs
+    from mongomem.erasure.erase import ErasureResult, SessionsHook, StepHook
+    from mongomem.models import SessionKey
 
 __all__ = ["add_cli", "changelog_tombstones"]
 
@@ -41,7 +36,8 @@ __all__ = ["add_cli", "changelog_tombstones"]
 def add_cli(subparsers: Any) -> None:
     """Add ``erase user|session|project|resume`` to the ``mongomem`` command."""
     parser = subparsers.add_parser(
-        "erase", help="erase a user, a session or a project (irreversible; needs --yes)"
+        "erase",
+        help="erase a user, a session or a project (needs --yes); resume a crashed erasure",
     )
     actions = parser.add_subparsers(dest="erase_what", required=True)
     for name in ("user", "session", "project", "resume"):
@@ -52,12 +48,12 @@ def add_cli(subparsers: Any) -> None:
             else "complete every erasure a crash left running",
         )
         if name != "resume":
-            sub.add_argument("--project-id", required=True)
+            add_project_id(sub, help_text="the project to erase in (or to erase)")
             sub.add_argument("--yes", action="store_true", help="confirm: this is irreversible")
         if name in ("user", "session"):
-            sub.add_argument("--user-id", required=True)
+            add_user_id(sub, help_text="the user to erase (or whose session)")
         if name == "session":
-            sub.add_argument("--session-id", required=True)
+            sub.add_argument("--session-id", required=True, help="the session to erase")
         sub.add_argument("--actor", default="cli", help="who the erasure is recorded as")
         sub.add_argument(
             "--changelog-group",
@@ -137,6 +133,9 @@ def _print(result: ErasureResult) -> None:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from mongomem.adapters.mongo import connect, database
+    from mongomem.erasure.erase import Target, erase, resume_erasures
+
     hook: SessionsHook | None = None
     if not args.no_changelog:
         groups = _groups(settings, args.changelog_group)

@@ -9,9 +9,22 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.evaluation.datasets import BENCHMARKS, read_dataset
-from mongomem.settings import Settings, with_local_pipeline
+from mongomem.settings import Settings
 
 __all__ = ["add_cli"]
+
+
+def _retrieval_only(args: argparse.Namespace, settings: Settings, conversations: Any) -> int:
+    from mongomem.evaluation.retrieval import KS, RetrievalOptions, run_retrieval
+
+    out = args.out or Path("eval-results") / f"{args.benchmark}-{args.data.stem}-retrieval"
+    options = RetrievalOptions(out=out, data=args.data, command=["mongomem", *sys.argv[1:]])
+    report = asyncio.run(run_retrieval(args.benchmark, conversations, settings, options))
+    every = report["categories"]["all"]
+    cells = ", ".join(f"recall@{k} {every[f'recall@{k}']}" for k in KS)
+    print(f"turn search over {every['questions']} questions: {cells}, MRR {every['mrr']}")
+    print(f"report: {out / 'retrieval.md'} and {out / 'retrieval.json'}")
+    return 0
 
 
 def _eval(args: argparse.Namespace, settings: Settings) -> int:
@@ -21,7 +34,8 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     conversations = read_dataset(args.benchmark, args.data)  # all checked before any write
     if args.conversations is not None:
         conversations = conversations[: args.conversations]
-    settings = with_local_pipeline(settings)
+    if args.retrieval_only:
+        return _retrieval_only(args, settings, conversations)
     out = args.out or Path("eval-results") / f"{args.benchmark}-{args.data.stem}"
     options = EvalOptions(
         out=out,
@@ -55,8 +69,19 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
 def add_cli(sub: Any) -> None:
     """Add ``eval`` to the ``mongomem`` parser's subcommands."""
     p = sub.add_parser("eval", help="score memory on LoCoMo/LongMemEval vs full context")
-    p.add_argument("benchmark", choices=BENCHMARKS)
-    p.add_argument("--data", type=Path, required=True, help="the benchmark's JSON file")
+    p.add_argument("benchmark", choices=BENCHMARKS, help="which benchmark the data file is")
+    p.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="the benchmark's JSON file (LoCoMo: also a folder of per-conversation files)",
+    )
+    p.add_argument(
+        "--retrieval-only",
+        action="store_true",
+        help="no LLM: record the turns and report recall@5/10/20 and MRR of turn search "
+        "against the gold evidence turns, per category",
+    )
     p.add_argument(
         "--out",
         type=Path,

@@ -2,8 +2,8 @@
 
 ::
 
-    mongomem export --project-id P --user U [--out FILE]     JSON lines; stdout without --out
-    mongomem import FILE --project-id P --user U             all or nothing; prints the result
+    mongomem export --project-id P --user-id U [--out FILE]   JSON lines; stdout without --out
+    mongomem import FILE --project-id P --user-id U           all or nothing; prints the result
 
 Both act on MongoDB with the process's settings through the SDK's direct
 transport. An import embeds the versions again when the configured embedder
@@ -19,6 +19,7 @@ import asyncio
 import sys
 from typing import Any
 
+from mongomem.cli.options import add_project_id, add_user_id
 from mongomem.settings import Settings
 
 __all__ = ["add_cli", "export_command", "import_command"]
@@ -27,20 +28,14 @@ __all__ = ["add_cli", "export_command", "import_command"]
 def add_cli(subparsers: Any) -> None:
     """Add ``export`` and ``import`` to ``subparsers``."""
     export = subparsers.add_parser("export", help="export a user's memory as JSON lines")
-    export.add_argument("--project-id", required=True)
-    export.add_argument("--user", "--user-id", dest="user_id", required=True)
+    add_project_id(export, help_text="the project the user belongs to")
+    add_user_id(export, help_text="whose memory to export")
     export.add_argument("--out", default=None, help="file to write (default: stdout)")
     export.set_defaults(handler=export_command)
     imp = subparsers.add_parser("import", help="import a user's memory from an export")
     imp.add_argument("file", help="the export (JSON lines); '-' reads stdin")
-    imp.add_argument("--project-id", required=True)
-    imp.add_argument(
-        "--user",
-        "--user-id",
-        dest="user_id",
-        required=True,
-        help="the user it goes to (may differ from the export's)",
-    )
+    add_project_id(imp, help_text="the project it goes to (may differ from the export's)")
+    add_user_id(imp, help_text="the user it goes to (may differ from the export's)")
     imp.set_defaults(handler=import_command)
 
 

@@ -4,8 +4,9 @@
 
     mongomem infra up|down|status    local Kafka + MongoDB-compatible servers
     mongomem run <stage> [...]       run one stage in this process
-    mongomem up [--no-demo]          servers + every stage as processes + demo (make run)
+    mongomem up [--no-demo]          servers + every stage, supervised, + demo (make run)
     mongomem down                    stop the stages and the servers (make stop)
+    mongomem env                     the local pipeline's settings: eval "$(mongomem env)"
     mongomem status                  extractions, readiness, LLM usage, lag, dead letters
     mongomem configure FILE          check project-config.yaml; write the env it implies
     mongomem apply FILE              configure, restart extractors, wait until ready
@@ -13,13 +14,23 @@
     mongomem mcp --project-id P --user-id U   serve memory to an MCP client
     mongomem serve [--host H] [--port P]          the HTTP memory service, with API keys
     mongomem keys create|list|revoke ...          the service's API keys
-    mongomem spaces list|create|show|delete|export|import|rekey --project-id P   memory spaces
-    mongomem memory delete|list|get|history|sessions|turns|status --project-id P --user-id U
-    mongomem erase user|session|project --project-id P [--user-id U] --yes   erase for good
+    mongomem spaces list|create|show|delete|export|import|rekey --project-id P
+    mongomem memory delete|list|count|get|history|sessions|turns|status --project-id P ...
+    mongomem export --project-id P --user-id U [--out F]   one user's memory as JSON lines
+    mongomem import FILE --project-id P --user-id U        … and back, all or nothing
+    mongomem erase user|session|project|resume ... --yes   erase for good
+    mongomem expire [--limit N]      one retention sweep
     mongomem eval locomo|longmemeval --data PATH [--out DIR]   memory quality vs full context
     mongomem dlq list|show|requeue [--stage S] [--since T]   dead letters: inspect, re-drive
 
-Errors print as one line saying what to do, and exit with status 1.
+Every command resolves its settings the same way
+(:func:`mongomem.settings.resolve_settings`): the environment (``MONGOMEM_*``,
+``.env``) first, then the settings the local pipeline (``make run``) saved in
+this folder. ``up``, ``down``, ``infra`` and ``env`` read the environment only:
+they make the local pipeline's settings rather than follow them.
+
+Errors print as one line saying what to do, and exit with status 1; a usage
+error prints the subcommand's usage and exits with status 2.
 """
 
 from __future__ import annotations
@@ -31,13 +42,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mongomem.cli.failures import describe
+from mongomem.cli.options import aware_time, parse
 from mongomem.errors import MongomemError
 from mongomem.logs import configure_logging
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, load_settings, resolve_settings
 
 __all__ = ["STAGES", "main"]
 
@@ -196,15 +208,22 @@ def _mcp(args: argparse.Namespace, settings: Settings) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mongomem",
-        description="mongomem: long-term memory for LLM agents.\n\n"
-        + (__doc__ or "").split("::", 1)[-1].split("Errors print")[0].rstrip(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="mongomem: long-term memory for LLM agents.",
+        epilog=(
+            "Settings come from the environment (MONGOMEM_*), then from the local pipeline "
+            'that `make run` started in this folder; elsewhere, eval "$(mongomem env)" there '
+            "first. `mongomem COMMAND --help` shows a command's options."
+        ),
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    infra_p = sub.add_parser("infra", help="local Kafka and MongoDB-compatible servers")
-    infra_p.add_argument("action", choices=["up", "down", "status"])
-    infra_p.set_defaults(handler=_infra)
+    infra_p = sub.add_parser("infra", help="start, stop or show the local Kafka and MongoDB")
+    infra_p.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: start the missing servers (kept running); down: stop them; status: show them",
+    )
+    infra_p.set_defaults(handler=_infra, local_pipeline=False)
 
     run_p = sub.add_parser("run", help="run one stage in this process")
     run_p.add_argument(
@@ -226,26 +245,28 @@ def _parser() -> argparse.ArgumentParser:
 
     up_p = sub.add_parser("up", help="servers + every stage as processes, then the demo")
     up_p.add_argument("--no-demo", action="store_true", help="start everything, skip the demo")
-    up_p.set_defaults(handler=_up)
+    up_p.set_defaults(handler=_up, local_pipeline=False)
     sub.add_parser("down", help="stop the stage processes and the servers").set_defaults(
-        handler=_down
+        handler=_down, local_pipeline=False
     )
     sub.add_parser(
         "env", help='the local pipeline\'s settings as shell exports: eval "$(mongomem env)"'
-    ).set_defaults(handler=_env)
-    sub.add_parser("status", help="extractions, readiness, lag, dead letters").set_defaults(
-        handler=_status
-    )
+    ).set_defaults(handler=_env, local_pipeline=False)
+    sub.add_parser(
+        "status", help="extractions, readiness, LLM usage, lag, dead letters, restarts"
+    ).set_defaults(handler=_status)
     conf_p = sub.add_parser("configure", help="check project-config.yaml and save its settings")
-    conf_p.add_argument("file", type=Path)
+    conf_p.add_argument("file", type=Path, help="the project-config.yaml to check")
     conf_p.set_defaults(handler=_configure)
     apply_p = sub.add_parser("apply", help="configure, restart extractors, wait until ready")
-    apply_p.add_argument("file", type=Path)
+    apply_p.add_argument("file", type=Path, help="the project-config.yaml to apply")
     apply_p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for ready")
     apply_p.set_defaults(handler=_apply)
 
     replay_p = sub.add_parser("replay", help="re-run a stage from an offset/time in a new group")
-    replay_p.add_argument("stage", choices=["windowing", "extractor", "reconciler"])
+    replay_p.add_argument(
+        "stage", choices=["windowing", "extractor", "reconciler"], help="the stage to re-run"
+    )
     start = replay_p.add_mutually_exclusive_group()
     start.add_argument(
         "--from-offset",
@@ -255,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument(
         "--since",
-        type=_aware_time,
+        type=aware_time,
         default=None,
         help="start at the first record at or after this ISO time (UTC if naive)",
     )
@@ -284,7 +305,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay_p.set_defaults(handler=_replay)
 
-    from mongomem.mcp_server import add_arguments as add_mcp_arguments  # not the mcp SDK
+    from mongomem.mcp_server.options import add_arguments as add_mcp_arguments  # argparse only
 
     mcp_p = sub.add_parser("mcp", help="serve memory to an MCP client (stdio by default)")
     add_mcp_arguments(mcp_p)
@@ -324,26 +345,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _aware_time(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+def _say(line: str) -> None:
+    print(f"mongomem: {line}", file=sys.stderr)
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    """The command's settings: the environment, then the local pipeline's saved settings.
+
+    The commands that make the local pipeline (``up``, ``down``, ``infra``,
+    ``env``: ``local_pipeline=False``) read the environment alone. Either way an
+    unknown ``MONGOMEM_*`` variable is reported once, on stderr.
+    """
+    if getattr(args, "local_pipeline", True):
+        return resolve_settings(say=_say)
+    from mongomem.settings import unknown_variables
+
+    for line in unknown_variables(os.environ):
+        _say(line)
+    return load_settings()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(_parser(), argv)
+    # The driver's own reconnect errors: a failure prints as one line of ours instead.
+    # (Commands that run servers or stages set up their logs, aiokafka's included.)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    settings: Settings | None = None
     try:
-        settings = load_settings()
+        settings = settings_for(args)
         handler: Callable[[argparse.Namespace, Settings], int] = args.handler
         return handler(args, settings)
-    except MongomemError as exc:
-        print(f"mongomem: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silences the flush at exit
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        line = describe(exc, settings)
+        if line is None:
+            raise  # a defect: keep its traceback
+        _say(line)
+        return 1
 
 
 if __name__ == "__main__":

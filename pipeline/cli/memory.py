@@ -31,11 +31,11 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
 
+from mongomem.cli.options import add_project_id, add_user_id, aware_time
 from mongomem.errors import InputError, NotReady
 from mongomem.settings import Settings
 
@@ -59,12 +59,14 @@ def add_cli(subparsers: Any) -> None:
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
-        sub.add_argument("--project-id", required=True)
-        sub.add_argument("--user-id", required=True, help="whose memory (taxonomic: any user)")
+        add_project_id(sub, help_text="the project the user belongs to")
+        add_user_id(sub, help_text="whose memory (taxonomic: any user)")
         return sub
 
     delete = action("delete", "delete one memory: by id, or by --type and --key")
-    delete.add_argument("memory_id", nargs="?", default=None)
+    delete.add_argument(
+        "memory_id", nargs="?", default=None, help="the memory's id (or use --type and --key)"
+    )
     delete.add_argument("--type", dest="memory_type", default=None, help="with --key")
     delete.add_argument("--key", default=None, help="label, title, name or domain/term")
     delete.add_argument("--reason", default=None, help="kept in the memory's history")
@@ -73,29 +75,36 @@ def add_cli(subparsers: Any) -> None:
     def filters(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--type", dest="memory_type", default=None, help="default: every type")
         sub.add_argument(
-            "--status", default="current", choices=["current", "superseded", "deleted", "expired"]
+            "--status",
+            default="current",
+            choices=["current", "superseded", "deleted", "expired"],
+            help="which versions (default: current)",
         )
-        sub.add_argument("--since", type=_aware_time, default=None, help="updated at or after")
+        sub.add_argument("--since", type=aware_time, default=None, help="updated at or after")
         sub.add_argument("--prefix", default=None, help="keys starting with this")
 
     def paged(sub: argparse.ArgumentParser, default: int) -> None:
-        sub.add_argument("--limit", type=int, default=default)
+        sub.add_argument(
+            "--limit", type=int, default=default, help=f"most items per page (default {default})"
+        )
         sub.add_argument("--cursor", default=None, help="from the previous page's stderr")
 
     listing = action("list", "memory versions, newest first, a page at a time")
     filters(listing)
     paged(listing, 50)
     filters(action("count", "how many versions match"))
-    action("get", "one memory's latest version").add_argument("memory_id")
-    action("history", "every version of one memory").add_argument("memory_id")
+    action("get", "one memory's latest version").add_argument("memory_id", help="the memory's id")
+    action("history", "every version of one memory").add_argument(
+        "memory_id", help="the memory's id"
+    )
     sessions = action("sessions", "the user's sessions by id, a page at a time")
-    sessions.add_argument("--since", type=_aware_time, default=None, help="active at or after")
+    sessions.add_argument("--since", type=aware_time, default=None, help="active at or after")
     paged(sessions, 100)
     turns = action("turns", "one session's turns, oldest first, a page at a time")
-    turns.add_argument("--session-id", required=True)
+    turns.add_argument("--session-id", required=True, help="the session whose turns to list")
     paged(turns, 100)
     status = action("status", "extraction progress of one session (pending, done, dead letters)")
-    status.add_argument("--session-id", required=True)
+    status.add_argument("--session-id", required=True, help="the session to report on")
     status.add_argument(
         "--wait",
         type=float,
@@ -104,14 +113,6 @@ def add_cli(subparsers: Any) -> None:
         help="wait until every turn so far is processed (exit 1 on timeout)",
     )
     parser.set_defaults(handler=memory_command)
-
-
-def _aware_time(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r}") from exc
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _lines(items: Sequence[BaseModel], cursor: str | None = None) -> None:

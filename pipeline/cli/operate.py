@@ -24,23 +24,20 @@ import argparse
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, TURNS
 from mongomem.adapters.mongo import connect, database
 from mongomem.adapters.readiness import check_ready
 from mongomem.codec import kind_of
-from mongomem.errors import BrokerError, MongomemError, StorageError
-from mongomem.local.infra import local_servers_status
-from mongomem.local.servers import pid_alive
-from mongomem.local.supervisor import read_restarts
+from mongomem.errors import BrokerError, StorageError
+from mongomem.local.project_env import configure
+from mongomem.local.supervisor import local_servers, local_stage_processes
 from mongomem.models import Watermark, utcnow
 from mongomem.operations.status import (
-    consumer_group,
     dead_letter_counts,
     group_lag,
     set_group_position,
+    stage_groups,
 )
 from mongomem.operations.usage import (
     LLM_USAGE,
@@ -49,10 +46,8 @@ from mongomem.operations.usage import (
     runs_table,
     usage_table,
 )
-from mongomem.project_config import enabled_types, load_project_config
+from mongomem.project_config import enabled_types
 from mongomem.settings import (
-    ExtractionSettings,
-    KafkaSettings,
     Settings,
     with_local_pipeline,
 )
@@ -60,8 +55,10 @@ from mongomem.settings import (
 __all__ = [
     "configure",
     "dead_letter_stages",
+    "kafka_lines",
     "llm_line",
     "llm_usage_lines",
+    "local_servers",
     "local_stage_processes",
     "print_status",
     "replay",
@@ -70,28 +67,13 @@ __all__ = [
 ]
 
 
-def stage_groups(
-    kafka: KafkaSettings, stage: str, types: tuple[str, ...], suffix: str = ""
-) -> list[tuple[str, str]]:
-    """(consumer group, input topic) of each consumer group that ``stage`` runs."""
-    if stage == "windowing":
-        return [(consumer_group(kafka, "windowing", suffix), kafka.topic(TURNS))]
-    if stage == "extractor":
-        return [
-            (consumer_group(kafka, f"extractor.{t}", suffix), kafka.topic(SNAPSHOTS)) for t in types
-        ]
-    if stage == "reconciler":
-        return [(consumer_group(kafka, "reconciler", suffix), kafka.topic(CANDIDATES))]
-    raise MongomemError(f"stage {stage!r} does not consume from Kafka")
-
-
 def with_local_defaults(settings: Settings) -> Settings:
     """The settings the local pipeline's stages run with (``make run``), if it runs.
 
     Those are the saved stage environment over ``settings``; without a local
     pipeline, the local servers' addresses fill in missing URIs.
     """
-    settings = with_local_pipeline(settings)
+    settings = with_local_pipeline(settings)  # already done by the CLI; callers may not have
     kafka = settings.kafka
     if kafka.bootstrap is None:
         kafka = kafka.model_copy(update={"bootstrap": f"127.0.0.1:{settings.infra.kafka_port}"})
@@ -126,32 +108,14 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     say(f"extractions in force: {', '.join(types)}  (from {_source_of_types(settings)})")
     problems = check_ready(settings)
     say("readiness: ready" if not problems else "readiness: NOT READY — " + "; ".join(problems))
-    for name, state in local_servers_status(settings).items():
+    for name, state in local_servers(settings):
         say(f"local {name}: {state}")
     say(llm_line(settings))
     for line in await llm_usage_lines(settings):
         say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
-    rows: list[tuple[str, str]] = []
-    try:
-        for stage in ("windowing", "extractor", "reconciler"):
-            for group, topic in stage_groups(settings.kafka, stage, types):
-                lag = await asyncio.wait_for(
-                    group_lag(settings.kafka, group, topic, markers=MARKER_KINDS), 15
-                )
-                marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
-                rows.append(
-                    (group, f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})")
-                )
-        stages = dead_letter_stages(settings)
-        dead = await asyncio.wait_for(dead_letter_counts(settings.kafka, stages), 15)
-    except (BrokerError, TimeoutError) as exc:
-        say(f"consumer lag: unavailable ({exc or 'Kafka did not answer'})")
-        return 1 if problems else 0
-    say("consumer groups:")
-    for group, text in rows:
-        say(f"  {group:<48} {text}")
-    say("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    for line in await kafka_lines(settings, types):
+        say(line)
     processes = local_stage_processes(settings)
     if processes:
         say("local stage processes:")
@@ -160,19 +124,45 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
     return 1 if problems else 0
 
 
-def local_stage_processes(settings: Settings) -> list[tuple[str, str]]:
-    """(name, state) of each stage process ``mongomem up`` started here, by name."""
-    stage_dir = settings.infra.state_dir.resolve() / "stages"
-    pids = sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []
-    restarts = read_restarts(stage_dir)
-    out = []
-    for pid_file in pids:
-        seen = restarts.get(pid_file.stem)
-        again = (
-            f"  restarted {seen['restarts']}x (last {seen.get('last_restart_at')})" if seen else ""
+#: How long ``status`` waits for Kafka's answers, all of them together.
+KAFKA_STATUS_TIMEOUT_S = 15.0
+
+
+async def kafka_lines(settings: Settings, types: tuple[str, ...]) -> list[str]:
+    """Each consumer group's lag and the dead-letter counts, or one line: Kafka is unreachable.
+
+    The groups are asked at once (each needs its own admin client), within
+    :data:`KAFKA_STATUS_TIMEOUT_S` for all of them; a broker that does not answer
+    costs that one line, and the other sections of ``status`` are shown all the same.
+    """
+    groups = [
+        pair
+        for stage in ("windowing", "extractor", "reconciler")
+        for pair in stage_groups(settings.kafka, stage, types)
+    ]
+
+    async def ask() -> tuple[list[Any], dict[str, int]]:
+        lags = await asyncio.gather(
+            *(group_lag(settings.kafka, g, t, markers=MARKER_KINDS) for g, t in groups)
         )
-        out.append((pid_file.stem, f"{_pid_state(pid_file)}{again}"))
-    return out
+        dead = await dead_letter_counts(settings.kafka, dead_letter_stages(settings))
+        return list(lags), dead
+
+    try:
+        lags, dead = await asyncio.wait_for(ask(), KAFKA_STATUS_TIMEOUT_S)
+    except (BrokerError, TimeoutError) as exc:
+        reason = str(exc).splitlines()[0][:160] if str(exc) else "no answer"
+        return [
+            f"kafka: UNREACHABLE at {settings.kafka.bootstrap} ({reason}); "
+            "consumer lag and dead letters unavailable"
+        ]
+    lines = ["consumer groups:"]
+    for (group, _), lag in zip(groups, lags, strict=True):
+        marked = f", {lag.markers} of them watermarks/markers" if lag.markers else ""
+        text = f"lag {lag.data_lag:>6}  (committed {lag.committed}/{lag.end}{marked})"
+        lines.append(f"  {group:<48} {text}")
+    lines.append("dead letters: " + ", ".join(f"{s}={n}" for s, n in dead.items()))
+    return lines
 
 
 async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
@@ -180,7 +170,8 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
     purpose, then per memory type the snapshots that asked the LLM vs reused a stored answer
     (SPEC I6) and the dead letters."""
     title = f"LLM usage, last {hours:g} hour{'s' if hours != 1 else ''} (from {LLM_USAGE})"
-    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": 5.0})
+    wait = min(5.0, settings.mongodb.server_selection_timeout_s)
+    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": wait})
     client = connect(mongodb)
     try:
         collection = database(client, mongodb)[LLM_USAGE]
@@ -188,7 +179,10 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
         rows = await asyncio.wait_for(recent_usage(collection, since, settings.llm), 15)
         runs = await asyncio.wait_for(recent_runs(collection, since), 15)
     except (StorageError, TimeoutError) as exc:
-        return [f"{title}: unavailable ({exc or 'MongoDB did not answer'})"]
+        from mongomem.cli.failures import describe  # the address, not the driver's topology
+
+        reason = describe(exc, settings.model_copy(update={"mongodb": mongodb})) or exc
+        return [f"{title}: unavailable ({reason or 'MongoDB did not answer'})"]
     finally:
         await client.close()
     # "no LLM calls" and yet runs: every snapshot reused a stored answer
@@ -202,43 +196,6 @@ def llm_line(settings: Settings) -> str:
         return "LLM: none configured (set MONGOMEM_LLM_BASE_URL and MONGOMEM_LLM_API_KEY)"
     stand_in = "yes: a rule-based STAND-IN, NOT A MODEL" if llm.use_stand_in else "no"
     return f"LLM: {llm.base_url}  model {llm.model}  stand-in: {stand_in}"
-
-
-def _pid_state(pid_file: Path) -> str:
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return "stopped"
-    return f"running (pid {pid})" if pid_alive(pid) else "stopped"
-
-
-def configure(settings: Settings, file: Path, say: Callable[[str], None] = print) -> Path:
-    """Validate ``file`` and save the settings it implies; returns the saved env file."""
-    config = load_project_config(file)
-    types = enabled_types(settings.model_copy(update={"extraction": ExtractionSettings()}), config)
-    lines = [
-        f"MONGOMEM_PROJECT_CONFIG={file.resolve()}",
-        f"MONGOMEM_ENABLED_EXTRACTIONS={','.join(types)}",
-    ]
-    target = settings.infra.state_dir.resolve() / "project.env"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(lines) + "\n")
-    say(f"{file}: valid. Extractions: {', '.join(types)}")
-    if config.memory.extraction.custom:
-        say("custom types: " + ", ".join(c.name for c in config.memory.extraction.custom))
-    say(f"saved to {target} (make run passes these to the stages):")
-    for line in lines:
-        say(f"  {line}")
-    return target
-
-
-def read_project_env(settings: Settings) -> dict[str, str]:
-    """The settings saved by :func:`configure`, if any."""
-    path = settings.infra.state_dir.resolve() / "project.env"
-    if not path.exists():
-        return {}
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {k.strip(): v.strip() for k, v in pairs}
 
 
 async def replay(

@@ -17,6 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
+from mongomem.ltm.retention import retention_rules
 from mongomem.settings import Settings
 
 __all__ = ["add_cli", "expire_command", "retention_rules"]
@@ -30,29 +31,19 @@ def add_cli(subparsers: Any) -> None:
     parser.set_defaults(handler=expire_command)
 
 
-def retention_rules(settings: Settings) -> dict[str, float]:
-    """Memory type → days, from the project config (empty: nothing expires)."""
-    from mongomem.project_config import load_project_config
-
-    if settings.project_config is None:
-        return {}
-    config = load_project_config(settings.project_config)
-    return {t: r.expire_after_days for t, r in config.memory.retention.items()}
-
-
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from mongomem.adapters.mongo import connect, database
     from mongomem.ltm import MemoryStore
     from mongomem.ltm.retention import expire_unreinforced
 
     rules = retention_rules(settings)
+    client = connect(settings.mongodb)  # a missing URI fails here, before any report
     if not rules:
         print(
             "mongomem: no memory type has a retention (memory.retention in the project "
-            "config); nothing to do",
+            "config); nothing expires",
             file=sys.stderr,
         )
-    client = connect(settings.mongodb)
     try:
         store = MemoryStore(database(client, settings.mongodb))
         await store.setup(probe=False)

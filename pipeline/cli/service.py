@@ -3,8 +3,8 @@
 ::
 
     mongomem serve [--host H] [--port P]         the memory service, until SIGINT/SIGTERM
-    mongomem keys create PROJECT [--name N]      a managed key; printed once, stored hashed
-    mongomem keys list [--project P]             key ids, projects, names, states
+    mongomem keys create --project-id P [--name N]   a managed key; printed once, stored hashed
+    mongomem keys list [--project-id P]          key ids, projects, names, states
     mongomem keys revoke KEY_ID                  refused from the next request on
 
 :func:`add_cli` adds both to an ``argparse`` sub-parser set; each handler
@@ -22,9 +22,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from mongomem.errors import MongomemError
+from mongomem.cli.options import add_project_id
+from mongomem.errors import InputError, MongomemError
 from mongomem.logs import configure_logging
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
     from mongomem.service.keys import ApiKeyInfo
@@ -41,10 +42,12 @@ def _add_serve(parser: argparse.ArgumentParser) -> None:
 def _add_keys(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="keys_action", required=True)
     create = actions.add_parser("create", help="a new key for one project (printed once)")
-    create.add_argument("project", help="the project the key opens, and only that one")
+    add_project_id(create, required=False, help_text="the project the key opens, and only that one")
+    # the older spelling `keys create PROJECT`, kept working
+    create.add_argument("project", nargs="?", default=None, help=argparse.SUPPRESS)
     create.add_argument("--name", default="", help="what the key is for")
     listing = actions.add_parser("list", help="every managed key (never the secret)")
-    listing.add_argument("--project", default=None, help="only this project's keys")
+    add_project_id(listing, required=False, help_text="only this project's keys")
     revoke = actions.add_parser("revoke", help="refuse a key from the next request on")
     revoke.add_argument("key_id", help="the id shown by create/list (mmk_<key_id>_…)")
     parser.set_defaults(handler=keys_command)
@@ -90,11 +93,16 @@ async def _keys(args: argparse.Namespace, settings: Settings) -> int:
     try:
         store = ApiKeyStore(database(client, settings.mongodb))
         if args.keys_action == "create":
-            key, info = await store.create(args.project, args.name)
+            project = args.project_id or args.project
+            if project is None:
+                raise InputError(
+                    "say which project the key opens: --project-id P", field="project_id"
+                )
+            key, info = await store.create(project, args.name)
             print(f"created key {info.key_id} for project {info.project_id}")
             print(f"API key (shown only now, stored as a SHA-256 hash): {key}")
         elif args.keys_action == "list":
-            rows = await store.list_keys(args.project)
+            rows = await store.list_keys(args.project_id)
             print(f"{'key_id':<16}  {'project':<20}  {'created (UTC)':<16}  {'state':<24}  name")
             for info in rows:
                 print(_row(info))
@@ -118,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_serve(parser)
     args = parser.parse_args(argv)
     try:
-        return serve_command(args, load_settings())
+        return serve_command(args, resolve_settings())
     except MongomemError as exc:
         print(f"mongomem: {exc}", file=sys.stderr)
         return 1

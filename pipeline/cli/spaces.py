@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from mongomem.errors import InputError, MongomemError, NotReady
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, resolve_settings
 
 __all__ = ["add_cli", "main", "spaces_command"]
 
@@ -64,7 +64,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
     action("list", "every space of the project")
     create = action("create", "a new, empty space")
-    create.add_argument("space_id")
+    create.add_argument("space_id", help="the space's id")
     create.add_argument(
         "--key",
         dest="keys",
@@ -76,7 +76,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     create.add_argument("--name", default=None, help="display name (default: the id)")
     create.add_argument("--description", default="", help="what the space holds")
-    create.add_argument("--kind", choices=["episodic", "escalation"], default="episodic")
+    create.add_argument(
+        "--kind",
+        choices=["episodic", "escalation"],
+        default="episodic",
+        help="episodic: past runs and their outcomes; escalation: resolved escalations",
+    )
     create.add_argument("--threshold", type=float, default=None, help="recall score threshold")
     create.add_argument("--top-k", type=int, default=None, help="cases recall returns at most")
     create.add_argument("--mode", choices=["hybrid", "meaning"], default=None, help="recall mode")
@@ -85,11 +90,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="encrypt the items (MONGOMEM_SPACES_ENCRYPTION_KEY); fixed for good",
     )
-    action("show", "one space as JSON").add_argument("space_id")
+    action("show", "one space as JSON").add_argument("space_id", help="the space's id")
     delete = action("delete", "delete a space and all of its items")
-    delete.add_argument("space_id")
+    delete.add_argument("space_id", help="the space's id")
     delete.add_argument("--yes", action="store_true", help="really delete (required)")
-    action("export", "a space as JSON lines, to stdout").add_argument("space_id")
+    action("export", "a space as JSON lines, to stdout").add_argument(
+        "space_id", help="the space's id"
+    )
     imp = action("import", "a new space from an export file")
     imp.add_argument("file", help="the export (JSON lines); '-' reads stdin")
     imp.add_argument("--space-id", default=None, help="the new space's id (default: the file's)")
@@ -111,7 +118,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="re-embed every item even when the embedder is the same",
     )
     rekey = action("rekey", "re-seal an encrypted space's items under the current key")
-    rekey.add_argument("space_id")
+    rekey.add_argument("space_id", help="the space's id")
     parser.set_defaults(handler=spaces_command)
 
 
@@ -152,8 +159,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     async with AsyncSpaces(settings, project_id=args.project_id, embedder=embedder) as spaces:
         match args.spaces_action:
             case "list":
+                found = await spaces.list_spaces()  # a failure prints no header
                 print(f"{'space_id':<24}  {'kind':<10}  {'items':>6}  {'encrypted':<9}  name")
-                for s in await spaces.list_spaces():
+                for s in found:
                     secret = "yes" if s.encrypted else "no"
                     print(
                         f"{s.space_id:<24}  {s.kind:<10}  {s.item_count:>6}  {secret:<9}  {s.name}"
@@ -217,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        return spaces_command(args, load_settings())
+        return spaces_command(args, resolve_settings())
     except MongomemError as exc:
         print(f"mongomem: {exc}", file=sys.stderr)
         return 1

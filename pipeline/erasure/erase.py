@@ -67,6 +67,7 @@ from mongomem.adapters.mongo import (
     LEDGER,
     MEMORIES,
     SNAPSHOTS,
+    TURN_VECTORS,
     TURNS,
     Document,
 )
@@ -98,6 +99,10 @@ LLM_USAGE = "llm_usage"
 #: Time allowed, past :data:`NOT_ERASED_TTL_S`, for a write sent on a "not erased" answer
 #: to land before the second sweep.
 _LANDING_S = 1.0
+#: Ids per delete (and per read of a batch of memories' versions) of a sweep. Small:
+#: mongo-java-server matches each document it finds against the whole ``$in`` list, so
+#: a delete of n ids costs n × batch comparisons (4,000 in one list took 6.6 s).
+DELETE_BATCH = 100
 Kind = Literal["user", "session", "project"]
 #: Called with the erased sessions once their data is gone (e.g. changelog tombstones).
 SessionsHook = Callable[[Sequence[SessionKey]], Awaitable[None]]
@@ -252,7 +257,8 @@ class _Erasure:
                     project_id=s["project_id"], user_id=s["user_id"], session_id=s["session_id"]
                 )
             )
-        for s in await _run(db[TURNS].distinct("session_id", whose)):
+        turns = await _run(db[TURNS].find(whose, {"_id": 1, "session_id": 1}).to_list())
+        for s in {str(d["session_id"]) for d in turns}:
             if t.user_id is not None:
                 self.sessions.add(
                     SessionKey(project_id=t.project_id, user_id=t.user_id, session_id=s)
@@ -288,29 +294,28 @@ class _Erasure:
         cids: set[str] = set()
         for d in await _run(db[DECISIONS].find(dec_filter, {"_id": 1}).to_list()):
             cids.add(str(d["_id"]))  # the filter matches only erased decisions
-        if own is not None:
-            for m in await _run(db[MEMORIES].find(own, {"candidate_ids": 1}).to_list()):
+        owned: list[Doc] = []
+        if own is not None:  # one read: the candidates, the scopes, and what to delete
+            fields = {"candidate_ids": 1, "memory_type": 1, "scope.user_id": 1}
+            owned = await _run(db[MEMORIES].find(own, fields).to_list())
+            for m in owned:
                 cids.update(m.get("candidate_ids", ()))
         if cids:
-            r = await _run(db[LEDGER].delete_many({"_id": {"$in": sorted(cids)}}))
-            self.count(LEDGER, r.deleted_count)
+            await self.delete_ids(LEDGER, sorted(cids))
         await self.checkpoint("ledger")
         # -- 2: memories
-        if own is not None:
-            for memory_type in await _run(db[MEMORIES].distinct("memory_type", own)):
-                of_type = {**own, "memory_type": memory_type}
-                self.scopes.add((None, str(memory_type)))  # project scope, if any
-                for user in await _run(db[MEMORIES].distinct("scope.user_id", of_type)):
-                    self.scopes.add((user, str(memory_type)))
-            r = await _run(db[MEMORIES].delete_many(own))
-            self.count(MEMORIES, r.deleted_count)
+        if owned:
+            for m in owned:
+                memory_type = str(m.get("memory_type"))
+                self.scopes.add((None, memory_type))  # project scope, if any
+                self.scopes.add(((m.get("scope") or {}).get("user_id"), memory_type))
+            await self.delete_ids(MEMORIES, [m["_id"] for m in owned])
         if t.kind != "project":
             await self.prune_memories(self.lineage_filter(snapshot_ids), erased, cids)
         await self.checkpoint("memories")
         # -- 3: decision log, progress, usage
         if cids:
-            r = await _run(db[DECISIONS].delete_many({"_id": {"$in": sorted(cids)}}))
-            self.count(DECISIONS, r.deleted_count)
+            await self.delete_ids(DECISIONS, sorted(cids))
         if t.kind == "project":
             r = await _run(db[DECISIONS].delete_many({"scope.project_id": t.project_id}))
             self.count(DECISIONS, r.deleted_count)
@@ -327,23 +332,43 @@ class _Erasure:
         self.count(EXTRACTIONS, r.deleted_count)
         await self.checkpoint("derived")
         # -- 4: snapshots, then turns
-        r = await _run(db[SNAPSHOTS].delete_many(whose))
-        self.count(SNAPSHOTS, r.deleted_count)
-        r = await _run(db[TURNS].delete_many(whose))
-        self.count(TURNS, r.deleted_count)
+        await self.delete_ids(SNAPSHOTS, sorted(snapshot_ids))
+        # turn search's embeddings are derived from the turns: they go first, by lineage
+        r = await _run(db[TURN_VECTORS].delete_many(whose))
+        self.count(TURN_VECTORS, r.deleted_count)
+        await self.delete_ids(TURNS, [d["_id"] for d in turns])
         # the watcher's per-session high-water marks (it writes none for erased sessions)
         r = await _run(db[CHECKPOINTS].delete_many({**whose, "kind": "watcher-mark"}))
         self.count(CHECKPOINTS, r.deleted_count)
         await self.checkpoint("turns")
 
+    async def delete_ids(self, coll: str, ids: Sequence[Any]) -> None:
+        """Delete these documents of ``coll`` by ``_id``, :data:`DELETE_BATCH` at a time.
+
+        What a sweep read is deleted by its ``_id`` (which every server's ``_id``
+        index serves) rather than by the sweep's filter again (a second scan
+        on a server that serves no other index shape, mongo-java-server). A
+        document written after the read is the second sweep's: nothing can be
+        written for the target by then (module docstring).
+        """
+        for i in range(0, len(ids), DELETE_BATCH):
+            batch = list(ids[i : i + DELETE_BATCH])
+            r = await _run(self.db[coll].delete_many({"_id": {"$in": batch}}))
+            self.count(coll, r.deleted_count)
+
     async def prune_memories(self, f: Doc, erased: Callable[[Doc], bool], cids: set[str]) -> None:
         db = self.db
         memory_ids = await _run(db[MEMORIES].distinct("memory_id", f))
         now = utcnow()
+        versions: dict[str, list[Doc]] = {}
+        for i in range(0, len(memory_ids), DELETE_BATCH):  # every version, in one read a batch
+            batch = memory_ids[i : i + DELETE_BATCH]
+            for doc in await _run(
+                db[MEMORIES].find({"memory_id": {"$in": batch}}, {"embedding": 0}).to_list()
+            ):
+                versions.setdefault(str(doc["memory_id"]), []).append(doc)
         for memory_id in memory_ids:
-            docs = await _run(
-                db[MEMORIES].find({"memory_id": memory_id}, {"embedding": 0}).to_list()
-            )
+            docs = versions.get(str(memory_id), [])
             if not docs:
                 continue
             by_version = {int(d["version"]): d for d in docs}

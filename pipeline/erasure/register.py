@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Literal
 
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
@@ -68,18 +69,18 @@ class ErasureRegister:
         if answer is not None:
             return answer
         sent = time.monotonic()
-        try:
-            found = await self._erasures.find_one({"_id": {"$in": ids}}, {"_id": 1})
+        try:  # all of them (at most three): a refusal names the widest erased
+            found = await self._erasures.find({"_id": {"$in": ids}}, {"_id": 1}).to_list()
         except PyMongoError as exc:
             raise StorageError(f"could not read the erasure register: {exc}") from exc
-        if found is None:
+        if not found:
             if self._remember_absent:
                 self._absent[target] = (ids, sent)
                 self._absent.move_to_end(target)
                 while len(self._absent) > _ABSENT_CACHE:
                     self._absent.popitem(last=False)
             return False
-        self._known.add(str(found["_id"]))
+        self._known.update(str(d["_id"]) for d in found)
         self._absent.pop(target, None)
         return True
 
@@ -116,15 +117,39 @@ class ErasureRegister:
         return ids, None
 
     async def refuse_erased(self, project_id: str, user_id: str, session_id: str | None) -> None:
-        """Raise :class:`~mongomem.errors.Erased` if the user or session is erased."""
+        """Raise :class:`~mongomem.errors.Erased` if the project, user or session is erased."""
         if await self.is_erased(project_id, user_id, session_id):
-            raise refusal(user_id, session_id)
+            raise self.refusal(project_id, user_id, session_id)
+
+    def refusal(self, project_id: str, user_id: str, session_id: str | None) -> Erased:
+        """The refusal of a write to this target, naming the widest erasure known to cover it."""
+        if erasure_id(project_id) in self._known:
+            return refusal(user_id, session_id, project_id=project_id, erased="project")
+        if erasure_id(project_id, user_id) in self._known or session_id is None:
+            return refusal(user_id, session_id, project_id=project_id, erased="user")
+        return refusal(user_id, session_id, project_id=project_id, erased="session")
 
 
-def refusal(user_id: str, session_id: str | None) -> Erased:
-    """The :class:`~mongomem.errors.Erased` a writer raises for an erased user or session."""
-    what = "session" if session_id is not None else "user"
+def refusal(
+    user_id: str,
+    session_id: str | None,
+    *,
+    project_id: str | None = None,
+    erased: Literal["project", "user", "session"] | None = None,
+) -> Erased:
+    """The :class:`~mongomem.errors.Erased` a writer raises for an erased target.
+
+    ``erased`` says what was erased (default: the session if one is named, else
+    the user); a project's erasure says "project erased", so that nobody takes it
+    for one user's or session's.
+    """
+    what = erased or ("session" if session_id is not None else "user")
+    if what == "project":
+        return Erased(
+            f"project erased: project {project_id!r} was erased and its id is retired; "
+            "nothing is written to it again, for any user (use another project id)"
+        )
+    whose = f"user {user_id!r}" if what == "user" else f"session {session_id!r} of user {user_id!r}"
     return Erased(
-        f"this {what} was erased; its id is retired (user {user_id!r}, "
-        f"session {session_id!r}) and nothing is written for it"
+        f"{what} erased: {whose} was erased; its id is retired and nothing is written for it"
     )

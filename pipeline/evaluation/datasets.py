@@ -4,17 +4,21 @@ Both read the whole file and check it before anything is ingested: a file
 that does not fit raises :class:`~mongomem.errors.InputError` naming the item
 and the field, and nothing is stored.
 
-**LoCoMo** (``locomo10.json`` of snap-research/locomo): a list of samples.
-Fields read per sample: ``sample_id``; ``conversation.speaker_a`` (that
-speaker's turns are recorded as ``user``, the other speaker's as
-``assistant``, each prefixed with the speaker's name);
-``conversation.session_<N>`` (a list of ``{speaker, dia_id, text}``; ``dia_id``
-is kept only to name the turn) and ``conversation.session_<N>_date_time``
+**LoCoMo** (snap-research/locomo), in either layout: the list file
+(``locomo10.json``: ``[{sample_id, conversation: {...}, qa: [...]}]``), or
+per-conversation objects (the conversation's keys at the top level with
+``qa`` beside them) as one file or a folder of ``*.json`` files (read in name
+order). Fields read per sample: ``sample_id``; ``speaker_a`` (that speaker's
+turns are recorded as ``user``, the other speaker's as ``assistant``, each
+prefixed with the speaker's name); ``session_<N>`` (a list of ``{speaker,
+dia_id, text, blip_caption?}``: ``dia_id`` is the turn's dataset id, kept on
+the turn for evidence recall; an image's ``blip_caption`` is read as part of
+the turn's text, ``[shares an image: …]``) and ``session_<N>_date_time``
 (``"1:56 pm on 8 May, 2023"``, read as UTC); ``qa`` items' ``question``,
-``answer``, ``category`` and ``evidence``. Questions of category 5
-(adversarial: they carry ``adversarial_answer`` and no ``answer``) are left
-out, as in the Mem0 paper's protocol behind the published J scores. Images
-(``img_url``, ``blip_caption``) and the summaries are not read.
+``answer``, ``category`` and ``evidence`` (gold ``dia_id`` s). Questions of
+category 5 (adversarial: they carry ``adversarial_answer`` and no ``answer``)
+are left out, as in the Mem0 paper's protocol behind the published J scores.
+The summaries are not read.
 
 **LongMemEval** (``longmemeval_s.json`` / ``_m`` / ``_oracle`` of
 xiaowu0162/LongMemEval): a list of items, each its own conversation with one
@@ -22,7 +26,10 @@ question. Fields read: ``question_id``, ``question_type`` (the category;
 an id ending in ``_abs`` adds ``" (abstention)"``), ``question``, ``answer``,
 ``question_date``, ``haystack_sessions`` (lists of ``{role, content}``),
 ``haystack_dates`` (``"2023/05/20 (Sat) 02:21"``, read as UTC) and, when
-present, ``haystack_session_ids`` (the session names).
+present, ``haystack_session_ids`` (the session names). A turn's dataset id is
+``<session id>#<index>``; the gold evidence is the turns marked
+``has_answer: true``, else (no turn marked) every turn of
+``answer_session_ids``.
 
 Turns of a session get the session's time plus one second per turn, so
 their order is kept and every turn carries its session's own date.
@@ -63,6 +70,9 @@ class EvalTurn:
     role: str  # "user" or "assistant"
     content: str
     at: datetime
+    #: The dataset's id of the turn (LoCoMo ``dia_id``), stored on the turn for evidence recall.
+    dataset_id: str | None = None
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,16 +111,44 @@ def _bad(where: str, detail: str) -> InputError:
     return InputError(f"{where}: {detail}", field="data")
 
 
-def _load(path: Path) -> list[Any]:
+def _read_json(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}", field="data") from exc
     except ValueError as exc:
         raise InputError(f"{path} is not JSON: {exc}", field="data") from exc
+
+
+def _load(path: Path, *, objects: bool = False) -> list[Any]:
+    """The items of ``path``: a JSON list; with ``objects`` also one object, or a folder of
+    files each holding either (in file-name order)."""
+    if objects and path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise InputError(f"{path}: a folder with no *.json files", field="data")
+        return [item for f in files for item in _load(f, objects=True)]
+    data = _read_json(path)
+    if objects and isinstance(data, dict):
+        data = [data]
     if not isinstance(data, list) or not data:
-        raise InputError(f"{path}: expected a non-empty JSON list of items", field="data")
+        kind = "JSON list of items or an object" if objects else "JSON list of items"
+        raise InputError(f"{path}: expected a non-empty {kind}", field="data")
     return data
+
+
+def _turns_of(at: datetime, turns: list[EvalTurn]) -> tuple[EvalTurn, ...]:
+    """``turns`` at the session's time plus one second each."""
+    return tuple(
+        EvalTurn(
+            role=t.role,
+            content=t.content,
+            at=at + timedelta(seconds=i),
+            dataset_id=t.dataset_id,
+            speaker=t.speaker,
+        )
+        for i, t in enumerate(turns)
+    )
 
 
 def _text(item: dict[str, Any], name: str, where: str) -> str:
@@ -142,25 +180,36 @@ def _longmemeval_time(text: str, where: str) -> datetime:
     raise _bad(where, f"date {text!r} is not like '2023/05/20 (Sat) 02:21'")
 
 
-def _turns(at: datetime, pairs: list[tuple[str, str]]) -> tuple[EvalTurn, ...]:
-    return tuple(
-        EvalTurn(role=role, content=content, at=at + timedelta(seconds=i))
-        for i, (role, content) in enumerate(pairs)
-    )
-
-
 _SESSION = re.compile(r"^session_(\d+)$")
+
+
+def _locomo_text(turn: dict[str, Any], where: str) -> str:
+    """A LoCoMo turn's text, with its image's caption (``blip_caption``) when it has one."""
+    caption = turn.get("blip_caption")
+    has_caption = isinstance(caption, str) and caption.strip()
+    if not has_caption:
+        return _text(turn, "text", where)
+    said = turn.get("text")
+    said = str(said).strip() if isinstance(said, str | int | float) else ""
+    shown = f"[shares an image: {str(caption).strip()}]"
+    return f"{said} {shown}".strip()
 
 
 def read_locomo(path: Path) -> list[EvalConversation]:
     """The conversations of a LoCoMo file (see the module docstring for the fields)."""
     conversations = []
-    for index, sample in enumerate(_load(path)):
+    for index, sample in enumerate(_load(path, objects=True)):
         where = f"{path.name} item {index}"
-        if not isinstance(sample, dict) or not isinstance(sample.get("conversation"), dict):
-            raise _bad(where, "expected an object with a 'conversation' object")
+        if not isinstance(sample, dict):
+            raise _bad(where, "expected an object")
+        conv: dict[str, Any]
+        if isinstance(sample.get("conversation"), dict):
+            conv = sample["conversation"]
+        elif any(_SESSION.match(k) for k in sample):  # a per-conversation object
+            conv = sample
+        else:
+            raise _bad(where, "expected a 'conversation' object or session_<N> lists")
         cid = _text(sample, "sample_id", where) if "sample_id" in sample else f"conv-{index}"
-        conv: dict[str, Any] = sample["conversation"]
         speaker_a = conv.get("speaker_a")
         numbers = sorted(int(m.group(1)) for k in conv if (m := _SESSION.match(k)))
         if not numbers:
@@ -175,16 +224,25 @@ def read_locomo(path: Path) -> list[EvalConversation]:
             if not isinstance(date, str):
                 raise _bad(swhere, f"no {name}_date_time")
             at = _locomo_time(date, swhere)
-            pairs = []
+            read = []
             for t, turn in enumerate(turns):
+                twhere = f"{swhere} turn {t}"
                 if not isinstance(turn, dict):
-                    raise _bad(f"{swhere} turn {t}", "expected an object")
-                speaker = _text(turn, "speaker", f"{swhere} turn {t}")
-                text = _text(turn, "text", f"{swhere} turn {t}")
-                role = "user" if speaker == speaker_a else "assistant"
-                pairs.append((role, f"{speaker}: {text}"))
-            if pairs:
-                sessions.append(EvalSession(name=name, at=at, turns=_turns(at, pairs)))
+                    raise _bad(twhere, "expected an object")
+                speaker = _text(turn, "speaker", twhere)
+                text = _locomo_text(turn, twhere)
+                dia = turn.get("dia_id")
+                read.append(
+                    EvalTurn(
+                        role="user" if speaker == speaker_a else "assistant",
+                        content=f"{speaker}: {text}",
+                        at=at,
+                        dataset_id=str(dia) if isinstance(dia, str | int) else None,
+                        speaker=speaker,
+                    )
+                )
+            if read:
+                sessions.append(EvalSession(name=name, at=at, turns=_turns_of(at, read)))
         qa = sample.get("qa")
         if not isinstance(qa, list):
             raise _bad(where, "no 'qa' list")
@@ -234,12 +292,14 @@ def read_longmemeval(path: Path) -> list[EvalConversation]:
         if not isinstance(ids, list) or len(ids) != len(haystack):
             ids = [f"session_{i + 1}" for i in range(len(haystack))]
         sessions = []
+        marked: list[str] = []
+        by_session: dict[str, list[str]] = {}
         for s, (turns, date) in enumerate(zip(haystack, dates, strict=True)):
             swhere = f"{where} session {s}"
             if not isinstance(turns, list) or not isinstance(date, str):
                 raise _bad(swhere, "expected a list of turns and a date string")
             at = _longmemeval_time(date, swhere)
-            pairs = []
+            read = []
             for t, turn in enumerate(turns):
                 twhere = f"{swhere} turn {t}"
                 if not isinstance(turn, dict):
@@ -247,21 +307,33 @@ def read_longmemeval(path: Path) -> list[EvalConversation]:
                 role = _text(turn, "role", twhere)
                 if role not in ("user", "assistant"):
                     raise _bad(twhere, f"role {role!r} is not user or assistant")
-                pairs.append((role, _text(turn, "content", twhere)))
-            if pairs:
+                dataset_id = f"{ids[s]}#{t}"
+                by_session.setdefault(str(ids[s]), []).append(dataset_id)
+                if turn.get("has_answer") is True:
+                    marked.append(dataset_id)
+                content = _text(turn, "content", twhere)
+                read.append(EvalTurn(role=role, content=content, at=at, dataset_id=dataset_id))
+            if read:
                 name = f"{s + 1:03d}-{ids[s]}"[:120]
-                sessions.append(EvalSession(name=name, at=at, turns=_turns(at, pairs)))
+                sessions.append(EvalSession(name=name, at=at, turns=_turns_of(at, read)))
         sessions.sort(key=lambda x: x.at)  # historical import: sessions in time order
         category = _text(item, "question_type", where)
         if qid.endswith("_abs"):
             category += " (abstention)"
         date = item.get("question_date")
+        answer_sessions = item.get("answer_session_ids")
+        evidence = marked or [
+            t
+            for sid in (answer_sessions if isinstance(answer_sessions, list) else [])
+            for t in by_session.get(str(sid), [])
+        ]
         question = EvalQuestion(
             question_id=qid,
             question=_text(item, "question", where),
             answer=_text(item, "answer", where),
             category=category,
             question_date=date if isinstance(date, str) else None,
+            evidence=tuple(evidence),
         )
         conversations.append(
             EvalConversation(conversation_id=qid, sessions=tuple(sessions), questions=(question,))

@@ -57,6 +57,7 @@ from mongomem.adapters.mongo import SNAPSHOTS, Document, connect
 from mongomem.errors import ConfigError
 from mongomem.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion
 from mongomem.evaluation.report import write_report
+from mongomem.evaluation.retrieval import turn_metadata
 from mongomem.models import utcnow
 from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageMeter
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
@@ -185,10 +186,16 @@ class ProgressBar:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The data's SHA-256: of the file, or of a folder's ``*.json`` files (names and bytes)."""
+    if not path.is_dir():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for f in sorted(path.glob("*.json")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
-async def _extraction_usage(settings: Settings, project: str, user: str) -> dict[str, int]:
+async def _extraction_usage(settings: Settings, project: str, user: str) -> dict[str, Any]:
     """Calls and tokens of the extraction of this user's snapshots, from ``llm_usage``."""
     client = connect(settings.mongodb)
     try:
@@ -197,11 +204,20 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
             d["_id"]
             async for d in db[SNAPSHOTS].find({"project_id": project, "user_id": user}, {"_id": 1})
         ]
-        totals = {"snapshots": len(ids), "calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        totals: dict[str, Any] = {
+            "snapshots": len(ids),
+            "calls": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+        }
+        models: set[str] = set()
         query: Document = {"kind": "call", "purpose": "extract", "snapshot_id": {"$in": ids}}
         async for doc in db[LLM_USAGE].find(query):
             for name in ("calls", "prompt_tokens", "completion_tokens"):
                 totals[name] += int(doc.get(name, 0))
+            if doc.get("model"):
+                models.add(str(doc["model"]))
+        totals["models"] = sorted(models)  # the models that actually answered the extraction
         return totals
     finally:
         await client.close()
@@ -218,7 +234,8 @@ async def _ingest(
         chat = memory.bind(MemoryRequestContext(user_id=user, session_id=session.name))
         stored = (await chat.processing_status()).last_turn_seq  # resume a session cut short
         for turn in session.turns[stored:]:
-            await chat.record_turn(turn.role, turn.content, at=turn.at)
+            meta = turn_metadata(turn.dataset_id, turn.speaker)  # the dataset's turn id (M3)
+            await chat.record_turn(turn.role, turn.content, meta, at=turn.at)
         if stored <= len(session.turns):
             await chat.end_session()
         cp.add({"kind": "session", "id": sid, "turns": len(session.turns)})
@@ -273,18 +290,29 @@ async def _question(
         jmeter = UsageMeter(
             recorder, UsageKey.query(f"{question.question_id}/{arm}", "eval-judge", project)
         )
+        line[arm] = {
+            "answer": answer.value.answer,
+            "context_tokens": answer.usage.prompt_tokens,
+            "answer_tokens": answer.usage.completion_tokens,
+            "model": answer.model,
+        }
+        if not answer.value.answer.strip():  # nothing to grade: wrong, the judge is not asked
+            line[arm] |= {
+                "label": "WRONG",
+                "judge_reason": "empty answer (not sent to the judge)",
+                "judge_tokens": 0,
+                "calls": meter.calls,
+                "judge_model": "-",
+            }
+            continue
         verdict = await _ask(
             llm, judge_messages(question, answer.value.answer), EvalVerdict, "eval_judge", jmeter
         )
-        line[arm] = {
-            "answer": answer.value.answer,
+        line[arm] |= {
             "label": verdict.value.label,
             "judge_reason": verdict.value.reason,
-            "context_tokens": answer.usage.prompt_tokens,
-            "answer_tokens": answer.usage.completion_tokens,
             "judge_tokens": verdict.usage.total_tokens,
             "calls": meter.calls + jmeter.calls,
-            "model": answer.model,
             "judge_model": verdict.model,
         }
     return line

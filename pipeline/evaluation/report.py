@@ -69,7 +69,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _models(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted({r[arm][k] for r in rows for arm in ARMS for k in ("model", "judge_model")})
+    found = {r[arm][k] for r in rows for arm in ARMS for k in ("model", "judge_model")}
+    return sorted(found - {"-"})  # "-": no judge was asked (an empty answer)
 
 
 def write_report(
@@ -85,7 +86,11 @@ def write_report(
     """Write ``report.json`` and ``report.md`` into ``out``; the JSON written."""
     models = _models(rows)
     stand_in = STAND_IN_MARK in llm_name or any(STAND_IN_MARK in m for m in models)
+    stand_in = stand_in or any(
+        STAND_IN_MARK in m for c in conversations for m in c["extraction"].get("models", ())
+    )
     extraction = {c["id"]: c["extraction"] for c in conversations}
+    extracted_by = sorted({m for c in conversations for m in c["extraction"].get("models", ())})
     report: dict[str, Any] = {
         "not_a_quality_score": stand_in,
         "benchmark": header["benchmark"],
@@ -97,7 +102,9 @@ def write_report(
         "finished_at": finished_at.isoformat(),
         "llm": llm_name,
         "answer_and_judge_models": models,
-        "extraction_model": settings.llm.model,
+        # what answered the extraction calls (from llm_usage), not what settings name:
+        # under the stand-in that is the stand-in's own "NOT a real model" name
+        "extraction_model": ", ".join(extracted_by) or "(no extraction call recorded)",
         "embedding": settings.embedding.provider,
         "answer_prompt": header["answer_prompt"],
         "judge_prompt": header["judge_prompt"],

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mongomem.errors import InfraError
-from mongomem.local.servers import LocalKafka, LocalMongo, free_port, port_in_use
+from mongomem.local.servers import SERVERS_FILE, LocalKafka, LocalMongo, free_port, port_in_use
 from mongomem.settings import Settings
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "container_engine_available",
     "free_port",
     "local_servers_status",
+    "persistent_servers",
     "port_in_use",
     "start_missing_servers",
     "start_servers",
@@ -217,7 +218,8 @@ def _kafka_container(servers: Servers) -> None:
     servers.kafka_kind = "container Kafka (KRaft)"
 
 
-def _persistent_servers(settings: Settings) -> tuple[LocalMongo, LocalKafka]:
+def persistent_servers(settings: Settings) -> tuple[LocalMongo, LocalKafka]:
+    """The local servers of the state folder (``make run``'s), whether running or not."""
     root = settings.infra.state_dir.resolve()
     mongo = LocalMongo(
         port=settings.infra.mongo_port,
@@ -239,7 +241,7 @@ def start_missing_servers(settings: Settings) -> Servers:
     port is taken.) The result describes both; only the started ones stop
     with it.
     """
-    mongo, kafka = _persistent_servers(settings)
+    mongo, kafka = persistent_servers(settings)
     mongodb, kafka_settings = settings.mongodb, settings.kafka
     running = []
     if mongo.running_pid() is not None:
@@ -259,9 +261,13 @@ def start_missing_servers(settings: Settings) -> Servers:
 
 
 def stop_local_servers(settings: Settings) -> list[str]:
-    """Stop the local servers recorded in the state folder; names of those stopped."""
+    """Stop the local servers recorded in the state folder; names of those stopped.
+
+    First they are taken out of the supervisor's list, or it would start them again.
+    """
+    (settings.infra.state_dir.resolve() / "stages" / SERVERS_FILE).unlink(missing_ok=True)
     stopped = []
-    for server in _persistent_servers(settings):
+    for server in persistent_servers(settings):
         if server.running_pid() is not None:
             server.stop()
             stopped.append(server.name)
@@ -271,7 +277,7 @@ def stop_local_servers(settings: Settings) -> list[str]:
 def local_servers_status(settings: Settings) -> dict[str, str]:
     """``{"mongo": "running (pid …) on port …", "kafka": "stopped"}``."""
     status = {}
-    for server in _persistent_servers(settings):
+    for server in persistent_servers(settings):
         pid = server.running_pid()
         if pid is not None:
             status[server.name] = f"running (pid {pid}) on 127.0.0.1:{server.port}"

@@ -21,19 +21,28 @@ from pathlib import Path
 from mongomem.adapters.embeddings import local_model_installed
 from mongomem.adapters.kafka import ensure_topics, pipeline_topics
 from mongomem.adapters.readiness import check_ready
-from mongomem.cli.operate import configure, read_project_env
 from mongomem.errors import ConfigError, NotReady
 from mongomem.local import infra
-from mongomem.local.servers import LocalServer, free_port, jars_cached, port_in_use
+from mongomem.local.project_env import configure, read_project_env
+from mongomem.local.servers import (
+    LocalKafka,
+    LocalMongo,
+    LocalServer,
+    free_port,
+    jars_cached,
+    port_in_use,
+)
 from mongomem.local.supervisor import (
     PLAN_FILE,
     RESTARTS_FILE,
+    SERVERS_FILE,
     PlannedStage,
     StageProcess,
     StageSupervisor,
     read_plan,
     stage_env,
     write_plan,
+    write_servers,
 )
 from mongomem.project_config import enabled_types
 from mongomem.settings import (
@@ -132,6 +141,12 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
         say(f"mongomem: starting local servers{fetching} …")
     uri, bootstrap, described = _servers(persistent)
     say(described)
+    ours = [  # the servers of the state folder this pipeline uses: the supervisor's to restart
+        server.name
+        for server in infra.persistent_servers(persistent)
+        if server.running_pid() is not None
+        and (uri, bootstrap)[server.name == "kafka"] == _address(server)
+    ]
     overrides: dict[str, str] = {
         "MONGOMEM_MONGODB_URI": uri,
         "MONGOMEM_KAFKA_BOOTSTRAP": bootstrap,
@@ -204,8 +219,10 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"
         say(f"  {name:<24} pid {process.running_pid()!s:<7} metrics {metrics}")
     write_plan(stage_dir, plan)
+    write_servers(stage_dir, ours)
     supervisor.start(timeout_s=30)
-    say(f"  {'supervisor':<24} pid {supervisor.running_pid()!s:<7} restarts stopped stages")
+    watched = "stopped stages" + (f" and {' and '.join(ours)}" if ours else "")
+    say(f"  {'supervisor':<24} pid {supervisor.running_pid()!s:<7} restarts {watched}")
     _start_service(settings, stage_dir, root, env, say)
     say(f"  logs: {stage_dir / 'logs'}")
     say(f"extractions in force: {', '.join(types)}")
@@ -214,6 +231,15 @@ def up(settings: Settings, *, demo: bool = True, say: Callable[[str], None] = pr
 
         return asyncio.run(run_demo(child, env_overrides=overrides, say=say))
     return 0
+
+
+def _address(server: LocalServer) -> str:
+    """How the stages reach a local server: its URI (MongoDB) or bootstrap (Kafka)."""
+    if isinstance(server, LocalKafka):
+        return server.bootstrap
+    if isinstance(server, LocalMongo):
+        return server.uri
+    return ""
 
 
 def _refuse_stand_in_over_saved_llm(settings: Settings) -> None:
@@ -353,7 +379,7 @@ def down(settings: Settings, *, say: Callable[[str], None] = print) -> int:
     if supervisor.running_pid() is not None:  # first, or it restarts what we stop
         supervisor.stop(timeout_s=10)
         stopped.append(supervisor.name)
-    for name in (PLAN_FILE, RESTARTS_FILE):
+    for name in (PLAN_FILE, RESTARTS_FILE, SERVERS_FILE):
         (stage_dir / name).unlink(missing_ok=True)
     for pid_file in sorted(stage_dir.glob("*.pid")) if stage_dir.exists() else []:
         name = pid_file.stem

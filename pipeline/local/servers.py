@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +39,7 @@ from mongomem.errors import InfraError
 
 __all__ = [
     "ASSETS",
+    "SERVERS_FILE",
     "LocalKafka",
     "LocalMongo",
     "LocalServer",
@@ -52,6 +53,11 @@ __all__ = [
 ASSETS = Path(__file__).resolve().parents[2] / "deploy" / "local"
 
 Profile = Literal["kafka", "mongo"]
+
+
+#: The local servers (by name: ``kafka``, ``mongo``) the supervisor of ``mongomem up``
+#: keeps alive, in its stage folder (see :mod:`mongomem.local.supervisor`).
+SERVERS_FILE = "servers.json"
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -103,11 +109,38 @@ def jars_cached(cache_dir: Path) -> bool:
     return all(_cached_classpath(p, cache_dir) is not None for p in ("kafka", "mongo"))
 
 
+@contextlib.contextmanager
+def _cache_lock(cache_dir: Path) -> Iterator[None]:
+    """Hold the cache folder's lock: one process at a time resolves jars or builds.
+
+    Parallel test workers (pytest-xdist) and two ``mongomem up`` runs share the cache;
+    the first resolves and compiles, the others wait and find the result. Where
+    ``fcntl`` is missing (Windows) there is no lock.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with (cache_dir / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
     """The class path of ``profile``'s jars, resolving them with Maven on first use."""
     found = _cached_classpath(profile, cache_dir)
     if found is not None:
         return found
+    with _cache_lock(cache_dir):
+        return _cached_classpath(profile, cache_dir) or _resolve_classpath(profile, cache_dir)
+
+
+def _resolve_classpath(profile: Profile, cache_dir: Path) -> str:
     pom = ASSETS / "pom.xml"
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
     cached = cache_dir / f"classpath-{profile}-{digest}.txt"
@@ -147,6 +180,24 @@ def resolve_classpath(profile: Profile, cache_dir: Path) -> str:
         )
     out.replace(cached)
     return cached.read_text().strip()
+
+
+def _compile_launcher(source: Path, classpath: str, classes: Path) -> None:
+    """Compile the MongoDB launcher into ``classes`` (written elsewhere, then moved in)."""
+    javac = _need("javac", "A JDK (not only a JRE) 17+ is needed to build the launcher.")
+    building = classes.with_name(f"{classes.name}.{os.getpid()}.tmp")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    build = subprocess.run(
+        [javac, "-cp", classpath, "-d", str(building), str(source)],
+        capture_output=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        shutil.rmtree(building, ignore_errors=True)
+        raise InfraError("compiling the MongoDB launcher failed: " + build.stderr.decode())
+    shutil.rmtree(classes, ignore_errors=True)
+    building.replace(classes)
 
 
 @dataclass(kw_only=True)
@@ -406,15 +457,9 @@ class LocalMongo(LocalServer):
         digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
         classes = cache / f"mongo-launcher-{digest}"
         if not (classes / "MongoServerMain.class").exists():
-            javac = _need("javac", "A JDK (not only a JRE) 17+ is needed to build the launcher.")
-            classes.mkdir(parents=True, exist_ok=True)
-            build = subprocess.run(
-                [javac, "-cp", classpath, "-d", str(classes), str(source)],
-                capture_output=True,
-                check=False,
-            )
-            if build.returncode != 0:
-                raise InfraError("compiling the MongoDB launcher failed: " + build.stderr.decode())
+            with _cache_lock(cache):
+                if not (classes / "MongoServerMain.class").exists():
+                    _compile_launcher(source, classpath, classes)
         args = [
             java,
             "-Xmx1g",

@@ -252,7 +252,14 @@ class _Import:
         self.pending: list[tuple[MemoryGroup, list[Doc]]] = []
         self.pending_decisions: list[tuple[int, Doc]] = []
         self.seen: set[str] = set()
-        self.current_keys: set[tuple[str, str]] = set()
+        #: (type, normalized key) → first line, of the current memories this import adds.
+        self.current_keys: dict[tuple[str, str], int] = {}
+        #: What the target holds, read once (:meth:`_target_state`): memory ids, and the
+        #: current (type, normalized key)s with their memories.
+        self.target_ids: set[str] | None = None
+        self.target_current: dict[tuple[str, str], Doc] = {}
+        #: ``_id`` of every document written, per collection (the commit moves these).
+        self.written: dict[str, list[Any]] = {MEMORIES: [], DECISIONS: []}
         self.types: set[str] = set()
         self.deleted: dict[str, int] = {}
         self.read_versions = self.read_decisions = 0
@@ -340,15 +347,58 @@ class _Import:
         if sum(len(d) for _, d in self.pending) >= CHUNK:
             await self._flush_versions()
 
+    async def _target_state(self) -> tuple[set[str], dict[tuple[str, str], Doc]]:
+        """The target's memory ids and current keys: one read of the target's scope.
+
+        Asked once per import (and once more before the commit, for a key that
+        became current meanwhile), not per chunk: a per-chunk query by
+        ``memory_id`` ``$in`` and by key ``$or`` is a scan of the whole collection
+        on a server that answers only ``_id`` and unique-index shapes from an
+        index (mongo-java-server), so an import cost grew with the store (issue 28).
+        On MongoDB this read is served by the scope prefix of ``scope_type_status_key``.
+        """
+        ids: set[str] = set()
+        current: dict[tuple[str, str], Doc] = {}
+        cursor = self.db[MEMORIES].find(
+            scope_filter(self.target.project_id, self.target.user_id),
+            {"memory_id": 1, "memory_type": 1, "key_norm": 1, "key": 1, "status": 1, "_id": 0},
+        )
+        try:
+            async for d in cursor:
+                ids.add(str(d["memory_id"]))
+                if d.get("status") == MemoryStatus.CURRENT.value:
+                    current[(str(d.get("memory_type")), str(d.get("key_norm")))] = d
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB failed (memory export/import): {exc}") from exc
+        return ids, current
+
+    def _refuse_clash(self, current: dict[tuple[str, str], Doc]) -> None:
+        """A current key of the target that this import also adds: the line that adds it."""
+        for key, first_line in self.current_keys.items():
+            clash = current.get(key)
+            if clash is not None:
+                raise LineError(
+                    first_line,
+                    f"the user already has a current {clash['memory_type']} memory with key "
+                    f"{clash['key']!r} (memory {clash['memory_id']}); delete it first, or import "
+                    "into another user",
+                )
+
     async def _flush_versions(self) -> None:
         pending, self.pending = self.pending, []
         if not pending:
             return
         memories = self.db[MEMORIES]
-        ids = [docs[0]["memory_id"] for _, docs in pending]
+        if self.target_ids is None:
+            self.target_ids, self.target_current = await self._target_state()
+        # A memory is there when the target has its id, or any version of it exists
+        # (version ids are made of the memory id): both found without a scan.
+        version_ids = [d["_id"] for _, docs in pending for d in docs]
+        found = {d["_id"] async for d in memories.find({"_id": {"$in": version_ids}}, {"_id": 1})}
         there = {
-            d["memory_id"]
-            async for d in memories.find({"memory_id": {"$in": ids}}, {"memory_id": 1})
+            docs[0]["memory_id"]
+            for _, docs in pending
+            if docs[0]["memory_id"] in self.target_ids or any(d["_id"] in found for d in docs)
         }
         new = [(g, docs) for g, docs in pending if docs[0]["memory_id"] not in there]
         self.skipped += len(pending) - len(new)
@@ -363,29 +413,12 @@ class _Import:
                     group.first_line, f"a second current {key[0]} memory with key {last['key']!r}"
                 )
             wanted[key] = group
-        if wanted:
-            clash = await _run(
-                memories.find_one(
-                    {
-                        **scope_filter(self.target.project_id, self.target.user_id),
-                        "status": MemoryStatus.CURRENT.value,
-                        "$or": [{"memory_type": t, "key_norm": k} for t, k in wanted],
-                    },
-                    {"memory_type": 1, "key_norm": 1, "key": 1, "memory_id": 1},
-                )
-            )
-            if clash is not None:
-                group = wanted[(clash["memory_type"], clash["key_norm"])]
-                raise LineError(
-                    group.first_line,
-                    f"the user already has a current {clash['memory_type']} memory with key "
-                    f"{clash['key']!r} (memory {clash['memory_id']}); delete it first, or import "
-                    "into another user",
-                )
-            self.current_keys.update(wanted)
+        self.current_keys.update({k: g.first_line for k, g in wanted.items()})
+        self._refuse_clash(self.target_current)
         docs_out = [d for _, docs in new for d in docs]
         if docs_out:
             await _run(memories.insert_many(docs_out, ordered=False))
+            self.written[MEMORIES].extend(d["_id"] for d in docs_out)
         for _, docs in new:
             self.types.add(str(docs[-1]["memory_type"]))
             if docs[-1]["status"] in CLOSED_STATUSES:
@@ -393,6 +426,11 @@ class _Import:
                 self.deleted[t] = self.deleted.get(t, 0) + 1
         self.memories += len(new)
         self.versions += len(docs_out)
+
+    async def recheck(self) -> None:
+        """Before the commit: refuse a key that became current in the target meanwhile."""
+        if self.current_keys:
+            self._refuse_clash((await self._target_state())[1])
 
     async def _flush_decisions(self) -> None:
         pending, self.pending_decisions = self.pending_decisions, []
@@ -409,6 +447,7 @@ class _Import:
         self.decisions_skipped += len(pending) - len(new)
         if new:
             await _run(decisions.insert_many(new, ordered=False))
+            self.written[DECISIONS].extend(d["_id"] for d in new)
         self.decisions += len(new)
 
     # -- the job -----------------------------------------------------------------------
@@ -433,12 +472,24 @@ def _target_of(job: Doc) -> MemoryScope:
 
 
 async def _commit(db: AsyncDatabase[Document], job: Doc) -> None:
-    """Move an import's documents into its target scope; idempotent (a crash resumes it)."""
+    """Move an import's documents into its target scope; idempotent (a crash resumes it).
+
+    ``job["written"]`` (the ``_id`` of every document the import wrote, per
+    collection; not stored) moves them by ``_id`` in batches of :data:`CHUNK`,
+    which every server answers from its ``_id`` index; without it (a commit a
+    crash interrupted) they are found by ``import_id``.
+    """
     target = _target_of(job)
+    written: dict[str, list[Any]] | None = job.get("written")
     await _run(db[IMPORTS].update_one({"_id": job["_id"]}, {"$set": {"state": "committing"}}))
     move = {"$set": {"scope": target.model_dump()}, "$unset": {"import_id": ""}}
-    await _run(db[MEMORIES].update_many({"import_id": job["_id"]}, move))
-    await _run(db[DECISIONS].update_many({"import_id": job["_id"]}, move))
+    for coll in (MEMORIES, DECISIONS):
+        if written is None:
+            await _run(db[coll].update_many({"import_id": job["_id"]}, move))
+            continue
+        ids = written[coll]
+        for i in range(0, len(ids), CHUNK):
+            await _run(db[coll].update_many({"_id": {"$in": ids[i : i + CHUNK]}}, move))
     deleted: dict[str, int] = job.get("deleted", {})
     for memory_type in job.get("types", []):
         inc = {"rev": LOG_LENGTH + 1, "deletes": int(deleted.get(memory_type, 0))}
@@ -541,6 +592,7 @@ async def import_lines(
                 "another import of this user rolled this one back (one import per user at "
                 "a time); run it again"
             )
+        await job.recheck()
         await _commit(
             db,
             {
@@ -548,6 +600,7 @@ async def import_lines(
                 "project_id": target.project_id,
                 "user_id": target.user_id,
                 **record,
+                "written": job.written,
             },
         )
     except BaseException as exc:

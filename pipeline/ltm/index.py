@@ -29,10 +29,12 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 
+from mongomem.adapters.lexical import LexicalIndex
 from mongomem.errors import InputError
 from mongomem.ltm.documents import decode_embedding, scope_filter
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import MemoryScope, stable_id
+from mongomem.ranking import Ranked, fuse
 
 __all__ = ["LOG_LENGTH", "SCOPE_LOG", "IndexCache", "Row", "ScopeIndex", "bump_scope"]
 
@@ -103,6 +105,8 @@ class ScopeIndex:
     deletes: int = 0  # memories ever deleted in this scope (the scope log's ``deletes``)
     generation: int = 0  # changes whenever rows move (compaction, reload)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: BM25 over the rows' text, at the rows' positions (kept in step by upsert/drop).
+    lexical: LexicalIndex = field(default_factory=LexicalIndex)
 
     def __len__(self) -> int:
         return len(self.by_memory)
@@ -112,6 +116,7 @@ class ScopeIndex:
         self.dims, self.rows, self.matrix = other.dims, other.rows, other.matrix
         self.alive = other.alive
         self.by_memory, self.by_key, self.dead = other.by_memory, other.by_key, other.dead
+        self.lexical = other.lexical
 
     def check_dims(self, vector: Vector) -> None:
         if self.dims is not None and vector.shape[0] != self.dims:
@@ -146,6 +151,7 @@ class ScopeIndex:
         self.matrix[n] = vector / norm if norm else vector
         self.alive[n] = True
         self.rows.append(row)
+        self.lexical.add(n, row.text)
         self.by_memory[row.memory_id] = n
         self.by_key[normalize_key(row.key)] = n
 
@@ -162,6 +168,7 @@ class ScopeIndex:
         self.rows[at] = None
         self.matrix[at] = 0.0
         self.alive[at] = False
+        self.lexical.remove(at)
         del self.by_memory[row.memory_id]
         if self.by_key.get(normalize_key(row.key)) == at:
             del self.by_key[normalize_key(row.key)]
@@ -177,6 +184,7 @@ class ScopeIndex:
         self.rows = [r for _, r in live]
         self.by_memory = {r.memory_id: i for i, r in enumerate(self.rows) if r is not None}
         self.by_key = {normalize_key(r.key): i for i, r in enumerate(self.rows) if r is not None}
+        self.lexical.rebuild((i, r.text) for i, r in enumerate(self.rows) if r is not None)
         self.dead = 0
 
     def keyed(self, key: str) -> Row | None:
@@ -250,6 +258,47 @@ class ScopeIndex:
                 out.append((row, float(score)))
         return out
 
+    def _keep(self, key_prefix: str | None) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        n = len(self.rows)
+        if key_prefix is None:
+            return self.alive[:n]
+        prefix = normalize_key(key_prefix)
+        return np.fromiter(
+            (r is not None and normalize_key(r.key).startswith(prefix) for r in self.rows),
+            dtype=bool,
+            count=n,
+        )
+
+    def hybrid(
+        self,
+        vector: Vector,
+        query: str,
+        limit: int,
+        key_prefix: str | None = None,
+        *,
+        pool: int = 50,
+        lexical: bool = True,
+    ) -> list[tuple[Row, float, Ranked[int]]]:
+        """The ``limit`` best current memories by :func:`~mongomem.ranking.fuse` of the
+        ``pool`` best by BM25 and the ``pool`` best by cosine; each with its cosine.
+
+        ``lexical=False`` ranks by cosine alone (still explained as a :class:`Ranked`).
+        """
+        n = len(self.rows)
+        if n == 0 or limit <= 0:
+            return []
+        self.check_dims(vector)
+        sims = self.matrix[:n] @ _unit(vector)
+        keep = self._keep(key_prefix)
+        dense = _best(np.where(keep, sims, np.float32(-2.0)), keep, max(pool, limit))
+        lex = self.lexical.top(query, n, max(pool, limit), keep) if lexical else []
+        out = []
+        for ranked in fuse(lex, dense, limit):
+            row = self.rows[ranked.key]
+            if row is not None:
+                out.append((row, float(sims[ranked.key]), ranked))
+        return out
+
     def apply_documents(self, docs: Iterable[Doc]) -> None:
         for doc in docs:
             row = Row(doc["_id"], doc["memory_id"], int(doc["version"]), doc["key"], doc["text"])
@@ -257,6 +306,18 @@ class ScopeIndex:
                 self.upsert(row, decode_embedding(doc["embedding"]))
             else:
                 self.remove(row.version_id, row.memory_id)
+
+
+def _best(scores: Vector, keep: Any, limit: int) -> list[tuple[int, float]]:
+    pool = np.flatnonzero(keep)
+    if len(pool) == 0:
+        return []
+    values = scores[pool]
+    if limit < len(pool):
+        part = np.argpartition(-values, limit - 1)[:limit]
+        pool, values = pool[part], values[part]
+    order = np.lexsort((pool, -values))
+    return [(int(pool[i]), float(values[i])) for i in order]
 
 
 def _unit(vector: Vector) -> Vector:

@@ -24,6 +24,7 @@ from mongomem.models import MemoryScope, MemoryType, MemoryVersion
 
 if TYPE_CHECKING:
     from mongomem.ltm.search import VectorSearch
+    from mongomem.ranking import Ranked
 
 __all__ = ["MemoryReads"]
 
@@ -100,6 +101,34 @@ class MemoryReads:
                 continue
             out.append((from_document(doc), score))
         return out
+
+    async def rank(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        query: str,
+        vector: Sequence[float],
+        limit: int = 5,
+        key_prefix: str | None = None,
+    ) -> list[tuple[MemoryVersion, float, Ranked[str]]]:
+        """The ``limit`` current memories best for ``query`` by hybrid search (SPEC M1):
+        BM25 and cosine fused, best first, each with its cosine and its ranks."""
+        hits = await self.search_backend.hybrid(
+            scope, memory_type, query, np.asarray(vector, dtype=np.float32), limit, key_prefix
+        )
+        if not hits:
+            return []
+        ids = [version_id for version_id, _, _ in hits]
+        found = {
+            d["_id"]: d
+            for d in await _run(self.memories.find({"_id": {"$in": ids}}, NO_EMBEDDING).to_list())
+        }
+        scope_query = self._current(scope, memory_type)
+        return [
+            (from_document(found[v]), cosine, ranked)
+            for v, cosine, ranked in hits
+            if v in found and _matches(found[v], scope_query)
+        ]
 
     async def list_current(
         self,

@@ -45,14 +45,30 @@ from pymongo.errors import PyMongoError
 from mongomem.errors import InputError, StorageError
 from mongomem.ltm.deletes import delete_memory
 from mongomem.models import MemoryScope, MemoryStatus, utcnow
+from mongomem.project_config import load_project_config
+from mongomem.settings import Settings
 
 if TYPE_CHECKING:
     from mongomem.ltm.store import MemoryStore
 
-__all__ = ["RETENTION_INDEX", "ExpiryResult", "expire_unreinforced", "last_evidence"]
+__all__ = [
+    "RETENTION_INDEX",
+    "ExpiryResult",
+    "expire_unreinforced",
+    "last_evidence",
+    "retention_rules",
+]
 
 RETENTION_INDEX = "retention"
 Doc = dict[str, Any]
+
+
+def retention_rules(settings: Settings) -> dict[str, float]:
+    """Memory type → days, from the project config (empty: nothing expires)."""
+    if settings.project_config is None:
+        return {}
+    config = load_project_config(settings.project_config)
+    return {t: r.expire_after_days for t, r in config.memory.retention.items()}
 
 
 class ExpiryResult(BaseModel):

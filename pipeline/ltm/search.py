@@ -1,5 +1,15 @@
 """Similarity search behind one interface: ``$vectorSearch`` where the server
-has it, an exact cosine scan everywhere else.
+has it, an exact cosine scan everywhere else; hybrid search (SPEC M1) beside it.
+
+:meth:`VectorSearch.hybrid` ranks by BM25 and by cosine and fuses the two
+(:func:`~mongomem.ranking.fuse`). In process, :class:`ExactCosineSearch`
+answers it from the scope's cached index, whose BM25 postings follow every
+write, update, delete and erasure as its matrix does. On a server with Atlas
+Search, :func:`probe_text_search` (asked once, after the vector probe) finds a
+queryable ``search`` index named :data:`TEXT_INDEX` and a working
+``$rankFusion`` (MongoDB 8.1+); then :class:`AtlasVectorSearch` runs
+``$search`` and ``$vectorSearch`` under one ``$rankFusion`` and reads the
+ranks back from ``scoreDetails``. Without it, Atlas answers by cosine alone.
 
 :func:`probe_vector_search` asks the server once: it is ``True`` only when the
 ``memories`` collection has a queryable vector search index named
@@ -28,19 +38,28 @@ from mongomem.ltm.index import IndexCache, Row, ScopeIndex, Vector
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import Neighbour
 from mongomem.models import MemoryCandidate, MemoryScope
+from mongomem.ranking import Ranked, fuse
 
 __all__ = [
+    "TEXT_INDEX",
     "VECTOR_INDEX",
     "AtlasVectorSearch",
     "ExactCosineSearch",
     "VectorSearch",
     "neighbours_in",
+    "probe_text_search",
     "probe_vector_search",
+    "text_index_definition",
     "vector_index_definition",
 ]
 
 VECTOR_INDEX = "memories_vector"
+TEXT_INDEX = "memories_text"
+#: How many candidates each retriever hands to the fusion.
+POOL = 20
 Doc = dict[str, Any]
+#: A hybrid hit: the version id, its cosine with the query, and how it was ranked.
+HybridHit = tuple[str, float, Ranked[str]]
 
 
 class VectorSearch(Protocol):
@@ -67,6 +86,18 @@ class VectorSearch(Protocol):
         at least ``floor`` similar."""
         ...
 
+    async def hybrid(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        query: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[HybridHit]:
+        """The ``limit`` best by BM25 and cosine fused, best first (see the module docstring)."""
+        ...
+
 
 def vector_index_definition(dimensions: int) -> dict[str, Any]:
     """The Atlas vector search index the memories collection needs."""
@@ -84,6 +115,61 @@ def vector_index_definition(dimensions: int) -> dict[str, Any]:
             {"type": "filter", "path": "status"},
         ]
     }
+
+
+def text_index_definition() -> dict[str, Any]:
+    """The Atlas Search index hybrid search needs on the memories collection."""
+    return {
+        "mappings": {
+            "dynamic": False,
+            "fields": {
+                "text": {"type": "string", "analyzer": "lucene.english"},
+                "scope": {
+                    "type": "document",
+                    "fields": {"project_id": {"type": "token"}, "user_id": {"type": "token"}},
+                },
+                "memory_type": {"type": "token"},
+                "status": {"type": "token"},
+            },
+        }
+    }
+
+
+async def probe_text_search(memories: AsyncCollection[Doc]) -> bool:
+    """True when ``$search`` on :data:`TEXT_INDEX` and ``$rankFusion`` both work on ``memories``.
+
+    Asked only where :func:`probe_vector_search` was true. Any server error means
+    no: the store then ranks by cosine alone.
+    """
+    try:
+        cursor = await memories.list_search_indexes(TEXT_INDEX)
+        found = await cursor.to_list()
+        if not any(ix.get("queryable") and ix.get("type", "search") == "search" for ix in found):
+            return False
+        probe: list[Doc] = [
+            {
+                "$rankFusion": {
+                    "input": {
+                        "pipelines": {
+                            "lexical": [
+                                {
+                                    "$search": {
+                                        "index": TEXT_INDEX,
+                                        "text": {"query": "probe", "path": "text"},
+                                    }
+                                },
+                                {"$limit": 1},
+                            ]
+                        }
+                    }
+                }
+            },
+            {"$limit": 1},
+        ]
+        await (await memories.aggregate(probe)).to_list()
+    except PyMongoError:
+        return False
+    return True
 
 
 async def probe_vector_search(memories: AsyncCollection[Doc]) -> bool:
@@ -124,6 +210,21 @@ class ExactCosineSearch:
     ) -> list[Neighbour]:
         index = await self.cache.fresh(candidate.scope, candidate.memory_type)
         return neighbours_in(index, candidate, limit, floor=floor)
+
+    async def hybrid(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        query: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[HybridHit]:
+        index = await self.cache.fresh(scope, memory_type)
+        out: list[HybridHit] = []
+        for row, cosine, ranked in index.hybrid(vector, query, limit, key_prefix, pool=POOL):
+            out.append((row.version_id, cosine, ranked.rekey(row.version_id)))
+        return out
 
 
 def neighbours_in(
@@ -168,9 +269,13 @@ class AtlasVectorSearch:
     backends return plain cosine.
     """
 
-    def __init__(self, memories: AsyncCollection[Doc], *, oversample: int = 20) -> None:
+    def __init__(
+        self, memories: AsyncCollection[Doc], *, oversample: int = 20, text_search: bool = False
+    ) -> None:
         self._memories = memories
         self._oversample = oversample
+        #: ``$search`` + ``$rankFusion`` usable (:func:`probe_text_search`).
+        self.text_search = text_search
 
     @property
     def name(self) -> str:
@@ -278,3 +383,100 @@ class AtlasVectorSearch:
                 )
             )
         return found
+
+    def _filters(self, scope: MemoryScope, memory_type: str) -> Doc:
+        return {
+            **scope_filter(scope.project_id, scope.user_id),
+            "memory_type": memory_type,
+            "status": "current",
+        }
+
+    async def hybrid(
+        self,
+        scope: MemoryScope,
+        memory_type: str,
+        query: str,
+        vector: Vector,
+        limit: int,
+        key_prefix: str | None = None,
+    ) -> list[HybridHit]:
+        if not self.text_search:
+            dense = await self.search(scope, memory_type, vector, limit, key_prefix)
+            return [(v, s, r) for r, (v, s) in zip(fuse([], dense, limit), dense, strict=True)]
+        fetch = max(POOL, limit * 4 if key_prefix else limit)
+        filters = self._filters(scope, memory_type)
+        equals = [{"equals": {"path": path, "value": value}} for path, value in filters.items()]
+        pipeline: list[Doc] = [
+            {
+                "$rankFusion": {
+                    "input": {
+                        "pipelines": {
+                            "dense": [
+                                {
+                                    "$vectorSearch": {
+                                        "index": VECTOR_INDEX,
+                                        "path": "embedding",
+                                        "queryVector": [float(x) for x in vector],
+                                        "numCandidates": max(100, fetch * self._oversample),
+                                        "limit": fetch,
+                                        "filter": filters,
+                                    }
+                                }
+                            ],
+                            "lexical": [
+                                {
+                                    "$search": {
+                                        "index": TEXT_INDEX,
+                                        "compound": {
+                                            "must": [{"text": {"query": query, "path": "text"}}],
+                                            "filter": equals,
+                                        },
+                                    }
+                                },
+                                {"$limit": fetch},
+                            ],
+                        }
+                    },
+                    "scoreDetails": True,
+                }
+            },
+            {"$limit": fetch},
+            {
+                "$project": {
+                    "key": 1,
+                    "embedding": 1,
+                    "details": {"$meta": "scoreDetails"},
+                }
+            },
+        ]
+        try:
+            docs = await (await self._memories.aggregate(pipeline)).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"$rankFusion failed: {exc}") from exc
+        if key_prefix is not None:
+            prefix = normalize_key(key_prefix)
+            docs = [d for d in docs if normalize_key(d["key"]).startswith(prefix)]
+        return [_fused_hit(d, vector, rank) for rank, d in enumerate(docs[:limit], start=1)]
+
+
+def _fused_hit(doc: Doc, vector: Vector, rank: int) -> HybridHit:
+    """A ``$rankFusion`` result as a hybrid hit: cosine recomputed, ranks from scoreDetails."""
+    stored = decode_embedding(doc["embedding"])
+    denom = float(np.linalg.norm(stored) * np.linalg.norm(vector)) or 1.0
+    details = doc.get("details") or {}
+    ranks: dict[str, tuple[int, float]] = {}
+    for part in details.get("details", []):
+        name, at = part.get("inputPipelineName"), part.get("rank")
+        if isinstance(name, str) and isinstance(at, int) and at > 0:
+            ranks[name] = (at, float(part.get("value", 0.0)))
+    lexical, dense = ranks.get("lexical"), ranks.get("dense")
+    ranked = Ranked(
+        key=str(doc["_id"]),
+        fused=float(details.get("value", 0.0)),
+        rank=rank,
+        lexical_rank=None if lexical is None else lexical[0],
+        dense_rank=None if dense is None else dense[0],
+        lexical_score=None if lexical is None else lexical[1],
+        dense_score=None if dense is None else dense[1],
+    )
+    return str(doc["_id"]), float(stored @ vector) / denom, ranked

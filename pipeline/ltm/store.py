@@ -96,6 +96,7 @@ from mongomem.ltm.search import (
     AtlasVectorSearch,
     ExactCosineSearch,
     VectorSearch,
+    probe_text_search,
     probe_vector_search,
 )
 from mongomem.ltm.writes import (
@@ -197,7 +198,8 @@ class MemoryStore(MemoryReads):
         if isinstance(self.search_backend, ExactCosineSearch) and await probe_vector_search(
             self.memories
         ):
-            self.search_backend = AtlasVectorSearch(self.memories)
+            text = await probe_text_search(self.memories)
+            self.search_backend = AtlasVectorSearch(self.memories, text_search=text)
 
     @property
     def bson_vectors(self) -> bool:

@@ -60,16 +60,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mongomem.mcp_server.config import (
-    McpServerConfig,
-    add_arguments,
-    config_from_args,
-    parse_args,
-)
-
 if TYPE_CHECKING:
     from mongomem.mcp_server.caller import FixedCaller, Lookup, describe_error, tool_errors
+    from mongomem.mcp_server.config import McpServerConfig, config_from_args, parse_args
     from mongomem.mcp_server.launch import main, run, run_from_args, serve
+    from mongomem.mcp_server.options import add_arguments
     from mongomem.mcp_server.server import MemoryMcpServer, build_server
     from mongomem.mcp_server.space_tools import LazySpaces
 
@@ -91,9 +86,13 @@ __all__ = [
     "tool_errors",
 ]
 
-#: Names that need the ``mcp`` SDK, imported on first use so that building the
-#: ``mongomem`` argument parser (which calls :func:`add_arguments`) stays fast.
+#: Every name loads on first use, so that building the ``mongomem`` argument
+#: parser (which calls :func:`add_arguments`) loads neither the SDK nor the ``mcp`` one.
 _LAZY = {
+    "McpServerConfig": "config",
+    "config_from_args": "config",
+    "parse_args": "config",
+    "add_arguments": "options",
     "main": "launch",
     "run": "launch",
     "run_from_args": "launch",

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mongomem.mcp_server.options import add_arguments
 from mongomem.models import utcnow
 from mongomem.sdk.models import MemoryRequestContext
 
@@ -54,37 +55,6 @@ class McpServerConfig(BaseModel):
 def default_session_id() -> str:
     """A fresh session id for a server started without ``--session-id``."""
     return f"mcp-{utcnow():%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``mongomem mcp`` (and ``python -m mongomem.mcp_server``)."""
-    parser.add_argument("--project-id", required=True, help="the project whose memory is served")
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--user-id", help="the end user every call acts for (SPEC F2)")
-    who.add_argument(
-        "--service-account",
-        help="act as this service account's own identity (SPEC F1: one shared user scope)",
-    )
-    parser.add_argument(
-        "--session-id",
-        default=None,
-        help="default session of record_turn/recent_turns (default: a new id per launch)",
-    )
-    parser.add_argument(
-        "--transport",
-        choices=["stdio", "streamable-http"],
-        default="stdio",
-        help="stdio (default; what desktop MCP clients launch) or streamable-http",
-    )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="streamable-http: address to bind (127.0.0.1; any other host needs "
-        "MONGOMEM_MCP_AUTH_TOKEN)",
-    )
-    parser.add_argument(
-        "--port", type=int, default=8765, help="streamable-http: port to listen on (8765)"
-    )
 
 
 def config_from_args(args: argparse.Namespace) -> McpServerConfig:

@@ -27,7 +27,7 @@ from mongomem.mcp_server.server import build_server
 from mongomem.mcp_server.space_tools import LazySpaces
 from mongomem.sdk import AsyncMemory, MemoryTransport
 from mongomem.sdk.spaces.transport import SpacesTransport
-from mongomem.settings import Settings, load_settings
+from mongomem.settings import Settings, resolve_settings
 
 __all__ = ["main", "run", "run_from_args", "serve"]
 
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mongomem.mcp_server [options]``; errors print one line, status 1."""
     try:
         config = parse_args(argv)
-        return run(load_settings(), config)
+        return run(resolve_settings(), config)
     except ValidationError as exc:
         print(f"mongomem mcp: bad options: {_first(exc)}", file=sys.stderr)
     except MongomemError as exc:

@@ -30,6 +30,7 @@ from mongomem.sdk import (
     TaxonomicTerm,
     VersionRecord,
 )
+from mongomem.stm.search import TurnHit
 from mongomem.stm.turns import SessionSummary
 
 with require("mcp"):
@@ -268,6 +269,10 @@ def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
         ] = None,
         limit_per_type: Annotated[int, Limit("memories per type")] = 5,
         max_chars: Annotated[int, Field(ge=1, description="size of the rendered text")] = 4000,
+        include_turns: Annotated[
+            int,
+            Field(ge=0, le=50, description="also add this many of the best raw turns, dated"),
+        ] = 0,
     ) -> MemoryContext:
         """Memories relevant to the query, as structured items and as text for a prompt."""
         with tool_errors():
@@ -276,6 +281,38 @@ def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
                 include=DEFAULT_CONTEXT_TYPES if include is None else include,
                 limit_per_type=limit_per_type,
                 max_chars=max_chars,
+                include_turns=include_turns,
+            )
+
+    @server.tool(annotations=READ)
+    async def search_turns(
+        query: Query,
+        limit: Annotated[int, Field(ge=1, le=100, description="at most this many turns")] = 10,
+        sessions: Annotated[
+            list[str] | None, Field(description="optional; only turns of these sessions")
+        ] = None,
+        speaker: Annotated[str | None, Field(description="optional; only this speaker's")] = None,
+        since: Annotated[
+            datetime | None, Field(description="optional; turns said at or after (ISO 8601)")
+        ] = None,
+        until: Annotated[
+            datetime | None, Field(description="optional; turns said at or before (ISO 8601)")
+        ] = None,
+        neighbours: Annotated[
+            int, Field(ge=0, le=5, description="turns before and after each hit to add")
+        ] = 0,
+    ) -> list[TurnHit]:
+        """Search this user's whole conversation history (every session) for turns about the
+        query: words and meaning fused; each hit has its session, date and ranks."""
+        with tool_errors():
+            return await caller.default.search_turns(
+                query,
+                limit,
+                sessions=sessions,
+                speaker=speaker,
+                since=since,
+                until=until,
+                neighbours=neighbours,
             )
 
     @server.tool(annotations=READ)

@@ -44,7 +44,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import PyMongoError
 
 from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
-from mongomem.errors import StorageError
+from mongomem.errors import NotFound, StorageError
 from mongomem.models import Frozen, MemoryCandidate, SessionKey, Snapshot, stable_id
 from mongomem.stm.turns import NOT_AN_EVENT
 
@@ -290,7 +290,11 @@ class Progress:
     async def session_status(
         self, session: SessionKey, memory_types: Sequence[str]
     ) -> ProcessingStatus:
-        """Every snapshot of ``session`` with the progress of each of ``memory_types``."""
+        """Every snapshot of ``session`` with the progress of each of ``memory_types``.
+
+        Raises :class:`~mongomem.errors.NotFound` for a session with no turn and
+        no snapshot: an unknown (say, mistyped) session is not "done".
+        """
         query = _session(session)
         entries = {
             "$lookup": {
@@ -348,6 +352,11 @@ class Progress:
             )
             snaps = grouped[0]["snapshots"] if grouped else []
             rows = grouped[0]["entries"] if grouped else []
+            if not snaps:
+                raise NotFound(
+                    f"no session {session.session_id!r} of user {session.user_id!r} in project "
+                    f"{session.project_id!r}: no turn was recorded in it"
+                )
         found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
         types = tuple(dict.fromkeys(memory_types))
         out = []

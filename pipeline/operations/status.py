@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from mongomem.adapters.kafka import DeadLetter, dead_letter_topic
+from mongomem.adapters.kafka import CANDIDATES, SNAPSHOTS, TURNS, DeadLetter, dead_letter_topic
 from mongomem.codec import decode, peek_kind
-from mongomem.errors import BrokerError, MessageDecodeError
+from mongomem.errors import BrokerError, MessageDecodeError, MongomemError
 from mongomem.extras import require
 from mongomem.settings import KafkaSettings
 
@@ -33,6 +33,7 @@ __all__ = [
     "group_lag",
     "recent_dead_letters",
     "set_group_position",
+    "stage_groups",
     "topic_partitions",
 ]
 
@@ -40,6 +41,21 @@ __all__ = [
 def consumer_group(settings: KafkaSettings, stage: str, suffix: str = "") -> str:
     """The consumer group of ``stage`` (``extractor.semantic``, ``reconciler`` …)."""
     return f"{settings.topic_prefix}.{stage}{suffix}"
+
+
+def stage_groups(
+    kafka: KafkaSettings, stage: str, types: tuple[str, ...], suffix: str = ""
+) -> list[tuple[str, str]]:
+    """(consumer group, input topic) of each consumer group that ``stage`` runs."""
+    if stage == "windowing":
+        return [(consumer_group(kafka, "windowing", suffix), kafka.topic(TURNS))]
+    if stage == "extractor":
+        return [
+            (consumer_group(kafka, f"extractor.{t}", suffix), kafka.topic(SNAPSHOTS)) for t in types
+        ]
+    if stage == "reconciler":
+        return [(consumer_group(kafka, "reconciler", suffix), kafka.topic(CANDIDATES))]
+    raise MongomemError(f"stage {stage!r} does not consume from Kafka")
 
 
 #: How many uncommitted records :func:`group_lag` reads at most to count markers.

@@ -51,7 +51,8 @@ from mongomem.sdk.models import (
     typed,
 )
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
-from mongomem.settings import Settings, load_settings, with_local_pipeline
+from mongomem.settings import Settings, resolve_settings
+from mongomem.stm.search import TurnHit, turn_query
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
@@ -99,7 +100,7 @@ class AsyncMemory:
             transport.use_api_key(api_key)
         if transport is None:
             transport = DirectTransport(
-                settings or with_local_pipeline(load_settings()),
+                settings or resolve_settings(),
                 embedder=embedder,
                 judge=judge,
                 thresholds=thresholds,
@@ -198,7 +199,10 @@ class AsyncBoundMemory:
         self, memory_type: str, query: str, limit: int, model: type[M], domain: str | None = None
     ) -> list[SearchHit[M]]:
         hits = await self._t.search(self.identity, memory_type, query, _limit(limit), domain)
-        return [SearchHit[model](memory=cast(M, typed(h.memory)), score=h.score) for h in hits]  # type: ignore[valid-type]
+        return [
+            SearchHit[model](memory=cast(M, typed(h.memory)), score=h.score, ranks=h.ranks)  # type: ignore[valid-type]
+            for h in hits
+        ]
 
     async def _list(
         self, memory_type: str, limit: int, model: type[M], domain: str | None = None
@@ -302,22 +306,66 @@ class AsyncBoundMemory:
         limit_per_type: int = 5,
         max_chars: int = 4000,
         min_score: float | None = None,
+        include_turns: int = 0,
     ) -> MemoryContext:
         """Memories relevant to ``query``, structured and rendered within ``max_chars``.
 
         Semantic and episodic memories by default; add ``"procedural"`` and/or
-        ``"taxonomic"`` to ``include`` to get those too.
+        ``"taxonomic"`` to ``include`` to get those too. ``include_turns=k`` adds
+        the ``k`` best raw turns of the user's whole history (:meth:`search_turns`),
+        each with its date and session, in a last section within the same budget.
         """
-        order = check_context_arguments(include, limit_per_type, max_chars)
+        order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
         build = getattr(self._t, "build_context", None)
         if build is None:  # a transport written before the operation existed
             return await compose_context(
-                self._t, self.identity, query, order, limit_per_type, max_chars, min_score
+                self._t,
+                self.identity,
+                query,
+                order,
+                limit_per_type,
+                max_chars,
+                min_score,
+                include_turns,
             )
+        extra = {"include_turns": include_turns} if include_turns else {}
         context: MemoryContext = await build(
-            self.identity, query, order, limit_per_type, max_chars, min_score
+            self.identity, query, order, limit_per_type, max_chars, min_score, **extra
         )
         return context
+
+    async def search_turns(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        sessions: Sequence[str] | None = None,
+        speaker: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        neighbours: int = 0,
+    ) -> list[TurnHit]:
+        """The user's turns, across every session, best for ``query`` (SPEC M2).
+
+        Ranked as memory search is: BM25 and cosine fused (each hit carries its
+        ranks). ``sessions`` keeps turns of those sessions, ``speaker`` turns of
+        that speaker (the turn's ``speaker``), ``since``/``until`` turns said in
+        that time range (inclusive, aware datetimes); ``neighbours=n`` returns
+        each hit with up to ``n`` turns before and after it in its session. A
+        query over :data:`~mongomem.ranking.MAX_QUERY_CHARS`, ``since`` after
+        ``until`` or a bad limit raises :class:`~mongomem.errors.InputError`.
+        See :mod:`mongomem.stm.search` for when turns are embedded.
+        """
+        q = turn_query(
+            query=query,
+            limit=limit,
+            sessions=None if sessions is None else tuple(sessions),
+            speaker=speaker,
+            since=since,
+            until=until,
+            neighbours=neighbours,
+        )
+        return await self._t.search_turns(self.identity, q)
 
     async def history(self, memory_id: str) -> list[VersionRecord]:
         """Every version of one of this caller's memories, oldest first (empty if not theirs)."""

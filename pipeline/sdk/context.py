@@ -17,7 +17,8 @@ from mongomem.errors import InputError
 from mongomem.models import MemoryType
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit
-from mongomem.sdk.render import render_context
+from mongomem.sdk.render import TURN_SECTION, render_context
+from mongomem.stm.search import TurnHit, TurnQuery
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "Searcher", "check_context_arguments", "compose_context"]
 
@@ -26,16 +27,22 @@ DEFAULT_CONTEXT_TYPES: tuple[str, ...] = (MemoryType.SEMANTIC, MemoryType.EPISOD
 
 
 class Searcher(Protocol):
-    """What a context is composed from: a transport's ``search`` (every
-    :class:`~mongomem.sdk.MemoryTransport` is one)."""
+    """What a context is composed from: a transport's ``search`` and ``search_turns``
+    (every :class:`~mongomem.sdk.MemoryTransport` is one)."""
 
     async def search(
         self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
     ) -> list[SearchHit[MemoryRecord]]: ...
 
+    async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]: ...
+
+
+#: The most raw turns ``build_context(include_turns=)`` adds.
+MAX_CONTEXT_TURNS = 50
+
 
 def check_context_arguments(
-    include: Sequence[str], limit_per_type: int, max_chars: int
+    include: Sequence[str], limit_per_type: int, max_chars: int, include_turns: int = 0
 ) -> list[str]:
     """The types to search, in order and once each; an :class:`InputError` naming a bad
     argument (checked before any search)."""
@@ -45,6 +52,10 @@ def check_context_arguments(
         raise InputError("max_chars must be positive", field="max_chars")
     if not 1 <= limit_per_type <= 1000:
         raise InputError("limit must be between 1 and 1000", field="limit")
+    if isinstance(include_turns, bool) or not 0 <= include_turns <= MAX_CONTEXT_TURNS:
+        raise InputError(
+            f"include_turns must be between 0 and {MAX_CONTEXT_TURNS}", field="include_turns"
+        )
     return list(dict.fromkeys(include))
 
 
@@ -56,9 +67,15 @@ async def compose_context(
     limit_per_type: int = 5,
     max_chars: int = 4000,
     min_score: float | None = None,
+    include_turns: int = 0,
 ) -> MemoryContext:
-    """The context for ``who``, from ``transport``'s searches (see the module docstring)."""
-    order = check_context_arguments(include, limit_per_type, max_chars)
+    """The context for ``who``, from ``transport``'s searches (see the module docstring).
+
+    ``include_turns`` adds that many of the best raw turns of the user's whole
+    history (turn search, :mod:`mongomem.stm.search`), each with its date and
+    session, in a last section and within the same ``max_chars``.
+    """
+    order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
     items: list[ContextItem] = []
     for memory_type in order:
         hits = await transport.search(who, memory_type, query, limit_per_type, None)
@@ -73,6 +90,19 @@ async def compose_context(
             for h in hits
             if min_score is None or h.score >= min_score
         )
+    if include_turns:
+        found = await transport.search_turns(who, TurnQuery(query=query, limit=include_turns))
+        items.extend(
+            ContextItem(
+                memory_type=TURN_SECTION,
+                memory_id=h.turn.turn_id,
+                key=f"{h.created_at:%Y-%m-%d %H:%M} UTC, session {h.session_id}",
+                text=h.turn.content,
+                score=1.0 / h.ranks.fused_rank,  # in fused order within the section
+            )
+            for h in found
+        )
+        order = [*order, TURN_SECTION]
     return render_context(query, items, order, max_chars)
 
 

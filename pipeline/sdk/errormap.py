@@ -8,6 +8,7 @@ body that is not JSON                              400     ``InputError``, field
 :class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
 a memory that is not there (get, deletes)         404     type ``MemoryNotFound``
+:class:`~mongomem.errors.NotFound`                 404     e.g. an unknown session's status
 :class:`~mongomem.errors.RateLimitExceeded`        429     ``Retry-After`` header
 any ``retriable`` error, :class:`NotReady`         503     ``Retry-After`` header
 any other :class:`~mongomem.errors.MongomemError`  500
@@ -68,6 +69,8 @@ def status_for(exc: MongomemError) -> int:
         return 401
     if isinstance(exc, ScopeError):
         return 403
+    if isinstance(exc, errors.NotFound):
+        return 404
     if isinstance(exc, RateLimitExceeded):
         return 429
     if exc.retriable or isinstance(exc, NotReady):

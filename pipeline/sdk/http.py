@@ -65,11 +65,13 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.service_client import ServiceClient
 from mongomem.sdk.wire import EXPORT_PATH, IMPORT_PATH, NDJSON, ROUTES
+from mongomem.stm.search import TurnHit, TurnQuery
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage, validate_at, validate_metadata
 
 __all__ = ["HttpTransport"]
 
 _HITS = TypeAdapter(list[SearchHit[MemoryRecord]])
+_TURN_HITS = TypeAdapter(list[TurnHit])
 _RECORDS = TypeAdapter(list[MemoryRecord])
 _STRINGS = TypeAdapter(list[str])
 _VERSIONS = TypeAdapter(list[VersionRecord])
@@ -207,8 +209,9 @@ class HttpTransport(ServiceClient):
         limit_per_type: int,
         max_chars: int,
         min_score: float | None,
+        include_turns: int = 0,
     ) -> MemoryContext:
-        order = check_context_arguments(include, limit_per_type, max_chars)  # as directly
+        order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
         result = await self._call(
             "build_context",
             who,
@@ -217,8 +220,23 @@ class HttpTransport(ServiceClient):
             limit_per_type=limit_per_type,
             max_chars=max_chars,
             min_score=min_score,
+            include_turns=include_turns,
         )
         return self._decode(TypeAdapter(MemoryContext), result)
+
+    async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]:
+        result = await self._call(
+            "search_turns",
+            who,
+            query=q.query,
+            limit=q.limit,
+            sessions=None if q.sessions is None else list(q.sessions),
+            speaker=q.speaker,
+            since=None if q.since is None else q.since.isoformat(),
+            until=None if q.until is None else q.until.isoformat(),
+            neighbours=q.neighbours,
+        )
+        return self._decode(_TURN_HITS, result)
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         return self._decode(_VERSIONS, await self._call("history", who, memory_id=memory_id))

@@ -9,11 +9,13 @@ from pydantic import AwareDatetime, Field, model_validator
 from mongomem.errors import InputError
 from mongomem.ltm.deletes import Deleted
 from mongomem.models import Action, Evidence, Frozen, MemoryStatus, MemoryType, MemoryVersion
+from mongomem.ranking import HitRanks, hit_ranks
 
 __all__ = [
     "ContextItem",
     "DeleteResult",
     "Episode",
+    "HitRanks",
     "MemoryContext",
     "MemoryItem",
     "MemoryPage",
@@ -25,6 +27,7 @@ __all__ = [
     "SemanticMemory",
     "TaxonomicTerm",
     "VersionRecord",
+    "hit_ranks",
     "item_of",
     "record_of",
     "typed",
@@ -93,10 +96,15 @@ M = TypeVar("M", bound=MemoryRecord)
 
 
 class SearchHit(Frozen, Generic[M]):
-    """One search result: the memory and its cosine similarity to the query."""
+    """One search result: the memory, its cosine similarity to the query, and its ranks.
+
+    Hits come in fused order (:attr:`ranks`); ``score`` stays the cosine, so a
+    ``min_score`` means the same whichever retriever found the hit.
+    """
 
     memory: M
     score: float
+    ranks: HitRanks | None = None
 
 
 class SaveResult(Frozen):

@@ -7,13 +7,17 @@ from collections.abc import Sequence
 from mongomem.sdk.models import ContextItem, MemoryContext
 from mongomem.stm.recall import RECALL_CLOSE, RECALL_OPEN, mark_recalled
 
-__all__ = ["SECTION_TITLES", "render_context"]
+__all__ = ["SECTION_TITLES", "TURN_SECTION", "render_context"]
+
+#: The ``memory_type`` of a context item that is a raw turn (``build_context(include_turns=)``).
+TURN_SECTION = "turn"
 
 SECTION_TITLES = {
     "semantic": "Known facts",
     "episodic": "Past episodes",
     "procedural": "Procedures",
     "taxonomic": "Terms",
+    TURN_SECTION: "From the conversation",
 }
 
 

@@ -43,6 +43,7 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
+from mongomem.stm.search import TurnHit
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
@@ -309,6 +310,7 @@ class BoundMemory:
         limit_per_type: int = 5,
         max_chars: int = 4000,
         min_score: float | None = None,
+        include_turns: int = 0,
     ) -> MemoryContext:
         return self._m._call(
             self._inner.build_context(
@@ -317,6 +319,31 @@ class BoundMemory:
                 limit_per_type=limit_per_type,
                 max_chars=max_chars,
                 min_score=min_score,
+                include_turns=include_turns,
+            )
+        )
+
+    def search_turns(
+        self,
+        query: str,
+        limit: int = 10,
+        *,
+        sessions: Sequence[str] | None = None,
+        speaker: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        neighbours: int = 0,
+    ) -> list[TurnHit]:
+        """See :meth:`mongomem.sdk.AsyncBoundMemory.search_turns`."""
+        return self._m._call(
+            self._inner.search_turns(
+                query,
+                limit,
+                sessions=sessions,
+                speaker=speaker,
+                since=since,
+                until=until,
+                neighbours=neighbours,
             )
         )
 

@@ -15,6 +15,7 @@ from the reconciler's ledger with the first call's outcome.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
@@ -28,10 +29,10 @@ from mongomem.adapters.embeddings import (
     local_model_installed,
     make_embedder,
 )
-from mongomem.adapters.mongo import Document, connect, database
+from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
-from mongomem.erasure.register import ErasureRegister
+from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import ConfigError, InputError, NotReady
 from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
@@ -48,6 +49,7 @@ from mongomem.models import (
 )
 from mongomem.operations.progress import ProcessingStatus, Progress
 from mongomem.project_config import enabled_types
+from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import compose_context
 from mongomem.sdk.idempotency import (
     check_idempotency_key,
@@ -67,13 +69,26 @@ from mongomem.sdk.models import (
     check_memory_id,
     check_reason,
     delete_result,
+    hit_ranks,
     item_of,
     record_of,
 )
 from mongomem.settings import EmbeddingSettings, Settings
+from mongomem.stm.search import TurnHit, TurnQuery, TurnSearch
 from mongomem.stm.turns import SessionPage, SessionSummary, ShortTermMemory, TurnPage
 
-__all__ = ["DirectTransport", "MemoryTransport", "default_embedder"]
+__all__ = ["DirectTransport", "MemoryTransport", "check_query", "default_embedder"]
+
+
+def check_query(query: str) -> None:
+    """A search query must have text and at most :data:`~mongomem.ranking.MAX_QUERY_CHARS`."""
+    if not isinstance(query, str) or not query.strip():
+        raise InputError("the search query is empty", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InputError(
+            f"the search query has {len(query)} characters; at most {MAX_QUERY_CHARS}",
+            field="query",
+        )
 
 
 class MemoryTransport(Protocol):
@@ -113,9 +128,15 @@ class MemoryTransport(Protocol):
         limit_per_type: int,
         max_chars: int,
         min_score: float | None,
+        include_turns: int = 0,
     ) -> MemoryContext:
-        """The memories relevant to ``query``, rendered within ``max_chars``
-        (:func:`~mongomem.sdk.context.compose_context`: every transport answers the same)."""
+        """The memories relevant to ``query`` (and ``include_turns`` best turns), rendered
+        within ``max_chars`` (:func:`~mongomem.sdk.context.compose_context`: every transport
+        answers the same). Callers pass ``include_turns`` only when it is not 0."""
+        ...
+
+    async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]:
+        """The caller's turns (every session) best for ``q`` (:mod:`mongomem.stm.search`)."""
         ...
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]: ...
@@ -234,6 +255,7 @@ class DirectTransport:
         self._stm: ShortTermMemory | None = None
         self._lock = asyncio.Lock()
         self._erasures: ErasureRegister | None = None
+        self._turn_search: TurnSearch | None = None
 
     async def _store_ready(self) -> MemoryStore:
         """The store (and short-term memory), set up on first use; needs no embedder."""
@@ -241,6 +263,7 @@ class DirectTransport:
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
+                await reachable(self._client, self._settings.mongodb)  # one timeout, not one a step
                 db = database(self._client, self._settings.mongodb)
                 thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
                 store = MemoryStore(
@@ -282,16 +305,36 @@ class DirectTransport:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
         checked = kind.check(fields, strict=True)
-        await self._register(store).refuse_erased(who.project_id, who.user_id, who.session_id)
-        fingerprint = None
-        if idempotency_key is None:
-            cid = stable_id("cand", "direct", uuid.uuid4().hex)
-        else:  # see mongomem.sdk.idempotency
-            key = check_idempotency_key(idempotency_key)
-            cid = keyed_candidate_id(who, memory_type, key)
-            fingerprint = request_fingerprint(memory_type, checked)
-        text = kind.text(checked)
-        [vector] = await embedder.embed([text])
+        # The register is read beside the embedding call, not before it (one round
+        # trip less on the save's path); its answer still comes first: an erased
+        # user is refused whatever else went wrong, and nothing is written before.
+        # An erasure's second sweep waits out answers up to NOT_ERASED_TTL_S old, so
+        # an answer older than that by the time of the write (a slow embedding) is
+        # read again just before it.
+        register = self._register(store)
+        asked = time.monotonic()
+        check = asyncio.ensure_future(
+            register.refuse_erased(who.project_id, who.user_id, who.session_id)
+        )
+        try:
+            fingerprint = None
+            if idempotency_key is None:
+                cid = stable_id("cand", "direct", uuid.uuid4().hex)
+            else:  # see mongomem.sdk.idempotency
+                key = check_idempotency_key(idempotency_key)
+                cid = keyed_candidate_id(who, memory_type, key)
+                fingerprint = request_fingerprint(memory_type, checked)
+            text = kind.text(checked)
+            [vector] = await embedder.embed([text])
+        except asyncio.CancelledError:
+            check.cancel()
+            raise
+        except BaseException:
+            await check  # Erased first
+            raise
+        await check
+        if time.monotonic() - asked >= NOT_ERASED_TTL_S:
+            await register.refuse_erased(who.project_id, who.user_id, who.session_id)
         now = utcnow()
         evidence = Evidence(
             source="direct",
@@ -331,12 +374,14 @@ class DirectTransport:
     ) -> list[SearchHit[MemoryRecord]]:
         store, embedder = await self._ready()
         kind_of(memory_type)
-        if not query.strip():
-            raise InputError("the search query is empty", field="query")
+        check_query(query)
         [vector] = await embed_queries(embedder, [query])
         prefix = _domain_prefix(memory_type, domain)
-        hits = await store.search(who.scope(memory_type), memory_type, vector, limit, prefix)
-        return [SearchHit[MemoryRecord](memory=record_of(v), score=s) for v, s in hits]
+        hits = await store.rank(who.scope(memory_type), memory_type, query, vector, limit, prefix)
+        return [
+            SearchHit[MemoryRecord](memory=record_of(v), score=s, ranks=hit_ranks(r))
+            for v, s, r in hits
+        ]
 
     async def list_memories(
         self, who: Identity, memory_type: str, limit: int, domain: str | None
@@ -359,10 +404,25 @@ class DirectTransport:
         limit_per_type: int,
         max_chars: int,
         min_score: float | None,
+        include_turns: int = 0,
     ) -> MemoryContext:
         return await compose_context(
-            self, who, query, include, limit_per_type, max_chars, min_score
+            self, who, query, include, limit_per_type, max_chars, min_score, include_turns
         )
+
+    async def turn_search(self) -> TurnSearch:
+        """This transport's turn search (made on first use; it needs the embedder)."""
+        store, embedder = await self._ready()
+        if self._turn_search is None:
+            search = TurnSearch(store.db, embedder)
+            await search.ensure_indexes()
+            self._turn_search = search
+        return self._turn_search
+
+    async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]:
+        check_query(q.query)
+        search = await self.turn_search()
+        return await search.search(who.project_id, who.user_id, q)
 
     async def history(self, who: Identity, memory_id: str) -> list[VersionRecord]:
         store = await self._store_ready()
@@ -449,7 +509,10 @@ class DirectTransport:
     ) -> Turn:
         stm = await self._short_term()
         check_deadline()  # a request past its deadline stores nothing
-        return await stm.record_turn(who.session(), role, content, metadata, at=at)
+        turn = await stm.record_turn(who.session(), role, content, metadata, at=at)
+        if self._turn_search is not None:
+            self._turn_search.note_turn(who.project_id, who.user_id)
+        return turn
 
     async def recent_turns(self, who: Identity, limit: int) -> list[Turn]:
         stm = await self._short_term()
@@ -470,7 +533,10 @@ class DirectTransport:
         require_confirmation(confirm)
         store = await self._store_ready()
         target = Target(project_id=project_id, user_id=user_id, session_id=session_id)
-        return await erase(store.db, target, actor=self._actor or user_id or "sdk")
+        result = await erase(store.db, target, actor=self._actor or user_id or "sdk")
+        if self._turn_search is not None and user_id is not None:
+            self._turn_search.note_turn(project_id, user_id)
+        return result
 
     async def _embedder_id(self) -> tuple[str, int] | None:
         """The configured embedder's name and size (``None``: none is configured)."""

@@ -30,6 +30,7 @@ operation               method  path (under ``/v1/users/{user_id}``)            
 ``browse_turns``        GET     ``/browse/sessions/{session_id}/turns``         TurnPage
 ``list_domains``        GET     ``/domains``                                    [str]
 ``build_context``       POST    ``/context``                                    MemoryContext
+``search_turns``        POST    ``/turns/search``                               [TurnHit]
 ``record_turn``         POST    ``/sessions/{session_id}/turns``                Turn
 ``recent_turns``        GET     ``/sessions/{session_id}/turns``                [Turn]
 ``end_session``         POST    ``/sessions/{session_id}/end``                  SessionEnd
@@ -69,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mongomem.erasure.erase import ErasureResult
 from mongomem.models import SessionEnd, Turn
 from mongomem.operations.progress import ProcessingStatus
+from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES
 from mongomem.sdk.models import (
     DeleteResult,
@@ -80,6 +82,7 @@ from mongomem.sdk.models import (
     SearchHit,
     VersionRecord,
 )
+from mongomem.stm.search import TurnHit
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = [
@@ -110,6 +113,7 @@ __all__ = [
     "RecordTurnRequest",
     "SaveRequest",
     "SearchRequest",
+    "SearchTurnsRequest",
     "SessionRequest",
 ]
 
@@ -140,7 +144,7 @@ class GetRequest(Caller):
 
 class SearchRequest(Caller):
     memory_type: str
-    query: str
+    query: str = Field(max_length=MAX_QUERY_CHARS)
     limit: int = Field(default=5, ge=1, le=1000)
     domain: str | None = None
 
@@ -159,6 +163,24 @@ class BuildContextRequest(Caller):
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)
     min_score: float | None = None
+    include_turns: int = Field(default=0, ge=0, le=50)
+
+
+class SearchTurnsRequest(Caller):
+    """``search_turns``: a user's turns of every session, hybrid-ranked (SPEC M2).
+
+    An unknown field (a filter that does not exist), a ``query`` over
+    :data:`~mongomem.ranking.MAX_QUERY_CHARS`, or ``since`` after ``until``
+    answers 422.
+    """
+
+    query: str = Field(max_length=MAX_QUERY_CHARS)
+    limit: int = Field(default=10, ge=1, le=100)
+    sessions: list[str] | None = Field(default=None, max_length=1000)
+    speaker: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    neighbours: int = Field(default=0, ge=0, le=5)
 
 
 class HistoryRequest(Caller):
@@ -254,6 +276,7 @@ OPERATIONS: dict[str, type[Caller]] = {
     "list_memories": ListRequest,
     "list_domains": Caller,
     "build_context": BuildContextRequest,
+    "search_turns": SearchTurnsRequest,
     "history": HistoryRequest,
     "delete": DeleteRequest,
     "delete_by_key": DeleteByKeyRequest,
@@ -346,6 +369,13 @@ ROUTES: dict[str, HttpRoute] = {
         f"{_USER}/context",
         MemoryContext,
         "Memories relevant to a query, by type, rendered within a character budget",
+    ),
+    "search_turns": HttpRoute(
+        "POST",
+        f"{_USER}/turns/search",
+        list[TurnHit],
+        "The user's turns of every session best for a query (BM25 and cosine fused), "
+        "filtered by session, speaker and time range",
     ),
     "delete_by_key": HttpRoute(
         "DELETE",

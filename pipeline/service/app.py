@@ -106,6 +106,7 @@ from mongomem.sdk.wire import (
     RecordTurnRequest,
     SaveRequest,
     SearchRequest,
+    SearchTurnsRequest,
     SessionRequest,
 )
 from mongomem.service.deadlines import RequestDeadlines
@@ -134,6 +135,7 @@ from mongomem.service.keys import ApiKeyStore, KeyRing, parse_env_keys
 from mongomem.service.limits import RateLimiter
 from mongomem.service.scheduling import FairEmbedder
 from mongomem.settings import Settings
+from mongomem.stm.search import turn_query
 
 with require("service"):
     from fastapi import APIRouter, Body, FastAPI, Path, Query, Request, Response
@@ -177,9 +179,21 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
         case GetRequest():
             return await t.get(who, a.memory_type, a.key)
         case BuildContextRequest():
+            extra = {"include_turns": a.include_turns} if a.include_turns else {}
             return await t.build_context(
-                who, a.query, a.include, a.limit_per_type, a.max_chars, a.min_score
+                who, a.query, a.include, a.limit_per_type, a.max_chars, a.min_score, **extra
             )
+        case SearchTurnsRequest():
+            q = turn_query(
+                query=a.query,
+                limit=a.limit,
+                sessions=None if a.sessions is None else tuple(a.sessions),
+                speaker=a.speaker,
+                since=a.since,
+                until=a.until,
+                neighbours=a.neighbours,
+            )
+            return await t.search_turns(who, q)
         case SearchRequest():
             return await t.search(who, a.memory_type, a.query, a.limit, a.domain)
         case ListRequest():

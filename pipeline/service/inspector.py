@@ -302,8 +302,13 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
     mine: list[DeadLetterView] = []
     hidden = 0
     try:
-        from mongomem.cli.operate import local_stage_processes, stage_groups
-        from mongomem.operations.status import dead_letter_counts, group_lag, recent_dead_letters
+        from mongomem.local.supervisor import local_servers, local_stage_processes
+        from mongomem.operations.status import (
+            dead_letter_counts,
+            group_lag,
+            recent_dead_letters,
+            stage_groups,
+        )
     except MongomemError as exc:  # the [stages] extra is not installed
         return PipelineStatus(
             groups=[],
@@ -344,7 +349,10 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
     except MongomemError as exc:
         log.warning("inspector: %s", exc)
         problems.append("Kafka could not be read: lag and dead letters unavailable")
-    processes = [StageProcessView(name=n, state=s) for n, s in local_stage_processes(settings)]
+    local = [(f"local {n}", s) for n, s in local_servers(settings, supervised=True)]
+    processes = [
+        StageProcessView(name=n, state=s) for n, s in [*local, *local_stage_processes(settings)]
+    ]
     return PipelineStatus(
         groups=groups,
         dead_letter_counts=counts,

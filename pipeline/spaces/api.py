@@ -24,8 +24,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
-from mongomem.adapters.llm import make_llm
-from mongomem.adapters.mongo import Document, connect, database
+from mongomem.adapters.mongo import Document, connect, database, reachable
 from mongomem.errors import InputError
 from mongomem.models import utcnow
 from mongomem.settings import Settings
@@ -94,6 +93,7 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             if self._store is None:
                 if self._client is None:
                     self._client = connect(self._settings.mongodb)
+                await reachable(self._client, self._settings.mongodb)  # one timeout, not one a step
                 store = SpaceStore(database(self._client, self._settings.mongodb), self._keys)
                 await store.setup()
                 self._store = store
@@ -101,6 +101,8 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
 
     async def _summariser_now(self) -> Summariser:
         if self._summariser is None:
+            from mongomem.adapters.llm import make_llm  # the OpenAI client: only when needed
+
             self._owned_llm = make_llm(self._settings.llm)
             self._summariser = LLMSummariser(self._owned_llm)
         return self._summariser

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from mongomem.adapters.llm import LLM
 from mongomem.errors import InputError
 from mongomem.spaces.models import MAX_ARGUMENTS, MAX_TEXT_CHARS, FileInput, check_argument
+
+if TYPE_CHECKING:  # the OpenAI client loads when a summariser is made
+    from mongomem.adapters.llm import LLM
 
 __all__ = [
     "SCHEMA_NAME",

@@ -84,7 +84,7 @@ from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import session_bucket
-from mongomem.erasure.register import ErasureRegister, refusal
+from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import InputError, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
@@ -120,6 +120,8 @@ __all__ = [
 
 SESSION_SEQ_INDEX = "session_seq_unique"
 _MAX_ATTEMPTS = 64
+#: Seqs asked for at once when finding a session's last seq (:meth:`ShortTermMemory._read_last`).
+_PROBES = 64
 _MAX_DEPTH = MAX_JSON_DEPTH
 _INT64 = 2**63
 _CACHE_SIZE = 10_000
@@ -546,7 +548,7 @@ class ShortTermMemory:
         remembered = self._erasures.remembered(project_id, user_id, session_id)
         if remembered is True:
             append.close()
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         if remembered is False:
             return await append
         check = asyncio.ensure_future(self._erasures.is_erased(project_id, user_id, session_id))
@@ -559,7 +561,7 @@ class ShortTermMemory:
             with contextlib.suppress(BaseException):
                 await check
             if erased_too:  # nothing was written, and the session is erased: say so
-                raise refusal(user_id, session_id) from None
+                raise self._erasures.refusal(project_id, user_id, session_id) from None
             raise
         try:
             erased = await check
@@ -568,7 +570,7 @@ class ShortTermMemory:
             raise
         if erased:
             await self._take_back(key, written)
-            raise refusal(user_id, session_id)
+            raise self._erasures.refusal(project_id, user_id, session_id)
         return written
 
     async def _take_back(self, key: SessionKey, written: Turn | SessionEnd) -> None:
@@ -749,21 +751,47 @@ class ShortTermMemory:
         return True
 
     async def _read_last(self, key: SessionKey) -> tuple[int, datetime | None]:
-        """The session's last seq (0: none) and that turn's ``created_at``."""
-        try:
-            doc = await self._turns.find_one(
-                _filter(key),
-                projection={"seq": 1, "created_at": 1, "_id": 0},
-                sort=[("seq", DESCENDING)],
-            )
-        except PyMongoError as exc:
-            raise StorageError(f"could not read the session's last seq: {exc}") from exc
-        if doc is None:
-            return 0, None
-        created = doc.get("created_at")
-        if isinstance(created, datetime) and created.tzinfo is None:
-            created = created.replace(tzinfo=UTC)
-        return int(doc["seq"]), created if isinstance(created, datetime) else None
+        """The session's last seq (0: none) and that turn's ``created_at``.
+
+        Found by ``_id`` alone: seqs are gap-free from 1, so "seq *n* is
+        stored" holds exactly for *n* ≤ last, and each probe asks for the ids of
+        up to :data:`_PROBES` seqs at once (``_id`` ``$in``), which every server
+        answers from its ``_id`` index. A session of fewer than :data:`_PROBES`
+        turns costs one round trip; a longer one narrows the range
+        :data:`_PROBES`-fold per round trip. (A sort by seq over the session's
+        filter is served by the unique index on MongoDB, but mongo-java-server
+        answers it by scanning every turn: issue 28.)
+        """
+        slot = (key.project_id, key.user_id, key.session_id)
+        last, last_at = 0, None
+        upper: int | None = None  # the smallest seq known not to be stored
+        seqs = list(range(1, _PROBES + 1))
+        while True:
+            ids = {Turn.make_id(*slot, n): n for n in seqs}
+            try:
+                found = await self._turns.find(
+                    {"_id": {"$in": list(ids)}}, {"seq": 1, "created_at": 1}
+                ).to_list()
+            except PyMongoError as exc:
+                raise StorageError(f"could not read the session's last seq: {exc}") from exc
+            stored = {ids[d["_id"]]: d for d in found if d["_id"] in ids}
+            if stored:
+                top = max(stored)
+                if top > last:
+                    last, last_at = top, stored[top].get("created_at")
+            absent = [n for n in seqs if n not in stored and n > last]
+            if absent:
+                upper = min(absent) if upper is None else min(upper, min(absent))
+            if upper is not None and upper == last + 1:
+                break
+            if upper is None:  # every probe stored: look further, by powers
+                seqs = [last * 2**i for i in range(1, 41)]
+                continue
+            step = max(1, (upper - last) // _PROBES)
+            seqs = list(range(last + step, upper, step))[:_PROBES] or [last + 1]
+        if isinstance(last_at, datetime) and last_at.tzinfo is None:
+            last_at = last_at.replace(tzinfo=UTC)
+        return last, last_at if isinstance(last_at, datetime) else None
 
     def _remember(self, slot: tuple[str, str, str], seq: int, created_at: datetime) -> None:
         self._last[slot] = (seq, created_at)

@@ -18,6 +18,7 @@ from typing import Any
 
 from mongomem.adapters.kafka import DeadLetter, dead_letter_topic
 from mongomem.codec import encode
+from mongomem.logs import dependency_ok
 from mongomem.metrics import CONSUMER_LAG, DEAD_LETTERS, MESSAGES, STAGE_BATCH_SECONDS
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import (
@@ -471,6 +472,8 @@ async def consume(
                     await worker.batch(batch)
                 except Stopped:
                     break
+                # records came and were handled: what the stage needed answers again
+                dependency_ok("Kafka", "MongoDB")
             if flights is not None:
                 await flights.settle(source, in_flight)
             record_lag(stage.stage, source)

@@ -360,3 +360,43 @@ async def test_the_second_sweep_waits_out_every_remembered_answer(
     assert waited > NOT_ERASED_TTL_S  # every answer read before the register has expired
     await erasure.relied_answers_expired(time.monotonic() - 10 * NOT_ERASED_TTL_S)
     assert slept == [waited]  # a long first sweep: no wait at all
+
+
+class GatedEmbedder:
+    """The test embedder, held inside ``embed`` until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return EMBEDDER.name
+
+    @property
+    def dimensions(self) -> int:
+        return EMBEDDER.dimensions
+
+    async def embed(self, texts: Any) -> list[list[float]]:
+        self.entered.set()
+        await self.gate.wait()
+        return await EMBEDDER.embed(texts)
+
+
+async def test_a_save_whose_embedding_outlasts_an_erasure_is_refused(
+    settings: Settings, mongo: AsyncMongoClient[Document], memory: AsyncMemory
+) -> None:
+    """The register is read beside the embedding call; a save whose embedding takes longer
+    than the erasure's second sweep waits (an erasure ran meanwhile) asks again before it
+    writes, and is refused: nothing of the user survives."""
+    await fill(memory, "eve")
+    slow = GatedEmbedder()
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=slow) as saver:
+        chat = saver.bind(ctx("eve"))
+        save = asyncio.ensure_future(chat.save_semantic("seat", "eve prefers the aisle."))
+        await asyncio.wait_for(slow.entered.wait(), 30)
+        assert (await memory.erase_user("eve", confirm=True)).erased  # waits > TTL itself
+        slow.gate.set()
+        with pytest.raises(Erased):
+            await save
+    assert await user_docs(mongo, settings, "eve") == 0

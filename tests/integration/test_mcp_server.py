@@ -210,9 +210,9 @@ async def test_a_server_for_one_user_never_reads_another_users_memory(
         )
         assert "invalid input (at)" in error(naive)
 
-        status = ok(await client.call_tool("processing_status", {}))
-        assert (status["session_id"], status["user_id"], status["state"]) == ("s1", "alice", "done")
-        assert status["snapshots"] == []  # bob's session of the same id is not alice's
+        # bob's session of the same id is not alice's: for her it does not exist
+        status = await client.call_tool("processing_status", {})
+        assert "NotFound: no session 's1' of user 'alice'" in error(status)
 
     still = await bob.get_semantic("home-airport")
     assert still is not None

@@ -17,7 +17,7 @@ from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.kafka import CANDIDATES, dead_letter_topic, ensure_topics, make_producer
 from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document, database
 from mongomem.codec import encode
-from mongomem.errors import InputError, ProcessingFailed, ProcessingTimeout
+from mongomem.errors import InputError, NotFound, ProcessingFailed, ProcessingTimeout
 from mongomem.local.supervisor import StageProcess
 from mongomem.ltm.testing import candidate
 from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
@@ -119,7 +119,8 @@ async def test_wait_until_processed_returns_once_every_snapshot_is_reconciled(
 ) -> None:
     async with AsyncMemory(project_id="p", settings=configured(settings)) as memory:
         chat = memory.bind(MemoryRequestContext(user_id="u", session_id="good"))
-        assert (await chat.processing_status()).state == "done"  # nothing so far
+        with pytest.raises(NotFound, match="'good'"):  # nothing so far: it said "done"
+            await chat.processing_status()
         await chat.record_turn("user", "My home airport is Boston.")
         await chat.record_turn("assistant", "Noted.")
         await chat.record_turn("user", "Thanks, that is all.")
@@ -263,8 +264,8 @@ def test_cli_status_prints_the_progress_and_waits(
     monkeypatch.setenv("MONGOMEM_MONGODB_DATABASE", settings.mongodb.database)
     monkeypatch.setenv("MONGOMEM_ENABLED_EXTRACTIONS", "semantic")
     who = ["--project-id", "p", "--user-id", "u", "--session-id", "cli"]
-    assert main(["memory", "status", *who]) == 0
-    assert json.loads(capsys.readouterr().out)["state"] == "done"  # nothing yet
+    assert main(["memory", "status", *who]) == 1  # nothing yet: it said "done"
+    assert "no session 'cli'" in capsys.readouterr().err
     snap = snapshot_doc("p", "cli")
     with MongoClient[Document](settings.mongodb.uri, tz_aware=True) as sync:
         sync[settings.mongodb.database][SNAPSHOTS].insert_one(snap)
@@ -325,9 +326,8 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
         names.clear()
         status = await progress.session_status(session, TYPES)
         assert names == ["aggregate"]  # one command: no getMore, no second read
-        other = await progress.session_status(
-            session.model_copy(update={"session_id": "s9"}), TYPES
-        )
+        with pytest.raises(NotFound, match="'s9'"):  # it answered "done"
+            await progress.session_status(session.model_copy(update={"session_id": "s9"}), TYPES)
     finally:
         await watched.close()
     assert (status.last_turn_seq, status.last_snapshot_seq) == (2, 1)
@@ -337,4 +337,3 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
         ("semantic", "done"),
         ("episodic", "pending"),
     ]
-    assert (other.snapshots, other.last_turn_seq, other.state) == ((), 0, "done")

@@ -3,31 +3,22 @@
 After ``make run`` a script with no ``MONGOMEM_*`` variables finds the local
 servers through ``.mongomem/stages/env.json`` (what ``mongomem up`` saves); a
 turn write and reads need no embedder; a blocking client that is never closed
-shuts down without tracebacks at interpreter exit.
+shuts down without tracebacks at interpreter exit. (The README's agent snippet, run the
+same way, is in test_docs_snippets.py.)
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from doc_snippets import fresh_env, local_pipeline
 
-from mongomem.settings import LOCAL_PIPELINE_ENV, Settings
+from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def fresh_env(**extra: str) -> dict[str, str]:
-    """A newcomer's shell: the machine's variables, none of mongomem's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MONGOMEM_")}
-    return {**env, **extra}
 
 
 def run(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -40,19 +31,6 @@ def run(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProces
         timeout=180,
         check=False,
     )
-
-
-def local_pipeline(settings: Settings, folder: Path, **extra: str) -> None:
-    """The file ``mongomem up`` leaves behind, pointing at the test servers."""
-    saved = folder / ".mongomem" / LOCAL_PIPELINE_ENV
-    saved.parent.mkdir(parents=True)
-    values = {
-        "MONGOMEM_MONGODB_URI": settings.mongodb.uri or "",
-        "MONGOMEM_MONGODB_DATABASE": settings.mongodb.database,
-        "MONGOMEM_KAFKA_BOOTSTRAP": settings.kafka.bootstrap or "",
-        **extra,
-    }
-    saved.write_text(json.dumps(values))
 
 
 TURNS_ONLY = """
@@ -115,20 +93,3 @@ def test_mongomem_env_prints_the_exports(settings: Settings, tmp_path: Path) -> 
         check=True,
     )
     assert echoed.stdout.strip() == settings.mongodb.database
-
-
-def test_the_readme_agent_snippet_runs_as_its_own_process(
-    settings: Settings, tmp_path: Path
-) -> None:
-    """ "Using it from an agent", exactly as written, after `make run`, from a new shell."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    (snippet,) = [b for b in blocks if "context = chat.build_context" in b]
-    # `make run` saves the provider it chose; the hashing stand-in keeps this test fast.
-    local_pipeline(settings, tmp_path, MONGOMEM_EMBEDDING_PROVIDER="stand-in")
-    (tmp_path / "pipeline").mkdir()  # the newcomer's own folder of that name
-    (tmp_path / "pipeline" / "__init__.py").write_text("raise ImportError('the user folder')\n")
-    done = run(snippet, tmp_path, fresh_env())
-    assert done.returncode == 0, done.stderr
-    warned = [line for line in done.stderr.splitlines() if "STAND-IN" not in line]
-    assert warned == []  # only the stand-in's label, no tracebacks
-    assert "home airport" in done.stdout.lower()

@@ -387,19 +387,21 @@ async def test_keys_commands_create_list_and_revoke(
         assert keys_command(args, settings) == 0
         return capsys.readouterr().out
 
-    created = await asyncio.to_thread(run, "create", project="travel", name="agent")
+    created = await asyncio.to_thread(
+        run, "create", project_id="travel", project=None, name="agent"
+    )
     key = created.split("API key (shown only now, stored as a SHA-256 hash): ")[1].strip()
     key_id = key.split("_")[1]
     stored = await mongo[settings.mongodb.database]["api_keys"].find_one({"_id": key_id})
     assert stored is not None
     assert key not in str(stored)
-    listed = await asyncio.to_thread(run, "list", project=None)
+    listed = await asyncio.to_thread(run, "list", project_id=None)
     assert key_id in listed
     assert "active" in listed
     assert key not in listed
     await asyncio.to_thread(run, "revoke", key_id=key_id)
-    assert "revoked" in await asyncio.to_thread(run, "list", project="travel")
-    assert key_id not in await asyncio.to_thread(run, "list", project="other")
+    assert "revoked" in await asyncio.to_thread(run, "list", project_id="travel")
+    assert key_id not in await asyncio.to_thread(run, "list", project_id="other")
 
 
 async def test_the_cli_creates_a_key_serves_with_it_and_revokes_it(

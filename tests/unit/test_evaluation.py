@@ -63,7 +63,9 @@ def test_longmemeval_reader_reads_haystacks_dates_and_abstention() -> None:
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        ({"not": "a list"}, "non-empty JSON list"),
+        # one object is a per-conversation file now (issue 27); this one has no sessions
+        ({"not": "a conversation"}, "'conversation' object or session_<N> lists"),
+        ([], "non-empty JSON list"),
         ([{"sample_id": "x", "conversation": {"speaker_a": "A"}, "qa": []}], "no session_<N>"),
         (
             [

@@ -42,6 +42,7 @@ TOOLS = {
     "search_taxonomic",
     "list_domains",
     "build_context",
+    "search_turns",
     "memory_history",
     "delete_memory",
     "delete_memory_by_key",

@@ -1,8 +1,10 @@
-"""The public API: ``__all__`` is complete and sorted; the error tree is one tree."""
+"""The public API: ``__all__`` is complete and sorted; the error tree is one tree.
+
+(Which layer may import which is checked by ``lint-imports``: test_layer_contracts.py.)
+"""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import inspect
 import re
@@ -95,14 +97,6 @@ def test_retriable_flags() -> None:
     assert errors.InputError("bad", field="role").field == "role"
 
 
-def test_pipeline_never_imports_stages() -> None:
-    root = Path(mongomem.__file__).parent
-    for path in root.rglob("*.py"):
-        text = path.read_text()
-        assert "import mongomem.stages" not in text, path
-        assert "from mongomem.stages" not in text, path
-
-
 #: What ``from mongomem import …`` gives a user, beyond the error tree and the models.
 USER_FACING = [
     "AsyncMemory",
@@ -178,28 +172,3 @@ def test_every_package_folder_is_packaged() -> None:
         for prompts in (root / folder).rglob("prompts"):
             parts = prompts.relative_to(root / folder).parts
             assert ".".join((name, *parts)) in listed, prompts
-
-
-#: The domain packages: what the SDK, the service, the MCP server and the CLI build on.
-DOMAIN = ["spaces", "ltm"]
-#: The surfaces built on the domain; a domain module never imports one.
-SURFACES = ("mongomem.sdk", "mongomem.service", "mongomem.mcp_server", "mongomem.ui")
-
-
-@pytest.mark.parametrize("package", DOMAIN)
-def test_the_domain_imports_no_surface(package: str) -> None:
-    """``mongomem.spaces`` (and the long-term store) never reach up into the SDK, the
-    service or the MCP server: the spaces clients live in ``mongomem.sdk.spaces``."""
-    root = Path(mongomem.__file__).parent / package
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names = [node.value] if node.value.startswith(SURFACES) else []
-            found += [f"{path.name}: {n}" for n in names if n.startswith(SURFACES)]
-    assert found == []

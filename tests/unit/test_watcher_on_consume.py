@@ -123,6 +123,7 @@ async def test_the_watcher_core_runs_on_consume_and_stores_a_token_only_after_th
         poll_s=0.001,
         max_await_ms=1,
         marks_interval_s=0.0,
+        idle_probe=False,  # the fake collection has no server behind it
     )
     core = WatcherCore(
         MemoryBatches(publisher, TOPIC, records_per_batch=10),

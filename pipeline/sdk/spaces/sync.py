@@ -23,7 +23,7 @@ from mongomem.sdk.spaces.blocking import SpaceCalls
 from mongomem.sdk.spaces.http import HttpSpaces
 from mongomem.sdk.spaces.transport import SpacesTransport
 from mongomem.sdk.sync import SyncClient
-from mongomem.settings import Settings, load_settings, with_local_pipeline
+from mongomem.settings import Settings, resolve_settings
 from mongomem.spaces.api import AsyncSpaces
 from mongomem.spaces.crypto import SpacesSettings
 
@@ -72,7 +72,7 @@ class Spaces(SyncClient[SpacesTransport], SpaceCalls):
                 return HttpSpaces(base_url, api_key, verify=verify)
             assert project_id is not None
             return AsyncSpaces(
-                settings or with_local_pipeline(load_settings()),
+                settings or resolve_settings(),
                 project_id=project_id,
                 embedder=embedder,
                 spaces_settings=spaces_settings,
