@@ -46,6 +46,7 @@ from mongomem.errors import (
     ResumeTokenLost,
     ScopeError,
     StorageError,
+    Unmappable,
     WriteConflict,
 )
 from mongomem.models import (
@@ -129,6 +130,7 @@ __all__ = [
     "Spaces",
     "StorageError",
     "Turn",
+    "Unmappable",
     "WriteConflict",
     "__version__",
     "load_settings",

@@ -12,7 +12,9 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── ConfigError                  bad settings or project-config.yaml   (final)
     ├── InputError                   a caller's bad input; nothing stored  (final)
     │   ├── MessageDecodeError       bytes on a topic that are not ours    (final)
-    │   └── BodyTimeout              a request body stalled or took too long (final)
+    │   ├── BodyTimeout              a request body stalled or took too long (final)
+    │   └── Unmappable               a framework's call (LangGraph store, …)
+    │                                that memory cannot store as asked     (final)
     ├── InfraError                   a local server could not be started   (final)
     ├── StorageError                 MongoDB unreachable / failed write    (retriable
     │                                unless its pymongo cause is permanent)
@@ -70,6 +72,7 @@ __all__ = [
     "ResumeTokenLost",
     "ScopeError",
     "StorageError",
+    "Unmappable",
     "WriteConflict",
     "pymongo_error_is_transient",
 ]
@@ -108,6 +111,12 @@ class BodyTimeout(InputError):
 
     def __init__(self, message: str, *, field: str | None = "body") -> None:
         super().__init__(message, field=field)
+
+
+class Unmappable(InputError):
+    """A framework integration's call has no faithful mapping onto memory (a LangGraph
+    namespace that names no memory type, a value with fields the type does not have, a
+    per-item TTL); the message names the mapping. Nothing was stored."""
 
 
 class InfraError(MongomemError):

