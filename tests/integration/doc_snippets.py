@@ -86,7 +86,9 @@ def all_snippets() -> list[Snippet]:
 #: Checks run after a snippet, in its process: marker in the snippet → lines appended.
 CHECKS: dict[str, str] = {
     # the agent snippets (README, the SDK guide): memory reaches the prompt's context
-    "context = chat.build_context": 'assert "home airport" in context.text.lower(), context.text',
+    'context = chat.build_context("plan my next flight")': (
+        'assert "home airport" in context.text.lower(), context.text'
+    ),
     # getting started, erasure: the turn recorded first is gone
     "Please forget me after this.": (
         'assert result.erased, result\nassert result.removed.get("turns") == 1, result.removed'
@@ -102,6 +104,15 @@ CHECKS: dict[str, str] = {
         "assert (exported.versions, imported.memories) == (1, 1)\n"
         "import pathlib\n"
         'assert pathlib.Path("user_1.jsonl").read_text().count("\\n") == 4'
+    ),
+    # time and speakers: the value as of a time, the dated context, speakers, subjects
+    "chat.value_as_of(": (
+        'assert then.text == "The user prefers aisle seats.", then\n'
+        'assert [h.memory.text for h in old] == ["The user prefers aisle seats."], old\n'
+        'assert "aisle seats. (said " in context.text, context.text\n'
+        "assert nothing_yet == [], nothing_yet\n"
+        'assert [t.speaker for t in chat.recent_turns(10)][:2] == ["Melanie", "Caroline"]\n'
+        'assert chat.search_semantic("seat", subject="Melanie") == []'
     ),
     # over HTTP: the save is there, read back through the service
     HTTP_SERVICE: 'assert "Boston" in chat.get_semantic("home-airport").text',
