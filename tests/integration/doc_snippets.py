@@ -13,12 +13,15 @@ need a server the docs tell the reader to start
 (:data:`HTTP_SERVICE`: ``mongomem serve`` on 127.0.0.1:8080 with a key ``KEY``);
 the test starts it and points the snippet at it. :data:`CHECKS` adds, for the
 snippets it knows, lines that check what the snippet did (run after it, in the
-same process, never shown to the reader).
+same process, never shown to the reader). A snippet that needs an extra outside
+``all`` (:data:`EXTRAS`, so not in the dev install) is skipped, with the reason, where
+that extra is not installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -125,6 +128,25 @@ PRINTS: dict[str, tuple[list[str], list[str]]] = {
     # getting started: the save read back by key and by meaning (then the context)
     'label="seat-preference"': (["The user prefers aisle seats."] * 2, []),
 }
+
+
+#: Snippets that need an extra outside ``all``: marker → (module, extra). Where the module
+#: is not importable the snippet is skipped, saying which extra it needs.
+EXTRAS: dict[str, tuple[str, str]] = {
+    # CrewAI's storage: crewai needs openai<3, which the openai-agents extra cannot share
+    "from crewai import": ("crewai", "crewai"),
+}
+
+
+def missing_extra(snippet: Snippet) -> str | None:
+    """Why ``snippet`` cannot run here (an extra it needs is not installed), else None."""
+    for marker, (module, extra) in EXTRAS.items():
+        if marker in snippet.code and importlib.util.find_spec(module) is None:
+            return (
+                f"{snippet.name} needs {module}: pip install 'mongomem-ltm[{extra}]' "
+                "(not in the `all` extra)"
+            )
+    return None
 
 
 def checks_for(snippet: Snippet) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_snippets import (
@@ -18,6 +19,7 @@ from doc_snippets import (
     Ran,
     Snippet,
     all_snippets,
+    missing_extra,
     reader_folder,
     run_snippet,
     snippets,
@@ -52,6 +54,18 @@ async def service(settings: Settings) -> AsyncIterator[str]:
         await runner.stop()
 
 
+def _case(snippet: Snippet) -> Any:
+    """``snippet`` as a test case, skipped (saying which extra it needs) where that extra is
+    not installed, before any server is started for it."""
+    reason = missing_extra(snippet)
+    skipped = pytest.mark.skipif(reason is not None, reason=reason or "")
+    return pytest.param(snippet, id=snippet.name, marks=skipped)
+
+
+def _cases(*, over_http: bool) -> list[Any]:
+    return [_case(s) for s in all_snippets() if s.needs_service == over_http]
+
+
 def _passed(snippet: Snippet, ran: Ran) -> None:
     assert ran.returncode == 0, f"{snippet.name} failed:\n{ran.stderr}"
     assert ran.warnings == [], f"{snippet.name} warned:\n{ran.stderr}"
@@ -71,18 +85,14 @@ def test_the_docs_have_snippets_to_run() -> None:
     assert len({s.name for s in found}) == len(found)
 
 
-@pytest.mark.parametrize(
-    "snippet", [s for s in all_snippets() if not s.needs_service], ids=lambda s: s.name
-)
+@pytest.mark.parametrize("snippet", _cases(over_http=False))
 async def test_each_snippet_runs_as_written(
     snippet: Snippet, settings: Settings, tmp_path: Path
 ) -> None:
     _passed(snippet, await run_snippet(snippet, reader_folder(settings, tmp_path)))
 
 
-@pytest.mark.parametrize(
-    "snippet", [s for s in all_snippets() if s.needs_service], ids=lambda s: s.name
-)
+@pytest.mark.parametrize("snippet", _cases(over_http=True))
 async def test_each_http_snippet_runs_against_the_service(
     snippet: Snippet, settings: Settings, tmp_path: Path, service: str
 ) -> None:
@@ -98,4 +108,5 @@ async def test_readme_then_getting_started_in_order_in_one_folder(
     ordered = snippets(README) + snippets(GETTING_STARTED)
     for snippet in ordered:
         assert not snippet.needs_service
+        assert missing_extra(snippet) is None  # a newcomer's path needs no extra extra
         _passed(snippet, await run_snippet(snippet, folder))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,24 @@ async def test_the_openai_agents_example_runs(env: None) -> None:
     assert items[1]["call_id"] == "call_1"
 
 
+def open_sqlite_connections() -> list[Any]:
+    """The aiosqlite connections of this process not closed yet (after a collection)."""
+    import aiosqlite
+
+    gc.collect()
+    live = [o for o in gc.get_objects() if isinstance(o, aiosqlite.Connection)]
+    return [c for c in live if c._connection is not None]  # what its close() clears
+
+
 async def test_the_llamaindex_example_runs(env: None, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("llama_index.core")
+    before = open_sqlite_connections()
     await asyncio.to_thread(run, example("MongomemMemoryBlock("))
     assert "The user prefers aisle seats." in capsys.readouterr().out
+    # it closes LlamaIndex's chat store: no aiosqlite connection is left for a later test
+    # to find deleted unclosed (a ResourceWarning there)
+    left = [c for c in open_sqlite_connections() if all(c is not b for b in before)]
+    assert left == []
 
 
 async def test_the_crewai_example_runs(env: None) -> None:

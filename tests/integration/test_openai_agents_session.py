@@ -24,6 +24,7 @@ from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.mongo import Document
 from mongomem.errors import InputError
 from mongomem.integrations.openai_agents import MongomemSession, turn_of
+from mongomem.local.llm_stand_in.rules import read_turns
 from mongomem.local.supervisor import StageProcess
 from mongomem.models import Role
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
@@ -78,10 +79,19 @@ def airport_code(city: str) -> str:
 
 
 def scripted_extraction(request: ChatRequest) -> Reply:
-    if request.schema_name == "extract_semantic" and "Boston" in request.text("user"):
-        fact = "The user's home airport is Boston (BOS)."
-        return Answer({"items": [{"label": "home-airport", "fact": fact}]})
-    return Answer({"items": []})
+    """Scripted: the user's turn naming their home airport is a fact, citing that turn's
+    seq (an uncited item is dropped, SPEC L4)."""
+    if request.schema_name != "extract_semantic":
+        return Answer({"items": []})
+    stated = [
+        t["seq"]
+        for t in read_turns(request.text("user"))
+        if t["role"] == "user" and "home airport is Boston" in t["content"]
+    ]
+    if not stated:
+        return Answer({"items": []})
+    fact = "The user's home airport is Boston (BOS)."
+    return Answer({"items": [{"label": "home-airport", "fact": fact, "seqs": stated}]})
 
 
 @pytest.fixture
