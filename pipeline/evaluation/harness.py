@@ -54,13 +54,13 @@ from pydantic import BaseModel, Field
 
 from mongomem.adapters.llm import LLM, ChatMessage
 from mongomem.adapters.mongo import SNAPSHOTS, Document, connect
-from mongomem.errors import ConfigError
+from mongomem.errors import ConfigError, NotFound
 from mongomem.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion
 from mongomem.evaluation.report import write_report
 from mongomem.evaluation.retrieval import turn_metadata
 from mongomem.models import utcnow
 from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageMeter
-from mongomem.sdk import AsyncMemory, MemoryRequestContext
+from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
 __all__ = [
@@ -223,23 +223,41 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
         await client.close()
 
 
+async def _stored_turns(chat: AsyncBoundMemory) -> int:
+    """How many of the session's turns are stored already: its last turn's seq.
+
+    0 for a session in which no turn was recorded yet — the first run, or a
+    crash before its first turn (:class:`~mongomem.errors.NotFound` from the
+    processing status, which never answers "done" for such a session).
+    """
+    try:
+        return (await chat.processing_status()).last_turn_seq
+    except NotFound:
+        return 0
+
+
 async def _ingest(
     memory: AsyncMemory, conv: EvalConversation, user: str, cp: Checkpoint, timeout_s: float
 ) -> None:
+    """Record and end each session not yet in the checkpoint, then wait for all of them.
+
+    Only sessions with turns are recorded and waited on: a session with none
+    (the readers leave those out) would have nothing stored to wait for.
+    """
+    sessions = [s for s in conv.sessions if s.turns]
     ended = cp.done("session")
-    for session in conv.sessions:
+    for session in sessions:
         sid = f"{conv.conversation_id}/{session.name}"
         if sid in ended:
             continue
         chat = memory.bind(MemoryRequestContext(user_id=user, session_id=session.name))
-        stored = (await chat.processing_status()).last_turn_seq  # resume a session cut short
+        stored = await _stored_turns(chat)  # resume a session cut short
         for turn in session.turns[stored:]:
             meta = turn_metadata(turn.dataset_id, turn.speaker)  # the dataset's turn id (M3)
             await chat.record_turn(turn.role, turn.content, meta, at=turn.at, speaker=turn.speaker)
-        if stored <= len(session.turns):
-            await chat.end_session()
+        await chat.end_session()
         cp.add({"kind": "session", "id": sid, "turns": len(session.turns)})
-    for session in conv.sessions:
+    for session in sessions:
         chat = memory.bind(MemoryRequestContext(user_id=user, session_id=session.name))
         await chat.wait_until_processed(timeout=timeout_s, all_turns=True)
 

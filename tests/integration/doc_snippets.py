@@ -119,6 +119,19 @@ CHECKS: dict[str, str] = {
     ),
     # over HTTP: the save is there, read back through the service
     HTTP_SERVICE: 'assert "Boston" in chat.get_semantic("home-airport").text',
+    # recall: the rare name is found by BM25 first; the turn hit with its neighbour;
+    # the best turn in the context under its own heading
+    'chat.search_semantic("Pixel")': (
+        'assert best.memory.label == "pet", best\nassert best.ranks.lexical_rank == 1, best.ranks'
+    ),
+    "talk.search_turns(": (
+        'assert hit.turn.content == "We booked the kiln workshop in Lisbon.", hit\n'
+        'assert [t.content for t in hit.neighbours] == ["Lovely! When is it?"], hit.neighbours'
+    ),
+    "include_turns=2": (
+        'assert "## From the conversation" in context.text, context.text\n'
+        'assert "We booked the kiln workshop in Lisbon." in context.text, context.text'
+    ),
 }
 
 #: Snippets whose printed lines tell their story: marker → (first lines, last lines).
