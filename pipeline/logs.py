@@ -103,6 +103,7 @@ class OutageLog(logging.Filter):
         if state is None:
             self._down[dependency] = [now, now, 0]
             record.msg, record.args = f"lost {dependency}: {text}", None
+            record.outage_line = True  # told: a RepeatLimiter after this one lets it pass
             return True
         since, last, suppressed = state
         if now - last < self.summary_s:
@@ -114,6 +115,7 @@ class OutageLog(logging.Filter):
             f"({int(suppressed)} messages suppressed); last: {text}"
         )
         record.args = None
+        record.outage_line = True
         return True
 
     def ok(self, dependency: str) -> None:
@@ -148,7 +150,9 @@ class RepeatLimiter(logging.Filter):
     A *kind* is one message template of one of our loggers, or any message at
     all from a library (aiokafka logs every reconnect attempt of an outage,
     hundreds a second, each worded differently). The next record of a kind
-    let through says how many were suppressed before it. INFO and DEBUG pass.
+    let through says how many were suppressed before it. INFO and DEBUG pass,
+    and so do the lines an :class:`OutageLog` before it let through (its "lost" line
+    follows a library's line of a few seconds before, as a transient error at start).
     """
 
     def __init__(
@@ -161,8 +165,8 @@ class RepeatLimiter(logging.Filter):
         self._suppressed: dict[object, int] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
+        if record.levelno < logging.WARNING or getattr(record, "outage_line", False):
+            return True  # an outage's lines are OutageLog's to thin (dropped, it would not tell)
         top = record.name.partition(".")[0]
         kind: object = top if top != "mongomem" else (record.name, record.msg)
         now = self._clock()

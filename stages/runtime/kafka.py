@@ -16,6 +16,7 @@ from typing import Any
 from mongomem.adapters.kafka import make_producer
 from mongomem.errors import BrokerError
 from mongomem.extras import require
+from mongomem.logs import dependency_ok
 from mongomem.operations.status import consumer_group
 from mongomem.settings import KafkaSettings
 from mongomem.stages.runtime.ports import Headers, Record
@@ -186,6 +187,12 @@ Rebalanced = Callable[[list[int]], Awaitable[None]]
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Hands a rebalance of ``topic`` to the callbacks. An assignment is the group
+    coordinator answering, so it also ends a Kafka outage (:func:`mongomem.logs.dependency_ok`):
+    an idle stage has no other success to tell one by, and an outage left open by a
+    transient error at its start (a fresh broker's ``GroupCoordinatorNotAvailable``) would
+    swallow the lines of the next one."""
+
     def __init__(self, topic: str, assigned: Rebalanced, revoked: Rebalanced) -> None:
         self._topic = topic
         self._assigned = assigned
@@ -195,6 +202,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._revoked(sorted(tp.partition for tp in revoked if tp.topic == self._topic))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        dependency_ok("Kafka")
         await self._assigned(sorted(tp.partition for tp in assigned if tp.topic == self._topic))
 
 
@@ -216,17 +224,18 @@ async def kafka_source(
     """
     options = consumer_options(kafka, stage, group_suffix)
     options.update(overrides)
+    listener = _Listener(topic, on_assigned or _nothing, on_revoked or _nothing)
+    consumer = AIOKafkaConsumer(**options)
     listening = on_assigned is not None or on_revoked is not None
-    consumer = AIOKafkaConsumer(**options) if listening else AIOKafkaConsumer(topic, **options)
+    if not listening:  # subscribed before start: start waits for the first assignment
+        consumer.subscribe([topic], listener=listener)
     try:
         try:
             await consumer.start()
         except KafkaError as exc:
             raise BrokerError(f"cannot join the consumer group: {exc}") from exc
         if listening:
-            consumer.subscribe(
-                [topic], listener=_Listener(topic, on_assigned or _nothing, on_revoked or _nothing)
-            )
+            consumer.subscribe([topic], listener=listener)
         yield KafkaSource(consumer, topic)
     finally:
         with contextlib.suppress(KafkaError):

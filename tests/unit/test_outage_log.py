@@ -64,3 +64,30 @@ def test_an_outage_is_one_line_lost_a_summary_a_minute_and_one_line_back(
     first = _record("aiokafka.conn", "down again")
     assert outage.filter(first)  # a new outage starts with its own "lost" line
     assert first.getMessage() == "lost Kafka: down again"
+
+
+def test_the_lost_line_passes_the_repeat_limiter_after_a_library_line_of_just_before() -> None:
+    """The outage's "lost" line is never rate-limited away: dropped there, the outage
+    was open yet untold, and every line of it was suppressed (a fresh broker's transient
+    GroupCoordinatorNotAvailable at start, then the broker stopped within 5 s)."""
+    clock = Clock()
+    outage, limiter = OutageLog(clock=clock), logs.RepeatLimiter(clock=clock)
+
+    def shown(record: logging.LogRecord) -> bool:
+        return outage.filter(record) and limiter.filter(record)
+
+    logs._outages[:] = [outage]
+    try:
+        assert shown(_record("aiokafka.consumer.group_coordinator", "GroupCoordinatorNotAvailable"))
+        clock.now = 0.5
+        logs.dependency_ok("Kafka")  # the group was joined: that outage is over
+    finally:
+        logs._outages.clear()
+    clock.now = 1.0  # the broker stops: within the limiter's window of the line above
+    first = _record("aiokafka.consumer.fetcher", "Failed fetch messages from 1")
+    assert shown(first)
+    assert first.getMessage() == "lost Kafka: Failed fetch messages from 1"
+    clock.now = 2.0
+    assert not shown(_record("aiokafka", "Unable connect to node with id 1"))  # counted
+    assert limiter.filter(_record("mongomem.x", "a dead letter", logging.WARNING))
+    assert not limiter.filter(_record("mongomem.x", "a dead letter", logging.WARNING))
