@@ -33,7 +33,7 @@ from mongomem.adapters.lexical import LexicalIndex
 from mongomem.errors import InputError
 from mongomem.ltm.documents import decode_embedding, scope_filter
 from mongomem.ltm.kinds import normalize_key
-from mongomem.models import MemoryScope, stable_id
+from mongomem.models import CLOSED_STATUSES, MemoryScope, stable_id
 from mongomem.ranking import Ranked, fuse
 
 __all__ = ["LOG_LENGTH", "SCOPE_LOG", "IndexCache", "Row", "ScopeIndex", "bump_scope"]
@@ -341,16 +341,26 @@ class ScopeIndex:
         return out
 
     def apply_documents(self, docs: Iterable[Doc]) -> None:
+        """Bring the rows of the memories of ``docs`` (any of their versions) up to date.
+
+        A memory with a ``DELETE`` or ``EXPIRE`` version among ``docs`` is closed: no
+        version below it is kept as current, even one still marked so while the
+        deletion is being completed (an UPDATE planned on it would continue a
+        deleted history). The highest number otherwise seen becomes the row's head.
+        """
         docs = list(docs)
         highest: dict[str, int] = {}
+        closed: dict[str, int] = {}
         for doc in docs:
             mid, number = doc["memory_id"], int(doc["version"])
             highest[mid] = max(highest.get(mid, 0), number)
+            if doc.get("status") in CLOSED_STATUSES:
+                closed[mid] = max(closed.get(mid, 0), number)
         for doc in docs:
             row = Row.of(doc)
             if highest[row.memory_id] > max(row.version, row.head or 0):
                 row = replace(row, head=highest[row.memory_id])
-            if doc.get("status") == "current":
+            if doc.get("status") == "current" and row.version > closed.get(row.memory_id, 0):
                 self.upsert(row, decode_embedding(doc["embedding"]))
             else:
                 self.remove(row.version_id, row.memory_id)
