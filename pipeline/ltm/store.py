@@ -140,7 +140,7 @@ def _step_aside_s(attempt: int) -> float:
     from 4 ms (attempt 3) up to :data:`STEP_ASIDE_MAX_S`, so a competitor's multi-step
     write (a deletion: its DELETE version, then the old version superseded) can finish
     within the attempts (about 2 s of pauses at most over 16) instead of outlasting them."""
-    return min(STEP_ASIDE_MAX_S, 0.001 * 2 ** (attempt - 1))
+    return min(STEP_ASIDE_MAX_S, 0.001 * 2.0 ** (attempt - 1))
 
 
 class MemoryStore(MemoryReads):
