@@ -298,6 +298,20 @@ class AtlasVectorSearch:
     def name(self) -> str:
         return "atlas-vector-search"
 
+    async def _aggregate(
+        self, pipeline: list[Doc], stage: str, key_prefix: str | None
+    ) -> list[Doc]:
+        """Run a search pipeline (``stage`` names it in the error), keeping only the keys
+        under ``key_prefix`` when one is given."""
+        try:
+            docs = await (await self._memories.aggregate(pipeline)).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"{stage} failed: {exc}") from exc
+        if key_prefix is not None:
+            prefix = normalize_key(key_prefix)
+            docs = [d for d in docs if normalize_key(d["key"]).startswith(prefix)]
+        return docs
+
     async def _query(
         self,
         scope: MemoryScope,
@@ -335,13 +349,7 @@ class AtlasVectorSearch:
                 }
             },
         ]
-        try:
-            docs = await (await self._memories.aggregate(pipeline)).to_list()
-        except PyMongoError as exc:
-            raise StorageError(f"$vectorSearch failed: {exc}") from exc
-        if key_prefix is not None:
-            prefix = normalize_key(key_prefix)
-            docs = [d for d in docs if normalize_key(d["key"]).startswith(prefix)]
+        docs = await self._aggregate(pipeline, "$vectorSearch", key_prefix)
         return docs[:limit]
 
     async def search(
@@ -478,13 +486,7 @@ class AtlasVectorSearch:
                 }
             },
         ]
-        try:
-            docs = await (await self._memories.aggregate(pipeline)).to_list()
-        except PyMongoError as exc:
-            raise StorageError(f"$rankFusion failed: {exc}") from exc
-        if key_prefix is not None:
-            prefix = normalize_key(key_prefix)
-            docs = [d for d in docs if normalize_key(d["key"]).startswith(prefix)]
+        docs = await self._aggregate(pipeline, "$rankFusion", key_prefix)
         return [_fused_hit(d, vector, rank) for rank, d in enumerate(docs[:limit], start=1)]
 
 
