@@ -311,7 +311,7 @@ async def test_every_view_in_chromium(url: str, browser: Any) -> None:
     await page.click("#login button")
     await ready("#/users")
     assert await page.evaluate("sessionStorage.getItem('mongomem.inspector.key')") == KEY
-    users = await page.inner_text("#view")
+    users = await page.inner_text("#users")  # the list ("every" of the note has "eve" in it)
     assert "ada" in users
     assert "bob" in users
     assert "eve" not in users
@@ -393,11 +393,13 @@ async def test_search_counts_and_recall_in_chromium(
     await page.click("#login button")
     await page.wait_for_selector('#view[data-ready="#/users"]', timeout=20_000)
     row = await page.inner_text("#view tr:has(a:text-is('ada'))")
-    counted = int(row.split("\t")[3])
+    assert row.split("\t")[3] == "2 (1 shared by the project)"  # the rule, said
     await page.click("text=ada")
     await page.wait_for_selector('#view[data-ready="#/user/ada"]', timeout=20_000)
     listed = await page.locator("#view td a[href^='#/memory/']").count()  # before a search
-    assert counted == listed == 2  # home-airport and the project's red-eye
+    assert listed == 2  # home-airport and the project's red-eye
+    heading = await page.inner_text("#memory-count")
+    assert heading == "Memories: 2, 1 shared by the project (taxonomic terms)"
 
     assert await page.input_value("#search-type") == ""  # "all types" is the default
     await page.fill("#search-query", "overnight flight red-eye")
