@@ -422,7 +422,9 @@ def inspector_router() -> APIRouter:
         project: Project,
         memory_id: Annotated[str, Path(min_length=1, max_length=1024)],
         limit: Annotated[int, Query(ge=1, le=1000, description="decisions in this page")] = 1000,
-        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="decisions skipped, oldest first")] = 0,
+        offset: Annotated[
+            int, Query(ge=0, le=MAX_OFFSET, description="decisions skipped, oldest first")
+        ] = 0,
     ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
