@@ -311,7 +311,8 @@ async function pipelineView() {
     s.restarts.length ? table(["stage", "restarts", "last error", "last at"], s.restarts.map((r) => [
       r.stage, r.restarts, r.last_error, when(r.last_at)])) : h("p", { class: "muted" }, "no restart recorded"),
     h("h3", {}, "Local servers and stage processes (restarts counted by the supervisor of mongomem up)"),
-    s.processes.length ? table(["process", "state"], s.processes.map((p) => [p.name, p.state]))
+    s.processes.length ? h("div", { id: "processes" },
+      table(["process", "state"], s.processes.map((p) => [p.name, p.state])))
       : h("p", { class: "muted", id: "no-processes" }, "none started here (mongomem up)")];
 }
 

@@ -13,8 +13,6 @@ the key's project.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from chromium import chromium_path
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
@@ -57,18 +56,6 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "inspector"
 TRIP = SessionKey(project_id=PROJECT, user_id="ada", session_id="trip-1")
 SNAP = Snapshot.make_id(TRIP, 1, 2)
 SNAP_2 = Snapshot.make_id(TRIP, 3, 3)
-
-
-def chromium_path() -> str | None:
-    """The system Chromium (``make setup`` installs it), or ``MONGOMEM_CHROMIUM``."""
-    given = os.environ.get("MONGOMEM_CHROMIUM")
-    if given:
-        return given
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def with_keys(settings: Settings) -> Settings:
