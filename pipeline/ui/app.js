@@ -317,9 +317,15 @@ async function pipelineView() {
 }
 
 async function playgroundView() {
-  const spaces = await api("GET", "/v1/spaces");
-  const byId = Object.fromEntries(spaces.map((s) => [s.space_id, s]));
-  const space = h("select", { id: "space" }, spaces.map((s) => h("option", { value: s.space_id }, `${s.name} (${s.kind})`)));
+  const byId = {};  // the spaces of the pages seen
+  // a page of the project's spaces: the picker offers this page's
+  const spaces = await paged("spaces", (items) => {
+    for (const s of items) byId[s.space_id] = s;
+    return [h("div", { class: "inline" }, h("label", {}, "space "),
+      h("select", { id: "space" }, items.map((s) => h("option", { value: s.space_id }, `${s.name} (${s.kind})`)))),
+    table(["space", "kind", "items", "threshold"], items.map((s) => [
+      s.space_id, s.kind, s.item_count, num(s.recall.threshold)]))];
+  }, byOffset("/v1/spaces"), "this project has no spaces");
   const inputs = h("textarea", { id: "inputs" }, "{}");
   const out = h("div", { id: "playground-results" });
   const hitsTable = (hits) => table(["score", "meaning", "keyword", "inputs", "outcome"], hits.map((hit) => [
@@ -338,9 +344,11 @@ async function playgroundView() {
   }
   async function run(path) {
     try {
-      const chosen = byId[space.value];
+      const picked = document.getElementById("space");
+      if (!picked) throw new ApiError("this project has no spaces");
+      const chosen = byId[picked.value];
       const body = { inputs: JSON.parse(inputs.value) };
-      const r = await api("POST", `/v1/spaces/${enc(space.value)}/${path}`, body);
+      const r = await api("POST", `/v1/spaces/${enc(picked.value)}/${path}`, body);
       if (path === "playground") {
         // no null child: replaceChildren would show it as the text "null"
         out.replaceChildren(...[h("h3", {}, `Matches (${r.matches.length})`),
@@ -357,8 +365,7 @@ async function playgroundView() {
     e.top ? h("div", {}, `best resolution: ${e.top.item.resolution || e.top.item.outcome || "–"} `
       + `for ${JSON.stringify(e.top.item.inputs)}`) : null);
   return [h("h2", {}, "Memory-space playground"),
-    spaces.length ? null : h("p", { class: "muted" }, "this project has no spaces"),
-    h("div", { class: "inline" }, space), h("label", {}, "inputs (JSON object)"), inputs,
+    spaces, h("label", {}, "inputs (JSON object)"), inputs,
     h("div", { class: "inline" },
       h("button", { id: "recall", type: "button", onclick: () => run("playground") }, "Recall"),
       h("button", { id: "check-escalation", type: "button", onclick: () => run("escalations/check") }, "Check escalation")),

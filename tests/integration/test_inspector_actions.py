@@ -26,7 +26,7 @@ from mongomem.adapters.kafka import DeadLetter, ensure_topics, make_producer, pi
 from mongomem.adapters.mongo import Document, database
 from mongomem.codec import encode
 from mongomem.erasure.register import ErasureRegister
-from mongomem.errors import MessageDecodeError
+from mongomem.errors import InputError, MessageDecodeError
 from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn, utcnow
 from mongomem.service import make_app, start_server
 from mongomem.settings import Settings
@@ -134,7 +134,7 @@ async def letters(settings: Settings, n: int) -> None:
 
 
 async def test_every_list_is_paged_in_chromium(
-    url: str, browser: Any, configured: Settings
+    url: str, browser: Any, configured: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     async with AsyncMemory(project_id=PROJECT, settings=configured, embedder=EMBEDDER) as memory:
         for i in range(MORE):  # users, and ada's sessions
@@ -156,6 +156,11 @@ async def test_every_list_is_paged_in_chromium(
     versions = await http(url, "GET", f"/v1/users/ada/memory/{home}/history")
     assert len(versions) > PAGE, [v["action"] for v in versions]
     await letters(configured, MORE)
+    async with AsyncSpaces(
+        configured, project_id=PROJECT, embedder=EMBEDDER, client=mongo
+    ) as spaces:
+        for i in range(MORE):
+            await spaces.create_space(f"space-{i:02}", keys=[SearchKey(argument="question")])
 
     context, page, errors = await open_inspector(browser, url, KEY)
     users = await walk(page, "users")
@@ -189,6 +194,12 @@ async def test_every_list_is_paged_in_chromium(
     assert sorted(re.search(r"letter \d\d", r).group(0) for r in dead) == [  # type: ignore[union-attr]
         f"letter {i:02}" for i in range(MORE)
     ]
+
+    await goto(page, "#/playground")
+    shown_spaces = await walk(page, "spaces")
+    assert [r.split(" ")[0] for r in shown_spaces] == [f"space-{i:02}" for i in range(MORE)]
+    options = await page.locator("#space option").all_inner_texts()
+    assert len(options) == PAGE  # the picker offers the page shown
     assert errors == []
     await context.close()
 
@@ -214,9 +225,25 @@ async def test_the_routes_page_on_the_server(url: str, configured: Settings) -> 
     )
     assert log["total"] == len(everything)
     assert [d["version"] for d in log["decisions"]] == [2]
+    async with AsyncSpaces(configured, project_id=PROJECT, embedder=EMBEDDER) as spaces:
+        for name in ("c", "a", "b"):
+            await spaces.create_space(name, keys=[SearchKey(argument="q")])
+        assert [s.space_id for s in await spaces.list_spaces(limit=2, offset=1)] == ["b", "c"]
+        with pytest.raises(InputError) as refused:
+            await spaces.list_spaces(limit=0)
+        assert refused.value.field == "limit"
+    page = await http(url, "GET", "/v1/spaces?limit=2&offset=1")
+    assert [s["space_id"] for s in page] == ["b", "c"]
+    assert len(await http(url, "GET", "/v1/spaces")) == 3  # no limit: every space
     headers = {"Authorization": f"Bearer {KEY}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-        for path in ("/v1/inspector/users?offset=-1", "/v1/inspector/pipeline?limit=0"):
+        for path in (
+            "/v1/inspector/users?offset=-1",
+            "/v1/inspector/pipeline?limit=0",
+            "/v1/spaces?limit=0",
+            "/v1/spaces?offset=x",
+            "/v1/users/ada/memory/x/history?limit=0",
+        ):
             assert (await client.get(path)).status_code == 422
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         spec = (await client.get("/openapi.json")).json()["paths"]
@@ -225,6 +252,7 @@ async def test_the_routes_page_on_the_server(url: str, configured: Settings) -> 
         "/v1/inspector/pipeline",
         "/v1/inspector/memories/{memory_id}/decisions",
         "/v1/users/{user_id}/memory/{memory_id}/history",
+        "/v1/spaces",
     ):
         params = {p["name"] for p in spec[path]["get"]["parameters"]}
         assert {"limit", "offset"} <= params, path
