@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from chromium import chromium_path
+from chromium import chromium_path as chromium_path  # test_docs_page imports it here
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 

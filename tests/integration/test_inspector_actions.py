@@ -411,7 +411,9 @@ async def test_no_view_shows_a_stray_empty_value_and_recall_says_why(
         await page.fill("#inputs", f'{{"question": "{question}"}}')
         await page.click("#recall")
         # the answer replaces the last one (no script of ours runs: the CSP)
-        text = await until(lambda: page.inner_text("#playground-results"), lambda t: t != shown[0])
+        text: str = await until(
+            lambda: page.inner_text("#playground-results"), lambda t: t != shown[0]
+        )
         shown[0] = text
         assert not NULL.search(text), (space, text)
         return text

@@ -9,6 +9,7 @@ restarts, the inspector that `up` serves shows the same counts.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -99,9 +100,7 @@ def up_env(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str,
             _cli(env, "down", timeout=180)
 
 
-async def test_the_pipeline_view_shows_server_and_stage_restarts(
-    up_env: dict[str, str],
-) -> None:
+def test_the_pipeline_view_shows_server_and_stage_restarts(up_env: dict[str, str]) -> None:
     state = Path(up_env["MONGOMEM_INFRA_STATE_DIR"])
     log = state / "stages" / "logs" / "supervisor.log"
     started = _cli(up_env, "up", "--no-demo")
@@ -126,15 +125,17 @@ async def test_the_pipeline_view_shows_server_and_stage_restarts(
     port = re.search(r"http://127\.0\.0\.1:(\d+)/ui", started.stdout)
     assert port is not None, started.stdout
     key = (state / "stages" / "inspector-key").read_text().strip()
+    asyncio.run(_pipeline_view_shows_the_restarts(f"http://127.0.0.1:{port.group(1)}", key))
+
+
+async def _pipeline_view_shows_the_restarts(url: str, key: str) -> None:
     async with headless_chromium() as browser:
-        context, page, errors = await open_inspector(
-            browser, f"http://127.0.0.1:{port.group(1)}", key
-        )
+        context, page, errors = await open_inspector(browser, url, key)
         await goto(page, "#/pipeline")
 
         async def shown() -> dict[str, str]:
             rows = await page.locator("#processes tbody tr").all_inner_texts()
-            return dict(tuple(r.split("\t", 1)) for r in rows)  # type: ignore[misc]
+            return dict(r.split("\t", 1) for r in rows)
 
         processes = await until(shown, lambda p: "local kafka" in p and "windowing" in p)
         assert "restarted 1x" in processes["local kafka"], processes
