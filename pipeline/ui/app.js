@@ -271,7 +271,8 @@ async function memoryView(user, id) {
   const remove = latest.status === "current" ? confirmed({
     id: "delete-memory", label: "Delete memory", reason: true,
     warning: `Delete ${latest.memory_type} memory ${latest.key}: a DELETE version closes its history `
-      + "(the versions stay), and the decision log records the deletion.",
+      + "(the versions stay), and the decision log records the deletion."
+      + (latest.memory_type === "taxonomic" ? " It is the project's: it goes for every user." : ""),
     act: async (why) => {
       const r = await api("DELETE", why ? `${base}?reason=${enc(why)}` : base);
       setTimeout(render, 0);  // shows the DELETE version and its decision
