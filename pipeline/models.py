@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -44,6 +44,7 @@ __all__ = [
     "Speaker",
     "Turn",
     "Watermark",
+    "ceil_millisecond",
     "check_identifier",
     "check_speaker",
     "check_valid_range",
@@ -135,6 +136,16 @@ def check_valid_range(valid_from: date | None, valid_to: date | None) -> None:
 def utcnow() -> datetime:
     """The current time, timezone-aware (UTC)."""
     return datetime.now(UTC)
+
+
+def ceil_millisecond(at: datetime) -> datetime:
+    """``at`` rounded *up* to the millisecond, the precision MongoDB keeps.
+
+    A time stored as written would be cut down to its millisecond and could then
+    read as earlier than a moment taken after it (a direct save's evidence time
+    against a later ``as_of``, SPEC L5); rounded up it never does."""
+    cut = at.replace(microsecond=at.microsecond // 1000 * 1000)
+    return cut if cut == at else cut + timedelta(milliseconds=1)
 
 
 def stable_id(prefix: str, *parts: object) -> str:
