@@ -56,7 +56,8 @@ async def test_a_save_within_the_millisecond_after_as_of_is_not_shown_then(
             [AISLE],
         )
         later = await chat.value_as_of(saved.memory_id, base + timedelta(milliseconds=1))
-        assert later is not None and later.text == WINDOW
+        assert later is not None
+        assert later.text == WINDOW
 
 
 async def test_a_moment_between_two_saves_reads_the_first(settings: Settings) -> None:
@@ -71,4 +72,5 @@ async def test_a_moment_between_two_saves_reads_the_first(settings: Settings) ->
             between = utcnow()
             await chat.save_semantic(label="seat", text=WINDOW)
             then = await chat.value_as_of(saved.memory_id, between)
-            assert then is not None and then.text == AISLE, (i, then)
+            assert then is not None, i
+            assert then.text == AISLE, (i, then)
