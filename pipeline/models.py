@@ -55,6 +55,7 @@ __all__ = [
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+_SPEAKER_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: How deep a caller's JSON (turn metadata, a space item's outputs) may nest.
 MAX_JSON_DEPTH = 32
@@ -110,15 +111,20 @@ MAX_SPEAKER = 128
 def check_speaker(value: str) -> str:
     """Return ``value`` if it is a valid speaker name, else raise ``ValueError`` saying why.
 
-    A speaker is 1–128 characters, not blank, with no control characters
-    (newlines included: the name is shown to the model inside the conversation).
+    A speaker is 1–128 characters, not blank, with no control characters — C0 and
+    C1 alike (newlines included, and U+0085: the name is shown to the model inside
+    the conversation) — and no invisible or bidirectional format character
+    (:func:`~mongomem.identifiers.invisible_character`: a name must read as it is).
     """
     if not value.strip():
         raise ValueError("must not be empty or blank")
     if len(value) > MAX_SPEAKER:
         raise ValueError(f"must be at most {MAX_SPEAKER} characters")
-    if _CONTROL.search(value):
+    if _SPEAKER_CONTROL.search(value):
         raise ValueError("must not contain control characters")
+    why = invisible_character(value)
+    if why is not None:
+        raise ValueError(why)
     return value
 
 
