@@ -274,7 +274,7 @@ def dated_event(key: str, text: str, event: EventTime) -> tuple[str, str]:
     if not dates or key.endswith(f"({dates})"):
         return key, text
     dated = f"{key} ({dates})"[:512]
-    return dated, f"{dated}{text[len(key):]}" if text.startswith(key) else f"{text} ({dates})"
+    return dated, f"{dated}{text[len(key) :]}" if text.startswith(key) else f"{text} ({dates})"
 
 
 def ground(
