@@ -356,8 +356,13 @@ async def density_case(
             own |= events
     stated = sorted({i["event"] for a in case["answers"] for i in a})
     kept = [e for e in stated if e in own]
-    return {"stated": len(stated), "kept": len(kept), "episodes": len(docs), "dropped": dropped,
-            "lost": [e for e in stated if e not in kept]}  # fmt: skip
+    return {
+        "stated": len(stated),
+        "kept": len(kept),
+        "episodes": len(docs),
+        "dropped": dropped,
+        "lost": [e for e in stated if e not in kept],
+    }
 
 
 def _undated(key: str, text: str, event: EventTime) -> tuple[str, str]:

@@ -28,14 +28,12 @@ JUNE_2 = datetime(2023, 6, 2, 19, 0, tzinfo=UTC)
 
 
 def said(label: str, text: str, at: datetime, ref: str, **extra: Any) -> Any:
-    made = candidate(
-        "episodic" if "title" in extra else "semantic",
-        project_id=PROJECT,
-        user_id="mel",
-        snapshot=ref,
-        **({"title": extra.pop("title"), "content": text} if "title" in extra else
-           {"label": label, "text": text}),
-    )  # fmt: skip
+    if "title" in extra:
+        fields = {"title": extra.pop("title"), "content": text}
+    else:
+        fields = {"label": label, "text": text}
+    kind = "episodic" if "title" in fields else "semantic"
+    made = candidate(kind, project_id=PROJECT, user_id="mel", snapshot=ref, **fields)
     evidence = Evidence(source="snapshot", ref=ref, session_id="club", user_id="mel", at=at)
     cid = stable_id("cand", "dates", ref, label)
     return made.model_copy(update={"evidence": evidence, "candidate_id": cid, **extra})
@@ -53,14 +51,33 @@ async def seed(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
     race = EventTime(valid_from=date(2023, 5, 7), valid_to=date(2023, 5, 7), phrase="yesterday")
     since = EventTime(valid_from=date(2020, 1, 1), phrase="since 2020")
     for c in [
-        said("race", "Melanie ran a charity race.", MAY_8, "snap-r", title="Charity race",
-             subject="Melanie", event=race),
-        said("caroline-job", "Caroline is a counsellor in Leeds.", JUNE_2, "snap-j2",
-             subject="Caroline", event=since),
+        said(
+            "race",
+            "Melanie ran a charity race.",
+            MAY_8,
+            "snap-r",
+            title="Charity race",
+            subject="Melanie",
+            event=race,
+        ),
+        said(
+            "caroline-job",
+            "Caroline is a counsellor in Leeds.",
+            JUNE_2,
+            "snap-j2",
+            subject="Caroline",
+            event=since,
+        ),
         # older, processed after: it enters history at its place
-        said("caroline-job", "Caroline is a counsellor in York.", MAY_8, "snap-j1",
-             subject="Caroline", event=since),
-    ]:  # fmt: skip
+        said(
+            "caroline-job",
+            "Caroline is a counsellor in York.",
+            MAY_8,
+            "snap-j1",
+            subject="Caroline",
+            event=since,
+        ),
+    ]:
         await store.reconcile(c)
 
 

@@ -33,10 +33,14 @@ SAMPLE = {
         ],
     },
     "qa": [
-        {"question": "What did Caroline attend?", "answer": "a support group",
-         "evidence": ["D1:2"], "category": 1},
+        {
+            "question": "What did Caroline attend?",
+            "answer": "a support group",
+            "evidence": ["D1:2"],
+            "category": 1,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def fixture(tmp_path: Path) -> Path:
