@@ -18,7 +18,8 @@ def _public(cls: type) -> set[str]:
 
 def test_every_async_call_has_a_blocking_twin_with_the_same_parameters() -> None:
     calls = _public(AsyncBoundMemory)
-    assert calls and calls == _public(BoundMemory)
+    assert calls
+    assert calls == _public(BoundMemory)
     for name in calls:
         blocking, original = getattr(BoundMemory, name), getattr(AsyncBoundMemory, name)
         assert not inspect.iscoroutinefunction(blocking), name
