@@ -39,7 +39,7 @@ class _Recording:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str):
         async def call(*args: object, **kwargs: object) -> str:
             self.calls.append((name, args, kwargs))
             return f"result of {name}"
@@ -50,7 +50,7 @@ class _Recording:
 class _Loop:
     """Stands in for the Memory: runs the coroutine to completion on a new loop."""
 
-    def _call(self, coro):  # type: ignore[no-untyped-def]
+    def _call(self, coro):
         import asyncio
 
         return asyncio.run(coro)
