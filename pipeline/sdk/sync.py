@@ -16,10 +16,9 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from mongomem.adapters.embeddings import Embedder
-from mongomem.adapters.tls import Verify
 from mongomem.erasure.erase import ErasureResult
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.export import ExportResult, ImportResult
@@ -45,6 +44,9 @@ from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
 from mongomem.stm.search import TurnHit
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
+
+if TYPE_CHECKING:
+    from mongomem.adapters.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
