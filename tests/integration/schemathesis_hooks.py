@@ -1,22 +1,40 @@
 """Schemathesis hooks of the service's fuzz test (``SCHEMATHESIS_HOOKS``): import's NDJSON,
-and the ids of ``format: mongomem-id``.
+the ids of ``format: mongomem-id``, the labels of ``format: mongomem-label``, and the
+rules of the service that no JSON Schema can state, each decided by the service's own code.
 
 The import routes take ``application/x-ndjson``, which Schemathesis cannot write
 by itself. Their documented body is an array of JSON objects, one a line; this
 serializer writes such an array as NDJSON (one compact object a line), and any
 other generated value as its JSON text, so every generated case is sent.
+
+What a schema cannot say, and how the fuzzer is told:
+
+* an export's lines agree with each other (header first, the end line counts
+  what came before): a *valid* import case is sent as a real export, made by
+  the product's own line encoders (an empty one: header and end); invalid ones
+  are sent as generated;
+* a space's search keys name each argument once: a generated body that names
+  one twice is dropped (``check_keys`` is the rule).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import schemathesis
 from hypothesis import strategies as st
 
+from mongomem.identifiers import clean_label
+from mongomem.ltm.export_format import end_line, header_line
 from mongomem.models import check_identifier
-from mongomem.service.contract import ID_FORMAT
+from mongomem.service.contract import ID_FORMAT, LABEL_FORMAT
+
+#: The project the fuzz test's key opens (test_openapi.py).
+PROJECT = "travel"
+USER_IMPORT = "/v1/users/{user_id}/import"
+SPACE_IMPORT = "/v1/spaces/import"
 
 
 @schemathesis.serializer("application/x-ndjson")
@@ -46,3 +64,65 @@ schemathesis.openapi.format(
         st.text(min_size=1, max_size=128),
     ).filter(_valid_id),
 )
+
+
+def _valid_label(value: str) -> bool:
+    label, why = clean_label(value)
+    return why is None and bool(label.strip())
+
+
+#: A memory's label: the rule of mongomem.identifiers.clean_label (the pattern says the rest).
+schemathesis.openapi.format(
+    LABEL_FORMAT,
+    st.one_of(
+        st.from_regex(r"[A-Za-z0-9][A-Za-z0-9 _-]{0,40}", fullmatch=True),
+        st.text(min_size=1, max_size=255),
+    ).filter(_valid_label),
+)
+
+
+def _export(user_id: str) -> list[dict[str, Any]]:
+    """An empty export of ``user_id`` in the key's project: its header and its end."""
+    at = datetime.now(UTC)
+    lines = [header_line(PROJECT, user_id, None, at, "fuzz"), end_line(0, 0)]
+    return [json.loads(line) for line in lines]
+
+
+def _space_export(query: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A space export of no item (the id from the query, else a fresh one)."""
+    space_id = (query or {}).get("space_id") or "fuzz-import"
+    head = {
+        "space_id": space_id,
+        "name": "fuzz",
+        "description": "",
+        "kind": "episodic",
+        "encrypted": False,
+        "keys": [{"argument": "question", "weight": 1.0}],
+        "recall": {},
+        "agents": [],
+        "embedder": "stand-in",
+        "dimensions": 64,
+    }
+    return [{"format": "mongomem.space", "version": 1, "items": 0, "space": head}]
+
+
+@schemathesis.hook
+def map_case(ctx: Any, case: Any) -> Any:
+    """A valid import case is a real export (the format's cross-line rules)."""
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return case
+    if case.operation.path == USER_IMPORT:
+        case.body = _export(case.path_parameters["user_id"])
+    elif case.operation.path == SPACE_IMPORT:
+        case.body = _space_export(case.query)
+    return case
+
+
+@schemathesis.hook
+def filter_body(ctx: Any, body: Any) -> bool:
+    """Drop a body whose search keys name an argument twice (``check_keys``' rule)."""
+    if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
+        return True
+    names = [k.get("argument") for k in body["keys"] if isinstance(k, dict)]
+    return len(names) == len(set(names))
