@@ -125,6 +125,8 @@ IdText = Annotated[
     str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
 ]
 _VISIBLE_NO_CONTROL = "^[^\\x00-\\x1f\\x7f]*[^\\s\\x00-\\x1f\\x7f][^\\x00-\\x1f\\x7f]*$"
+#: A metadata key: not empty, no control character or '.', not starting with '$'.
+_METADATA_KEY = "^[^$.\\x00-\\x1f\\x7f][^.\\x00-\\x1f\\x7f]*$"
 #: A speaker as the document states it (mongomem.models.check_speaker is the rule).
 SpeakerText = Annotated[
     str,
@@ -257,7 +259,11 @@ class BrowseTurnsRequest(SessionRequest):
 class RecordTurnRequest(Caller):
     role: Literal["user", "assistant", "system", "tool"]
     content: str
-    metadata: dict[str, Any] | None = None
+    # Plain JSON; its keys (here and nested) are not empty, have no control character or
+    # '.', and do not start with '$' (the document says it of the top level's keys).
+    metadata: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"propertyNames": {"pattern": _METADATA_KEY}}
+    )
     # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
     at: datetime | None = None
     # Who spoke besides the role (SPEC L3); checked (no control characters) by the STM.

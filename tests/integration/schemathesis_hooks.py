@@ -13,8 +13,13 @@ What a schema cannot say, and how the fuzzer is told:
   what came before): a *valid* import case is sent as a real export, made by
   the product's own line encoders (an empty one: header and end); invalid ones
   are sent as generated;
-* a space's search keys name each argument once: a generated body that names
-  one twice is dropped (``check_keys`` is the rule).
+* a space's search keys name each argument once (``check_keys``): a valid case
+  keeps the first key of each argument;
+* a promoted run's ``part`` is one of its ``outputs``: a valid case that names
+  another sends none;
+* a turn search's ``since`` is not after its ``until``: a valid case sends them in order;
+* a turn's nested metadata keys follow the top level's rule, and the whole stays
+  within the size limit (``validate_metadata``): a valid case that breaks them is dropped.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from typing import Any
 import schemathesis
 from hypothesis import strategies as st
 
+from mongomem.errors import InputError
 from mongomem.identifiers import clean_label
 from mongomem.ltm.export_format import end_line, header_line
 from mongomem.models import check_identifier
 from mongomem.service.contract import ID_FORMAT, LABEL_FORMAT
+from mongomem.stm.turns import validate_metadata
 
 #: The project the fuzz test's key opens (test_openapi.py).
 PROJECT = "travel"
@@ -106,23 +113,57 @@ def _space_export(query: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [{"format": "mongomem.space", "version": 1, "items": 0, "space": head}]
 
 
+def _positive(case: Any) -> bool:
+    return case.meta is not None and case.meta.generation.mode.is_positive
+
+
+def _in_order(body: dict[str, Any]) -> None:
+    since, until = body.get("since"), body.get("until")
+    if isinstance(since, str) and isinstance(until, str):
+        try:
+            if datetime.fromisoformat(since) > datetime.fromisoformat(until):
+                body["since"], body["until"] = until, since
+        except (TypeError, ValueError):  # the server says which is not a time
+            return
+
+
 @schemathesis.hook
 def map_case(ctx: Any, case: Any) -> Any:
-    """A valid import case is a real export (the format's cross-line rules)."""
-    meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive:
+    """A valid case obeys the rules of the module docstring that a schema cannot state."""
+    if not _positive(case):
         return case
-    if case.operation.path == USER_IMPORT:
+    path = case.operation.path
+    if path == USER_IMPORT:
         case.body = _export(case.path_parameters["user_id"])
-    elif case.operation.path == SPACE_IMPORT:
+    elif path == SPACE_IMPORT:
         case.body = _space_export(case.query)
+    body = case.body
+    if isinstance(body, dict):
+        if isinstance(body.get("keys"), list):
+            seen: set[Any] = set()
+            kept = []
+            for key in body["keys"]:
+                name = key.get("argument") if isinstance(key, dict) else None
+                if name not in seen:
+                    seen.add(name)
+                    kept.append(key)
+            body["keys"] = kept
+        outputs = body.get("outputs")
+        part = body.get("part")
+        if part is not None and isinstance(outputs, dict) and part not in outputs:
+            body["part"] = None
+        _in_order(body)
     return case
 
 
 @schemathesis.hook
-def filter_body(ctx: Any, body: Any) -> bool:
-    """Drop a body whose search keys name an argument twice (``check_keys``' rule)."""
-    if not isinstance(body, dict) or not isinstance(body.get("keys"), list):
+def filter_case(ctx: Any, case: Any) -> bool:
+    """Drop a valid case whose turn metadata the service's own rule refuses."""
+    body = case.body
+    if not _positive(case) or not isinstance(body, dict) or "metadata" not in body:
         return True
-    names = [k.get("argument") for k in body["keys"] if isinstance(k, dict)]
-    return len(names) == len(set(names))
+    try:
+        validate_metadata(body["metadata"], 64 * 1024)
+    except InputError:
+        return False
+    return True

@@ -322,7 +322,7 @@ class PromoteRequest(SpaceRequest):
 class ResolveRequest(SpaceRequest):
     inputs: Inputs
     resolution: str
-    outcome: str
+    outcome: str = Field(min_length=1, pattern=r"\S")
     agent_id: Id | None = None
     resolved_by: str | None = None
 
