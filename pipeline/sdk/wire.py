@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from mongomem.erasure.erase import ErasureResult
 from mongomem.models import BUILTIN_MEMORY_TYPES, MAX_SPEAKER, SessionEnd, Turn
@@ -125,6 +125,8 @@ IdText = Annotated[
     str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
 ]
 _VISIBLE_NO_CONTROL = "^[^\\x00-\\x1f\\x7f]*[^\\s\\x00-\\x1f\\x7f][^\\x00-\\x1f\\x7f]*$"
+#: The built-in memory types, as a JSON value (a context's ``include``).
+_MEMORY_TYPES: list[JsonValue] = list(sorted(BUILTIN_MEMORY_TYPES))
 #: A metadata key: not empty, no control character or '.', not starting with '$'.
 _METADATA_KEY = "^[^$.\\x00-\\x1f\\x7f][^.\\x00-\\x1f\\x7f]*$"
 #: A speaker as the document states it (mongomem.models.check_speaker is the rule).
@@ -182,7 +184,7 @@ class BuildContextRequest(Caller):
     include: list[str] = Field(
         default_factory=lambda: list(DEFAULT_CONTEXT_TYPES),
         max_length=16,
-        json_schema_extra={"items": {"type": "string", "enum": sorted(BUILTIN_MEMORY_TYPES)}},
+        json_schema_extra={"items": {"type": "string", "enum": _MEMORY_TYPES}},
     )
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)

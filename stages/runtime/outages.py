@@ -23,13 +23,12 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 
 from mongomem.logs import dependency_ok, open_outages
-from mongomem.settings import KafkaSettings, MongoSettings, Settings
+from mongomem.settings import MongoSettings, Settings
 
 __all__ = [
     "PROBE_INTERVAL_S",
     "PROBE_TIMEOUT_S",
     "Probe",
-    "probe_kafka",
     "probe_mongodb",
     "probes_for",
     "watch_outages",
@@ -42,26 +41,6 @@ PROBE_TIMEOUT_S = 3.0
 
 #: Whether the dependency answers now (never raises).
 Probe = Callable[[], Awaitable[bool]]
-
-
-async def probe_kafka(settings: KafkaSettings, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether a broker of ``settings.bootstrap`` answers a metadata request."""
-    if not settings.bootstrap:
-        return False
-    from aiokafka.client import AIOKafkaClient
-
-    client = AIOKafkaClient(
-        bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000)
-    )
-    try:
-        await asyncio.wait_for(client.bootstrap(), timeout_s)
-    except Exception:  # any failure is the outage going on
-        return False
-    else:
-        return True
-    finally:
-        with contextlib.suppress(Exception):
-            await client.close()
 
 
 async def probe_mongodb(settings: MongoSettings, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
@@ -87,6 +66,8 @@ async def probe_mongodb(settings: MongoSettings, timeout_s: float = PROBE_TIMEOU
 
 def probes_for(settings: Settings) -> dict[str, Probe]:
     """The probe of each dependency the outage log names (``"Kafka"``, ``"MongoDB"``)."""
+    from mongomem.stages.runtime.kafka import probe_kafka  # aiokafka: where stages use it
+
     return {
         "Kafka": lambda: probe_kafka(settings.kafka),
         "MongoDB": lambda: probe_mongodb(settings.mongodb),

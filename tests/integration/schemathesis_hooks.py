@@ -98,7 +98,7 @@ def _export(user_id: str) -> list[dict[str, Any]]:
 def _space_export(query: dict[str, Any] | None) -> list[dict[str, Any]]:
     """A space export of no item (the id from the query, else a fresh one)."""
     space_id = (query or {}).get("space_id") or "fuzz-import"
-    head = {
+    head: dict[str, Any] = {
         "space_id": space_id,
         "name": "fuzz",
         "description": "",

@@ -21,7 +21,8 @@ from mongomem import logs
 from mongomem.local.servers import LocalKafka, LocalMongo, LocalServer, free_port, jars_cached
 from mongomem.logs import OutageLog
 from mongomem.settings import KafkaSettings, MongoSettings, load_settings
-from mongomem.stages.runtime.outages import Probe, probe_kafka, probe_mongodb, watch_outages
+from mongomem.stages.runtime.kafka import probe_kafka
+from mongomem.stages.runtime.outages import Probe, probe_mongodb, watch_outages
 
 pytestmark = pytest.mark.integration
 
