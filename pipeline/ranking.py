@@ -52,6 +52,8 @@ class Ranked(Generic[K]):
     dense_rank: int | None
     lexical_score: float | None
     dense_score: float | None
+    #: Its place in the boost list (turns said in the query's time window), if any.
+    time_rank: int | None = None
 
     def rekey(self, key: J) -> Ranked[J]:
         """The same ranking under another key (a row number becomes a document id)."""
@@ -63,6 +65,7 @@ class Ranked(Generic[K]):
             dense_rank=self.dense_rank,
             lexical_score=self.lexical_score,
             dense_score=self.dense_score,
+            time_rank=self.time_rank,
         )
 
 
@@ -73,21 +76,35 @@ def fuse(
     *,
     k: int = RRF_K,
     lexical_weight: float = LEXICAL_WEIGHT,
+    boost: Sequence[tuple[K, float]] = (),
+    boost_weight: float = 1.0,
 ) -> list[Ranked[K]]:
     """The ``limit`` best of both lists by weighted reciprocal-rank fusion (see the module
-    docstring); ``k`` and ``lexical_weight`` default to the tuned values."""
+    docstring); ``k`` and ``lexical_weight`` default to the tuned values. ``boost`` is an
+    optional third list fused the same way with ``boost_weight`` (turn search's "said
+    inside the query's time window"); its ranks are :attr:`Ranked.time_rank`."""
     lex = {key: (i + 1, s) for i, (key, s) in enumerate(lexical)}
     den = {key: (i + 1, s) for i, (key, s) in enumerate(dense)}
-    keys = list(dict.fromkeys([*(key for key, _ in dense), *(key for key, _ in lexical)]))
+    extra = {key: (i + 1, s) for i, (key, s) in enumerate(boost)}
+    keys = list(
+        dict.fromkeys(
+            [*(key for key, _ in dense), *(key for key, _ in lexical), *(key for key, _ in boost)]
+        )
+    )
 
     def fused(key: K) -> float:
         total = 0.0
-        for found, weight in ((lex.get(key), lexical_weight), (den.get(key), 1.0)):
+        lists = (
+            (lex.get(key), lexical_weight),
+            (den.get(key), 1.0),
+            (extra.get(key), boost_weight),
+        )
+        for found, weight in lists:
             if found is not None:
                 total += weight / (k + found[0])
         return total
 
-    missing = len(dense) + len(lexical) + 1
+    missing = len(dense) + len(lexical) + len(boost) + 1
     scored = sorted(
         ((fused(key), key) for key in keys),
         key=lambda p: (-p[0], den.get(p[1], (missing, 0.0))[0], str(p[1])),
@@ -104,6 +121,7 @@ def fuse(
                 dense_rank=None if dr is None else dr[0],
                 lexical_score=None if lr is None else lr[1],
                 dense_score=None if dr is None else dr[1],
+                time_rank=extra[key][0] if key in extra else None,
             )
         )
     return out
@@ -118,6 +136,8 @@ class HitRanks(Frozen):
     lexical_rank: int | None = None
     lexical_score: float | None = None
     dense_rank: int | None = None
+    #: Turn search: its place among the turns said inside the query's time window.
+    time_rank: int | None = None
 
 
 def hit_ranks(ranked: Ranked[Any]) -> HitRanks:
@@ -128,4 +148,5 @@ def hit_ranks(ranked: Ranked[Any]) -> HitRanks:
         lexical_rank=ranked.lexical_rank,
         lexical_score=ranked.lexical_score,
         dense_rank=ranked.dense_rank,
+        time_rank=ranked.time_rank,
     )

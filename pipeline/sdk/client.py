@@ -437,6 +437,7 @@ class AsyncBoundMemory:
         since: datetime | None = None,
         until: datetime | None = None,
         neighbours: int = 0,
+        as_of: datetime | None = None,
     ) -> list[TurnHit]:
         """The user's turns, across every session, best for ``query`` (SPEC M2).
 
@@ -447,6 +448,9 @@ class AsyncBoundMemory:
         each hit with up to ``n`` turns before and after it in its session. A
         query over :data:`~mongomem.ranking.MAX_QUERY_CHARS`, ``since`` after
         ``until`` or a bad limit raises :class:`~mongomem.errors.InputError`.
+        ``as_of`` is when the question is asked (default now): later turns are
+        left out and a time expression in the query ("two weeks ago", "last
+        May") boosts the turns said in its window.
         See :mod:`mongomem.stm.search` for when turns are embedded.
         """
         q = turn_query(
@@ -457,6 +461,7 @@ class AsyncBoundMemory:
             since=since,
             until=until,
             neighbours=neighbours,
+            as_of=as_of,
         )
         return await self._t.search_turns(self.identity, q)
 

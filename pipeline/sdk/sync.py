@@ -355,6 +355,7 @@ class BoundMemory:
         since: datetime | None = None,
         until: datetime | None = None,
         neighbours: int = 0,
+        as_of: datetime | None = None,
     ) -> list[TurnHit]:
         """See :meth:`mongomem.sdk.AsyncBoundMemory.search_turns`."""
         return self._m._call(
@@ -366,6 +367,7 @@ class BoundMemory:
                 since=since,
                 until=until,
                 neighbours=neighbours,
+                as_of=as_of,
             )
         )
 
