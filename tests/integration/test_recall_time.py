@@ -97,3 +97,22 @@ async def test_as_of_over_http_and_a_naive_one_is_422(
         assert {h["session_id"] for h in ok.json()["result"]} == {"w0", "w1"}
     finally:
         await runner.stop()
+
+
+async def test_memory_search_boosts_by_the_time_a_memory_was_said(memory: AsyncMemory) -> None:
+    chat = memory.bind(MemoryRequestContext(user_id="ana", session_id="now"))
+    await chat.save_semantic("drink", "Ana drinks oat flat whites")
+    await chat.save_semantic("sport", "Ana plays tennis on Tuesdays")
+    # saved now: "today" is their window, "last year" is not
+    today = await chat.search_semantic("what did Ana say about drinks today?", limit=2)
+    assert [h.ranks.time_rank for h in today if h.ranks] == [1, 2]
+    assert today[0].memory.key == "drink"
+    last_year = await chat.search_semantic("what did Ana say about drinks last year?", limit=2)
+    assert all(h.ranks is not None and h.ranks.time_rank is None for h in last_year)
+    plain = await chat.search_semantic("what does Ana drink?", limit=2)
+    assert all(h.ranks is not None and h.ranks.time_rank is None for h in plain)
+    # relative to as_of: from tomorrow, "yesterday" is today
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    then = await chat.search_semantic("drinks yesterday", limit=2, as_of=tomorrow)
+    assert then
+    assert all(h.ranks is not None and h.ranks.time_rank is not None for h in then)
