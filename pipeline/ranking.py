@@ -138,6 +138,9 @@ class HitRanks(Frozen):
     dense_rank: int | None = None
     #: Turn search: its place among the turns said inside the query's time window.
     time_rank: int | None = None
+    #: The optional reranker's score (:mod:`mongomem.adapters.rerank`); when set, the
+    #: hits are in the reranker's order and ``fused_rank`` is the place before it.
+    rerank_score: float | None = None
 
 
 def hit_ranks(ranked: Ranked[Any]) -> HitRanks:

@@ -52,6 +52,7 @@ from pymongo.errors import BulkWriteError, PyMongoError
 from mongomem.adapters.embeddings import Embedder, embed_queries
 from mongomem.adapters.lexical import LexicalIndex
 from mongomem.adapters.mongo import TURN_VECTORS, TURNS, Document
+from mongomem.adapters.rerank import Reranker, rerank
 from mongomem.errors import InputError, StorageError
 from mongomem.models import Frozen, Identifier, Turn
 from mongomem.ranking import MAX_QUERY_CHARS, HitRanks, fuse, hit_ranks
@@ -284,6 +285,14 @@ class TurnIndex:
         return out
 
 
+def _hit_text(hit: TurnHit) -> str:
+    """What the reranker reads of a turn: what its embedding reads (:func:`turn_text`)."""
+    doc: Document = {"content": hit.turn.content, "metadata": hit.turn.metadata}
+    if hit.turn.speaker is not None:
+        doc["speaker"] = hit.turn.speaker
+    return turn_text(doc)
+
+
 def _unit(vector: Vector) -> Vector:
     norm = float(np.linalg.norm(vector))
     return vector / norm if norm else vector
@@ -316,7 +325,9 @@ class TurnSearch:
     """Turn search over ``db`` (see the module docstring); one per process.
 
     ``max_users`` user indexes are kept (least recently searched dropped first).
-    ``batch`` turns are embedded at a time when vectors are missing.
+    ``batch`` turns are embedded at a time when vectors are missing. With a
+    ``reranker``, the ``rerank_depth`` best fused turns are reordered by it
+    (:mod:`mongomem.adapters.rerank`).
     """
 
     def __init__(
@@ -327,6 +338,8 @@ class TurnSearch:
         refresh_s: float = 1.0,
         max_users: int = 64,
         batch: int = 256,
+        reranker: Reranker | None = None,
+        rerank_depth: int = 20,
     ) -> None:
         self._turns = db[TURNS]
         self._vectors = db[TURN_VECTORS]
@@ -334,6 +347,7 @@ class TurnSearch:
         self.refresh_s = refresh_s
         self.max_users = max_users
         self.batch = batch
+        self.reranker, self.rerank_depth = reranker, rerank_depth
         self._indexes: OrderedDict[tuple[str, str], TurnIndex] = OrderedDict()
 
     async def ensure_indexes(self) -> None:
@@ -439,8 +453,15 @@ class TurnSearch:
         index = await self.fresh(project_id, user_id)
         window = q.window(datetime.now(UTC))
         [vector] = await embed_queries(self.embedder, [q.words(window)])
+        reranking = self.reranker is not None and lexical and dense
+        if reranking:
+            wide = q.model_copy(update={"limit": max(q.limit, self.rerank_depth)})
         ranked = index.rank(
-            q, np.asarray(vector, dtype=np.float32), lexical=lexical, dense=dense, window=window
+            wide if reranking else q,
+            np.asarray(vector, dtype=np.float32),
+            lexical=lexical,
+            dense=dense,
+            window=window,
         )
         if not ranked:
             return []
@@ -465,9 +486,24 @@ class TurnSearch:
             for t, cosine, r in ranked
             if t in docs
         ]
+        if reranking and self.reranker is not None and hits:
+            hits = await self._reranked(q, hits)
+        hits = hits[: q.limit]
         if q.neighbours and hits:
             hits = await self._with_neighbours(project_id, user_id, hits, q.neighbours)
         return hits
+
+    async def _reranked(self, q: TurnQuery, hits: list[TurnHit]) -> list[TurnHit]:
+        assert self.reranker is not None
+        head, tail = hits[: self.rerank_depth], hits[self.rerank_depth :]
+        order = await rerank(self.reranker, q.query, head, _hit_text)
+        if order is None:
+            return hits
+        scored = [
+            h.model_copy(update={"ranks": h.ranks.model_copy(update={"rerank_score": s})})
+            for h, s in order
+        ]
+        return scored + tail
 
     async def _with_neighbours(
         self, project_id: str, user_id: str, hits: Sequence[TurnHit], n: int

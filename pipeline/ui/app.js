@@ -27,6 +27,12 @@ function table(headers, rows) {
 const enc = encodeURIComponent;
 const num = (x) => (x === null || x === undefined ? "–" : Number(x).toFixed(3));
 const when = (t) => (t ? new Date(t).toLocaleString() : "–");
+// why a hit is where it is (SPEC M1): its place by words (BM25), by meaning (cosine) and
+// fused, within its memory type ("–": that retriever did not return it)
+const place = (r) => (r === null || r === undefined ? "–" : String(r));
+const ranks = (r) => (r ? h("span", { class: "ranks", title: "ranks: words (BM25) · meaning (cosine) · fused" },
+  `words ${place(r.lexical_rank)} · meaning ${place(r.dense_rank)} · fused ${place(r.fused_rank)}`
+  + (r.time_rank ? ` · time ${r.time_rank}` : "")) : "–");
 
 class ApiError extends Error {}
 
@@ -85,9 +91,9 @@ async function userView(user) {
       if (failed && settled.every((r) => r.status === "rejected")) throw failed.reason;
       const hits = settled.filter((r) => r.status === "fulfilled").flatMap((r) => r.value)
         .sort((a, b) => b.score - a.score).slice(0, 10);
-      results.replaceChildren(hits.length ? table(["score", "type", "key", "text"], hits.map((hit) => [
-        num(hit.score), hit.memory.memory_type, memoryLink(user, hit.memory.memory_id, hit.memory.key),
-        hit.memory.text]))
+      results.replaceChildren(hits.length ? table(["score", "ranks", "type", "key", "text"], hits.map((hit) => [
+        num(hit.score), ranks(hit.ranks), hit.memory.memory_type,
+        memoryLink(user, hit.memory.memory_id, hit.memory.key), hit.memory.text]))
         : h("p", { class: "muted" }, "no match"));
     } catch (err) { results.replaceChildren(h("p", { class: "error" }, err.message)); }
   } }, query, type, h("button", { type: "submit" }, "Search"));
