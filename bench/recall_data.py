@@ -13,6 +13,14 @@ of the turns that answer it (gold), of five kinds:
 - ``two-speaker``: both speakers talk about the same thing; the question asks
   what one of them said.
 
+A second file, ``time_questions.json``, asks about small talk that recurs in
+many sessions ("What was said about the weather two weeks ago?"), each with
+the moment it is asked (``as_of``): only the time expression tells which
+session's turn is meant. Its gold is every turn with that text inside the
+window a reader gives the expression (written out here with calendar
+arithmetic, independently of the product's parser), and a question is kept
+only when the same text was also said earlier outside that window.
+
 The held-out part is fixed by hash before any run: a question is held out
 when the first byte of ``sha256(question_id)`` is below 52 (about a fifth).
 ``python -m bench.recall_data`` rewrites the files; the output is
@@ -262,13 +270,90 @@ def build() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return sessions, questions
 
 
+#: Small talk that recurs across sessions, and how a question names it.
+TOPICS = {
+    "The weather has been awful lately, rain every single day.": "the weather",
+    "Have you tried that new bakery on the corner?": "the new bakery",
+    "I cooked a big pot of soup for the week.": "cooking soup",
+    "The train was late again this morning.": "the late train",
+    "I started a new podcast about history.": "a history podcast",
+    "I'm thinking about a short trip somewhere warm.": "a trip somewhere warm",
+    "My phone keeps dying, I need a new battery.": "the phone battery",
+    "I spent the whole Sunday cleaning the flat.": "cleaning the flat",
+    "Did you watch the match on Saturday?": "the match",
+    "Work is fine, the new manager is nice enough.": "the new manager",
+}
+MONTH_NAMES = ["January", "February", "March", "April"]
+
+
+def _windows(date: datetime, rng: random.Random) -> tuple[str, datetime, datetime, datetime]:
+    """A phrase, the moment it is asked, and the window ``[lo, hi)`` it means (a session
+    held on Monday ``date``)."""
+    day = date.replace(hour=0, minute=0)
+    kind = rng.choice(["yesterday", "days", "last week", "two weeks", "month"])
+    if kind == "yesterday":
+        return "yesterday", date + timedelta(days=1, hours=2), day, day + timedelta(days=1)
+    if kind == "days":
+        return "three days ago", date + timedelta(days=3), day, day + timedelta(days=1)
+    if kind == "last week":  # asked on the next Wednesday: the Monday-to-Sunday before
+        return "last week", date + timedelta(days=9), day, day + timedelta(days=7)
+    if kind == "two weeks":  # asked two weeks later: the days around then
+        asked = date + timedelta(days=14, hours=1)
+        centre = asked - timedelta(days=14)
+        return "two weeks ago", asked, centre - timedelta(days=3), centre + timedelta(days=3)
+    lo = day.replace(day=1)
+    hi = lo.replace(month=lo.month + 1)
+    asked = datetime(2024, 4, 20, 12, 0, tzinfo=UTC)
+    return f"in {MONTH_NAMES[lo.month - 1]}", asked, lo, hi
+
+
+def time_questions(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Questions about recurring small talk that only their time expression settles."""
+    rng = random.Random(2727)
+    out: list[dict[str, Any]] = []
+    for user in sorted({s["user"] for s in sessions}):
+        said = [
+            (datetime.fromisoformat(s["date"]), t)
+            for s in sessions
+            if s["user"] == user
+            for t in s["turns"]
+        ]
+        n = 0
+        for text, topic in TOPICS.items():
+            dates = sorted({at for at, t in said if t["text"] == text})
+            for date in rng.sample(dates, min(2, len(dates))):
+                phrase, asked, lo, hi = _windows(date, rng)
+                gold = [t["id"] for at, t in said if t["text"] == text and lo <= at < hi]
+                earlier = [t for at, t in said if t["text"] == text and at < lo]
+                if not gold or not earlier or asked < hi.replace(hour=0) - timedelta(days=1):
+                    continue
+                n += 1
+                qid = f"{user}/time{n:02d}"
+                out.append(
+                    {
+                        "id": qid,
+                        "kind": "time expression",
+                        "question": f"What was said about {topic} {phrase}?",
+                        "as_of": asked.isoformat(),
+                        "gold": gold,
+                        "user": user,
+                        "held_out": held_out(qid),
+                    }
+                )
+    return out
+
+
 def main() -> None:
     sessions, questions = build()
+    timed = time_questions(sessions)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "sessions.json").write_text(json.dumps(sessions, indent=1) + "\n")
     (OUT / "questions.json").write_text(json.dumps(questions, indent=1) + "\n")
+    (OUT / "time_questions.json").write_text(json.dumps(timed, indent=1) + "\n")
     held = sum(q["held_out"] for q in questions)
     print(f"{len(sessions)} sessions, {len(questions)} questions ({held} held out) in {OUT}")
+    held = sum(q["held_out"] for q in timed)
+    print(f"{len(timed)} time-expression questions ({held} held out)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     │   ├── LLMUnavailable           5xx, timeout, connection refused      (retriable)
     │   └── LLMOutputInvalid         not JSON / fails the schema           (retriable)
     ├── EmbeddingError               the embedding provider failed         (retriable)
+    ├── RerankError                  the optional reranker failed          (retriable)
     ├── ReconciliationError          a memory write could not be applied   (final)
     │   └── WriteConflict            a concurrent writer won; re-plan      (retriable)
     ├── NotReady                     a dependency is missing at start      (final)
@@ -71,6 +72,7 @@ __all__ = [
     "ProcessingTimeout",
     "RateLimitExceeded",
     "ReconciliationError",
+    "RerankError",
     "ResumeTokenLost",
     "ScopeError",
     "StateConflict",
@@ -253,6 +255,13 @@ class LLMOutputInvalid(ExtractionError):
 
 class EmbeddingError(MongomemError):
     """The embedding provider failed."""
+
+    retriable = True
+
+
+class RerankError(MongomemError):
+    """The optional reranker failed or answered out of shape (a search then keeps its
+    fused order: :func:`mongomem.adapters.rerank.rerank`)."""
 
     retriable = True
 

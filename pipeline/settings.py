@@ -80,6 +80,7 @@ __all__ = [
     "ModelPrice",
     "MongoSettings",
     "ReconcileSettings",
+    "RerankSettings",
     "ServiceSettings",
     "Settings",
     "SpacesSettings",
@@ -397,6 +398,23 @@ class EmbeddingSettings(BaseSettings):
     dimensions: int = Field(default=384, ge=8, le=8192)
 
 
+class RerankSettings(BaseSettings):
+    """The optional reranker (:mod:`mongomem.adapters.rerank`): off unless ``base_url``
+    is set. It is an HTTP ``/rerank`` endpoint (Cohere/Jina/vLLM/llama.cpp/TEI style)."""
+
+    model_config = _group("MONGOMEM_RERANK_")
+
+    base_url: str | None = Field(
+        default=None, description="the endpoint's base URL; unset: no reranking"
+    )
+    api_key: SecretStr | None = None
+    model: str = "rerank"
+    depth: int = Field(
+        default=20, ge=1, le=200, description="the fused hits reordered by the reranker"
+    )
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
 class ServiceSettings(BaseSettings):
     """The standalone HTTP memory service."""
 
@@ -597,6 +615,7 @@ class Settings(BaseSettings):
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     infra: InfraSettings = Field(default_factory=InfraSettings)
     stm: StmSettings = Field(default_factory=StmSettings)

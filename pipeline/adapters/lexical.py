@@ -15,9 +15,13 @@ Lucene's BM25 (the variant ``bm25s`` calls ``"lucene"``):
 over the query's distinct terms, with ``N``, ``df`` and ``avgdl`` counted over
 live documents only; the unit tests check them against ``bm25s`` itself.
 
-Tokens (:func:`tokenize`): lower-cased runs of letters and digits, English stop
-words left out, each stemmed with the Snowball English stemmer (PyStemmer), so
-"flights" finds "flight" and "moved" finds "moving".
+Tokens (:func:`tokenize`): lower-cased words (letters and digits, an inner
+apostrophe kept: "don't" is one word), a possessive or contraction ending
+dropped ("Jonas's" is "jonas", "I've" is "i"; "isn't" is a "not"), English stop words and
+one-letter words left out (one-digit numbers kept), each stemmed with the
+Snowball English stemmer (PyStemmer), so "flights" finds "flight" and "moved"
+finds "moving". Without the ending rule "Jonas's" made a term "s" that matched
+every "it's" and "Rosalind's".
 
 Positions are the caller's: a row number that only grows (the memory index's
 matrix row, a turn's slot). A removed position is masked and never reused
@@ -53,7 +57,9 @@ STOP_WORDS = frozenset(
     would you your yours yourself yourselves""".split()  # noqa: SIM905 (a word list reads better)
 )
 
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_ENDING = re.compile(r"['’](?:s|ve|re|ll|d|m)$")
+_NEGATION = re.compile(r"n['’]t$")
 
 
 @lru_cache(maxsize=1)
@@ -62,8 +68,16 @@ def _stemmer() -> Any:
 
 
 def tokenize(text: str) -> list[str]:
-    """The terms of ``text``: lower-cased words and numbers, stop words out, stemmed."""
-    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    """The terms of ``text`` (see the module docstring): lower-cased words and numbers,
+    possessive/contraction endings, stop words and one-letter words out, stemmed."""
+    words = []
+    for found in _WORD.findall(text.lower()):
+        if _NEGATION.search(found):  # "isn't", "can't": a "not", which is a stop word
+            continue
+        word = _ENDING.sub("", found).replace("'", "").replace("’", "")
+        if word in STOP_WORDS or (len(word) < 2 and not word.isdigit()):
+            continue
+        words.append(word)
     return list(_stemmer().stemWords(words)) if words else []
 
 

@@ -14,7 +14,10 @@ Per conversation, under its own user in a project of its own per run
    prompt (``prompts/answer_v1.txt``): from ``build_context`` (memory) and
    from the whole conversation (full-context baseline);
 3. both answers are graded by the same LLM with the judge prompt
-   (``prompts/judge_v1.txt``): J is the share graded CORRECT.
+   (``prompts/judge_v1.txt``): J is the share graded CORRECT;
+4. the context's evidence recall (SPEC M3, :mod:`mongomem.evaluation.context_recall`):
+   whether a memory of the context cites a gold turn through its evidence
+   lineage (``context_evidence`` on each question with gold evidence).
 
 Measured per question: the ``build_context`` time (search), the answer
 call's prompt tokens (context tokens per query: the prompt is the fixed
@@ -55,12 +58,13 @@ from pydantic import BaseModel, Field
 from mongomem.adapters.llm import LLM, ChatMessage
 from mongomem.adapters.mongo import SNAPSHOTS, Document, connect
 from mongomem.errors import ConfigError, NotFound
+from mongomem.evaluation.context_recall import GoldTurns, Snapshots, context_found, gold_positions
 from mongomem.evaluation.datasets import Benchmark, EvalConversation, EvalQuestion
 from mongomem.evaluation.report import write_report
 from mongomem.evaluation.retrieval import turn_metadata
 from mongomem.models import utcnow
 from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, UsageKey, UsageMeter
-from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryRequestContext
+from mongomem.sdk import AsyncBoundMemory, AsyncMemory, MemoryContext, MemoryRequestContext
 from mongomem.settings import Settings
 
 __all__ = [
@@ -223,6 +227,39 @@ async def _extraction_usage(settings: Settings, project: str, user: str) -> dict
         await client.close()
 
 
+async def _snapshots(
+    settings: Settings, project: str, user: str
+) -> dict[str, tuple[str, int, int]]:
+    """This user's snapshots: id -> (session, first seq, last seq)."""
+    client = connect(settings.mongodb)
+    try:
+        db = client[settings.mongodb.database]
+        query: Document = {"project_id": project, "user_id": user}
+        fields = {"session_id": 1, "first_seq": 1, "last_seq": 1}
+        return {
+            str(d["_id"]): (str(d["session_id"]), int(d["first_seq"]), int(d["last_seq"]))
+            async for d in db[SNAPSHOTS].find(query, fields)
+        }
+    finally:
+        await client.close()
+
+
+async def _context_evidence(
+    chat: AsyncBoundMemory,
+    context: MemoryContext,
+    question: EvalQuestion,
+    lineage: tuple[GoldTurns, Snapshots],
+) -> dict[str, bool] | None:
+    """Whether the context's memories cite the question's gold turns (see
+    :func:`~mongomem.evaluation.context_recall.context_found`)."""
+    where, snapshots = lineage
+    if not any(g in where for g in question.evidence):
+        return None
+    ids = dict.fromkeys(i.memory_id for i in context.items if i.memory_type != "turn")
+    evidence = [e for memory_id in ids for v in await chat.history(memory_id) for e in v.evidence]
+    return context_found(question, evidence, where, snapshots)
+
+
 async def _stored_turns(chat: AsyncBoundMemory) -> int:
     """How many of the session's turns are stored already: its last turn's seq.
 
@@ -279,6 +316,7 @@ async def _question(
     user: str,
     project: str,
     options: EvalOptions,
+    lineage: tuple[GoldTurns, Snapshots] | None = None,
 ) -> dict[str, Any]:
     chat = memory.bind(MemoryRequestContext(user_id=user))
     started = time.perf_counter()
@@ -296,6 +334,10 @@ async def _question(
         "search_s": search_s,
         "context_items": len(context.items),
     }
+    if lineage is not None:
+        found = await _context_evidence(chat, context, question, lineage)
+        if found is not None:
+            line["context_evidence"] = found
     arms = {
         "memory": (context.text or "(no memories found)", "Memories", "eval-answer"),
         "full": (conv.transcript(), "Conversation", "eval-answer-full"),
@@ -396,11 +438,12 @@ async def run_eval(
                         "extraction": usage,
                     }
                 )
+            lineage = (gold_positions(conv), await _snapshots(settings, project, user))
             for question in conv.questions:
                 if question.question_id in answered:
                     continue
                 line = await _question(
-                    llm, memory, recorder, conv, question, user, project, options
+                    llm, memory, recorder, conv, question, user, project, options, lineage
                 )
                 cp.add(line)
                 bar.step(question.question_id)

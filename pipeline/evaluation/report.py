@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mongomem.evaluation.context_recall import context_summary
 from mongomem.settings import Settings
 
 __all__ = ["NOT_A_SCORE", "percentile", "summarize", "write_report"]
@@ -110,6 +111,8 @@ def write_report(
         "judge_prompt": header["judge_prompt"],
         "conversations": len(conversations),
         "categories": summarize(rows),
+        # SPEC M3: questions whose context holds a memory citing a gold turn
+        "context_evidence": context_summary(rows),
         "extraction_per_conversation": extraction,
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -147,6 +150,23 @@ def _markdown(report: dict[str, Any], stand_in: bool) -> str:
             f"| {f['answer_tokens_per_query']} | {c['search_ms_p50']} | {c['search_ms_p95']} "
             f"| {m['llm_calls']} | {f['llm_calls']} |"
         )
+    if report["context_evidence"]:
+        lines += [
+            "",
+            "## Context evidence recall (SPEC M3)",
+            "",
+            "Share of questions with gold evidence whose `build_context` holds a memory "
+            "whose evidence cites a gold turn (cited), or comes from a snapshot that "
+            "holds one (snapshot).",
+            "",
+            "| category | questions | cited | snapshot |",
+            "|---|---|---|---|",
+        ]
+        for name, c in report["context_evidence"].items():
+            lines.append(
+                f"| {name} | {c['questions']} | {100 * c['cited']:.1f}% "
+                f"| {100 * c['snapshot']:.1f}% |"
+            )
     lines += [
         "",
         "## Extraction per conversation (from llm_usage)",

@@ -154,7 +154,7 @@ async def run_retrieval(
         "run_id": run,
         "finished_at": utcnow().isoformat(),
         "embedder": embedder,
-        "ranker": "turn search: BM25 + cosine, reciprocal-rank fusion",
+        "ranker": "turn search: BM25 + cosine, weighted reciprocal-rank fusion (time-aware)",
         "conversations": len(conversations),
         "categories": recall_summary(rows),
     }

@@ -38,7 +38,7 @@ from mongomem.ltm.index import IndexCache, Row, ScopeIndex, Vector
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import Neighbour
 from mongomem.models import MemoryCandidate, MemoryScope
-from mongomem.ranking import Ranked, fuse
+from mongomem.ranking import LEXICAL_WEIGHT, Ranked, fuse
 
 __all__ = [
     "TEXT_INDEX",
@@ -474,6 +474,8 @@ class AtlasVectorSearch:
                             ],
                         }
                     },
+                    # the in-process weights (Atlas's RRF constant is its own, 60)
+                    "combination": {"weights": {"dense": 1, "lexical": LEXICAL_WEIGHT}},
                     "scoreDetails": True,
                 }
             },

@@ -309,6 +309,10 @@ def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
         neighbours: Annotated[
             int, Field(ge=0, le=5, description="turns before and after each hit to add")
         ] = 0,
+        as_of: Annotated[
+            datetime | None,
+            Field(description="optional; when asked: later turns left out, 'last May' read there"),
+        ] = None,
     ) -> list[TurnHit]:
         """Search this user's whole conversation history (every session) for turns about the
         query: words and meaning fused; each hit has its session, date and ranks."""
@@ -321,6 +325,7 @@ def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
                 since=since,
                 until=until,
                 neighbours=neighbours,
+                as_of=as_of,
             )
 
     @server.tool(annotations=READ)

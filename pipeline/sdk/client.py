@@ -27,7 +27,7 @@ from mongomem.errors import ConfigError, InputError, ProcessingFailed, Processin
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import make_filter
 from mongomem.ltm.export import ExportResult, ImportResult
-from mongomem.models import MemoryType, Role, SessionEnd, Turn
+from mongomem.models import MemoryType, Role, SessionEnd, Turn, utcnow
 from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES, check_context_arguments, compose_context
 from mongomem.sdk.export_io import ExportSink, ImportSource, read_lines, write_export
@@ -50,10 +50,12 @@ from mongomem.sdk.models import (
     typed,
 )
 from mongomem.sdk.recall_time import check_as_of, matches_subject, value_at, with_value
+from mongomem.sdk.time_boost import boost_by_time
 from mongomem.sdk.transport import DirectTransport, MemoryTransport
 from mongomem.settings import Settings, resolve_settings
 from mongomem.stm.search import TurnHit, TurnQuery, turn_query
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
+from mongomem.time_expressions import find_time_window
 
 if TYPE_CHECKING:  # the HTTP client (httpx) and TLS load only for a base_url
     from mongomem.adapters.tls import Verify
@@ -254,14 +256,20 @@ class AsyncBoundMemory:
         subject: str | None,
     ) -> list[SearchHit[MemoryRecord]]:
         """The transport's hits, then (SPEC L3, L5) each replaced by its value ``as_of``
-        and kept only if about ``subject`` (:mod:`mongomem.sdk.recall_time`); filtered
+        and kept only if about ``subject`` (:mod:`mongomem.sdk.recall_time`), and (SPEC
+        M1) a time expression in ``query`` boosting those inside its window, resolved
+        against ``as_of`` or now (:mod:`mongomem.sdk.time_boost`); filtered or boosted
         searches ask the ranker for more so that ``limit`` can still be filled."""
         at = check_as_of(as_of)
+        window = find_time_window(query, at or utcnow())
         filtered = at is not None or subject is not None
-        wide = min(1000, limit * 4) if filtered else limit
-        hits = await self._t.search(self.identity, memory_type, query, wide, domain)
+        words = query if window is None else window.without(query)
+        wide = min(1000, limit * 4) if filtered or window is not None else limit
+        hits = await self._t.search(self.identity, memory_type, words, wide, domain)
+        if window is not None:
+            hits = boost_by_time(hits, window)
         if not filtered:
-            return hits
+            return hits[:limit]
         out: list[SearchHit[MemoryRecord]] = []
         for hit in hits:
             record = hit.memory
@@ -271,7 +279,7 @@ class AsyncBoundMemory:
                     continue
                 record = with_value(record, then)
             if matches_subject(record, subject):
-                out.append(SearchHit[MemoryRecord](memory=record, score=hit.score))
+                out.append(SearchHit[MemoryRecord](memory=record, score=hit.score, ranks=hit.ranks))
         return out[:limit]
 
     async def _list(
@@ -448,6 +456,7 @@ class AsyncBoundMemory:
         since: datetime | None = None,
         until: datetime | None = None,
         neighbours: int = 0,
+        as_of: datetime | None = None,
     ) -> list[TurnHit]:
         """The user's turns, across every session, best for ``query`` (SPEC M2).
 
@@ -458,6 +467,9 @@ class AsyncBoundMemory:
         each hit with up to ``n`` turns before and after it in its session. A
         query over :data:`~mongomem.ranking.MAX_QUERY_CHARS`, ``since`` after
         ``until`` or a bad limit raises :class:`~mongomem.errors.InputError`.
+        ``as_of`` is when the question is asked (default now): later turns are
+        left out and a time expression in the query ("two weeks ago", "last
+        May") boosts the turns said in its window.
         See :mod:`mongomem.stm.search` for when turns are embedded.
         """
         q = turn_query(
@@ -468,6 +480,7 @@ class AsyncBoundMemory:
             since=since,
             until=until,
             neighbours=neighbours,
+            as_of=as_of,
         )
         return await self._t.search_turns(self.identity, q)
 

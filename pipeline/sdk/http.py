@@ -242,6 +242,7 @@ class HttpTransport(ServiceClient):
             since=None if q.since is None else q.since.isoformat(),
             until=None if q.until is None else q.until.isoformat(),
             neighbours=q.neighbours,
+            as_of=None if q.as_of is None else q.as_of.isoformat(),
         )
         return self._decode(_TURN_HITS, result)
 

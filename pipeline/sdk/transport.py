@@ -30,6 +30,7 @@ from mongomem.adapters.embeddings import (
     make_embedder,
 )
 from mongomem.adapters.mongo import Document, connect, database, reachable
+from mongomem.adapters.rerank import http_reranker, rerank
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
@@ -260,6 +261,8 @@ class DirectTransport:
         self._lock = asyncio.Lock()
         self._erasures: ErasureRegister | None = None
         self._turn_search: TurnSearch | None = None
+        #: The optional reranker (off unless MONGOMEM_RERANK_BASE_URL is set).
+        self._reranker = http_reranker(settings.rerank)
 
     async def _store_ready(self) -> MemoryStore:
         """The store (and short-term memory), set up on first use; needs no embedder."""
@@ -385,11 +388,22 @@ class DirectTransport:
         check_query(query)
         [vector] = await embed_queries(embedder, [query])
         prefix = _domain_prefix(memory_type, domain)
-        hits = await store.rank(who.scope(memory_type), memory_type, query, vector, limit, prefix)
-        return [
+        depth = max(limit, self._settings.rerank.depth) if self._reranker else limit
+        hits = await store.rank(who.scope(memory_type), memory_type, query, vector, depth, prefix)
+        found = [
             SearchHit[MemoryRecord](memory=record_of(v), score=s, ranks=hit_ranks(r))
             for v, s, r in hits
         ]
+        if self._reranker is not None and found:
+            order = await rerank(self._reranker, query, found, lambda h: h.memory.text)
+            if order is not None:
+                found = [
+                    h.model_copy(
+                        update={"ranks": h.ranks and h.ranks.model_copy(update={"rerank_score": s})}
+                    )
+                    for h, s in order
+                ]
+        return found[:limit]
 
     async def list_memories(
         self, who: Identity, memory_type: str, limit: int, domain: str | None
@@ -423,7 +437,12 @@ class DirectTransport:
         """This transport's turn search (made on first use; it needs the embedder)."""
         store, embedder = await self._ready()
         if self._turn_search is None:
-            search = TurnSearch(store.db, embedder)
+            search = TurnSearch(
+                store.db,
+                embedder,
+                reranker=self._reranker,
+                rerank_depth=self._settings.rerank.depth,
+            )
             await search.ensure_indexes()
             self._turn_search = search
         return self._turn_search

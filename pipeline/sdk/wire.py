@@ -207,6 +207,8 @@ class SearchTurnsRequest(Caller):
     since: datetime | None = None
     until: datetime | None = None
     neighbours: int = Field(default=0, ge=0, le=5)
+    #: When the question is asked: later turns left out, time expressions resolved there.
+    as_of: datetime | None = None
 
 
 class HistoryRequest(Caller):

@@ -193,6 +193,7 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
                 since=a.since,
                 until=a.until,
                 neighbours=a.neighbours,
+                as_of=a.as_of,
             )
             return await t.search_turns(who, q)
         case SearchRequest():

@@ -6,6 +6,15 @@ turn of one user (all sessions) with the ranker memories use
 candidates by session, speaker and time range (``created_at``: when the turn
 was said).
 
+Time-aware (SPEC M1): ``as_of`` is the moment the question is asked (default
+now). Turns said after it are not candidates, and a time expression in the
+query ("yesterday", "two weeks ago", "last May", :mod:`mongomem.time_expressions`)
+is resolved against it: the expression's words are left out of what BM25 and
+the embedding read, and the candidates said inside its window form a third
+list (ordered by cosine) fused with weight :data:`TIME_WEIGHT` — a boost, not
+a filter, since people misremember when they said something. ``time_aware=False``
+ranks the whole query as words, with no boost.
+
 Where the embeddings come from. ``record_turn`` stays one insert: a turn's
 embedding is computed **lazily, once**, by the first turn search of its user
 that sees the turn, and stored in :data:`~mongomem.adapters.mongo.TURN_VECTORS`
@@ -32,6 +41,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -42,10 +52,12 @@ from pymongo.errors import BulkWriteError, PyMongoError
 from mongomem.adapters.embeddings import Embedder, embed_queries
 from mongomem.adapters.lexical import LexicalIndex
 from mongomem.adapters.mongo import TURN_VECTORS, TURNS, Document
+from mongomem.adapters.rerank import Reranker, rerank
 from mongomem.errors import InputError, StorageError
 from mongomem.models import Frozen, Identifier, Turn
 from mongomem.ranking import MAX_QUERY_CHARS, HitRanks, fuse, hit_ranks
 from mongomem.stm.turns import NOT_AN_EVENT, turn_from_document
+from mongomem.time_expressions import TimeWindow, find_time_window
 
 __all__ = [
     "TurnHit",
@@ -61,6 +73,9 @@ __all__ = [
 #: Candidates each retriever hands to the fusion (20: chosen on the tuning part of the
 #: recall set, where it beat 50 by a point of recall@10).
 POOL = 20
+#: The weight of the "said inside the query's time window" list in the fusion (dense 1.0),
+#: chosen on the tuning part of the recall set's time-expression questions.
+TIME_WEIGHT = 1.0
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 
@@ -75,6 +90,22 @@ class TurnQuery(Frozen):
     until: AwareDatetime | None = None
     #: Turns of the same session before and after each hit to return with it (0–5).
     neighbours: int = Field(default=0, ge=0, le=5)
+    #: When the question is asked (default now): later turns are left out, and time
+    #: expressions in the query are resolved against it (see the module docstring).
+    as_of: AwareDatetime | None = None
+    #: Whether a time expression in the query boosts the turns said in its window.
+    time_aware: bool = True
+
+    def window(self, now: datetime) -> TimeWindow | None:
+        """The window of the query's time expression, resolved against ``as_of`` (else
+        ``now``); ``None`` without one or with ``time_aware`` off."""
+        if not self.time_aware:
+            return None
+        return find_time_window(self.query, self.as_of or now)
+
+    def words(self, window: TimeWindow | None) -> str:
+        """What the retrievers read: the query without the time expression's words."""
+        return self.query if window is None else window.without(self.query)
 
     @model_validator(mode="after")
     def _check(self) -> TurnQuery:
@@ -216,12 +247,21 @@ class TurnIndex:
             keep &= self.times[:n] >= q.since.timestamp()
         if q.until is not None:
             keep &= self.times[:n] <= q.until.timestamp()
+        if q.as_of is not None:
+            keep &= self.times[:n] <= q.as_of.timestamp()
         return keep
 
     def rank(
-        self, q: TurnQuery, vector: Vector, *, lexical: bool = True, dense: bool = True
+        self,
+        q: TurnQuery,
+        vector: Vector,
+        *,
+        lexical: bool = True,
+        dense: bool = True,
+        window: TimeWindow | None = None,
     ) -> list[tuple[str, float, Any]]:
-        """``(turn_id, cosine, Ranked)`` of the best candidates, fused (or one retriever)."""
+        """``(turn_id, cosine, Ranked)`` of the best candidates, fused (or one retriever);
+        ``vector`` embeds :meth:`TurnQuery.words`, ``window`` is :meth:`TurnQuery.window`."""
         n = len(self.ids)
         if n == 0:
             return []
@@ -231,13 +271,26 @@ class TurnIndex:
         by_cosine: list[tuple[int, float]] = []
         if dense:
             by_cosine = _best(sims, keep, pool)
-        by_words = self.lexical.top(q.query, n, pool, keep) if lexical else []
+        by_words = self.lexical.top(q.words(window), n, pool, keep) if lexical else []
+        by_time: list[tuple[int, float]] = []
+        if window is not None:
+            times = self.times[:n]
+            inside = keep & (times >= window.start.timestamp()) & (times < window.end.timestamp())
+            by_time = _best(sims, inside, pool)
         out = []
-        for ranked in fuse(by_words, by_cosine, q.limit):
+        for ranked in fuse(by_words, by_cosine, q.limit, boost=by_time, boost_weight=TIME_WEIGHT):
             turn_id = self.ids[ranked.key]
             if turn_id is not None:
                 out.append((turn_id, float(sims[ranked.key]), ranked))
         return out
+
+
+def _hit_text(hit: TurnHit) -> str:
+    """What the reranker reads of a turn: what its embedding reads (:func:`turn_text`)."""
+    doc: Document = {"content": hit.turn.content, "metadata": hit.turn.metadata}
+    if hit.turn.speaker is not None:
+        doc["speaker"] = hit.turn.speaker
+    return turn_text(doc)
 
 
 def _unit(vector: Vector) -> Vector:
@@ -272,7 +325,9 @@ class TurnSearch:
     """Turn search over ``db`` (see the module docstring); one per process.
 
     ``max_users`` user indexes are kept (least recently searched dropped first).
-    ``batch`` turns are embedded at a time when vectors are missing.
+    ``batch`` turns are embedded at a time when vectors are missing. With a
+    ``reranker``, the ``rerank_depth`` best fused turns are reordered by it
+    (:mod:`mongomem.adapters.rerank`).
     """
 
     def __init__(
@@ -283,6 +338,8 @@ class TurnSearch:
         refresh_s: float = 1.0,
         max_users: int = 64,
         batch: int = 256,
+        reranker: Reranker | None = None,
+        rerank_depth: int = 20,
     ) -> None:
         self._turns = db[TURNS]
         self._vectors = db[TURN_VECTORS]
@@ -290,6 +347,7 @@ class TurnSearch:
         self.refresh_s = refresh_s
         self.max_users = max_users
         self.batch = batch
+        self.reranker, self.rerank_depth = reranker, rerank_depth
         self._indexes: OrderedDict[tuple[str, str], TurnIndex] = OrderedDict()
 
     async def ensure_indexes(self) -> None:
@@ -393,8 +451,18 @@ class TurnSearch:
     ) -> list[TurnHit]:
         """The user's turns best for ``q``, best first (``lexical``/``dense`` off: baselines)."""
         index = await self.fresh(project_id, user_id)
-        [vector] = await embed_queries(self.embedder, [q.query])
-        ranked = index.rank(q, np.asarray(vector, dtype=np.float32), lexical=lexical, dense=dense)
+        window = q.window(datetime.now(UTC))
+        [vector] = await embed_queries(self.embedder, [q.words(window)])
+        reranking = self.reranker is not None and lexical and dense
+        if reranking:
+            wide = q.model_copy(update={"limit": max(q.limit, self.rerank_depth)})
+        ranked = index.rank(
+            wide if reranking else q,
+            np.asarray(vector, dtype=np.float32),
+            lexical=lexical,
+            dense=dense,
+            window=window,
+        )
         if not ranked:
             return []
         ids = [turn_id for turn_id, _, _ in ranked]
@@ -418,9 +486,24 @@ class TurnSearch:
             for t, cosine, r in ranked
             if t in docs
         ]
+        if reranking and self.reranker is not None and hits:
+            hits = await self._reranked(q, hits)
+        hits = hits[: q.limit]
         if q.neighbours and hits:
             hits = await self._with_neighbours(project_id, user_id, hits, q.neighbours)
         return hits
+
+    async def _reranked(self, q: TurnQuery, hits: list[TurnHit]) -> list[TurnHit]:
+        assert self.reranker is not None
+        head, tail = hits[: self.rerank_depth], hits[self.rerank_depth :]
+        order = await rerank(self.reranker, q.query, head, _hit_text)
+        if order is None:
+            return hits
+        scored = [
+            h.model_copy(update={"ranks": h.ranks.model_copy(update={"rerank_score": s})})
+            for h, s in order
+        ]
+        return scored + tail
 
     async def _with_neighbours(
         self, project_id: str, user_id: str, hits: Sequence[TurnHit], n: int

@@ -38,6 +38,12 @@ function eventText(e) {
   return text || "–";
 }
 const about = (m) => m.subject || "user";
+// why a hit is where it is (SPEC M1): its place by words (BM25), by meaning (cosine) and
+// fused, within its memory type ("–": that retriever did not return it)
+const place = (r) => (r === null || r === undefined ? "–" : String(r));
+const ranks = (r) => (r ? h("span", { class: "ranks", title: "ranks: words (BM25) · meaning (cosine) · fused" },
+  `words ${place(r.lexical_rank)} · meaning ${place(r.dense_rank)} · fused ${place(r.fused_rank)}`
+  + (r.time_rank ? ` · time ${r.time_rank}` : "")) : "–");
 
 class ApiError extends Error {}
 
@@ -202,8 +208,8 @@ async function userView(user) {
       if (failed && settled.every((r) => r.status === "rejected")) throw failed.reason;
       const hits = settled.filter((r) => r.status === "fulfilled").flatMap((r) => r.value)
         .sort((a, b) => b.score - a.score).slice(0, 10);
-      results.replaceChildren(hits.length ? table(["score", "type", "key", "text", "about", "said", "holds / happened"], hits.map((hit) => [
-        num(hit.score), hit.memory.memory_type, memoryLink(user, hit.memory.memory_id, hit.memory.key),
+      results.replaceChildren(hits.length ? table(["score", "ranks", "type", "key", "text", "about", "said", "holds / happened"], hits.map((hit) => [
+        num(hit.score), ranks(hit.ranks), hit.memory.memory_type, memoryLink(user, hit.memory.memory_id, hit.memory.key),
         hit.memory.text, about(hit.memory), day(hit.memory.observed_at), eventText(hit.memory.event)]))
         : h("p", { class: "muted" }, "no match"));
     } catch (err) { results.replaceChildren(h("p", { class: "error" }, err.message)); }

@@ -128,6 +128,10 @@ CHECKS: dict[str, str] = {
         'assert hit.turn.content == "We booked the kiln workshop in Lisbon.", hit\n'
         'assert [t.content for t in hit.neighbours] == ["Lovely! When is it?"], hit.neighbours'
     ),
+    # time-aware recall: "two weeks ago" from as_of picks the first Monday's session
+    'now.search_turns("the weather two weeks ago"': (
+        'assert (hit.session_id, hit.ranks.time_rank) == ("week_0", 1), hit'
+    ),
     "include_turns=2": (
         'assert "## From the conversation" in context.text, context.text\n'
         'assert "We booked the kiln workshop in Lisbon." in context.text, context.text'
