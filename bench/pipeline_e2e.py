@@ -17,19 +17,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+
 from bench.report import publish
+from mongomem.adapters.kafka import CANDIDATES
 from mongomem.adapters.mongo import DECISIONS, MEMORIES
-from mongomem.models import utcnow
+from mongomem.codec import decode
+from mongomem.models import MemoryCandidate, utcnow
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing import (
@@ -133,6 +139,8 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
         await wait_until(caught_up, args.timeout, "every consumer group to catch up", every=0.2)
         done = time.monotonic()
         first_wave_calls = len(llm.chat_requests) - calls_before
+        first_wave = Counter(r.schema_name for r in llm.chat_requests[calls_before:])
+        first_shapes = judge_shapes(llm.chat_requests[calls_before:])
         changes = await second_wave(pipe, memory, db, args)
         prompt_tokens = await prompt_tokens_per_snapshot(db)
     await memory.close()
@@ -149,6 +157,11 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
     wave_calls = (
         f"{changes.calls / changes.turns:.2f} ({changes.calls} calls for {changes.turns} turns)"
     )
+    by_schema = ", ".join(f"{name} {n}" for name, n in sorted(first_wave.items(), key=str))
+    first_judged = ", ".join(f"{s} {n}" for s, n in first_shapes.items()) or "none"
+    shape_lines = "\n".join(f"- {shape}: {n}" for shape, n in changes.shapes.items())
+    spread = changes.spread or [0.0]
+    spread_p50, spread_max = statistics.median(spread), max(spread)
     return f"""# Benchmark: the whole pipeline as processes (P4, P5)
 
 Command (from the repository root): `{command}`
@@ -170,8 +183,11 @@ on count (5 turns). {len(sessions)} sessions of 5 turns ({args.users} users × 4
 | P5: LLM calls per turn | {calls / turns:.2f} ({calls} calls for {turns} turns) |
 
 P5 is four calls per snapshot (one per memory type) divided by the snapshot's
-turns: the window size sets it. The latency includes one LLM call ({args.llm_latency:.1f} s),
-the embedding, and a hop through each of the three Kafka topics.
+turns: the window size sets it (a session whose turns come slower than the idle
+timeout makes two snapshots); judge calls come on top. First wave's requests by
+schema: {by_schema}; its judge requests: {first_judged}.
+The latency includes one LLM call ({args.llm_latency:.1f} s), the embedding, and a hop
+through each of the three Kafka topics.
 
 ## Judge calls and prompt size (issue 24)
 
@@ -191,6 +207,13 @@ needs the judge). The reconciler asks the judge once per snapshot (its types tog
 
 Prompt tokens are as the local server counts them (from `llm_usage`, every extraction
 request of both waves).
+
+Where the second wave's judge requests went (what each asked, as the endpoint saw it):
+
+{shape_lines}
+
+Seconds between a second-wave snapshot's first and last candidate on the candidates
+topic (its types come from separate consumers): p50 {spread_p50:.2f} s, max {spread_max:.2f} s.
 """
 
 
@@ -201,6 +224,8 @@ class Changes:
     judge_calls: int
     calls: int
     turns: int
+    shapes: dict[str, int]
+    spread: list[float]
 
     def per_100(self, count: int) -> str:
         return "—" if not self.candidates else f"{100.0 * count / self.candidates:.1f}"
@@ -233,13 +258,62 @@ async def second_wave(
     judge_calls = sum(
         r.schema_name in ("reconcile_verdict", "reconcile_verdicts") for r in requests
     )
+    shapes = judge_shapes(requests)
+    spread = await arrival_spread(pipe, db)
     return Changes(
         candidates=await db[DECISIONS].count_documents({}) - logged_before,
         judged=await db[DECISIONS].count_documents({"judged": True}) - judged_before,
         judge_calls=judge_calls,
         calls=len(requests),
         turns=args.users * (len(ATTRIBUTES) + 1),
+        shapes=shapes,
+        spread=spread,
     )
+
+
+async def arrival_spread(pipe: Pipeline, db: Any) -> list[float]:
+    """Per second-wave snapshot, seconds between its first and last candidate on the
+    candidates topic (Kafka's record timestamps): the types of one snapshot are extracted by
+    separate consumers, so they reach the reconciler apart."""
+    refs = set(await db[DECISIONS].distinct("evidence.ref", {"evidence.session_id": "changes"}))
+    consumer = AIOKafkaConsumer(
+        pipe.settings.kafka.topic(CANDIDATES),
+        bootstrap_servers=pipe.settings.kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    times: dict[str, list[int]] = {}
+    try:
+        while True:
+            batch = await consumer.getmany(timeout_ms=1000)
+            if not batch:
+                break
+            for records in batch.values():
+                for record in records:
+                    candidate = decode(record.value, MemoryCandidate)
+                    if candidate.evidence.ref in refs:
+                        times.setdefault(candidate.evidence.ref, []).append(record.timestamp)
+    finally:
+        await consumer.stop()
+    return sorted((max(t) - min(t)) / 1000.0 for t in times.values())
+
+
+def judge_shapes(requests: list[ChatRequest]) -> dict[str, int]:
+    """Judge requests by what they asked: ``1 × semantic``, ``4 × semantic + 1 × episodic`` …"""
+    shapes: dict[str, int] = {}
+    for r in requests:
+        if r.schema_name == "reconcile_verdict":
+            types = [json.loads(r.text("user"))["memory_type"]]
+        elif r.schema_name == "reconcile_verdicts":
+            types = [q["memory_type"] for q in json.loads(r.text("user"))["questions"]]
+        else:
+            continue
+        counted = Counter(types)
+        shape = " + ".join(f"{n} × {t}" for t, n in sorted(counted.items()))
+        shape += " (batch)" if r.schema_name == "reconcile_verdicts" else " (alone)"
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return dict(sorted(shapes.items(), key=lambda kv: -kv[1]))
 
 
 async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float]:

@@ -400,6 +400,10 @@ class LLMJudge:
             if not more  # two verdicts for one question: neither is trusted
         }
 
+    def metered(self, meter_for: MeterFor) -> LLMJudge:
+        """This judge (the same LLM) with each call accounted with ``meter_for``'s meter."""
+        return LLMJudge(self._llm, meter_for=meter_for)
+
     def _meter(self, question: JudgeQuestion) -> Any:
         return None if self.meter_for is None else self.meter_for(question)
 
