@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import sys
@@ -35,6 +36,7 @@ from bench.report import publish
 from mongomem.adapters.kafka import CANDIDATES
 from mongomem.adapters.mongo import DECISIONS, MEMORIES
 from mongomem.codec import decode
+from mongomem.ltm.judge import SYSTEM_PROMPT
 from mongomem.models import MemoryCandidate, utcnow
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
@@ -152,6 +154,9 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
     pipe_rate = turns / (done - started)
     load = " ".join(f"{x:.1f}" for x in _loadavg())
     command = f"python -m bench.pipeline_e2e --users {args.users} --llm-latency {args.llm_latency}"
+    if args.judge_linger is not None:
+        command += f" --judge-linger {args.judge_linger:g} --out {args.out.name}"
+    linger = os.environ.get("MONGOMEM_RECONCILE_JUDGE_LINGER_S", "1.0 (the default)")
     judged_100 = changes.per_100(changes.judged)
     judge_100 = f"{changes.per_100(changes.judge_calls)} ({changes.judge_calls} requests)"
     wave_calls = (
@@ -159,6 +164,9 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
     )
     by_schema = ", ".join(f"{name} {n}" for name, n in sorted(first_wave.items(), key=str))
     first_judged = ", ".join(f"{s} {n}" for s, n in first_shapes.items()) or "none"
+    t = changes.turns
+    before_row = f"{changes.alone_calls / t:.2f} | {changes.alone_tokens / t:,.0f}"
+    after_row = f"{changes.calls / t:.2f} | {changes.tokens / t:,.0f}"
     shape_lines = "\n".join(f"- {shape}: {n}" for shape, n in changes.shapes.items())
     spread = changes.spread or [0.0]
     spread_p50, spread_max = statistics.median(spread), max(spread)
@@ -204,9 +212,20 @@ needs the judge). The reconciler asks the judge once per snapshot (its types tog
 | second wave: LLM calls per turn (extraction + judge) | {wave_calls} |
 | extraction prompt tokens per snapshot and type, p50 | {prompt_tokens[0]:,.0f} |
 | same, p95 | {prompt_tokens[1]:,.0f} |
+| extraction prompt tokens per snapshot (its four types), p50 | {prompt_tokens[2]:,.0f} |
+| same, p95 | {prompt_tokens[3]:,.0f} |
 
 Prompt tokens are as the local server counts them (from `llm_usage`, every extraction
 request of both waves).
+
+The second wave, before and after (the endpoint counts requests and prompt tokens;
+"before" asks the judge one question per request, as before issue 24: each batched
+question as the request `LLMJudge.judge` would have sent, counted by the same rule):
+
+| second wave | LLM calls per turn | prompt tokens per turn |
+|---|---|---|
+| before: per-candidate judge | {before_row} |
+| after: one judge call per snapshot | {after_row} |
 
 Where the second wave's judge requests went (what each asked, as the endpoint saw it):
 
@@ -214,6 +233,12 @@ Where the second wave's judge requests went (what each asked, as the endpoint sa
 
 Seconds between a second-wave snapshot's first and last candidate on the candidates
 topic (its types come from separate consumers): p50 {spread_p50:.2f} s, max {spread_max:.2f} s.
+The reconciler waits for candidates while they keep coming (`MONGOMEM_RECONCILE_JUDGE_LINGER_S`,
+here {linger} s), so a snapshot's types usually share one judge call; with `--judge-linger 0`
+(`pipeline_e2e_linger0.md`) a snapshot often pays one call per type, when each type's candidates
+come in a batch of their own. Judge requests asked alone for a snapshot and type that
+also had a batched request (a missing verdict, or a question an earlier candidate of the
+batch changed): {changes.fallbacks}.
 """
 
 
@@ -226,6 +251,14 @@ class Changes:
     turns: int
     shapes: dict[str, int]
     spread: list[float]
+    #: Prompt tokens of the wave's requests, as the endpoint counts them.
+    tokens: int
+    #: The same wave with a judge asked one question per call (before issue 24): its
+    #: requests and prompt tokens (each batched question as the request it would have been).
+    alone_calls: int
+    alone_tokens: int
+    #: Judge requests asked alone for a snapshot that also had a batched request.
+    fallbacks: int
 
     def per_100(self, count: int) -> str:
         return "—" if not self.candidates else f"{100.0 * count / self.candidates:.1f}"
@@ -260,6 +293,8 @@ async def second_wave(
     )
     shapes = judge_shapes(requests)
     spread = await arrival_spread(pipe, db)
+    alone_calls, alone_tokens = asked_alone(requests)
+    fallbacks = await judge_fallbacks(db, requests)
     return Changes(
         candidates=await db[DECISIONS].count_documents({}) - logged_before,
         judged=await db[DECISIONS].count_documents({"judged": True}) - judged_before,
@@ -268,7 +303,53 @@ async def second_wave(
         turns=args.users * (len(ATTRIBUTES) + 1),
         shapes=shapes,
         spread=spread,
+        tokens=sum(map(endpoint_tokens, requests)),
+        alone_calls=alone_calls,
+        alone_tokens=alone_tokens,
+        fallbacks=fallbacks,
     )
+
+
+async def judge_fallbacks(db: Any, requests: list[ChatRequest]) -> int:
+    """Judge requests asked alone for a snapshot and type that also had a batched request
+    (each request's snapshot is its ``llm_usage`` record's, tied by the call id it carried;
+    its types are those of its questions)."""
+    by_id = {r.call_id: r for r in requests if r.call_id}
+    batched: set[tuple[str, str]] = set()
+    alone: list[tuple[str, str]] = []
+    async for doc in db[LLM_USAGE].find({"kind": "call", "purpose": "judge"}):
+        request = by_id.get(doc["_id"])
+        if request is None:
+            continue
+        snapshot = str(doc.get("snapshot_id"))
+        body = json.loads(request.text("user"))
+        if request.schema_name == "reconcile_verdicts":
+            batched |= {(snapshot, q["memory_type"]) for q in body["questions"]}
+        elif request.schema_name == "reconcile_verdict":
+            alone.append((snapshot, body["memory_type"]))
+    return sum(pair in batched for pair in alone)
+
+
+def endpoint_tokens(request: ChatRequest) -> int:
+    """The prompt tokens the local server reports for ``request`` (its counting rule)."""
+    return max(1, len(request.text().split()))
+
+
+def asked_alone(requests: list[ChatRequest]) -> tuple[int, int]:
+    """Requests and prompt tokens of ``requests`` had every batched judge question been a
+    request of its own (the per-candidate judge): the prompt ``LLMJudge.judge`` sends for it,
+    counted by the endpoint's rule."""
+    calls = tokens = 0
+    for r in requests:
+        if r.schema_name != "reconcile_verdicts":
+            calls, tokens = calls + 1, tokens + endpoint_tokens(r)
+            continue
+        for question in json.loads(r.text("user"))["questions"]:
+            body = {k: v for k, v in question.items() if k != "id"}
+            user = json.dumps(body, ensure_ascii=False, indent=1)
+            calls += 1
+            tokens += max(1, len(f"{SYSTEM_PROMPT}\n{user}".split()))
+    return calls, tokens
 
 
 async def arrival_spread(pipe: Pipeline, db: Any) -> list[float]:
@@ -316,14 +397,24 @@ def judge_shapes(requests: list[ChatRequest]) -> dict[str, int]:
     return dict(sorted(shapes.items(), key=lambda kv: -kv[1]))
 
 
-async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float]:
-    """p50 and p95 of the prompt tokens of one snapshot's extraction for one type."""
+async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float, float, float]:
+    """p50 and p95 of the prompt tokens of one snapshot's extraction for one type, then of
+    one snapshot's extraction for all its types."""
     tokens: dict[tuple[str, str], int] = {}
     async for doc in db[LLM_USAGE].find({"kind": "call", "purpose": "extract"}):
         key = (str(doc.get("snapshot_id")), str(doc.get("memory_type")))
         tokens[key] = tokens.get(key, 0) + int(doc.get("prompt_tokens", 0))
+    per_snapshot: dict[str, int] = {}
+    for (snapshot, _), n in tokens.items():
+        per_snapshot[snapshot] = per_snapshot.get(snapshot, 0) + n
     values = [float(v) for v in tokens.values()] or [0.0]
-    return percentile(values, 0.5), percentile(values, 0.95)
+    totals = [float(v) for v in per_snapshot.values()] or [0.0]
+    return (
+        percentile(values, 0.5),
+        percentile(values, 0.95),
+        percentile(totals, 0.5),
+        percentile(totals, 0.95),
+    )
 
 
 def _loadavg() -> tuple[float, float, float]:
@@ -340,8 +431,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--llm-latency", type=float, default=0.2)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--judge-linger",
+        type=float,
+        default=None,
+        help="MONGOMEM_RECONCILE_JUDGE_LINGER_S for the reconciler (default: the setting's)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.judge_linger is not None:  # the stage processes inherit this environment
+        os.environ["MONGOMEM_RECONCILE_JUDGE_LINGER_S"] = str(args.judge_linger)
     publish(asyncio.run(run(args)), args.out)
     return 0
 

@@ -89,15 +89,26 @@ class UsageKey:
     ref: str  # the snapshot id or the query id
     name: str  # the memory type, or the query's purpose ("answer", "eval-judge" …)
     project_id: str
+    #: Whose statement a judge call was about (stored, so an erasure finds a direct save's).
+    user_id: str | None = None
+    session_id: str | None = None
 
     @classmethod
     def snapshot(cls, snapshot_id: str, memory_type: str, project_id: str) -> UsageKey:
         return cls("extraction", snapshot_id, memory_type, project_id)
 
     @classmethod
-    def judge(cls, snapshot_id: str, memory_type: str, project_id: str) -> UsageKey:
-        """The judge's calls for one snapshot's candidates of one type."""
-        return cls("judge", snapshot_id, memory_type, project_id)
+    def judge(
+        cls,
+        snapshot_id: str,
+        memory_type: str,
+        project_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+    ) -> UsageKey:
+        """The judge's calls for one snapshot's candidates of one type (or a direct save's:
+        ``snapshot_id`` is then its candidate id), and whose they are."""
+        return cls("judge", snapshot_id, memory_type, project_id, user_id, session_id)
 
     @classmethod
     def query(cls, query_id: str, purpose: str, project_id: str) -> UsageKey:
@@ -126,12 +137,17 @@ class UsageKey:
         """The identifying fields stored on the records."""
         if self.kind == "query":
             return {"purpose": self.name, "query_id": self.ref, "project_id": self.project_id}
-        return {
+        fields = {
             "purpose": self.purpose,
             "snapshot_id": self.ref,
             "memory_type": self.name,
             "project_id": self.project_id,
         }
+        if self.user_id is not None:
+            fields["user_id"] = self.user_id
+        if self.session_id is not None:
+            fields["session_id"] = self.session_id
+        return fields
 
 
 @dataclass(frozen=True)
@@ -388,7 +404,13 @@ def judge_meters(recorder: UsageRecorder) -> Callable[[JudgeQuestion], UsageMete
     the save's candidate) and memory type of the question it asked (a batch's first)."""
 
     def meter_for(question: JudgeQuestion) -> UsageMeter:
-        key = UsageKey.judge(question.source_ref, question.memory_type, question.project_id)
+        key = UsageKey.judge(
+            question.source_ref,
+            question.memory_type,
+            question.project_id,
+            question.user_id,
+            question.session_id,
+        )
         return UsageMeter(recorder, key)
 
     return meter_for

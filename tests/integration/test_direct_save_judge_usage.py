@@ -97,3 +97,25 @@ async def test_the_services_direct_save_path_meters_its_judge(
         await llm.close()
     assert saved.action is Action.UPDATE
     _check(await _judge_calls(mongo, settings), judge_server)
+
+
+async def test_erasing_a_user_removes_the_judge_calls_of_their_direct_saves(
+    settings: Settings, mongo: AsyncMongoClient[Document], judge_server: FakeOpenAIServer
+) -> None:
+    judge_server.script(Answer({"action": "UPDATE", "reason": "the airport changed"}))
+    llm = OpenAILLM(LLMSettings(base_url=judge_server.base_url, api_key=SecretStr("k")))
+    try:
+        async with AsyncMemory(
+            project_id="travel", settings=settings, embedder=EMBEDDER, judge=LLMJudge(llm)
+        ) as memory:
+            for user in ("ana", "bo"):
+                chat = memory.bind(MemoryRequestContext(user_id=user, session_id="s1"))
+                await chat.save_semantic("home-airport", "The user's home airport is Boston.")
+                await chat.save_semantic("home-airport", "The user's home airport is Denver.")
+            calls = await _judge_calls(mongo, settings)
+            assert sorted(d["user_id"] for d in calls) == ["ana", "bo"]  # whose they are
+            assert {d["session_id"] for d in calls} == {"s1"}
+            await memory.erase_user("ana", confirm=True)
+    finally:
+        await llm.close()
+    assert [d["user_id"] for d in await _judge_calls(mongo, settings)] == ["bo"]
