@@ -92,8 +92,8 @@ async def test_a_judge_call_cut_off_by_sigkill_is_recorded_once_as_unfinished(
         proc = start(env, log)
         try:
             deadline = time.monotonic() + 60
-            while not server.chat_requests and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            while not server.chat_requests and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)  # the server's requests: a list another thread fills
             assert server.chat_requests, tail(log)
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
@@ -104,7 +104,7 @@ async def test_a_judge_call_cut_off_by_sigkill_is_recorded_once_as_unfinished(
                 return doc is not None and "Denver" in doc["text"]
 
             deadline = time.monotonic() + 90
-            while not await updated() and time.monotonic() < deadline:
+            while not await updated() and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.2)
             assert await updated(), tail(log)
         finally:
