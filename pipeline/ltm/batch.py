@@ -23,6 +23,11 @@ but pays round trips per *batch* instead of per candidate:
    ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
 
+**An older statement** (evidence older than a memory this batch already changed) is
+placed among the versions stored in MongoDB (SPEC L2), which do not hold the batch's
+plan yet: it and the rest of its (scope, type) go one at a time after the batch's
+writes, so it is decided as one-at-a-time reconciliation decides it.
+
 **When a concurrent writer interferes** (a duplicate key: one of our version
 ids was written by someone else first), the ordered bulk stops there; the
 candidates from that point on go through the one-at-a-time path in order,
@@ -180,10 +185,19 @@ async def _reconcile_scope(
     inserts: list[tuple[int, Op]] = []  # (position in planned, op)
     updates: list[tuple[int, Op]] = []
     changed: list[str] = []
+    touched: set[str] = set()  # memories this batch's plan changed (not written yet)
+    deferred: list[tuple[int, MemoryCandidate]] = []
     for j, (i, c) in enumerate(items):
         known = (generation, sims[j])
         neighbours = neighbours_in(index, c, t.neighbours, known, t.floor)
+        rank = evidence_rank(c.evidence)
+        if any(n.memory_id in touched and rank < n.rank for n in neighbours):
+            # An older statement is placed by the versions stored in MongoDB (SPEC L2),
+            # which lack this batch's plan: it and the rest go one at a time after it.
+            deferred = items[j:]
+            break
         decision = await store.decide(c, neighbours, judge=judge)
+        touched.add(decision.memory_id)
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
             if decision.raises_rank:  # its evidence time moved (SPEC L2)
@@ -275,5 +289,5 @@ async def _reconcile_scope(
                 ordered=False,
             )
         )
-    for i, c in redo:
+    for i, c in [*redo, *deferred]:
         outcomes[i] = await store.reconcile(c)
