@@ -19,14 +19,13 @@ but pays round trips per *batch* instead of per candidate:
    each candidate's own plan then uses its verdict only if it asks the very same
    question, and asks alone otherwise, so decisions are those of a judge asked
    one question at a time.
+   a candidate older than the current version of its memory (SPEC L2) is placed
+   among the history versions as read from MongoDB, so it is set aside and
+   reconciled one at a time once the batch's writes are made (an older
+   statement never changes the current version, so the others' plans stand);
 3. one ordered ``bulk_write`` per (scope, type) with every insert and
    ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
-
-**An older statement** (evidence older than a memory this batch already changed) is
-placed among the versions stored in MongoDB (SPEC L2), which do not hold the batch's
-plan yet: it and the rest of its (scope, type) go one at a time after the batch's
-writes, so it is decided as one-at-a-time reconciliation decides it.
 
 **When a concurrent writer interferes** (a duplicate key: one of our version
 ids was written by someone else first), the ordered bulk stops there; the
@@ -185,19 +184,21 @@ async def _reconcile_scope(
     inserts: list[tuple[int, Op]] = []  # (position in planned, op)
     updates: list[tuple[int, Op]] = []
     changed: list[str] = []
-    touched: set[str] = set()  # memories this batch's plan changed (not written yet)
     deferred: list[tuple[int, MemoryCandidate]] = []
-    for j, (i, c) in enumerate(items):
-        known = (generation, sims[j])
+    for k, (i, c) in enumerate(items):
+        j = len(planned)  # its position in planned (deferred candidates take none)
+        known = (generation, sims[k])
         neighbours = neighbours_in(index, c, t.neighbours, known, t.floor)
-        rank = evidence_rank(c.evidence)
-        if any(n.memory_id in touched and rank < n.rank for n in neighbours):
-            # An older statement is placed by the versions stored in MongoDB (SPEC L2),
-            # which lack this batch's plan: it and the rest go one at a time after it.
-            deferred = items[j:]
-            break
         decision = await store.decide(c, neighbours, judge=judge)
-        touched.add(decision.memory_id)
+        target = next((n for n in neighbours if n.memory_id == decision.memory_id), None)
+        if decision.split is not None or (
+            target is not None and evidence_rank(c.evidence) < target.rank
+        ):
+            # Older than the current version (SPEC L2): its place among the history
+            # versions is read from MongoDB, which lacks this batch's writes until they
+            # are made, so it is placed one at a time after them.
+            deferred.append((i, c))
+            continue
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
             if decision.raises_rank:  # its evidence time moved (SPEC L2)
@@ -229,7 +230,7 @@ async def _reconcile_scope(
                 c.text,
                 evidence_rank(c.evidence),
             )
-            index.upsert(row, vectors[j])
+            index.upsert(row, vectors[k])
         planned.append((i, c, decision))
     # All inserts, then all updates: two commands, and every update comes after the
     # insert of the version it touches (updates of one document commute here).
@@ -239,9 +240,10 @@ async def _reconcile_scope(
         ends[j] = at
     completed = len(ops)
     try:
-        result = await store.memories.bulk_write(ops, ordered=True)
-        if result.matched_count != sum(isinstance(op, UpdateOne) for op in ops):
-            completed = -1  # an update found no document: trust nothing, redo all
+        if ops:  # none when every candidate was set aside
+            result = await store.memories.bulk_write(ops, ordered=True)
+            if result.matched_count != sum(isinstance(op, UpdateOne) for op in ops):
+                completed = -1  # an update found no document: trust nothing, redo all
     except BulkWriteError as exc:
         errors = exc.details.get("writeErrors", [])
         completed = min((int(e["index"]) for e in errors), default=-1)
@@ -289,5 +291,7 @@ async def _reconcile_scope(
                 ordered=False,
             )
         )
-    for i, c in [*redo, *deferred]:
+    for i, c in redo:
         outcomes[i] = await store.reconcile(c)
+    for i, c in deferred:  # claimed pending above: planned and applied from here
+        outcomes[i] = await store.reconcile_claimed(c, None)

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from mongomem.adapters.llm import LLMUsage
 from mongomem.adapters.mongo import Document
 from mongomem.errors import MissingExtra, StorageError
 from mongomem.models import stable_id, utcnow
 from mongomem.settings import LLMSettings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the LLM client (openai) loads only where calls are made
+    from mongomem.adapters.llm import LLMUsage
     from mongomem.ltm.judge import JudgeQuestion
 
 try:

@@ -42,7 +42,7 @@ from mongomem.sdk.spaces.wire import (
     decode_argument,
 )
 from mongomem.sdk.wire import Answer, ErrorBody
-from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, authorise, backend_of
+from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, ErrorAnswer, authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.service.streams import timed_chunks
 from mongomem.settings import Settings
@@ -224,11 +224,16 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
     params += [inspect.Parameter(f, keyword, annotation=str) for f in op.path_fields]
     for f in op.in_query:
         info = op.request.model_fields[f]
-        query = Query(description=info.description)
+        if info.annotation in (int, int | None):  # a number: typed, with its bounds
+            bounds = {
+                k: getattr(m, k) for m in info.metadata for k in ("ge", "le") if hasattr(m, k)
+            }
+            query = Query(description=info.description, **bounds)
+            kind: Any = int | None
+        else:
+            query, kind = Query(description=info.description), str | None
         params.append(
-            inspect.Parameter(
-                f, keyword, default=info.default, annotation=Annotated[str | None, query]
-            )
+            inspect.Parameter(f, keyword, default=info.default, annotation=Annotated[kind, query])
         )
     if body is not None:
         params.append(inspect.Parameter("args", keyword, annotation=Annotated[body, Body()]))
@@ -249,7 +254,12 @@ def _route_options(op: SpaceOperation) -> dict[str, Any]:
         options["openapi_extra"] = {"requestBody": {"required": True, "content": body}}
         options["responses"] = {**options.get("responses", {}), **BODY_TIMEOUT}
     if op.confirmable:
-        conflict = {409: {"model": ConfirmationAnswer, "description": _CONFIRM}}
+        conflict = {
+            409: {
+                "model": ConfirmationAnswer | ErrorAnswer,
+                "description": f"{_CONFIRM}; or, as on every route, a state that refuses it",
+            }
+        }
         options["responses"] = {**options.get("responses", {}), **conflict}
     return options
 

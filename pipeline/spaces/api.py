@@ -25,7 +25,7 @@ from pymongo import AsyncMongoClient
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
 from mongomem.adapters.mongo import Document, connect, database, reachable
-from mongomem.errors import InputError
+from mongomem.errors import InputError, StateConflict
 from mongomem.models import utcnow
 from mongomem.settings import Settings
 from mongomem.spaces.catalog import (
@@ -50,6 +50,10 @@ from mongomem.spaces.store import SpaceStore
 from mongomem.spaces.transfer import TransferCalls
 
 __all__ = ["AsyncSpaces"]
+
+#: The most spaces one page of :meth:`AsyncSpaces.list_spaces` holds, and its largest offset.
+MAX_PAGE = 1000
+MAX_OFFSET = 1_000_000
 
 
 class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, RekeyCalls):
@@ -164,8 +168,8 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             created_at=now,
             updated_at=now,
         )
-        if encrypted and self._keys.current is None:  # the caller asked: a 422, not a 500
-            raise InputError(
+        if encrypted and self._keys.current is None:  # the caller asked: a 409, not a 500
+            raise StateConflict(
                 "an encrypted space needs a key, and this deployment has none: set "
                 "MONGOMEM_SPACES_ENCRYPTION_KEY (32 bytes, base64), or create it unencrypted",
                 field="encrypted",
@@ -185,9 +189,17 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
         count = await store.count_items(self.project_id, space.space_id)
         return space.model_copy(update={"item_count": count})
 
-    async def list_spaces(self) -> list[Space]:
+    async def list_spaces(self, *, limit: int | None = None, offset: int = 0) -> list[Space]:
+        """The project's spaces by id, with their item counts: ``limit`` of them from the
+        ``offset``-th (a page; every space without ``limit``)."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE
+        ):
+            raise InputError(f"limit: a whole number from 1 to {MAX_PAGE}", field="limit")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+            raise InputError(f"offset: a whole number from 0 to {MAX_OFFSET}", field="offset")
         store, _ = await self._ready()
-        docs = await store.list_spaces(self.project_id)
+        docs = await store.list_spaces(self.project_id, limit, offset)
         return [
             space_from_doc(d, await store.count_items(self.project_id, d["space_id"])) for d in docs
         ]
@@ -268,7 +280,9 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
         check_id(agent_id, "agent_id")
         space = await self._space(space_id)
         if agent_id not in space.agents:
-            raise InputError(f"agent {agent_id!r} is not attached to this space", field="agent_id")
+            raise StateConflict(
+                f"agent {agent_id!r} is not attached to this space", field="agent_id"
+            )
         agents = {a: k for a, k in space.agents.items() if a != agent_id}
         store, _ = await self._ready()
         await store.set_space(

@@ -32,7 +32,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import Document
-from mongomem.errors import InputError, StorageError
+from mongomem.errors import InputError, StateConflict, StorageError
 from mongomem.ltm.documents import decode_embedding, encode_embedding
 from mongomem.spaces.crypto import Keyring
 from mongomem.spaces.models import Space, SpaceItem
@@ -71,7 +71,7 @@ class SpaceStore:
         try:
             await self.spaces.insert_one(doc)
         except DuplicateKeyError as exc:
-            raise InputError(
+            raise StateConflict(
                 f"space {doc['space_id']!r} already exists in this project", field="space_id"
             ) from exc
         except PyMongoError as exc:
@@ -83,10 +83,14 @@ class SpaceStore:
         except PyMongoError as exc:
             raise StorageError(f"MongoDB read failed: {exc}") from exc
 
-    async def list_spaces(self, project_id: str) -> list[Document]:
+    async def list_spaces(
+        self, project_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[Document]:
+        """The project's spaces by id: ``limit`` of them from the ``offset``-th (all without)."""
         try:
             cursor = self.spaces.find({"project_id": project_id}).sort("space_id", ASCENDING)
-            return await cursor.to_list()
+            cursor = cursor.skip(offset)
+            return await cursor.to_list(limit)
         except PyMongoError as exc:
             raise StorageError(f"MongoDB read failed: {exc}") from exc
 
