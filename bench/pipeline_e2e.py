@@ -17,19 +17,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+
 from bench.report import publish
+from mongomem.adapters.kafka import CANDIDATES
 from mongomem.adapters.mongo import DECISIONS, MEMORIES
-from mongomem.models import utcnow
+from mongomem.codec import decode
+from mongomem.ltm.judge import SYSTEM_PROMPT
+from mongomem.models import MemoryCandidate, utcnow
 from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing import (
@@ -133,6 +141,8 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
         await wait_until(caught_up, args.timeout, "every consumer group to catch up", every=0.2)
         done = time.monotonic()
         first_wave_calls = len(llm.chat_requests) - calls_before
+        first_wave = Counter(r.schema_name for r in llm.chat_requests[calls_before:])
+        first_shapes = judge_shapes(llm.chat_requests[calls_before:])
         changes = await second_wave(pipe, memory, db, args)
         prompt_tokens = await prompt_tokens_per_snapshot(db)
     await memory.close()
@@ -144,11 +154,22 @@ async def measure(pipe: Pipeline, llm: FakeOpenAIServer, args: argparse.Namespac
     pipe_rate = turns / (done - started)
     load = " ".join(f"{x:.1f}" for x in _loadavg())
     command = f"python -m bench.pipeline_e2e --users {args.users} --llm-latency {args.llm_latency}"
+    if args.judge_linger is not None:
+        command += f" --judge-linger {args.judge_linger:g} --out {args.out.name}"
+    linger = os.environ.get("MONGOMEM_RECONCILE_JUDGE_LINGER_S", "1.0 (the default)")
     judged_100 = changes.per_100(changes.judged)
     judge_100 = f"{changes.per_100(changes.judge_calls)} ({changes.judge_calls} requests)"
     wave_calls = (
         f"{changes.calls / changes.turns:.2f} ({changes.calls} calls for {changes.turns} turns)"
     )
+    by_schema = ", ".join(f"{name} {n}" for name, n in sorted(first_wave.items(), key=str))
+    first_judged = ", ".join(f"{s} {n}" for s, n in first_shapes.items()) or "none"
+    t = changes.turns
+    before_row = f"{changes.alone_calls / t:.2f} | {changes.alone_tokens / t:,.0f}"
+    after_row = f"{changes.calls / t:.2f} | {changes.tokens / t:,.0f}"
+    shape_lines = "\n".join(f"- {shape}: {n}" for shape, n in changes.shapes.items())
+    spread = changes.spread or [0.0]
+    spread_p50, spread_max = statistics.median(spread), max(spread)
     return f"""# Benchmark: the whole pipeline as processes (P4, P5)
 
 Command (from the repository root): `{command}`
@@ -170,8 +191,11 @@ on count (5 turns). {len(sessions)} sessions of 5 turns ({args.users} users × 4
 | P5: LLM calls per turn | {calls / turns:.2f} ({calls} calls for {turns} turns) |
 
 P5 is four calls per snapshot (one per memory type) divided by the snapshot's
-turns: the window size sets it. The latency includes one LLM call ({args.llm_latency:.1f} s),
-the embedding, and a hop through each of the three Kafka topics.
+turns: the window size sets it (a session whose turns come slower than the idle
+timeout makes two snapshots); judge calls come on top. First wave's requests by
+schema: {by_schema}; its judge requests: {first_judged}.
+The latency includes one LLM call ({args.llm_latency:.1f} s), the embedding, and a hop
+through each of the three Kafka topics.
 
 ## Judge calls and prompt size (issue 24)
 
@@ -188,9 +212,33 @@ needs the judge). The reconciler asks the judge once per snapshot (its types tog
 | second wave: LLM calls per turn (extraction + judge) | {wave_calls} |
 | extraction prompt tokens per snapshot and type, p50 | {prompt_tokens[0]:,.0f} |
 | same, p95 | {prompt_tokens[1]:,.0f} |
+| extraction prompt tokens per snapshot (its four types), p50 | {prompt_tokens[2]:,.0f} |
+| same, p95 | {prompt_tokens[3]:,.0f} |
 
 Prompt tokens are as the local server counts them (from `llm_usage`, every extraction
 request of both waves).
+
+The second wave, before and after (the endpoint counts requests and prompt tokens;
+"before" asks the judge one question per request, as before issue 24: each batched
+question as the request `LLMJudge.judge` would have sent, counted by the same rule):
+
+| second wave | LLM calls per turn | prompt tokens per turn |
+|---|---|---|
+| before: per-candidate judge | {before_row} |
+| after: one judge call per snapshot | {after_row} |
+
+Where the second wave's judge requests went (what each asked, as the endpoint saw it):
+
+{shape_lines}
+
+Seconds between a second-wave snapshot's first and last candidate on the candidates
+topic (its types come from separate consumers): p50 {spread_p50:.2f} s, max {spread_max:.2f} s.
+The reconciler waits for candidates while they keep coming (`MONGOMEM_RECONCILE_JUDGE_LINGER_S`,
+here {linger} s), so a snapshot's types usually share one judge call; with `--judge-linger 0`
+(`pipeline_e2e_linger0.md`) a snapshot often pays one call per type, when each type's candidates
+come in a batch of their own. Judge requests asked alone for a snapshot and type that
+also had a batched request (a missing verdict, or a question an earlier candidate of the
+batch changed): {changes.fallbacks}.
 """
 
 
@@ -201,6 +249,16 @@ class Changes:
     judge_calls: int
     calls: int
     turns: int
+    shapes: dict[str, int]
+    spread: list[float]
+    #: Prompt tokens of the wave's requests, as the endpoint counts them.
+    tokens: int
+    #: The same wave with a judge asked one question per call (before issue 24): its
+    #: requests and prompt tokens (each batched question as the request it would have been).
+    alone_calls: int
+    alone_tokens: int
+    #: Judge requests asked alone for a snapshot that also had a batched request.
+    fallbacks: int
 
     def per_100(self, count: int) -> str:
         return "—" if not self.candidates else f"{100.0 * count / self.candidates:.1f}"
@@ -233,23 +291,130 @@ async def second_wave(
     judge_calls = sum(
         r.schema_name in ("reconcile_verdict", "reconcile_verdicts") for r in requests
     )
+    shapes = judge_shapes(requests)
+    spread = await arrival_spread(pipe, db)
+    alone_calls, alone_tokens = asked_alone(requests)
+    fallbacks = await judge_fallbacks(db, requests)
     return Changes(
         candidates=await db[DECISIONS].count_documents({}) - logged_before,
         judged=await db[DECISIONS].count_documents({"judged": True}) - judged_before,
         judge_calls=judge_calls,
         calls=len(requests),
         turns=args.users * (len(ATTRIBUTES) + 1),
+        shapes=shapes,
+        spread=spread,
+        tokens=sum(map(endpoint_tokens, requests)),
+        alone_calls=alone_calls,
+        alone_tokens=alone_tokens,
+        fallbacks=fallbacks,
     )
 
 
-async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float]:
-    """p50 and p95 of the prompt tokens of one snapshot's extraction for one type."""
+async def judge_fallbacks(db: Any, requests: list[ChatRequest]) -> int:
+    """Judge requests asked alone for a snapshot and type that also had a batched request
+    (each request's snapshot is its ``llm_usage`` record's, tied by the call id it carried;
+    its types are those of its questions)."""
+    by_id = {r.call_id: r for r in requests if r.call_id}
+    batched: set[tuple[str, str]] = set()
+    alone: list[tuple[str, str]] = []
+    async for doc in db[LLM_USAGE].find({"kind": "call", "purpose": "judge"}):
+        request = by_id.get(doc["_id"])
+        if request is None:
+            continue
+        snapshot = str(doc.get("snapshot_id"))
+        body = json.loads(request.text("user"))
+        if request.schema_name == "reconcile_verdicts":
+            batched |= {(snapshot, q["memory_type"]) for q in body["questions"]}
+        elif request.schema_name == "reconcile_verdict":
+            alone.append((snapshot, body["memory_type"]))
+    return sum(pair in batched for pair in alone)
+
+
+def endpoint_tokens(request: ChatRequest) -> int:
+    """The prompt tokens the local server reports for ``request`` (its counting rule)."""
+    return max(1, len(request.text().split()))
+
+
+def asked_alone(requests: list[ChatRequest]) -> tuple[int, int]:
+    """Requests and prompt tokens of ``requests`` had every batched judge question been a
+    request of its own (the per-candidate judge): the prompt ``LLMJudge.judge`` sends for it,
+    counted by the endpoint's rule."""
+    calls = tokens = 0
+    for r in requests:
+        if r.schema_name != "reconcile_verdicts":
+            calls, tokens = calls + 1, tokens + endpoint_tokens(r)
+            continue
+        for question in json.loads(r.text("user"))["questions"]:
+            body = {k: v for k, v in question.items() if k != "id"}
+            user = json.dumps(body, ensure_ascii=False, indent=1)
+            calls += 1
+            tokens += max(1, len(f"{SYSTEM_PROMPT}\n{user}".split()))
+    return calls, tokens
+
+
+async def arrival_spread(pipe: Pipeline, db: Any) -> list[float]:
+    """Per second-wave snapshot, seconds between its first and last candidate on the
+    candidates topic (Kafka's record timestamps): the types of one snapshot are extracted by
+    separate consumers, so they reach the reconciler apart."""
+    refs = set(await db[DECISIONS].distinct("evidence.ref", {"evidence.session_id": "changes"}))
+    consumer = AIOKafkaConsumer(
+        pipe.settings.kafka.topic(CANDIDATES),
+        bootstrap_servers=pipe.settings.kafka.bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    times: dict[str, list[int]] = {}
+    try:
+        while True:
+            batch = await consumer.getmany(timeout_ms=1000)
+            if not batch:
+                break
+            for records in batch.values():
+                for record in records:
+                    candidate = decode(record.value, MemoryCandidate)
+                    if candidate.evidence.ref in refs:
+                        times.setdefault(candidate.evidence.ref, []).append(record.timestamp)
+    finally:
+        await consumer.stop()
+    return sorted((max(t) - min(t)) / 1000.0 for t in times.values())
+
+
+def judge_shapes(requests: list[ChatRequest]) -> dict[str, int]:
+    """Judge requests by what they asked: ``1 × semantic``, ``4 × semantic + 1 × episodic`` …"""
+    shapes: dict[str, int] = {}
+    for r in requests:
+        if r.schema_name == "reconcile_verdict":
+            types = [json.loads(r.text("user"))["memory_type"]]
+        elif r.schema_name == "reconcile_verdicts":
+            types = [q["memory_type"] for q in json.loads(r.text("user"))["questions"]]
+        else:
+            continue
+        counted = Counter(types)
+        shape = " + ".join(f"{n} × {t}" for t, n in sorted(counted.items()))
+        shape += " (batch)" if r.schema_name == "reconcile_verdicts" else " (alone)"
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return dict(sorted(shapes.items(), key=lambda kv: -kv[1]))
+
+
+async def prompt_tokens_per_snapshot(db: Any) -> tuple[float, float, float, float]:
+    """p50 and p95 of the prompt tokens of one snapshot's extraction for one type, then of
+    one snapshot's extraction for all its types."""
     tokens: dict[tuple[str, str], int] = {}
     async for doc in db[LLM_USAGE].find({"kind": "call", "purpose": "extract"}):
         key = (str(doc.get("snapshot_id")), str(doc.get("memory_type")))
         tokens[key] = tokens.get(key, 0) + int(doc.get("prompt_tokens", 0))
+    per_snapshot: dict[str, int] = {}
+    for (snapshot, _), n in tokens.items():
+        per_snapshot[snapshot] = per_snapshot.get(snapshot, 0) + n
     values = [float(v) for v in tokens.values()] or [0.0]
-    return percentile(values, 0.5), percentile(values, 0.95)
+    totals = [float(v) for v in per_snapshot.values()] or [0.0]
+    return (
+        percentile(values, 0.5),
+        percentile(values, 0.95),
+        percentile(totals, 0.5),
+        percentile(totals, 0.95),
+    )
 
 
 def _loadavg() -> tuple[float, float, float]:
@@ -266,8 +431,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--llm-latency", type=float, default=0.2)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--judge-linger",
+        type=float,
+        default=None,
+        help="MONGOMEM_RECONCILE_JUDGE_LINGER_S for the reconciler (default: the setting's)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.judge_linger is not None:  # the stage processes inherit this environment
+        os.environ["MONGOMEM_RECONCILE_JUDGE_LINGER_S"] = str(args.judge_linger)
     publish(asyncio.run(run(args)), args.out)
     return 0
 

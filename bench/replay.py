@@ -55,6 +55,17 @@ class Pass:
     name: str
     wall_s: float
     requests: Counter[str]
+    #: Prompt tokens of the pass's requests, as the endpoint counts them (its usage answers).
+    prompt_tokens: int
+
+
+#: Turns per snapshot of the workload (a user turn and the assistant's answer).
+TURNS_PER_SNAPSHOT = 2
+
+
+def endpoint_tokens(request: ChatRequest) -> int:
+    """The prompt tokens the local server reports for ``request`` (its counting rule)."""
+    return max(1, len(request.text().split()))
 
 
 def replay(pipe: Pipeline, suffix: str, *extra: str) -> float:
@@ -117,8 +128,9 @@ def run(args: argparse.Namespace) -> str:
         ):
             before = len(llm.chat_requests)
             wall = replay(pipe, suffix, *extra)
-            asked = Counter(r.schema_name or "?" for r in llm.chat_requests[before:])
-            passes.append(Pass(name, wall, asked))
+            received = llm.chat_requests[before:]
+            asked = Counter(r.schema_name or "?" for r in received)
+            passes.append(Pass(name, wall, asked, sum(map(endpoint_tokens, received))))
     return report(args, passes)
 
 
@@ -143,13 +155,16 @@ def report(args: argparse.Namespace, passes: list[Pass]) -> str:
         "offset 0 in a new consumer group, as a process; its wall time includes the process "
         "start and the command's catch-up check (two lag polls 2 s apart).",
         "",
-        "| pass | LLM requests received | per snapshot and type | wall time | vs first pass |",
-        "|---|---|---|---|---|",
+        "| pass | LLM requests received | per snapshot and type | LLM calls per turn | "
+        "prompt tokens per turn | wall time | vs first pass |",
+        "|---|---|---|---|---|---|---|",
     ]
+    turns = args.snapshots * TURNS_PER_SNAPSHOT
     for p in passes:
         total = sum(p.requests.values())
         lines.append(
-            f"| {p.name} | {total} | {total / expected:.2f} | {p.wall_s:.1f} s | "
+            f"| {p.name} | {total} | {total / expected:.2f} | {total / turns:.2f} | "
+            f"{p.prompt_tokens / turns:.1f} | {p.wall_s:.1f} s | "
             f"{p.wall_s / first.wall_s:.2f}× |"
         )
     again, forced = passes[1], passes[2]
@@ -160,6 +175,14 @@ def report(args: argparse.Namespace, passes: list[Pass]) -> str:
         f"{'met' if sum(again.requests.values()) == 0 else 'NOT met'}; `--re-extract` makes one "
         f"call per snapshot and type — {sum(forced.requests.values())} of {expected}, "
         f"{'met' if sum(forced.requests.values()) == expected else 'NOT met'}.",
+        "",
+        f"Before issue 24 every replay paid what the first pass (and `--re-extract`) pays: "
+        f"{sum(first.requests.values()) / turns:.2f} LLM calls and "
+        f"{first.prompt_tokens / turns:.1f} prompt tokens per turn on this workload "
+        f"({turns} turns); now a replay with nothing changed pays "
+        f"{sum(again.requests.values()) / turns:.2f} and {again.prompt_tokens / turns:.1f}. "
+        "Prompt tokens are counted by the endpoint's own rule (words of the messages, what "
+        "its usage answers report).",
         "",
         "Requests per schema: "
         + "; ".join(f"{p.name}: {dict(sorted(p.requests.items()))}" for p in passes),

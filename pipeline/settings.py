@@ -298,6 +298,17 @@ class ReconcileSettings(BaseSettings):
             "key); 'none': forever. Keep it above the candidates topic's retention."
         ),
     )
+    judge_linger_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description=(
+            "with a judge, how long the reconciler waits for more candidates after the last "
+            "one arrived (at most three times this after the first) before reconciling, so a "
+            "snapshot's memory types (extracted by separate consumers, published moments "
+            "apart) share one judge call; 0: never waits"
+        ),
+    )
     retention_sweep_s: OptionalNumber = Field(
         default=3600.0,
         gt=0,

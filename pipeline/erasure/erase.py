@@ -28,8 +28,8 @@ order that keeps what later steps need until they are done:
    versions; project-scoped ones (and, for a session, the user's) follow the
    lineage rule of :mod:`mongomem.erasure.prune`;
 3. decision-log entries, processing-status entries, LLM usage records of the
-   erased snapshots, the stored extraction answers (``extraction_results``, by
-   project / user / session);
+   erased snapshots (and the judge calls of the target's direct saves), the stored
+   extraction answers (``extraction_results``, by project / user / session);
 4. snapshots, then turns;
 5. tombstones for the erased sessions' window states, written to the windowing
    changelog by the ``on_sessions`` hook (the CLI passes one; see the README),
@@ -323,10 +323,10 @@ class _Erasure:
             self.count(DECISIONS, r.deleted_count)
         r = await _run(db[PROGRESS].delete_many(whose))
         self.count(PROGRESS, r.deleted_count)
-        usage: Doc = (
+        usage: Doc = (  # a direct save's judge calls name their user and session instead
             {"project_id": t.project_id}
             if t.kind == "project"
-            else {"snapshot_id": {"$in": sorted(snapshot_ids)}}
+            else {"$or": [{"snapshot_id": {"$in": sorted(snapshot_ids)}}, whose]}
         )
         r = await _run(db[LLM_USAGE].delete_many(usage))
         self.count(LLM_USAGE, r.deleted_count)

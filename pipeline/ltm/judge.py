@@ -74,10 +74,13 @@ class JudgeQuestion(BaseModel):
     #: The key the extraction model said the new statement corrects, if any (a hint).
     model_says_corrects: str | None = None
     #: Not shown to the judge: the candidate, and what its calls are accounted to (the
-    #: candidate's snapshot, or direct save, and its project).
+    #: candidate's snapshot, or direct save, its project, user and session).
     candidate_id: str = ""
     source_ref: str = ""
     project_id: str = ""
+    #: Whose statement it is (the accounting record carries it, so an erasure finds it).
+    user_id: str | None = None
+    session_id: str | None = None
 
     @classmethod
     def of(
@@ -102,6 +105,8 @@ class JudgeQuestion(BaseModel):
             candidate_id=candidate.candidate_id,
             source_ref=candidate.evidence.ref,
             project_id=candidate.scope.project_id,
+            user_id=candidate.scope.user_id or candidate.evidence.user_id,
+            session_id=candidate.evidence.session_id,
         )
 
     def render(self) -> str:
@@ -399,6 +404,10 @@ class LLMJudge:
             for index, (only, *more) in by_index.items()
             if not more  # two verdicts for one question: neither is trusted
         }
+
+    def metered(self, meter_for: MeterFor) -> LLMJudge:
+        """This judge (the same LLM) with each call accounted with ``meter_for``'s meter."""
+        return LLMJudge(self._llm, meter_for=meter_for)
 
     def _meter(self, question: JudgeQuestion) -> Any:
         return None if self.meter_for is None else self.meter_for(question)

@@ -21,8 +21,10 @@ Usage lives in the MongoDB collection ``llm_usage``, two kinds of documents:
   asked the LLM (``fresh``) or reused a stored answer (``reused``, SPEC I6).
   It carries no calls: those are the call records.
 
-The same counts go to Prometheus: ``mongomem_llm_requests_total{purpose}``
-and ``mongomem_llm_request_tokens_total{purpose,kind}`` for every purpose,
+The same counts go to Prometheus (with the ``stages`` or ``service`` extra; the core
+package alone, e.g. an SDK's direct saves, records ``llm_usage`` only):
+``mongomem_llm_requests_total{purpose}`` and
+``mongomem_llm_request_tokens_total{purpose,kind}`` for every purpose,
 ``mongomem_extraction_results_total{memory_type,source}`` for reuse, and the
 older per-type series. :func:`recent_usage` sums the calls started since a
 time per purpose (``mongomem status``); :func:`recent_runs` the runs.
@@ -40,14 +42,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from mongomem import metrics
 from mongomem.adapters.mongo import Document
-from mongomem.errors import StorageError
+from mongomem.errors import MissingExtra, StorageError
 from mongomem.models import stable_id, utcnow
 from mongomem.settings import LLMSettings
 
 if TYPE_CHECKING:  # the LLM client (openai) loads only where calls are made
     from mongomem.adapters.llm import LLMUsage
+    from mongomem.ltm.judge import JudgeQuestion
+
+try:
+    from mongomem import metrics
+except MissingExtra:  # the core package alone (an SDK's direct saves): llm_usage, no Prometheus
+    metrics = None  # type: ignore[assignment]
 
 __all__ = [
     "LLM_USAGE",
@@ -59,6 +66,7 @@ __all__ = [
     "UsageRecord",
     "UsageRecorder",
     "UsageRow",
+    "judge_meters",
     "recent_runs",
     "recent_usage",
     "runs_table",
@@ -81,15 +89,26 @@ class UsageKey:
     ref: str  # the snapshot id or the query id
     name: str  # the memory type, or the query's purpose ("answer", "eval-judge" …)
     project_id: str
+    #: Whose statement a judge call was about (stored, so an erasure finds a direct save's).
+    user_id: str | None = None
+    session_id: str | None = None
 
     @classmethod
     def snapshot(cls, snapshot_id: str, memory_type: str, project_id: str) -> UsageKey:
         return cls("extraction", snapshot_id, memory_type, project_id)
 
     @classmethod
-    def judge(cls, snapshot_id: str, memory_type: str, project_id: str) -> UsageKey:
-        """The judge's calls for one snapshot's candidates of one type."""
-        return cls("judge", snapshot_id, memory_type, project_id)
+    def judge(
+        cls,
+        snapshot_id: str,
+        memory_type: str,
+        project_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+    ) -> UsageKey:
+        """The judge's calls for one snapshot's candidates of one type (or a direct save's:
+        ``snapshot_id`` is then its candidate id), and whose they are."""
+        return cls("judge", snapshot_id, memory_type, project_id, user_id, session_id)
 
     @classmethod
     def query(cls, query_id: str, purpose: str, project_id: str) -> UsageKey:
@@ -118,12 +137,17 @@ class UsageKey:
         """The identifying fields stored on the records."""
         if self.kind == "query":
             return {"purpose": self.name, "query_id": self.ref, "project_id": self.project_id}
-        return {
+        fields = {
             "purpose": self.purpose,
             "snapshot_id": self.ref,
             "memory_type": self.name,
             "project_id": self.project_id,
         }
+        if self.user_id is not None:
+            fields["user_id"] = self.user_id
+        if self.session_id is not None:
+            fields["session_id"] = self.session_id
+        return fields
 
 
 @dataclass(frozen=True)
@@ -145,6 +169,9 @@ class UsageRecord:
     at: datetime
     #: The answer was a stored one (SPEC I6): no LLM call was made for it.
     reused: bool = False
+    #: Why the LLM was asked (``new``, ``re-extract``, ``prompt``, ``schema``, ``model``,
+    #: ``mode`` or several joined by ``+``, ``invalid``); ``None``: it was not asked.
+    asked: str | None = None
 
 
 class UsageRecorder(Protocol):
@@ -245,6 +272,7 @@ class MongoUsageRecorder:
                         "last_candidates": usage.candidates,
                         "last_outcome": usage.outcome,
                         "last_reused": usage.reused,
+                        "last_asked": usage.asked,
                         "updated_at": usage.at,
                     },
                     "$setOnInsert": {"first_at": usage.at},
@@ -319,6 +347,8 @@ class UsageMeter:
         call_id = uuid.uuid4().hex
         await self._recorder.call_started(self.key, call_id, self._clock())
         self.calls += 1
+        if metrics is None:
+            return call_id
         metrics.LLM_REQUESTS.labels(self.key.purpose).inc()
         if self.key.kind == "extraction":
             metrics.LLM_CALLS.labels(self.key.name).inc()
@@ -329,12 +359,13 @@ class UsageMeter:
     async def answered(self, call_id: str, usage: LLMUsage, model: str) -> None:
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
-        purpose = self.key.purpose
-        metrics.LLM_REQUEST_TOKENS.labels(purpose, "prompt").inc(usage.prompt_tokens)
-        metrics.LLM_REQUEST_TOKENS.labels(purpose, "completion").inc(usage.completion_tokens)
-        if self.key.kind == "extraction":
-            metrics.LLM_TOKENS.labels(self.key.name, "prompt").inc(usage.prompt_tokens)
-            metrics.LLM_TOKENS.labels(self.key.name, "completion").inc(usage.completion_tokens)
+        if metrics is not None:
+            purpose = self.key.purpose
+            metrics.LLM_REQUEST_TOKENS.labels(purpose, "prompt").inc(usage.prompt_tokens)
+            metrics.LLM_REQUEST_TOKENS.labels(purpose, "completion").inc(usage.completion_tokens)
+            if self.key.kind == "extraction":
+                metrics.LLM_TOKENS.labels(self.key.name, "prompt").inc(usage.prompt_tokens)
+                metrics.LLM_TOKENS.labels(self.key.name, "completion").inc(usage.completion_tokens)
         await self._finish(call_id, "answered", usage, model)
 
     async def failed(self, call_id: str, error: str) -> None:
@@ -342,6 +373,8 @@ class UsageMeter:
 
     def finished(self) -> None:
         """The snapshot or query is done: observe what it cost in total."""
+        if metrics is None:
+            return
         if self.key.kind == "extraction":
             metrics.LLM_SNAPSHOT_TOKENS.labels(self.key.name).observe(self.total_tokens)
         elif self.key.kind == "query":
@@ -363,6 +396,24 @@ class UsageMeter:
                 LLM_USAGE,
                 exc,
             )
+
+
+def judge_meters(recorder: UsageRecorder) -> Callable[[JudgeQuestion], UsageMeter]:
+    """The judge's meters (:attr:`mongomem.ltm.judge.LLMJudge.meter_for`): each judge call
+    accounted in ``llm_usage`` with purpose ``judge``, to the snapshot (or, for a direct save,
+    the save's candidate) and memory type of the question it asked (a batch's first)."""
+
+    def meter_for(question: JudgeQuestion) -> UsageMeter:
+        key = UsageKey.judge(
+            question.source_ref,
+            question.memory_type,
+            question.project_id,
+            question.user_id,
+            question.session_id,
+        )
+        return UsageMeter(recorder, key)
+
+    return meter_for
 
 
 @dataclass(frozen=True)
@@ -387,6 +438,9 @@ class RunRow:
     fresh: int  # runs that asked the LLM
     reused: int  # runs that reused a stored answer (SPEC I6)
     dead_letters: int
+    #: Why the fresh runs asked (``new``, ``re-extract``, ``prompt`` …: the run record's
+    #: ``last_asked``), with how many of each.
+    why: dict[str, int] = field(default_factory=dict)
 
 
 def _label(doc: Document) -> str:
@@ -457,24 +511,42 @@ async def recent_runs(collection: AsyncCollection[Document], since: datetime) ->
     """Per memory type, the snapshots whose extraction last ran since ``since``: how many asked
     the LLM and how many reused a stored answer (their last run), and the dead letters."""
     rows: dict[str, list[int]] = {}
+    whys: dict[str, dict[str, int]] = {}
     try:
         cursor = collection.find(
             {"kind": "extraction", "updated_at": {"$gte": since}},
-            {"memory_type": 1, "last_reused": 1, "last_outcome": 1, "last_calls": 1},
+            {
+                "memory_type": 1,
+                "last_reused": 1,
+                "last_outcome": 1,
+                "last_calls": 1,
+                "last_asked": 1,
+            },
         )
         docs = await cursor.to_list()
     except PyMongoError as exc:
         raise StorageError(f"could not read LLM usage: {exc}") from exc
     for doc in docs:
-        row = rows.setdefault(str(doc.get("memory_type", "?")), [0, 0, 0, 0])
+        name = str(doc.get("memory_type", "?"))
+        row = rows.setdefault(name, [0, 0, 0, 0])
+        why = whys.setdefault(name, {})
         row[0] += 1
         if doc.get("last_reused"):
             row[2] += 1
         elif doc.get("last_calls", 1):
             row[1] += 1
+            reason = str(doc.get("last_asked") or "?")  # "?": recorded before reasons were
+            why[reason] = why.get(reason, 0) + 1
         row[3] += 1 if doc.get("last_outcome") == "dead-letter" else 0
     return [
-        RunRow(memory_type=name, runs=r[0], fresh=r[1], reused=r[2], dead_letters=r[3])
+        RunRow(
+            memory_type=name,
+            runs=r[0],
+            fresh=r[1],
+            reused=r[2],
+            dead_letters=r[3],
+            why=dict(sorted(whys[name].items())),
+        )
         for name, r in sorted(rows.items())
     ]
 
@@ -511,10 +583,16 @@ def runs_table(rows: list[RunRow]) -> list[str]:
     if not rows:
         return []
     lines = [
-        "  extraction (by snapshot)   asked LLM     reused  dead letters",
+        "  extraction (by snapshot)   asked LLM     reused  dead letters  why asked",
     ]
     for row in rows:
+        why = ", ".join(f"{reason} {n}" for reason, n in row.why.items()) or "-"
         lines.append(
             f"  {row.memory_type:<24} {row.fresh:>11} {row.reused:>10} {row.dead_letters:>13}"
+            f"  {why}"
         )
+    lines.append(
+        "  (why asked: new = no answer stored; re-extract = --re-extract; prompt, schema, "
+        "model, mode = what changed since the stored answer; invalid = it no longer fits)"
+    )
     return lines

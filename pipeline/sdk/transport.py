@@ -35,7 +35,7 @@ from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import ConfigError, InputError, NotReady
-from mongomem.ltm import Judge, MemoryStore, Thresholds, kind_of, make_candidate
+from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
 from mongomem.ltm.export import ImportResult, export_lines, import_lines
 from mongomem.models import (
@@ -50,6 +50,7 @@ from mongomem.models import (
     utcnow,
 )
 from mongomem.operations.progress import ProcessingStatus, Progress
+from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, judge_meters
 from mongomem.project_config import enabled_types
 from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import compose_context
@@ -226,6 +227,15 @@ def default_embedder(settings: EmbeddingSettings) -> Embedder:
     return make_embedder(settings)
 
 
+def _metered(judge: Judge | None, db: Any) -> Judge | None:
+    """``judge``, with an :class:`~mongomem.ltm.LLMJudge` that has no meter of its own
+    accounted in ``llm_usage`` (purpose ``judge``, one record per request, like the
+    reconciler's): a direct save's judge calls are paid for like any other."""
+    if isinstance(judge, LLMJudge) and judge.meter_for is None:
+        return judge.metered(judge_meters(MongoUsageRecorder(db[LLM_USAGE])))
+    return judge
+
+
 class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
@@ -275,7 +285,7 @@ class DirectTransport:
                 thresholds = self._thresholds or Thresholds.from_settings(self._settings.reconcile)
                 store = MemoryStore(
                     db,
-                    judge=self._judge,
+                    judge=_metered(self._judge, db),
                     thresholds=thresholds,
                     ledger_ttl_s=self._settings.reconcile.ledger_ttl_s,
                 )

@@ -34,7 +34,9 @@ structured-output mode): a stored one is used as it is and no LLM call is
 made (SPEC I6: replays, re-published snapshots, restarts and other consumer
 groups pay nothing). A fresh answer is stored *before* any candidate is
 published from it, so a crash after the answer never pays for it twice; with
-``re_extract`` the lookup is skipped and the new answer replaces the old.
+``re_extract`` the lookup is skipped and the new answer replaces the old. A run that
+asks records why (``new``, ``re-extract``, a changed prompt, schema, model or mode:
+:func:`~mongomem.stages.extractor.results.why_asked`).
 
 With a ``progress`` recorder, a handled snapshot is recorded in
 ``processing_status`` before :meth:`TypeHandler.handle` returns: its candidate
@@ -75,7 +77,7 @@ from mongomem.stages.extractor.core import (
     snapshot_query,
     to_candidates,
 )
-from mongomem.stages.extractor.results import AnswerStore, ResultKey, schema_version
+from mongomem.stages.extractor.results import AnswerStore, ResultKey, schema_version, why_asked
 from mongomem.stages.extractor.types import TypeSpec
 from mongomem.stages.runtime import (
     Decision,
@@ -205,7 +207,9 @@ class TypeHandler:
         answer = await self._stored_answer(key)
         reused = answer is not None
         messages: list[dict[str, str]] = []
+        asked: str | None = None  # why the LLM is asked (status shows it)
         if answer is None:
+            asked = await self._why_asked(key)
             known = await self._known(snapshot, roles)
             window = self._extraction.window_tokens * CHARS_PER_TOKEN
             messages = render_messages(self.spec, snapshot, roles, known, window)
@@ -259,11 +263,15 @@ class TypeHandler:
                 )
                 await self._dead_letter(record, exc, attempts=attempt)
                 await self._note(snapshot, None, f"{type(exc).__name__}: {exc}")
-                await self._record(snapshot, answer, meter, attempt, 0, "dead-letter", reused)
+                await self._record(
+                    snapshot, answer, meter, attempt, 0, "dead-letter", reused, asked
+                )
                 return HandledRecord(snapshot.snapshot_id, (), attempt, True, str(exc))
             metrics.MESSAGES.labels(self.stage, "ok").inc()
             await self._note(snapshot, [c.candidate_id for c in candidates], None)
-            await self._record(snapshot, answer, meter, attempt, len(candidates), "ok", reused)
+            await self._record(
+                snapshot, answer, meter, attempt, len(candidates), "ok", reused, asked
+            )
             return HandledRecord(
                 snapshot.snapshot_id, tuple(c.candidate_id for c in candidates), attempt, False
             )
@@ -296,6 +304,17 @@ class TypeHandler:
             return None
         metrics.EXTRACTION_RESULTS.labels(self.spec.name, "stored").inc()
         return stored.as_result()
+
+    async def _why_asked(self, key: ResultKey) -> str:
+        """Why this snapshot and type is asked again (:func:`~.results.why_asked`); ``new``
+        without a store, ``unknown`` when the store cannot say."""
+        if self._results is None:
+            return "re-extract" if self._re_extract else "new"
+        try:
+            stored = await self._results.keys_of(key.snapshot_id, key.memory_type)
+        except StorageError:
+            return "unknown"
+        return why_asked(key, stored, re_extract=self._re_extract)
 
     async def _keep_answer(
         self, key: ResultKey, snapshot: Snapshot, answer: LLMResult[BaseModel]
@@ -402,6 +421,7 @@ class TypeHandler:
         candidates: int,
         outcome: str,
         reused: bool = False,
+        asked: str | None = None,
     ) -> None:
         """Record the run's outcome (its calls and tokens were counted as they happened);
         a storage failure is only logged."""
@@ -421,6 +441,7 @@ class TypeHandler:
             outcome=outcome,
             at=self._clock(),
             reused=reused,
+            asked=asked,
         )
         try:
             await self._usage.record(record)

@@ -16,6 +16,13 @@ structured-output mode is another key, so the LLM is asked again.
 ``mongomem replay extractor --re-extract`` asks again on purpose and
 replaces the stored answer (:meth:`ExtractionResults.replace`).
 
+**Why it asked.** When the LLM is asked, :func:`why_asked` says why, from the
+keys stored for the same snapshot and type (:meth:`ExtractionResults.keys_of`):
+``new`` (none), ``re-extract``, the parts of the key that changed (``prompt``,
+``schema``, ``model``, ``mode``, joined by ``+``), or ``invalid`` (the stored
+answer no longer fits the output model). The extraction run records it and
+``mongomem status`` counts it per type.
+
 **First answer wins.** :meth:`ExtractionResults.keep` inserts only when the
 key is absent and returns what is stored, so two consumers that both asked
 publish the same candidates (same ids, same texts): the reconciler sees one
@@ -55,6 +62,7 @@ __all__ = [
     "ResultKey",
     "StoredResult",
     "schema_version",
+    "why_asked",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,6 +112,33 @@ class ResultKey:
         }
 
 
+#: The parts of a :class:`ResultKey` that make the LLM be asked again, as status names them.
+_PARTS: tuple[tuple[str, str], ...] = (
+    ("prompt_version", "prompt"),
+    ("schema_version", "schema"),
+    ("model", "model"),
+    ("mode", "mode"),
+)
+
+
+def why_asked(key: ResultKey, stored: list[ResultKey], *, re_extract: bool = False) -> str:
+    """Why the LLM is asked for ``key``, given the keys ``stored`` for its snapshot and type:
+    ``re-extract``, ``new``, ``invalid`` (``key`` itself is stored, but its answer no longer
+    fits), or what changed against the nearest stored key (``prompt+model`` …)."""
+    if re_extract:
+        return "re-extract"
+    if not stored:
+        return "new"
+    if key in stored:
+        return "invalid"
+
+    def changed(other: ResultKey) -> list[str]:
+        return [name for field_, name in _PARTS if getattr(other, field_) != getattr(key, field_)]
+
+    nearest = min((changed(other) for other in stored), key=len)
+    return "+".join(nearest)
+
+
 @dataclass(frozen=True)
 class StoredResult:
     """A stored answer, validated again against today's output model."""
@@ -131,6 +166,10 @@ class AnswerStore(Protocol):
         self, key: ResultKey, snapshot: Snapshot, answer: LLMResult[BaseModel], at: datetime
     ) -> None: ...
 
+    async def keys_of(self, snapshot_id: str, memory_type: str) -> list[ResultKey]:
+        """The keys of every answer stored for this snapshot and type (any prompt, model …)."""
+        ...
+
 
 class ExtractionResults:
     """``extraction_results``: find, keep (first answer wins) and replace answers.
@@ -143,11 +182,13 @@ class ExtractionResults:
         self._collection = collection
 
     async def ensure_index(self) -> None:
-        """The lineage index erasure deletes by (``_id`` is the unique key)."""
+        """The lineage index erasure deletes by (``_id`` is the unique key), and the one
+        :meth:`keys_of` reads by."""
         try:
             await self._collection.create_index(
                 [("project_id", 1), ("user_id", 1), ("session_id", 1)]
             )
+            await self._collection.create_index([("snapshot_id", 1), ("memory_type", 1)])
         except PyMongoError as exc:
             raise StorageError(f"could not index {EXTRACTIONS}: {exc}") from exc
 
@@ -186,6 +227,15 @@ class ExtractionResults:
         except PyMongoError as exc:
             raise StorageError(f"could not store the extraction result: {exc}") from exc
 
+    async def keys_of(self, snapshot_id: str, memory_type: str) -> list[ResultKey]:
+        try:
+            cursor = self._collection.find(
+                {"snapshot_id": snapshot_id, "memory_type": memory_type}, {"value": 0}
+            )
+            return [_key(doc) for doc in await cursor.to_list()]
+        except PyMongoError as exc:
+            raise StorageError(f"could not read {EXTRACTIONS}: {exc}") from exc
+
 
 @dataclass
 class MemoryExtractionResults:
@@ -209,6 +259,17 @@ class MemoryExtractionResults:
         self, key: ResultKey, snapshot: Snapshot, answer: LLMResult[BaseModel], at: datetime
     ) -> None:
         self.documents[key.doc_id] = _document(key, snapshot, answer, at)
+
+    async def keys_of(self, snapshot_id: str, memory_type: str) -> list[ResultKey]:
+        return [
+            _key(doc)
+            for doc in self.documents.values()
+            if (doc["snapshot_id"], doc["memory_type"]) == (snapshot_id, memory_type)
+        ]
+
+
+def _key(doc: Document) -> ResultKey:
+    return ResultKey(**{name: str(doc.get(name, "")) for name in ResultKey.__dataclass_fields__})
 
 
 def _document(

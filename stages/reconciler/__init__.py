@@ -6,8 +6,10 @@ the stage runtime (:mod:`mongomem.stages.runtime`, which states the delivery
 contract). The optional LLM judge is used when an LLM is configured
 (``MONGOMEM_LLM_API_KEY``); without one the ambiguous band takes the
 judge-less default. Its calls are recorded in ``llm_usage`` with purpose
-``judge``, and a batch's questions of one snapshot and type go in one call
-(:func:`mongomem.ltm.judge.prefetch`).
+``judge``, and a batch's questions of one snapshot go in one call, its types together
+(:func:`mongomem.ltm.judge.prefetch`); with a judge, candidates that keep arriving (each within
+``MONGOMEM_RECONCILE_JUDGE_LINGER_S`` of the one before) join their batch, so the types
+of one snapshot, extracted by separate consumers, meet there.
 """
 
 from __future__ import annotations
@@ -19,16 +21,9 @@ from contextlib import AsyncExitStack
 
 from mongomem.adapters.kafka import CANDIDATES, dead_letter_topic, ensure_topics
 from mongomem.adapters.mongo import connect, database
-from mongomem.ltm import Judge, JudgeQuestion, LLMJudge, MemoryStore, Thresholds
-from mongomem.ltm.judge import MeterFor
+from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds
 from mongomem.operations.progress import Progress
-from mongomem.operations.usage import (
-    LLM_USAGE,
-    MongoUsageRecorder,
-    UsageKey,
-    UsageMeter,
-    UsageRecorder,
-)
+from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, judge_meters
 from mongomem.settings import Settings
 from mongomem.stages.reconciler.stage import STAGE, Reconciler
 from mongomem.stages.runtime import RetryPolicy, consume, run_stage
@@ -48,17 +43,6 @@ def _judge(settings: Settings) -> Judge | None:
     from mongomem.adapters.llm import OpenAILLM
 
     return LLMJudge(OpenAILLM(settings.llm))
-
-
-def judge_meters(recorder: UsageRecorder) -> MeterFor:
-    """Each judge call accounted in ``llm_usage`` (purpose ``judge``) to the snapshot and
-    memory type of the candidate it was asked about (the first one, for a batch)."""
-
-    def meter_for(question: JudgeQuestion) -> UsageMeter:
-        key = UsageKey.judge(question.source_ref, question.memory_type, question.project_id)
-        return UsageMeter(recorder, key)
-
-    return meter_for
 
 
 async def run_reconciler(
@@ -105,8 +89,17 @@ async def run_reconciler(
         progress = Progress(store.db)
         await progress.ensure_index()
         reconciler = Reconciler(store, progress=progress)
+        # With a judge, a snapshot's types (published apart by their own extractors) are
+        # waited for briefly, so they share one judge call (SPEC I6).
+        linger = settings.reconcile.judge_linger_s if judge is not None else 0.0
         await consume(
-            source, reconciler, publisher=publisher, kafka=kafka, stop=stop, policy=POLICY
+            source,
+            reconciler,
+            publisher=publisher,
+            kafka=kafka,
+            stop=stop,
+            policy=POLICY,
+            linger_s=linger,
         )
 
 

@@ -3,8 +3,9 @@
 Traffic of three users flows; one of them is erased with ``mongomem erase user``
 while the others keep talking (and the erased user's client keeps trying) and the
 windowing stage is SIGKILLed mid-erase. Then the turns topic is replayed from offset 0
-in a new group: the erased user has zero documents in every collection, and the two
-others have exactly what they had before the replay.
+in a new group: the erased user has zero documents in every collection (their stored
+extraction answers included), and the two others have exactly what they had before the
+replay, which asked the LLM nothing (every answer was stored).
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ async def test_erase_during_traffic_then_replay_from_zero_brings_nothing_back(
             return await _has_airport(memory, GONE)
 
         await wait_until(gone_learned, 240, "the erased user's first memories", every=1.0)
+        async with client(pipeline) as mongo:  # SPEC I6: stored answers are derived data too
+            stored_before = await mongo[pipeline.database][EXTRACTIONS].count_documents(
+                {"user_id": GONE}
+            )
+        assert stored_before > 0  # ... so the erasure has them to remove (checked below)
 
         async def erase_now() -> subprocess.CompletedProcess[bytes]:
             await asyncio.sleep(0.3)  # the second sessions are flowing

@@ -2,6 +2,9 @@
 
 * Nothing lost, nothing duplicated: a seeded workload across users and
   sessions while every stage is SIGKILLed at least five times and restarted.
+  Exact accounting too (issue 24): every request the counting endpoint
+  received, extraction and judge alike, has exactly one record in
+  ``llm_usage``; a record without a request is one cut off by a kill.
 * Replaying the turns topic from offset 0 in a new group adds nothing.
 * A broker restart and a MongoDB-compatible server restart mid-run: the
   pipeline resumes and reaches the same end state.
@@ -15,6 +18,7 @@ import random
 import pytest
 
 from mongomem.adapters.mongo import LEDGER, MEMORIES, SNAPSHOTS
+from mongomem.operations.usage import LLM_USAGE
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.testing.harness import (
     STAGES,
@@ -150,6 +154,24 @@ async def check_history(memory: AsyncMemory) -> None:
         assert "Boston" in history[0].text
 
 
+async def check_accounting(pipe: Pipeline) -> None:
+    """Each request the endpoint received appears exactly once in ``llm_usage`` (its call
+    id is the record's ``_id``); a record no request matches was cut off by a kill between
+    its insert and the send, and says so (``started``); the judge's calls are among them."""
+    received = [r.call_id for r in pipe.llm.chat_requests]
+    assert all(received), "a request without its call id"
+    assert len(set(received)) == len(received)  # no id sent twice
+    async with client(pipe) as mongo:
+        calls = {d["_id"]: d async for d in mongo[pipe.database][LLM_USAGE].find({"kind": "call"})}
+    assert set(received) <= set(calls)  # every request is recorded (and once: by _id)
+    unsent = [calls[i] for i in set(calls) - set(received)]
+    assert all(d["state"] == "started" and d["answers"] == 0 for d in unsent), unsent
+    purposes = {calls[i]["purpose"] for i in received}
+    assert purposes == {"extract", "judge"}, purposes
+    answered = sum(d["answers"] for d in calls.values())
+    assert answered <= len(received)  # a call cut off by a kill is never counted twice
+
+
 async def test_sigkill_every_stage_nothing_lost_nothing_duplicated(pipeline: Pipeline) -> None:
     random.seed(7)
     memory = AsyncMemory(project_id=PROJECT, settings=pipeline.settings)
@@ -186,6 +208,7 @@ async def test_sigkill_every_stage_nothing_lost_nothing_duplicated(pipeline: Pip
         await asyncio.sleep(3)  # let anything the replay republished go through
         await settle(pipeline, memory)
         assert await counts(pipeline) == before
+        await check_accounting(pipeline)
     finally:
         await memory.close()
 

@@ -24,7 +24,9 @@ from mongomem.settings import LLMSettings, ModelPrice, Settings, load_settings
 pytestmark = pytest.mark.integration
 
 
-def finished(key: UsageKey, outcome: str, at: object, *, reused: bool = False) -> UsageRecord:
+def finished(
+    key: UsageKey, outcome: str, at: object, *, reused: bool = False, asked: str | None = None
+) -> UsageRecord:
     return UsageRecord(
         snapshot_id=key.ref,
         memory_type=key.name,
@@ -40,6 +42,7 @@ def finished(key: UsageKey, outcome: str, at: object, *, reused: bool = False) -
         outcome=outcome,
         at=at,  # type: ignore[arg-type]
         reused=reused,
+        asked=None if reused else asked or "new",
     )
 
 
@@ -56,7 +59,7 @@ async def fill(settings: Settings, mongo: AsyncMongoClient[Document]) -> None:
     await recorder.record(finished(semantic, "ok", now))
     dead = UsageKey.snapshot("snap-2", "episodic", "proj")
     await recorder.call_started(dead, "call-d", now)  # cut off by a kill: started, never finished
-    await recorder.record(finished(dead, "dead-letter", now))
+    await recorder.record(finished(dead, "dead-letter", now, asked="prompt+model"))
     again = UsageKey.snapshot("snap-3", "episodic", "proj")
     await recorder.record(finished(again, "ok", now, reused=True))  # a stored answer: no call
     judge = UsageKey.judge("snap-1", "semantic", "proj")
@@ -133,8 +136,9 @@ async def test_status_shows_the_last_hour_per_purpose_with_cost_and_reuse(
     assert table["extract:semantic"] == ["2", "0", "2000", "200", "0.000420"]
     assert table["extract:episodic"] == ["1", "1", "0", "0", "0.000000"]
     assert table["answer"][:4] == ["1", "0", "500", "50"]
-    assert table["episodic"] == ["1", "1", "1"]  # asked the LLM, reused, dead letters
-    assert table["semantic"] == ["1", "0", "0"]
+    # asked the LLM, reused, dead letters, and why it asked (issue 24)
+    assert table["episodic"] == ["1", "1", "1", "prompt+model", "1"]
+    assert table["semantic"] == ["1", "0", "0", "new", "1"]
 
 
 async def test_status_says_when_usage_cannot_be_read(settings: Settings) -> None:

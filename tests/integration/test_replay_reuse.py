@@ -103,4 +103,5 @@ async def test_a_replay_pays_nothing_and_re_extract_pays_once_per_snapshot_and_t
     runs = await db[LLM_USAGE].find({"kind": "extraction"}).to_list()
     assert len(runs) == 6
     assert all((d["runs"], d["fresh"], d["reused"]) == (3, 2, 1) for d in runs)
+    assert {d["last_asked"] for d in runs} == {"re-extract"}  # status says why it asked
     assert await db[EXTRACTIONS].count_documents({}) == 6  # one per snapshot and type

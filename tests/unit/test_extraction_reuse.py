@@ -90,19 +90,27 @@ async def test_another_model_mode_or_re_extract_asks_again() -> None:
     results = MemoryExtractionResults()
     snapshot = make_snapshot([("user", "My home airport is Boston.")])
     with FakeOpenAIServer() as server:
-        await extract(server, results, snapshot)
+        _, _, first = await extract(server, results, snapshot)
         assert len(server.chat_requests) == 1
-        await extract(server, results, snapshot, model="gpt-other")
+        _, _, other_model = await extract(server, results, snapshot, model="gpt-other")
         assert len(server.chat_requests) == 2
-        await extract(server, results, snapshot, mode="tools")
+        _, _, other_mode = await extract(server, results, snapshot, mode="tools")
         assert len(server.chat_requests) == 3
         server.script(Answer(OTHER))
-        _, sent, _ = await extract(server, results, snapshot, re_extract=True)
+        _, sent, forced = await extract(server, results, snapshot, re_extract=True)
         assert len(server.chat_requests) == 4
+        # each run records why it asked (status shows it, issue 24)
+        assert [u.records[0].asked for u in (first, other_model, other_mode, forced)] == [
+            "new",
+            "model",
+            "mode",
+            "re-extract",
+        ]
         assert texts(sent) == ["The user's home airport is Denver."]
         # the re-extracted answer replaced the stored one: reused from now on
-        _, sent_after, _ = await extract(server, results, snapshot)
+        _, sent_after, reused = await extract(server, results, snapshot)
         assert len(server.chat_requests) == 4
+        assert reused.records[0].asked is None  # not asked
         assert texts(sent_after) == ["The user's home airport is Denver."]
     assert len(results.documents) == 3  # one per (model, mode)
 
@@ -123,8 +131,9 @@ async def test_a_new_prompt_version_asks_again() -> None:
     )
     with FakeOpenAIServer() as server:
         await extract(server, results, snapshot, spec=spec)
-        await extract(server, results, snapshot, spec=bumped)
+        _, _, usage = await extract(server, results, snapshot, spec=bumped)
         assert len(server.chat_requests) == 2
+    assert usage.records[0].asked == "prompt"
     assert len(results.documents) == 2
 
 
@@ -141,5 +150,19 @@ async def test_an_answer_that_no_longer_fits_the_schema_is_asked_again() -> None
         await extract(server, results, snapshot)
         (doc,) = results.documents.values()
         doc["value"] = {"items": [{"unexpected": 1}]}
-        await extract(server, results, snapshot)
+        _, _, usage = await extract(server, results, snapshot)
         assert len(server.chat_requests) == 2
+    assert usage.records[0].asked == "invalid"
+
+
+def test_why_asked_names_what_changed_against_the_nearest_stored_key() -> None:
+    from mongomem.stages.extractor.results import ResultKey, why_asked
+
+    key = ResultKey("snap", "semantic", "p2", "s1", "m2", "auto")
+    old_prompt = ResultKey("snap", "semantic", "p1", "s1", "m2", "auto")
+    old_both = ResultKey("snap", "semantic", "p1", "s0", "m1", "auto")
+    assert why_asked(key, []) == "new"
+    assert why_asked(key, [old_both]) == "prompt+schema+model"
+    assert why_asked(key, [old_both, old_prompt]) == "prompt"  # the nearest one
+    assert why_asked(key, [key]) == "invalid"
+    assert why_asked(key, [key], re_extract=True) == "re-extract"

@@ -130,8 +130,7 @@ async def test_a_failed_batch_means_asking_alone() -> None:
 
 
 async def test_every_judge_call_is_recorded_with_purpose_judge() -> None:
-    from mongomem.operations.usage import MemoryUsageRecorder
-    from mongomem.stages.reconciler import judge_meters
+    from mongomem.operations.usage import MemoryUsageRecorder, judge_meters
 
     usage = MemoryUsageRecorder()
     with FakeOpenAIServer() as server:

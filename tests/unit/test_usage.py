@@ -181,8 +181,17 @@ def test_the_status_table_shows_cost_only_with_prices() -> None:
 def test_the_runs_table_shows_fresh_calls_and_reuse() -> None:
     lines = runs_table([RunRow("semantic", runs=5, fresh=2, reused=3, dead_letters=1)])
     assert "reused" in lines[0]
-    assert lines[1].split() == ["semantic", "2", "3", "1"]
+    assert lines[1].split() == ["semantic", "2", "3", "1", "-"]
     assert runs_table([]) == []
+
+
+def test_the_runs_table_says_why_the_llm_was_asked() -> None:
+    row = RunRow("semantic", runs=4, fresh=3, reused=1, dead_letters=0)
+    row = RunRow(**{**row.__dict__, "why": {"new": 1, "prompt": 2}})
+    lines = runs_table([row])
+    assert "why asked" in lines[0]
+    assert lines[1].split() == ["semantic", "3", "1", "0", "new", "1,", "prompt", "2"]
+    assert "re-extract = --re-extract" in lines[-1]
 
 
 def test_unset_prices_price_nothing() -> None:
