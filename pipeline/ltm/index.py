@@ -469,8 +469,10 @@ class IndexCache:
             entry = await self._log.find_one({"_id": scope_log_id(scope, memory_type)})
             rev = int(entry["rev"]) if entry else 0
             index.deletes = int(entry.get("deletes", 0)) if entry else 0
-            if rev == index.rev:
-                index.read_at = sent
+            if rev == index.rev or (entry is None and index.rev < 0):
+                # Same revision; or a scope never written (every write bumps its log
+                # entry): nothing to load, and no scan of the collection for it.
+                index.rev, index.read_at = rev, sent
                 return index
             logged: list[Doc] = list(entry.get("log", [])) if entry else []
             gap = rev - index.rev

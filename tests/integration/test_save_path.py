@@ -150,3 +150,19 @@ async def test_a_save_sees_what_another_process_wrote_before_it(settings: Settin
         seen = await ana_two.save_semantic("home", "ana lives in Porto.")
     assert seen.action == "REINFORCE"
     assert embedder.scope_read_meanwhile == [True, True]
+
+
+async def test_the_first_save_of_a_new_user_reads_no_memories(settings: Settings) -> None:
+    """A scope never written has no scope-log entry (every write bumps it): its index is
+    empty without a read of ``memories`` (a scan of it on mongo-java-server, issue 28)."""
+    commands = Commands()
+    monitoring.register(commands)
+    async with AsyncMemory(project_id="travel", settings=settings, embedder=EMBEDDER) as memory:
+        await memory.bind(MemoryRequestContext(user_id="ana")).save_semantic("warm", "ana.")
+        commands.sent.clear()
+        new = memory.bind(MemoryRequestContext(user_id="newcomer"))
+        saved = await new.save_semantic("home", "the newcomer lives in Braga.")
+        assert saved.action == "ADD"
+        assert ("find", MEMORIES) not in commands.sent, commands.sent
+        again = await new.save_semantic("home", "the newcomer lives in Braga.")
+    assert again.action == "REINFORCE"
