@@ -207,7 +207,8 @@ def _reading(server: MCPServer[Any], spaces: LazySpaces, agent: str) -> None:
 def _read_tool(spaces: LazySpaces, agent: str, tool: str, call: str) -> Callable[..., Any]:
     """The tool that makes ``call`` for ``agent`` (see :data:`READ_TOOLS`)."""
     op = SPACE_OPERATIONS[call]
-    fields = [f for f in op.request.model_fields if f != "agent_id"]
+    # a tool lists every space: paging (list_spaces' limit, offset) is the SDK's and HTTP's
+    fields = [f for f in op.request.model_fields if f not in ("agent_id", "limit", "offset")]
     unknown = set(fields) - set(_TOOL_PARAMETERS)
     assert not unknown, f"{call} takes {unknown}: write its tool out"
     by_agent = "agent_id" in op.request.model_fields

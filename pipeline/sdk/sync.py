@@ -11,44 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
-from datetime import datetime
-from typing import Any, Generic, Protocol, Self, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 
 from mongomem.adapters.embeddings import Embedder
 from mongomem.adapters.tls import Verify
 from mongomem.erasure.erase import ErasureResult
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.export import ExportResult, ImportResult
-from mongomem.models import Role, SessionEnd, Turn
 from mongomem.operations.progress import ProcessingStatus
-from mongomem.sdk.client import DEFAULT_CONTEXT_TYPES, AsyncBoundMemory, AsyncMemory
+from mongomem.sdk.client import AsyncBoundMemory, AsyncMemory
 from mongomem.sdk.export_io import ExportSink, ImportSource
 from mongomem.sdk.models import (
-    DeleteResult,
-    Episode,
-    MemoryContext,
-    MemoryItem,
-    MemoryPage,
     MemoryRequestContext,
-    Procedure,
-    SaveResult,
-    SearchHit,
-    SemanticMemory,
-    TaxonomicTerm,
-    VersionRecord,
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
-from mongomem.stm.search import TurnHit
-from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 log = logging.getLogger(__name__)
 
@@ -230,223 +217,70 @@ class Memory(SyncClient[AsyncMemory]):
         return self._runner.call(self._async.import_user(source, user_id=user_id), None)
 
 
+def _blocking(
+    method: Callable[Concatenate[AsyncBoundMemory, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[BoundMemory, P], T]:
+    """The blocking form of an :class:`AsyncBoundMemory` method: the same parameters
+    and docstring, the call run on the memory's loop and bounded by its ``timeout_s``."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self: BoundMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        coro: Coroutine[Any, Any, T] = getattr(self._inner, name)(*args, **kwargs)
+        return self._m._call(coro)
+
+    call.__qualname__ = f"BoundMemory.{name}"
+    call.__module__ = __name__  # documented here, as BoundMemory's own
+    return call
+
+
 class BoundMemory:
-    """The synchronous twin of :class:`~mongomem.sdk.AsyncBoundMemory`."""
+    """The synchronous twin of :class:`~mongomem.sdk.AsyncBoundMemory`.
+
+    It has every method of :class:`~mongomem.sdk.AsyncBoundMemory`, with the
+    same parameters, results and docstrings, blocking: each runs the async call
+    on the memory's loop, bounded by the memory's ``timeout_s``. Only
+    :meth:`wait_until_processed` differs (its own ``timeout`` bounds it).
+    """
 
     def __init__(self, memory: Memory, inner: AsyncBoundMemory) -> None:
         self._m = memory
         self._inner = inner
         self.identity = inner.identity
 
-    def save_semantic(
-        self, label: str, text: str, *, idempotency_key: str | None = None
-    ) -> SaveResult:
-        return self._m._call(
-            self._inner.save_semantic(label, text, idempotency_key=idempotency_key)
-        )
-
-    def get_semantic(self, label: str) -> SemanticMemory | None:
-        return self._m._call(self._inner.get_semantic(label))
-
-    def search_semantic(
-        self,
-        query: str,
-        limit: int = 5,
-        *,
-        as_of: datetime | None = None,
-        subject: str | None = None,
-    ) -> list[SearchHit[SemanticMemory]]:
-        return self._m._call(
-            self._inner.search_semantic(query, limit, as_of=as_of, subject=subject)
-        )
-
-    def save_episode(
-        self, title: str, content: str, *, idempotency_key: str | None = None
-    ) -> SaveResult:
-        return self._m._call(
-            self._inner.save_episode(title, content, idempotency_key=idempotency_key)
-        )
-
-    def search_episodes(
-        self,
-        query: str,
-        limit: int = 5,
-        *,
-        as_of: datetime | None = None,
-        subject: str | None = None,
-    ) -> list[SearchHit[Episode]]:
-        return self._m._call(
-            self._inner.search_episodes(query, limit, as_of=as_of, subject=subject)
-        )
-
-    def list_episodes(self, limit: int = 50) -> list[Episode]:
-        return self._m._call(self._inner.list_episodes(limit))
-
-    def save_procedure(
-        self,
-        procedure: str,
-        description: str,
-        content: str,
-        *,
-        idempotency_key: str | None = None,
-    ) -> SaveResult:
-        return self._m._call(
-            self._inner.save_procedure(
-                procedure, description, content, idempotency_key=idempotency_key
-            )
-        )
-
-    def discover_procedures(self, query: str, limit: int = 5) -> list[SearchHit[Procedure]]:
-        return self._m._call(self._inner.discover_procedures(query, limit))
-
-    def get_procedure(self, name: str) -> Procedure | None:
-        return self._m._call(self._inner.get_procedure(name))
-
-    def save_taxonomic(
-        self, domain: str, term: str, definition: str, *, idempotency_key: str | None = None
-    ) -> SaveResult:
-        return self._m._call(
-            self._inner.save_taxonomic(domain, term, definition, idempotency_key=idempotency_key)
-        )
-
-    def get_taxonomic_term(self, domain: str, term: str) -> TaxonomicTerm | None:
-        return self._m._call(self._inner.get_taxonomic_term(domain, term))
-
-    def search_taxonomic(
-        self, query: str, domain: str | None = None, limit: int = 5
-    ) -> list[SearchHit[TaxonomicTerm]]:
-        return self._m._call(self._inner.search_taxonomic(query, domain, limit))
-
-    def list_domains(self) -> list[str]:
-        return self._m._call(self._inner.list_domains())
-
-    def build_context(
-        self,
-        query: str,
-        *,
-        include: Sequence[str] = DEFAULT_CONTEXT_TYPES,
-        limit_per_type: int = 5,
-        max_chars: int = 4000,
-        min_score: float | None = None,
-        as_of: datetime | None = None,
-        subject: str | None = None,
-        include_turns: int = 0,
-    ) -> MemoryContext:
-        return self._m._call(
-            self._inner.build_context(
-                query,
-                include=include,
-                limit_per_type=limit_per_type,
-                max_chars=max_chars,
-                min_score=min_score,
-                as_of=as_of,
-                subject=subject,
-                include_turns=include_turns,
-            )
-        )
-
-    def search_turns(
-        self,
-        query: str,
-        limit: int = 10,
-        *,
-        sessions: Sequence[str] | None = None,
-        speaker: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        neighbours: int = 0,
-    ) -> list[TurnHit]:
-        """See :meth:`mongomem.sdk.AsyncBoundMemory.search_turns`."""
-        return self._m._call(
-            self._inner.search_turns(
-                query,
-                limit,
-                sessions=sessions,
-                speaker=speaker,
-                since=since,
-                until=until,
-                neighbours=neighbours,
-            )
-        )
-
-    def history(self, memory_id: str, *, as_of: datetime | None = None) -> list[VersionRecord]:
-        return self._m._call(self._inner.history(memory_id, as_of=as_of))
-
-    def value_as_of(self, memory_id: str, at: datetime) -> VersionRecord | None:
-        return self._m._call(self._inner.value_as_of(memory_id, at))
-
-    def delete_memory(self, memory_id: str, *, reason: str | None = None) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_memory(memory_id, reason=reason))
-
-    def delete_by_key(
-        self, memory_type: str, key: str, *, reason: str | None = None
-    ) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_by_key(memory_type, key, reason=reason))
-
-    def delete_semantic(self, label: str, *, reason: str | None = None) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_semantic(label, reason=reason))
-
-    def delete_episode(self, title: str, *, reason: str | None = None) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_episode(title, reason=reason))
-
-    def delete_procedure(self, name: str, *, reason: str | None = None) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_procedure(name, reason=reason))
-
-    def delete_taxonomic_term(
-        self, domain: str, term: str, *, reason: str | None = None
-    ) -> DeleteResult | None:
-        return self._m._call(self._inner.delete_taxonomic_term(domain, term, reason=reason))
-
-    def browse_memories(
-        self,
-        memory_type: str | None = None,
-        *,
-        status: str = "current",
-        updated_since: datetime | None = None,
-        key_prefix: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> MemoryPage:
-        return self._m._call(
-            self._inner.browse_memories(
-                memory_type,
-                status=status,
-                updated_since=updated_since,
-                key_prefix=key_prefix,
-                limit=limit,
-                cursor=cursor,
-            )
-        )
-
-    def count_memories(
-        self,
-        memory_type: str | None = None,
-        *,
-        status: str = "current",
-        updated_since: datetime | None = None,
-        key_prefix: str | None = None,
-    ) -> int:
-        return self._m._call(
-            self._inner.count_memories(
-                memory_type, status=status, updated_since=updated_since, key_prefix=key_prefix
-            )
-        )
-
-    def get_memory(self, memory_id: str) -> MemoryItem | None:
-        return self._m._call(self._inner.get_memory(memory_id))
-
-    def browse_sessions(
-        self, *, limit: int = 100, cursor: str | None = None, active_since: datetime | None = None
-    ) -> SessionPage:
-        return self._m._call(
-            self._inner.browse_sessions(limit=limit, cursor=cursor, active_since=active_since)
-        )
-
-    def browse_turns(self, *, limit: int = 100, cursor: str | None = None) -> TurnPage:
-        return self._m._call(self._inner.browse_turns(limit=limit, cursor=cursor))
-
-    def processing_status(self) -> ProcessingStatus:
-        return self._m._call(self._inner.processing_status())
+    save_semantic = _blocking(AsyncBoundMemory.save_semantic)
+    get_semantic = _blocking(AsyncBoundMemory.get_semantic)
+    search_semantic = _blocking(AsyncBoundMemory.search_semantic)
+    save_episode = _blocking(AsyncBoundMemory.save_episode)
+    search_episodes = _blocking(AsyncBoundMemory.search_episodes)
+    list_episodes = _blocking(AsyncBoundMemory.list_episodes)
+    save_procedure = _blocking(AsyncBoundMemory.save_procedure)
+    discover_procedures = _blocking(AsyncBoundMemory.discover_procedures)
+    get_procedure = _blocking(AsyncBoundMemory.get_procedure)
+    save_taxonomic = _blocking(AsyncBoundMemory.save_taxonomic)
+    get_taxonomic_term = _blocking(AsyncBoundMemory.get_taxonomic_term)
+    search_taxonomic = _blocking(AsyncBoundMemory.search_taxonomic)
+    list_domains = _blocking(AsyncBoundMemory.list_domains)
+    build_context = _blocking(AsyncBoundMemory.build_context)
+    search_turns = _blocking(AsyncBoundMemory.search_turns)
+    history = _blocking(AsyncBoundMemory.history)
+    value_as_of = _blocking(AsyncBoundMemory.value_as_of)
+    delete_memory = _blocking(AsyncBoundMemory.delete_memory)
+    delete_by_key = _blocking(AsyncBoundMemory.delete_by_key)
+    delete_semantic = _blocking(AsyncBoundMemory.delete_semantic)
+    delete_episode = _blocking(AsyncBoundMemory.delete_episode)
+    delete_procedure = _blocking(AsyncBoundMemory.delete_procedure)
+    delete_taxonomic_term = _blocking(AsyncBoundMemory.delete_taxonomic_term)
+    browse_memories = _blocking(AsyncBoundMemory.browse_memories)
+    count_memories = _blocking(AsyncBoundMemory.count_memories)
+    get_memory = _blocking(AsyncBoundMemory.get_memory)
+    browse_sessions = _blocking(AsyncBoundMemory.browse_sessions)
+    browse_turns = _blocking(AsyncBoundMemory.browse_turns)
+    processing_status = _blocking(AsyncBoundMemory.processing_status)
+    record_turn = _blocking(AsyncBoundMemory.record_turn)
+    recent_turns = _blocking(AsyncBoundMemory.recent_turns)
+    end_session = _blocking(AsyncBoundMemory.end_session)
+    list_sessions = _blocking(AsyncBoundMemory.list_sessions)
 
     def wait_until_processed(
         self, timeout: float = 60.0, *, all_turns: bool = False, poll_s: float = 0.25
@@ -457,26 +291,3 @@ class BoundMemory:
             self._inner.wait_until_processed(timeout, all_turns=all_turns, poll_s=poll_s),
             timeout + 30.0,
         )
-
-    def record_turn(
-        self,
-        role: Role | str,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-        *,
-        at: datetime | None = None,
-        speaker: str | None = None,
-    ) -> Turn:
-        return self._m._call(
-            self._inner.record_turn(role, content, metadata, at=at, speaker=speaker)
-        )
-
-    def recent_turns(self, limit: int = 50) -> list[Turn]:
-        return self._m._call(self._inner.recent_turns(limit))
-
-    def end_session(self) -> SessionEnd:
-        """See :meth:`AsyncBoundMemory.end_session <mongomem.sdk.AsyncBoundMemory.end_session>`."""
-        return self._m._call(self._inner.end_session())
-
-    def list_sessions(self, limit: int = 100) -> list[SessionSummary]:
-        return self._m._call(self._inner.list_sessions(limit))

@@ -185,7 +185,12 @@ class SearchTurnsRequest(Caller):
 
 
 class HistoryRequest(Caller):
+    """A memory's versions in the order of the world; ``offset``/``limit`` page them
+    (``limit`` unset: every version from ``offset``)."""
+
     memory_id: str
+    offset: int = Field(default=0, ge=0, le=1_000_000)
+    limit: int | None = Field(default=None, ge=1, le=1000)
 
 
 class DeleteRequest(Caller):

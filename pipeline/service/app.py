@@ -200,7 +200,9 @@ async def _dispatch(t: MemoryTransport, op: str, who: Identity, a: Caller) -> An
         case ListRequest():
             return await t.list_memories(who, a.memory_type, a.limit, a.domain)
         case HistoryRequest():
-            return await t.history(who, a.memory_id)
+            versions = await t.history(who, a.memory_id)  # ordered by the world: then paged
+            end = None if a.limit is None else a.offset + a.limit
+            return versions[a.offset : end]
         case DeleteRequest():
             return await t.delete(who, a.memory_id, a.reason)
         case DeleteByKeyRequest():

@@ -80,6 +80,8 @@ log = logging.getLogger(__name__)
 KAFKA_WAIT_S = 10.0
 #: The most recent dead letters read from each partition of each stage's topic.
 DEAD_LETTERS_PER_PARTITION = 50
+#: The largest ``offset`` a paged inspector route takes.
+MAX_OFFSET = 1_000_000
 #: Snapshot or decision-log not found in the key's project.
 NOT_FOUND = "NotFound"
 
@@ -131,7 +133,8 @@ class DecisionLog(_View):
 
     memory_id: str
     thresholds: Thresholds
-    decisions: list[DecisionRecord]
+    decisions: list[DecisionRecord] = Field(description="this page of them (offset, limit)")
+    total: int = Field(default=0, description="how many decisions the memory has in all")
 
 
 class SnapshotView(_View):
@@ -179,7 +182,12 @@ class PipelineStatus(_View):
 
     groups: list[GroupLagView]
     dead_letter_counts: dict[str, int] = Field(description="records ever written, all projects")
-    dead_letters: list[DeadLetterView] = Field(description="the project's recent ones")
+    dead_letters: list[DeadLetterView] = Field(
+        description="the project's recent ones: this page of them (offset, limit)"
+    )
+    project_dead_letters: int = Field(
+        default=0, description="how many recent ones of the project there are in all"
+    )
     hidden_dead_letters: int = Field(description="recent ones of other projects or unreadable")
     processes: list[StageProcessView] = Field(description="local stage processes (mongomem up)")
     restarts: list[StageRestarts] = Field(description="restarts of each stage, as recorded")
@@ -199,9 +207,14 @@ async def _run(op: Any) -> Any:
 
 
 async def list_users(
-    settings: Settings, client: Any, project: str, limit: int
+    settings: Settings, client: Any, project: str, limit: int, offset: int = 0
 ) -> list[UserSummary]:
-    """The project's users (from turns and from memories), by id, the first ``limit``.
+    """The project's users (from turns and from memories), by id: ``limit`` of them from
+    the ``offset``-th (a page; fewer than ``limit``: the last one).
+
+    ``memories`` counts by the rule of the user's page (``browse/memories``): the
+    user's own current memories plus the project's (taxonomic terms, listed on every
+    user's page); ``project_memories`` says how many of them are the project's.
 
     Two aggregations over the project's turns and current memories: the cost
     grows with the project's size (fine for inspection, not for a hot path).
@@ -256,7 +269,7 @@ async def list_users(
             project_memories=shared,
             last_activity=u["last"],
         )
-        for uid, u in sorted(users.items())[:limit]
+        for uid, u in sorted(users.items())[offset : offset + limit]
     ]
 
 
@@ -304,8 +317,14 @@ def _project_of_letter(letter: DeadLetter) -> str | None:
     return project if isinstance(project, str) else None
 
 
-async def pipeline_status(settings: Settings, client: Any, project: str) -> PipelineStatus:
-    """Lag per consumer group, dead letters, restarts, local processes (see the module doc)."""
+async def pipeline_status(
+    settings: Settings, client: Any, project: str, limit: int = 1000, offset: int = 0
+) -> PipelineStatus:
+    """Lag per consumer group, dead letters, restarts, local processes (see the module doc).
+
+    The project's recent dead letters are paged (``limit`` from the ``offset``-th, in
+    the order they were read); ``project_dead_letters`` counts them all.
+    """
     problems: list[str] = []
     restarts = await read_restarts(database(client, settings.mongodb))
     groups: list[GroupLagView] = []
@@ -367,7 +386,8 @@ async def pipeline_status(settings: Settings, client: Any, project: str) -> Pipe
     return PipelineStatus(
         groups=groups,
         dead_letter_counts=counts,
-        dead_letters=mine,
+        dead_letters=mine[offset : offset + limit],
+        project_dead_letters=len(mine),
         hidden_dead_letters=hidden,
         processes=processes,
         restarts=restarts,
@@ -385,10 +405,12 @@ def inspector_router() -> APIRouter:
     async def users(
         request: Request,
         project: Project,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+        limit: Annotated[int, Query(ge=1, le=1000, description="users in this page")] = 200,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="users skipped, by id")] = 0,
     ) -> Response:
         backend = backend_of(request)
-        return result(await list_users(backend.settings, backend.client, project, limit))
+        found = await list_users(backend.settings, backend.client, project, limit, offset)
+        return result(found)
 
     @router.get(
         "/memories/{memory_id}/decisions",
@@ -399,16 +421,23 @@ def inspector_router() -> APIRouter:
         request: Request,
         project: Project,
         memory_id: Annotated[str, Path(min_length=1, max_length=1024)],
+        limit: Annotated[int, Query(ge=1, le=1000, description="decisions in this page")] = 1000,
+        offset: Annotated[
+            int, Query(ge=0, le=MAX_OFFSET, description="decisions skipped, oldest first")
+        ] = 0,
     ) -> Response:
         backend = backend_of(request)
         db = database(backend.client, backend.settings.mongodb)
         memory_id = check_memory_id(segment(memory_id))  # the rule of every memory route
         query = {"memory_id": memory_id, "scope.project_id": project}
-        docs = await _run(db[DECISIONS].find(query).sort([("at", 1), ("_id", 1)]).to_list(1000))
+        order = [("at", 1), ("_id", 1)]
+        docs = await _run(db[DECISIONS].find(query).sort(order).skip(offset).to_list(limit))
+        total = await _run(db[DECISIONS].count_documents(query))
         log_ = DecisionLog(
             memory_id=memory_id,
             thresholds=Thresholds.from_settings(backend.settings.reconcile),
             decisions=[_decision(d) for d in docs],
+            total=total,
         )
         return result(log_)
 
@@ -446,9 +475,15 @@ def inspector_router() -> APIRouter:
         response_model=Answer[PipelineStatus],
         summary="Consumer lag per group, the project's dead letters, local stage processes",
     )
-    async def pipeline(request: Request, project: Project) -> Response:
+    async def pipeline(
+        request: Request,
+        project: Project,
+        limit: Annotated[int, Query(ge=1, le=1000, description="dead letters in this page")] = 1000,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="dead letters skipped")] = 0,
+    ) -> Response:
         backend = backend_of(request)
-        return result(await pipeline_status(backend.settings, backend.client, project))
+        status = await pipeline_status(backend.settings, backend.client, project, limit, offset)
+        return result(status)
 
     return router
 

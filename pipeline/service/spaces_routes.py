@@ -224,11 +224,16 @@ def _endpoint(name: str, op: SpaceOperation) -> Any:
     params += [inspect.Parameter(f, keyword, annotation=str) for f in op.path_fields]
     for f in op.in_query:
         info = op.request.model_fields[f]
-        query = Query(description=info.description)
+        if info.annotation in (int, int | None):  # a number: typed, with its bounds
+            bounds = {
+                k: getattr(m, k) for m in info.metadata for k in ("ge", "le") if hasattr(m, k)
+            }
+            query = Query(description=info.description, **bounds)
+            kind: Any = int | None
+        else:
+            query, kind = Query(description=info.description), str | None
         params.append(
-            inspect.Parameter(
-                f, keyword, default=info.default, annotation=Annotated[str | None, query]
-            )
+            inspect.Parameter(f, keyword, default=info.default, annotation=Annotated[kind, query])
         )
     if body is not None:
         params.append(inspect.Parameter("args", keyword, annotation=Annotated[body, Body()]))

@@ -51,6 +51,10 @@ from mongomem.spaces.transfer import TransferCalls
 
 __all__ = ["AsyncSpaces"]
 
+#: The most spaces one page of :meth:`AsyncSpaces.list_spaces` holds, and its largest offset.
+MAX_PAGE = 1000
+MAX_OFFSET = 1_000_000
+
 
 class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, RekeyCalls):
     """Memory spaces of ``project_id``.
@@ -185,9 +189,17 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
         count = await store.count_items(self.project_id, space.space_id)
         return space.model_copy(update={"item_count": count})
 
-    async def list_spaces(self) -> list[Space]:
+    async def list_spaces(self, *, limit: int | None = None, offset: int = 0) -> list[Space]:
+        """The project's spaces by id, with their item counts: ``limit`` of them from the
+        ``offset``-th (a page; every space without ``limit``)."""
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE
+        ):
+            raise InputError(f"limit: a whole number from 1 to {MAX_PAGE}", field="limit")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+            raise InputError(f"offset: a whole number from 0 to {MAX_OFFSET}", field="offset")
         store, _ = await self._ready()
-        docs = await store.list_spaces(self.project_id)
+        docs = await store.list_spaces(self.project_id, limit, offset)
         return [
             space_from_doc(d, await store.count_items(self.project_id, d["space_id"])) for d in docs
         ]

@@ -83,10 +83,14 @@ class SpaceStore:
         except PyMongoError as exc:
             raise StorageError(f"MongoDB read failed: {exc}") from exc
 
-    async def list_spaces(self, project_id: str) -> list[Document]:
+    async def list_spaces(
+        self, project_id: str, limit: int | None = None, offset: int = 0
+    ) -> list[Document]:
+        """The project's spaces by id: ``limit`` of them from the ``offset``-th (all without)."""
         try:
             cursor = self.spaces.find({"project_id": project_id}).sort("space_id", ASCENDING)
-            return await cursor.to_list()
+            cursor = cursor.skip(offset)
+            return await cursor.to_list(limit)
         except PyMongoError as exc:
             raise StorageError(f"MongoDB read failed: {exc}") from exc
 

@@ -13,8 +13,6 @@ the key's project.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from chromium import chromium_path as chromium_path  # test_docs_page imports it here
 from pydantic import SecretStr
 from pymongo import AsyncMongoClient
 
@@ -57,18 +56,6 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "inspector"
 TRIP = SessionKey(project_id=PROJECT, user_id="ada", session_id="trip-1")
 SNAP = Snapshot.make_id(TRIP, 1, 2)
 SNAP_2 = Snapshot.make_id(TRIP, 3, 3)
-
-
-def chromium_path() -> str | None:
-    """The system Chromium (``make setup`` installs it), or ``MONGOMEM_CHROMIUM``."""
-    given = os.environ.get("MONGOMEM_CHROMIUM")
-    if given:
-        return given
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def with_keys(settings: Settings) -> Settings:
@@ -311,7 +298,7 @@ async def test_every_view_in_chromium(url: str, browser: Any) -> None:
     await page.click("#login button")
     await ready("#/users")
     assert await page.evaluate("sessionStorage.getItem('mongomem.inspector.key')") == KEY
-    users = await page.inner_text("#view")
+    users = await page.inner_text("#users")  # the list ("every" of the note has "eve" in it)
     assert "ada" in users
     assert "bob" in users
     assert "eve" not in users
@@ -393,11 +380,13 @@ async def test_search_counts_and_recall_in_chromium(
     await page.click("#login button")
     await page.wait_for_selector('#view[data-ready="#/users"]', timeout=20_000)
     row = await page.inner_text("#view tr:has(a:text-is('ada'))")
-    counted = int(row.split("\t")[3])
+    assert row.split("\t")[3] == "2 (1 shared by the project)"  # the rule, said
     await page.click("text=ada")
     await page.wait_for_selector('#view[data-ready="#/user/ada"]', timeout=20_000)
     listed = await page.locator("#view td a[href^='#/memory/']").count()  # before a search
-    assert counted == listed == 2  # home-airport and the project's red-eye
+    assert listed == 2  # home-airport and the project's red-eye
+    heading = await page.inner_text("#memory-count")
+    assert heading == "Memories: 2, 1 shared by the project (taxonomic terms)"
 
     assert await page.input_value("#search-type") == ""  # "all types" is the default
     await page.fill("#search-query", "overnight flight red-eye")

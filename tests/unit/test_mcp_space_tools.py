@@ -73,7 +73,7 @@ class RecordingSpaces:
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.closed = 0
 
-    async def list_spaces(self) -> list[Space]:
+    async def list_spaces(self, *, limit: int | None = None, offset: int = 0) -> list[Space]:
         self.calls.append(("list_spaces", (), {}))
         now = utcnow()
         return [

@@ -12,8 +12,9 @@ from mongomem.spaces.models import AddResult, EscalationDecision, FeedbackView, 
 class SpaceCalls:
     _async: SpacesTransport
     def _call(self, coro: Coroutine[Any, Any, Any]) -> Any: ...
-    def list_spaces(self) -> list[Space]:
-        """The project's spaces, with their item counts."""
+    def list_spaces(self, *, limit: int | None = None, offset: int = 0) -> list[Space]:
+        """The project's spaces by id, with their item counts: ``limit`` of them from the
+        ``offset``-th (a page; every space without ``limit``)."""
     def create_space(self, space_id: str, *, keys: KeysArg, name: str | None = None, description: str = '', kind: SpaceKind = 'episodic', recall: RecallSettings | Mapping[str, Any] | None = None, encrypted: bool = False) -> Space:
         """A new space. ``encrypted`` is fixed now: it can never be changed."""
     def import_space(self, lines: Iterable[str], *, space_id: str | None = None, encrypted: bool | None = None, reembed: Literal['auto', 'always'] = 'auto') -> Space:

@@ -65,8 +65,9 @@ class SpacesTransport(Protocol):
         """One space, with its current item count."""
         _not_derived()
 
-    async def list_spaces(self) -> list[Space]:
-        """The project's spaces, with their item counts."""
+    async def list_spaces(self, *, limit: int | None = None, offset: int = 0) -> list[Space]:
+        """The project's spaces by id, with their item counts: ``limit`` of them from the
+        ``offset``-th (a page; every space without ``limit``)."""
         _not_derived()
 
     async def update_space(

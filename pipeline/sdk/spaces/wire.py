@@ -23,7 +23,7 @@ need a JSON form of their own:
 ======================================================  ==================================
 route                                                   call (result)
 ======================================================  ==================================
-``GET    /v1/spaces``                                   ``list_spaces`` ([Space])
+``GET    /v1/spaces?limit=&offset=``                    ``list_spaces`` ([Space], by id)
 ``POST   /v1/spaces``                                   ``create_space`` (Space, 201)
 ``POST   /v1/spaces/import?space_id=&encrypted=&reembed=``  ``import_space`` (Space, 201);
                                                         the body is the NDJSON export
@@ -188,6 +188,13 @@ class SpacesRequest(BaseModel):
 
 class NoArguments(SpacesRequest):
     pass
+
+
+class ListSpacesRequest(SpacesRequest):
+    """A page of the project's spaces, by id."""
+
+    limit: int | None = Field(default=None, ge=1, le=1000, description="spaces in the page")
+    offset: int = Field(default=0, ge=0, le=1_000_000, description="spaces skipped, by id")
 
 
 class SpaceRequest(SpacesRequest):
@@ -380,7 +387,9 @@ _ITEM = "/{space_id}/items/{item_id}"
 
 #: Call → how it travels. The service serves exactly these, in this order.
 SPACE_OPERATIONS: dict[str, SpaceOperation] = {
-    "list_spaces": SpaceOperation("GET", "", NoArguments, list[Space], "The project's spaces"),
+    "list_spaces": SpaceOperation(
+        "GET", "", ListSpacesRequest, list[Space], "The project's spaces by id, paged"
+    ),
     "create_space": SpaceOperation(
         "POST", "", CreateSpaceRequest, Space, "Create a space", status=201
     ),
