@@ -246,7 +246,12 @@ class OperationTimeBackend implements MongoBackend {
             Document spec = (Document) ((Document) ((List<?>) query.get("pipeline")).get(0))
                     .get("$changeStream");
             from = openedAt(spec, before);
-            if (from != before && lost(from)) {  // a fresh stream starts now: never lost
+            BsonTimestamp dropped = lastDropped;
+            if (from == before) {  // a fresh stream starts now: after all that was dropped
+                if (dropped != null && dropped.compareTo(from) > 0) {
+                    from = dropped;
+                }
+            } else if (lost(from)) {
                 throw historyLost("this change stream's resume point is older than the oplog");
             }
         }
