@@ -54,6 +54,12 @@ test-integration: setup ## Integration tests against real servers
 test-e2e: setup ## End-to-end tests: stages as processes, faults injected
 	$(PY) -m pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
+# Each framework integration alone (SPEC N3): its extra in a fresh virtualenv, its tests
+# there against one pair of servers (tests/integration/test_integration_extras.py).
+# Minutes per extra, so `make test` skips these; CI (.ci/run) runs this after it.
+test-extras: setup ## Each integration's extra alone in a fresh venv, with its tests (CI)
+	MONGOMEM_TEST_EXTRAS=all $(PY) -m pytest tests/integration/test_integration_extras.py -rP $(PYTEST_ARGS)
+
 TEST_MYPY = --allow-untyped-defs --allow-untyped-calls --allow-incomplete-defs
 
 # mypy, import-linter and mkdocstrings read the package as installed: mongomem =
@@ -106,6 +112,6 @@ bench: setup ## Run the benchmarks; results go to bench/RESULTS.md
 clean: ## Remove the virtualenv, caches and local server state
 	rm -rf $(VENV) .mongomem .pytest_cache .mypy_cache .ruff_cache .typecheck site
 
-.PHONY: help setup chromium layout test test-unit test-property test-integration test-e2e lint \
+.PHONY: help setup chromium layout test test-unit test-property test-integration test-e2e test-extras lint \
 	docs docs-serve format \
 	infra-up infra-down infra-status run stop bench clean

@@ -13,6 +13,8 @@ Errors of pymongo, aiokafka and openai are translated at the adapter boundary
     ├── InputError                   a caller's bad input; nothing stored  (final)
     │   ├── MessageDecodeError       bytes on a topic that are not ours    (final)
     │   ├── BodyTimeout              a request body stalled or took too long (final)
+    │   ├── StateConflict            well-formed, but the stored state refuses
+    │                                it (a space's kind, a turn's order) (final)
     │   └── Unmappable               a framework's call (LangGraph store, …)
     │                                that memory cannot store as asked     (final)
     ├── InfraError                   a local server could not be started   (final)
@@ -71,6 +73,7 @@ __all__ = [
     "ReconciliationError",
     "ResumeTokenLost",
     "ScopeError",
+    "StateConflict",
     "StorageError",
     "Unmappable",
     "WriteConflict",
@@ -111,6 +114,16 @@ class BodyTimeout(InputError):
 
     def __init__(self, message: str, *, field: str | None = "body") -> None:
         super().__init__(message, field=field)
+
+
+class StateConflict(InputError):
+    """A request any schema would call well formed that the stored state (or the
+    deployment) refuses (HTTP 409): a space of another kind, an agent not attached, a
+    space that exists already or has no key to rotate, an encrypted space where the
+    deployment has no key, inputs that give none of the space's search keys, a turn
+    earlier than its session's last one, a cursor that no listing like this one returned.
+    Nothing was stored; sending the same again fails the same way until the state
+    changes."""
 
 
 class Unmappable(InputError):

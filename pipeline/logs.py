@@ -11,8 +11,9 @@ three kinds of line: one when the stage loses it (``lost Kafka: …``), a
 summary at most once per :data:`OUTAGE_SUMMARY_S` while it lasts (``Kafka still
 unreachable after 65 s …``), and one when it is back (``Kafka is back after …``,
 from :func:`dependency_ok`, which the stage runtime calls when work that needed
-it succeeded). Everything else the outage makes the stage or its libraries say
-is counted, not written.
+it succeeded, and when its probe of an open outage (:func:`open_outages`) finds
+the dependency answering again, with no traffic at all). Everything else the
+outage makes the stage or its libraries say is counted, not written.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "configure_logging",
     "dependency_of",
     "dependency_ok",
+    "open_outages",
 ]
 
 #: At most one WARNING-or-worse line per kind of message per this many seconds.
@@ -133,6 +135,11 @@ class OutageLog(logging.Filter):
 
 
 _outages: list[OutageLog] = []
+
+
+def open_outages() -> set[str]:
+    """The dependencies whose outage is open (told as lost, not yet back)."""
+    return {dependency for outage in _outages for dependency in outage._down}
 
 
 def dependency_ok(*dependencies: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -44,6 +44,7 @@ __all__ = [
     "Speaker",
     "Turn",
     "Watermark",
+    "ceil_millisecond",
     "check_identifier",
     "check_speaker",
     "check_valid_range",
@@ -54,6 +55,7 @@ __all__ = [
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+_SPEAKER_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: How deep a caller's JSON (turn metadata, a space item's outputs) may nest.
 MAX_JSON_DEPTH = 32
@@ -109,15 +111,20 @@ MAX_SPEAKER = 128
 def check_speaker(value: str) -> str:
     """Return ``value`` if it is a valid speaker name, else raise ``ValueError`` saying why.
 
-    A speaker is 1–128 characters, not blank, with no control characters
-    (newlines included: the name is shown to the model inside the conversation).
+    A speaker is 1–128 characters, not blank, with no control characters — C0 and
+    C1 alike (newlines included, and U+0085: the name is shown to the model inside
+    the conversation) — and no invisible or bidirectional format character
+    (:func:`~mongomem.identifiers.invisible_character`: a name must read as it is).
     """
     if not value.strip():
         raise ValueError("must not be empty or blank")
     if len(value) > MAX_SPEAKER:
         raise ValueError(f"must be at most {MAX_SPEAKER} characters")
-    if _CONTROL.search(value):
+    if _SPEAKER_CONTROL.search(value):
         raise ValueError("must not contain control characters")
+    why = invisible_character(value)
+    if why is not None:
+        raise ValueError(why)
     return value
 
 
@@ -135,6 +142,16 @@ def check_valid_range(valid_from: date | None, valid_to: date | None) -> None:
 def utcnow() -> datetime:
     """The current time, timezone-aware (UTC)."""
     return datetime.now(UTC)
+
+
+def ceil_millisecond(at: datetime) -> datetime:
+    """``at`` rounded *up* to the millisecond, the precision MongoDB keeps.
+
+    A time stored as written would be cut down to its millisecond and could then
+    read as earlier than a moment taken after it (a direct save's evidence time
+    against a later ``as_of``, SPEC L5); rounded up it never does."""
+    cut = at.replace(microsecond=at.microsecond // 1000 * 1000)
+    return cut if cut == at else cut + timedelta(milliseconds=1)
 
 
 def stable_id(prefix: str, *parts: object) -> str:

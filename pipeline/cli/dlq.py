@@ -17,10 +17,12 @@ import argparse
 import asyncio
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mongomem.errors import InputError
-from mongomem.settings import Settings
+
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli"]
 

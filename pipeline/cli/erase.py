@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from mongomem.cli.options import add_project_id, add_user_id
 from mongomem.errors import BrokerError
-from mongomem.settings import Settings
 
 if TYPE_CHECKING:  # MongoDB and the erasure load when a command runs
     from mongomem.erasure.erase import ErasureResult, SessionsHook, StepHook
     from mongomem.models import SessionKey
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli", "changelog_tombstones"]
 

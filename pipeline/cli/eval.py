@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mongomem.evaluation.datasets import BENCHMARKS, read_dataset
-from mongomem.settings import Settings
+
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli"]
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mongomem.cli.options import add_project_id, add_user_id
-from mongomem.settings import Settings
+
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli", "export_command", "import_command"]
 

@@ -36,20 +36,19 @@ error prints the subcommand's usage and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mongomem.cli.failures import describe
 from mongomem.cli.options import aware_time, parse
 from mongomem.errors import MongomemError
-from mongomem.logs import configure_logging
-from mongomem.settings import Settings, load_settings, resolve_settings
+
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
 __all__ = ["STAGES", "main"]
 
@@ -114,6 +113,8 @@ async def run_all(settings: Settings, args: argparse.Namespace) -> None:
     its own restarts), and SIGTERM/SIGINT stop them all gracefully. A stage that
     ends on a final error ends the others.
     """
+    import asyncio
+
     tasks = [asyncio.create_task(_load_stage(name)(settings, args), name=name) for name in STAGES]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -129,8 +130,12 @@ async def run_all(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    configure_logging(args.stage, settings.log_level)
+    import asyncio
+
+    from mongomem.logs import configure_logging
     from mongomem.metrics import serve_metrics
+
+    configure_logging(args.stage, settings.log_level)
 
     serve_metrics(settings.metrics_port, settings.metrics_host)
     if args.stage == "all":
@@ -175,6 +180,8 @@ def _env(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     from mongomem.cli.operate import print_status
 
     return asyncio.run(print_status(settings))
@@ -194,6 +201,8 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    import asyncio
+
     from mongomem.cli.operate import replay
 
     return asyncio.run(replay(settings, args, _load_stage(args.stage)))
@@ -356,9 +365,10 @@ def settings_for(args: argparse.Namespace) -> Settings:
     ``env``: ``local_pipeline=False``) read the environment alone. Either way an
     unknown ``MONGOMEM_*`` variable is reported once, on stderr.
     """
+    from mongomem.settings import load_settings, resolve_settings, unknown_variables
+
     if getattr(args, "local_pipeline", True):
         return resolve_settings(say=_say)
-    from mongomem.settings import unknown_variables
 
     for line in unknown_variables(os.environ):
         _say(line)
@@ -381,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        from mongomem.cli.failures import describe
+
         line = describe(exc, settings)
         if line is None:
             raise  # a defect: keep its traceback

@@ -31,13 +31,15 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from mongomem.cli.options import add_project_id, add_user_id, aware_time
 from mongomem.errors import InputError, NotReady
-from mongomem.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli", "memory_command"]
 

@@ -63,6 +63,7 @@ __all__ = [
     "print_status",
     "replay",
     "stage_groups",
+    "stage_restart_lines",
     "with_local_defaults",
 ]
 
@@ -112,6 +113,8 @@ async def print_status(settings: Settings, say: Callable[[str], None] = print) -
         say(f"local {name}: {state}")
     say(llm_line(settings))
     for line in await llm_usage_lines(settings):
+        say(line)
+    for line in await stage_restart_lines(settings):
         say(line)
     say(f"kafka: {settings.kafka.bootstrap}  topic prefix: {settings.kafka.topic_prefix}")
     for line in await kafka_lines(settings, types):
@@ -187,6 +190,32 @@ async def llm_usage_lines(settings: Settings, hours: float = 1.0) -> list[str]:
         await client.close()
     # "no LLM calls" and yet runs: every snapshot reused a stored answer
     return usage_table(rows, title=title, priced=bool(settings.llm.prices)) + runs_table(runs)
+
+
+async def stage_restart_lines(settings: Settings) -> list[str]:
+    """How often each stage restarted inside its process (``stage_restarts``, counted by
+    the stage runtime wherever the stage runs), or one line saying they are unavailable."""
+    from mongomem.operations.restarts import STAGE_RESTARTS, read_restarts
+
+    wait = min(5.0, settings.mongodb.server_selection_timeout_s)
+    mongodb = settings.mongodb.model_copy(update={"server_selection_timeout_s": wait})
+    client = connect(mongodb)
+    try:
+        rows = await asyncio.wait_for(read_restarts(database(client, mongodb)), 15)
+    except (StorageError, TimeoutError) as exc:
+        from mongomem.cli.failures import describe
+
+        reason = describe(exc, settings.model_copy(update={"mongodb": mongodb})) or exc
+        return [f"stage restarts (from {STAGE_RESTARTS}): unavailable ({reason})"]
+    finally:
+        await client.close()
+    if not rows:
+        return [f"stage restarts (from {STAGE_RESTARTS}): none"]
+    lines = [f"stage restarts (from {STAGE_RESTARTS}):"]
+    for row in rows:
+        error = row.last_error.splitlines()[0][:120] if row.last_error else ""
+        lines.append(f"  {row.stage:<24} {row.restarts}x, last {row.last_at.isoformat()}  {error}")
+    return lines
 
 
 def llm_line(settings: Settings) -> str:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mongomem.ltm.retention import retention_rules
-from mongomem.settings import Settings
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
-__all__ = ["add_cli", "expire_command", "retention_rules"]
+__all__ = ["add_cli", "expire_command"]
 
 
 def add_cli(subparsers: Any) -> None:
@@ -34,7 +34,7 @@ def add_cli(subparsers: Any) -> None:
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from mongomem.adapters.mongo import connect, database
     from mongomem.ltm import MemoryStore
-    from mongomem.ltm.retention import expire_unreinforced
+    from mongomem.ltm.retention import expire_unreinforced, retention_rules
 
     rules = retention_rules(settings)
     client = connect(settings.mongodb)  # a missing URI fails here, before any report

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from mongomem.cli.options import add_project_id
 from mongomem.errors import InputError, MongomemError
 from mongomem.logs import configure_logging
-from mongomem.settings import Settings, resolve_settings
 
 if TYPE_CHECKING:
     from mongomem.service.keys import ApiKeyInfo
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli", "keys_command", "main", "serve_command"]
 
@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_serve(parser)
     args = parser.parse_args(argv)
     try:
+        from mongomem.settings import resolve_settings
+
         return serve_command(args, resolve_settings())
     except MongomemError as exc:
         print(f"mongomem: {exc}", file=sys.stderr)

@@ -36,10 +36,12 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mongomem.errors import InputError, MongomemError, NotReady
-from mongomem.settings import Settings, resolve_settings
+
+if TYPE_CHECKING:
+    from mongomem.settings import Settings
 
 __all__ = ["add_cli", "main", "spaces_command"]
 
@@ -225,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_arguments(parser)
     args = parser.parse_args(argv)
     try:
+        from mongomem.settings import resolve_settings
+
         return spaces_command(args, resolve_settings())
     except MongomemError as exc:
         print(f"mongomem: {exc}", file=sys.stderr)

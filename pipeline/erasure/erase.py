@@ -75,7 +75,9 @@ from mongomem.erasure.prune import VersionFacts, prune
 from mongomem.erasure.register import ERASURES, NOT_ERASED_TTL_S, ErasureRegister, erasure_id
 from mongomem.errors import InputError, StorageError
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
-from mongomem.models import MemoryScope, SessionKey, utcnow
+from mongomem.ltm.plan import evidence_rank
+from mongomem.ltm.writes import HEAD, OBSERVED_RANK
+from mongomem.models import Evidence, MemoryScope, SessionKey, utcnow
 from mongomem.operations.progress import PROGRESS
 
 __all__ = [
@@ -381,7 +383,7 @@ class _Erasure:
                 )
                 for v, d in by_version.items()
             ]
-            plan = prune(facts, erased, cids)
+            plan = prune(facts, erased, cids, rank=evidence_order)
             if plan.untouched:
                 continue
             first = docs[0]
@@ -390,22 +392,52 @@ class _Erasure:
             ops: list[Any] = []
             for v, (evidence, ids) in plan.changed.items():
                 if v not in plan.removed:
-                    ops.append(
-                        UpdateOne(
-                            {"_id": by_version[v]["_id"]},
-                            {"$set": {"evidence": list(evidence), "candidate_ids": list(ids)}},
-                        )
-                    )
+                    update = {
+                        "evidence": list(evidence),
+                        "candidate_ids": list(ids),
+                        OBSERVED_RANK: evidence_order(evidence),  # its latest surviving
+                    }
+                    ops.append(UpdateOne({"_id": by_version[v]["_id"]}, {"$set": update}))
             if plan.reverted_to is not None:
+                target = by_version[plan.reverted_to]
+                remaining = [v for v in by_version if v not in plan.removed]
+                highest = max(remaining)
+                head: Doc = (
+                    {"$set": {HEAD: highest}}
+                    if highest > plan.reverted_to
+                    else {"$unset": {HEAD: ""}}
+                )
                 ops.append(
                     UpdateOne(
-                        {"_id": by_version[plan.reverted_to]["_id"]},
+                        {"_id": target["_id"]},
                         {
-                            "$set": {"status": "current", "updated_at": now},
-                            "$unset": {"superseded_at": "", "superseded_by": ""},
+                            "$set": {
+                                "status": "current",
+                                "updated_at": now,
+                                **head.get("$set", {}),
+                            },
+                            "$unset": {
+                                "superseded_at": "",
+                                "superseded_by": "",
+                                **head.get("$unset", {}),
+                            },
                         },
                     )
                 )
+                for v in plan.demoted:  # kept, but no longer the latest statement
+                    ops.append(
+                        UpdateOne(
+                            {"_id": by_version[v]["_id"]},
+                            {
+                                "$set": {
+                                    "status": "superseded",
+                                    "superseded_at": now,
+                                    "superseded_by": target["_id"],
+                                },
+                                "$unset": {HEAD: ""},
+                            },
+                        )
+                    )
                 self.reverted += 1
             if ops:
                 await _run(db[MEMORIES].bulk_write(ops, ordered=True))
@@ -428,6 +460,18 @@ class _Erasure:
                     {"$inc": {"rev": LOG_LENGTH + 1}, "$set": {"log": []}},
                 )
             )
+
+
+def evidence_order(evidence: Sequence[Doc]) -> str:
+    """The evidence rank (:func:`~mongomem.ltm.plan.evidence_rank`) of a version's latest
+    stored evidence item; ``""`` for none (or none readable)."""
+    ranks = []
+    for item in evidence:
+        try:
+            ranks.append(evidence_rank(Evidence.model_validate(item)))
+        except ValueError:
+            continue  # not readable as evidence: it does not order the version
+    return max(ranks, default="")
 
 
 async def relied_answers_expired(registered: float) -> None:

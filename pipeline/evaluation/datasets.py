@@ -8,9 +8,7 @@ and the field, and nothing is stored.
 (``locomo10.json``: ``[{sample_id, conversation: {...}, qa: [...]}]``), or
 per-conversation objects (the conversation's keys at the top level with
 ``qa`` beside them) as one file or a folder of ``*.json`` files (read in name
-order). Fields read per sample: ``sample_id``; ``speaker_a`` (that speaker's
-turns are recorded as ``user``, the other speaker's as ``assistant``, each
-prefixed with the speaker's name); ``session_<N>`` (a list of ``{speaker,
+order). Fields read per sample: ``sample_id``; ``session_<N>`` (a list of ``{speaker,
 dia_id, text, blip_caption?}``: ``dia_id`` is the turn's dataset id, kept on
 the turn for evidence recall; an image's ``blip_caption`` is read as part of
 the turn's text, ``[shares an image: …]``) and ``session_<N>_date_time``
@@ -18,7 +16,9 @@ the turn's text, ``[shares an image: …]``) and ``session_<N>_date_time``
 ``answer``, ``category`` and ``evidence`` (gold ``dia_id`` s). Questions of
 category 5 (adversarial: they carry ``adversarial_answer`` and no ``answer``)
 are left out, as in the Mem0 paper's protocol behind the published J scores.
-The summaries are not read.
+The summaries are not read. LoCoMo is a conversation between two people, neither an
+assistant: every turn is recorded as role ``user`` with its ``speaker``'s name (SPEC L3),
+its text prefixed with that name (so the raw transcript and turn search read who said it).
 
 **LongMemEval** (``longmemeval_s.json`` / ``_m`` / ``_oracle`` of
 xiaowu0162/LongMemEval): a list of items, each its own conversation with one
@@ -67,7 +67,7 @@ LOCOMO_ADVERSARIAL = 5
 
 @dataclass(frozen=True)
 class EvalTurn:
-    role: str  # "user" or "assistant"
+    role: str  # "user" or "assistant" (every LoCoMo turn: "user", with its speaker)
     content: str
     at: datetime
     #: The dataset's id of the turn (LoCoMo ``dia_id``), stored on the turn for evidence recall.
@@ -103,7 +103,10 @@ class EvalConversation:
         parts = []
         for session in self.sessions:
             parts.append(f"## {session.name} ({session.at:%Y-%m-%d %H:%M} UTC)")
-            parts.extend(f"{t.role}: {t.content}" for t in session.turns)
+            # a named speaker's text starts with the name already (LoCoMo)
+            parts.extend(
+                t.content if t.speaker else f"{t.role}: {t.content}" for t in session.turns
+            )
         return "\n".join(parts)
 
 
@@ -210,7 +213,6 @@ def read_locomo(path: Path) -> list[EvalConversation]:
         else:
             raise _bad(where, "expected a 'conversation' object or session_<N> lists")
         cid = _text(sample, "sample_id", where) if "sample_id" in sample else f"conv-{index}"
-        speaker_a = conv.get("speaker_a")
         numbers = sorted(int(m.group(1)) for k in conv if (m := _SESSION.match(k)))
         if not numbers:
             raise _bad(where, "conversation has no session_<N> lists")
@@ -234,7 +236,7 @@ def read_locomo(path: Path) -> list[EvalConversation]:
                 dia = turn.get("dia_id")
                 read.append(
                     EvalTurn(
-                        role="user" if speaker == speaker_a else "assistant",
+                        role="user",  # two people talk: no assistant (SPEC L3)
                         content=f"{speaker}: {text}",
                         at=at,
                         dataset_id=str(dia) if isinstance(dia, str | int) else None,

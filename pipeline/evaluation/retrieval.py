@@ -106,7 +106,7 @@ async def _ingest(memory: AsyncMemory, conv: EvalConversation, user: str) -> Non
         chat = memory.bind(MemoryRequestContext(user_id=user, session_id=session.name))
         for turn in session.turns:
             meta = turn_metadata(turn.dataset_id, turn.speaker)
-            await chat.record_turn(turn.role, turn.content, meta, at=turn.at)
+            await chat.record_turn(turn.role, turn.content, meta, at=turn.at, speaker=turn.speaker)
 
 
 async def run_retrieval(

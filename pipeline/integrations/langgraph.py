@@ -28,7 +28,9 @@ with ``namespace=("{langgraph_user_id}", "semantic")``. Anything else is refused
 - another namespace shape, or a type outside the table: ``taxonomic`` terms are
   project-wide, which a namespace naming a user would misstate (use the SDK's
   ``save_taxonomic``); a custom memory type (``project-config.yaml``) is written by its
-  extractor, and the SDK has no direct save for it;
+  extractor, and the SDK has no direct save or read of it. So ``(user_id, "preference")``
+  is refused by ``put``, ``get`` and ``search`` alike (an empty answer would misstate
+  what memory holds), and ``list_namespaces`` lists only the table's types;
 - a value with other fields, or a field that is not a non-empty string;
 - a key not in memory's normal form (:func:`~mongomem.ltm.kinds.normalize_key`:
   case-folded, spaces and underscores as ``-``), since ``Home Airport`` and
@@ -341,9 +343,9 @@ class MongomemStore(BaseStore):
             )
         if len(prefix) == 1:
             return prefix[0], list(STORE_TYPES)
-        if len(prefix) == 2 and prefix[1] in STORE_TYPES:
-            return prefix[0], [prefix[1]]
-        return None, []  # deeper than any namespace, or a type the store never holds
+        if len(prefix) == 2:  # a namespace: refused as get and put refuse it
+            return prefix[0], [_place(prefix)]
+        return None, []  # deeper than any namespace
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
         user, types = self._search_types(op.namespace_prefix)

@@ -19,6 +19,10 @@ but pays round trips per *batch* instead of per candidate:
    each candidate's own plan then uses its verdict only if it asks the very same
    question, and asks alone otherwise, so decisions are those of a judge asked
    one question at a time.
+   a candidate older than the current version of its memory (SPEC L2) is placed
+   among the history versions as read from MongoDB, so it is set aside and
+   reconciled one at a time once the batch's writes are made (an older
+   statement never changes the current version, so the others' plans stand);
 3. one ordered ``bulk_write`` per (scope, type) with every insert and
    ``_id``-only update (:mod:`mongomem.ltm.writes`) in candidate order, one
    bump of the scope log, then the decision log and the ledger in bulk.
@@ -180,10 +184,21 @@ async def _reconcile_scope(
     inserts: list[tuple[int, Op]] = []  # (position in planned, op)
     updates: list[tuple[int, Op]] = []
     changed: list[str] = []
-    for j, (i, c) in enumerate(items):
-        known = (generation, sims[j])
+    deferred: list[tuple[int, MemoryCandidate]] = []
+    for k, (i, c) in enumerate(items):
+        j = len(planned)  # its position in planned (deferred candidates take none)
+        known = (generation, sims[k])
         neighbours = neighbours_in(index, c, t.neighbours, known, t.floor)
         decision = await store.decide(c, neighbours, judge=judge)
+        target = next((n for n in neighbours if n.memory_id == decision.memory_id), None)
+        if decision.split is not None or (
+            target is not None and evidence_rank(c.evidence) < target.rank
+        ):
+            # Older than the current version (SPEC L2): its place among the history
+            # versions is read from MongoDB, which lacks this batch's writes until they
+            # are made, so it is placed one at a time after them.
+            deferred.append((i, c))
+            continue
         if decision.action is Action.REINFORCE:
             updates.append((j, UpdateOne({"_id": decision.version_id}, reinforce_update(c, now))))
             if decision.raises_rank:  # its evidence time moved (SPEC L2)
@@ -215,7 +230,7 @@ async def _reconcile_scope(
                 c.text,
                 evidence_rank(c.evidence),
             )
-            index.upsert(row, vectors[j])
+            index.upsert(row, vectors[k])
         planned.append((i, c, decision))
     # All inserts, then all updates: two commands, and every update comes after the
     # insert of the version it touches (updates of one document commute here).
@@ -225,9 +240,10 @@ async def _reconcile_scope(
         ends[j] = at
     completed = len(ops)
     try:
-        result = await store.memories.bulk_write(ops, ordered=True)
-        if result.matched_count != sum(isinstance(op, UpdateOne) for op in ops):
-            completed = -1  # an update found no document: trust nothing, redo all
+        if ops:  # none when every candidate was set aside
+            result = await store.memories.bulk_write(ops, ordered=True)
+            if result.matched_count != sum(isinstance(op, UpdateOne) for op in ops):
+                completed = -1  # an update found no document: trust nothing, redo all
     except BulkWriteError as exc:
         errors = exc.details.get("writeErrors", [])
         completed = min((int(e["index"]) for e in errors), default=-1)
@@ -277,3 +293,5 @@ async def _reconcile_scope(
         )
     for i, c in redo:
         outcomes[i] = await store.reconcile(c)
+    for i, c in deferred:  # claimed pending above: planned and applied from here
+        outcomes[i] = await store.reconcile_claimed(c, None)

@@ -30,7 +30,7 @@ from pymongo import DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
-from mongomem.errors import InputError, StorageError
+from mongomem.errors import InputError, StateConflict, StorageError
 from mongomem.ltm.documents import from_document, scope_filter
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import MemoryScope, MemoryVersion
@@ -123,9 +123,9 @@ def decode_cursor(f: MemoryFilter, cursor: str) -> tuple[datetime, str]:
         if not isinstance(last_id, str) or at.tzinfo is None:
             raise ValueError(cursor)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise InputError("cursor is not one this call returned", field="cursor") from None
+        raise StateConflict("cursor is not one this call returned", field="cursor") from None
     if fingerprint != f.fingerprint():
-        raise InputError(
+        raise StateConflict(
             "cursor belongs to another filter (type, status, since, prefix)", field="cursor"
         )
     return at, last_id

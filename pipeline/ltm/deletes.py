@@ -2,7 +2,9 @@
 
 :func:`delete_memory` writes version *n + 1* of the memory — status
 ``deleted``, action ``DELETE``, with the time (``created_at``), the ``actor``
-and the ``reason`` — and supersedes version *n*, then bumps the scope log, so:
+and the ``reason``, the key and text of the current version (which is not
+version *n* when an older statement entered history after it, SPEC L2) — and
+supersedes every version still current, then bumps the scope log, so:
 
 * **Everywhere at once.** Every read filters ``status: current`` (get, list,
   ``$vectorSearch``), and the exact-search cache of *every* process checks the
@@ -110,12 +112,24 @@ async def delete_memory(
         if latest.get("status") in CLOSED_STATUSES:
             await _complete(store, latest, now)
             return Deleted(from_document(latest), already=True)
-        if still is not None and not still(latest):
+        # The version the deletion closes is the current one, which is not the highest
+        # when an older statement entered history after it (SPEC L2).
+        closes = latest
+        if latest.get("status") != MemoryStatus.CURRENT.value:
+            current = await _run(
+                store.memories.find_one(
+                    {**query, "status": MemoryStatus.CURRENT.value},
+                    {"embedding": 0},
+                    sort=[("version", DESCENDING)],
+                )
+            )
+            closes = current or latest
+        if still is not None and not still(closes):
             return None
         version = int(latest["version"]) + 1
         cid = deletion_id(memory_id, version)
         tombstone = {
-            **{k: v for k, v in latest.items() if k not in _NOT_COPIED},
+            **{k: v for k, v in closes.items() if k not in _NOT_COPIED},
             "_id": MemoryVersion.make_version_id(memory_id, version),
             "version": version,
             "status": (MemoryStatus.EXPIRED if expire else MemoryStatus.DELETED).value,
@@ -141,7 +155,15 @@ async def delete_memory(
 
 #: Fields of the version before that a ``DELETE`` version does not take over.
 _NOT_COPIED = frozenset(
-    {"embedding", "superseded_at", "superseded_by", "variants", "candidate_ids", "evidence"}
+    {
+        "embedding",
+        "superseded_at",
+        "superseded_by",
+        "variants",
+        "candidate_ids",
+        "evidence",
+        "head",
+    }
 )
 
 

@@ -52,6 +52,9 @@ __all__ = [
 
 #: The longest value of one field, in characters (the embedder reads far less).
 MAX_FIELD_CHARS = 32_768
+#: The longest label field (a key's part) a caller may send: a taxonomic ``domain/term``
+#: key stays within its 512 characters, and the service's document can say so per field.
+MAX_LABEL_CHARS = 255
 
 _SEPARATORS = re.compile(r"[\s_]+")
 #: Control characters: none in a key field; in a text field, all but \t \n \r.
@@ -120,6 +123,10 @@ class Kind:
             if len(value) > MAX_FIELD_CHARS:
                 raise InputError(
                     f"{name!r} is longer than {MAX_FIELD_CHARS} characters", field=name
+                )
+            if strict and name in self.key_fields and len(value) > MAX_LABEL_CHARS:
+                raise InputError(
+                    f"{name!r} is a label: at most {MAX_LABEL_CHARS} characters", field=name
                 )
             control = _KEY_CONTROL if name in self.key_fields else _TEXT_CONTROL
             if control.search(value):

@@ -233,6 +233,9 @@ class Decision(Frozen):
     #: A REINFORCE by evidence newer than the version's latest: the version's evidence
     #: time moves (and readers of the scope must learn it).
     raises_rank: bool = False
+    #: The version an older statement falls inside (its evidence said both before and
+    #: after it, SPEC L2): split it first (:mod:`mongomem.ltm.split`), then plan again.
+    split: str | None = None
 
     @property
     def version_id(self) -> str:

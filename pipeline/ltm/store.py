@@ -102,6 +102,7 @@ from mongomem.ltm.search import (
     probe_text_search,
     probe_vector_search,
 )
+from mongomem.ltm.split import spanning, split_version
 from mongomem.ltm.values import equivalent
 from mongomem.ltm.writes import (
     DONE,
@@ -277,12 +278,26 @@ class MemoryStore(MemoryReads):
             claim = await self._claim(candidate, fingerprint)
         if isinstance(claim, Outcome):
             return claim
+        return await self.reconcile_claimed(candidate, claim)
+
+    async def reconcile_claimed(
+        self, candidate: MemoryCandidate, claim: datetime | None
+    ) -> Outcome:
+        """Plan and apply a candidate whose ledger entry this caller holds ``pending`` (it
+        claimed it at ``claim``): :meth:`reconcile` after the claim. The batch path hands
+        over the candidates it sets aside this way (:mod:`mongomem.ltm.batch`)."""
         for attempt in range(1, self.max_attempts + 1):
             if attempt == 1 and read_since is not None:
                 with fresh_since(read_since):
                     decision = await self.plan(candidate)
             else:
                 decision = await self.plan(candidate)
+            try:
+                decision = await self._split_first(candidate, decision)
+            except WriteConflict:
+                if attempt == self.max_attempts:
+                    raise
+                continue
             try:
                 check_deadline()  # planning may have asked the judge: a slow LLM
             except DeadlineExceeded:
@@ -443,6 +458,9 @@ class MemoryStore(MemoryReads):
             (d for d in docs if d.get("status") not in CLOSED_STATUSES),
             key=lambda d: (str(d.get("observed_rank") or ""), int(d["version"])),
         )
+        inside = spanning(stated, rank, candidate.text)
+        if inside is not None:  # said between the evidence of one version: split it first
+            return decision.model_copy(update={"split": str(inside["_id"])})
         before = [d for d in stated if str(d.get("observed_rank") or "") <= rank]
         after = [d for d in stated if str(d.get("observed_rank") or "") > rank]
         for place in before[-1:] + after[:1]:
@@ -517,6 +535,19 @@ class MemoryStore(MemoryReads):
         return await delete_memory(
             self, memory_id, scopes, actor=actor, reason=reason, now=self.clock()
         )
+
+    async def _split_first(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
+        """Split the version ``decision`` says the candidate falls inside, and plan again
+        (:mod:`mongomem.ltm.split`); a decision that splits nothing is returned as it is."""
+        for _ in range(self.max_attempts):
+            if decision.split is None:
+                return decision
+            rank = evidence_rank(candidate.evidence)
+            await split_version(self, decision.split, rank, self.clock())
+            docs = await self._read(self.memories.find({"memory_id": decision.memory_id}).to_list())
+            self.cache.peek(candidate.scope, candidate.memory_type).apply_documents(docs)
+            decision = await self.plan(candidate)
+        raise WriteConflict(f"{decision.split} could not be split")
 
     async def _catch_up(self, candidate: MemoryCandidate, decision: Decision) -> None:
         """After a conflict, read the contested memory straight into the cache."""

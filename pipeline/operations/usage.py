@@ -35,17 +35,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
 from mongomem import metrics
-from mongomem.adapters.llm import LLMUsage
 from mongomem.adapters.mongo import Document
 from mongomem.errors import StorageError
 from mongomem.models import stable_id, utcnow
 from mongomem.settings import LLMSettings
+
+if TYPE_CHECKING:  # the LLM client (openai) loads only where calls are made
+    from mongomem.adapters.llm import LLMUsage
 
 __all__ = [
     "LLM_USAGE",

@@ -15,13 +15,13 @@ identity's scopes.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
 
 from mongomem.adapters.embeddings import Embedder
-from mongomem.adapters.tls import Verify
 from mongomem.erasure.erase import ErasureResult
 from mongomem.errors import ConfigError, InputError, ProcessingFailed, ProcessingTimeout
 from mongomem.ltm import Judge, Thresholds
@@ -31,7 +31,6 @@ from mongomem.models import MemoryType, Role, SessionEnd, Turn
 from mongomem.operations.progress import ProcessingStatus
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES, check_context_arguments, compose_context
 from mongomem.sdk.export_io import ExportSink, ImportSource, read_lines, write_export
-from mongomem.sdk.http import HttpTransport
 from mongomem.sdk.idempotency import check_idempotency_key
 from mongomem.sdk.identity import Identity, resolve_identity
 from mongomem.sdk.models import (
@@ -56,6 +55,10 @@ from mongomem.settings import Settings, resolve_settings
 from mongomem.stm.search import TurnHit, TurnQuery, turn_query
 from mongomem.stm.turns import SessionPage, SessionSummary, TurnPage
 
+if TYPE_CHECKING:  # the HTTP client (httpx) and TLS load only for a base_url
+    from mongomem.adapters.tls import Verify
+    from mongomem.sdk.http import HttpTransport
+
 __all__ = ["DEFAULT_CONTEXT_TYPES", "AsyncBoundMemory", "AsyncMemory"]
 
 M = TypeVar("M", bound=MemoryRecord)
@@ -79,6 +82,12 @@ class _FilteredSearch:
     async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]:
         """Raw turns are not filtered by ``as_of``/``subject``: none are added."""
         return []
+
+
+def _is_http(transport: MemoryTransport | None) -> TypeGuard[HttpTransport]:
+    """Whether ``transport`` is an :class:`HttpTransport` (without loading httpx for it)."""
+    http = sys.modules.get("mongomem.sdk.http")
+    return http is not None and isinstance(transport, http.HttpTransport)
 
 
 class AsyncMemory:
@@ -116,8 +125,10 @@ class AsyncMemory:
         if base_url is not None:
             if transport is not None:
                 raise ConfigError("pass base_url or transport, not both")
+            from mongomem.sdk.http import HttpTransport
+
             transport = HttpTransport(base_url, api_key=api_key, verify=verify)
-        elif isinstance(transport, HttpTransport):
+        elif _is_http(transport):
             transport.use_api_key(api_key)
         if transport is None:
             transport = DirectTransport(

@@ -5,6 +5,7 @@ error                                              status  notes
 =================================================  ======  =======================
 body that is not JSON                              400     ``InputError``, field ``body``
 :class:`~mongomem.errors.BodyTimeout`              408     a streamed body stalled / too slow
+:class:`~mongomem.errors.StateConflict`            409     well-formed; the state refuses it
 :class:`~mongomem.errors.InputError`               422     ``field`` names the argument
 :class:`~mongomem.errors.AuthError`                401     missing, unknown or revoked key
 :class:`~mongomem.errors.ScopeError`               403     key of another project, reserved id
@@ -69,6 +70,8 @@ def status_for(exc: MongomemError) -> int:
     """The HTTP status of an error (see the module table)."""
     if isinstance(exc, BodyTimeout):
         return 408
+    if isinstance(exc, errors.StateConflict):
+        return 409
     if isinstance(exc, InputError):
         return 400 if exc.field == "body" else 422
     if isinstance(exc, AuthError):
@@ -142,6 +145,8 @@ def _by_status(status: int) -> type[MongomemError]:
         return AuthError
     if status == 403:
         return ScopeError
+    if status == 409:
+        return errors.StateConflict
     if status == 429:
         return RateLimitExceeded
     if status == 503:

@@ -16,10 +16,9 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 
 from mongomem.adapters.embeddings import Embedder
-from mongomem.adapters.tls import Verify
 from mongomem.erasure.erase import ErasureResult
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.export import ExportResult, ImportResult
@@ -31,6 +30,9 @@ from mongomem.sdk.models import (
 )
 from mongomem.sdk.transport import MemoryTransport
 from mongomem.settings import Settings
+
+if TYPE_CHECKING:
+    from mongomem.adapters.tls import Verify
 
 __all__ = ["BoundMemory", "LoopThread", "Memory", "SyncClient"]
 

@@ -44,6 +44,7 @@ from mongomem.models import (
     Role,
     SessionEnd,
     Turn,
+    ceil_millisecond,
     stable_id,
     utcnow,
 )
@@ -348,7 +349,8 @@ class DirectTransport:
         await prepared
         if time.monotonic() - relied >= NOT_ERASED_TTL_S:
             await register.refuse_erased(who.project_id, who.user_id, who.session_id)
-        now = utcnow()
+        # as stored (rounded up to the millisecond): never earlier than this moment
+        now = ceil_millisecond(utcnow())
         evidence = Evidence(
             source="direct",
             ref=cid,
@@ -374,6 +376,9 @@ class DirectTransport:
             ledger=idempotency_key is not None,
             read_since=since,
         )
+        wait = (now - utcnow()).total_seconds()
+        if wait > 0:  # under a millisecond: a moment after the return is after the save
+            await asyncio.sleep(wait)
         return SaveResult(
             action=out.action,
             memory_id=out.memory_id,

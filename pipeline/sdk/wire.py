@@ -63,12 +63,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from mongomem.erasure.erase import ErasureResult
-from mongomem.models import SessionEnd, Turn
+from mongomem.models import BUILTIN_MEMORY_TYPES, MAX_SPEAKER, SessionEnd, Turn
 from mongomem.operations.progress import ProcessingStatus
 from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES
@@ -119,6 +119,27 @@ __all__ = [
 ]
 
 
+#: An id as the document states it (``format: mongomem-id``; checked by the call, which
+#: names the field).
+IdText = Annotated[
+    str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
+]
+_VISIBLE_NO_CONTROL = "^[^\\x00-\\x1f\\x7f]*[^\\s\\x00-\\x1f\\x7f][^\\x00-\\x1f\\x7f]*$"
+#: The built-in memory types, as a JSON value (a context's ``include``).
+_MEMORY_TYPES: list[JsonValue] = list(sorted(BUILTIN_MEMORY_TYPES))
+#: A metadata key: not empty, no control character or '.', not starting with '$'.
+_METADATA_KEY = "^[^$.\\x00-\\x1f\\x7f][^.\\x00-\\x1f\\x7f]*$"
+#: A speaker as the document states it (mongomem.models.check_speaker is the rule).
+SpeakerText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_SPEAKER,
+        json_schema_extra={"pattern": _VISIBLE_NO_CONTROL},
+    ),
+]
+
+
 class Caller(BaseModel):
     """Who a call is for: the fields of a resolved :class:`~mongomem.sdk.Identity`."""
 
@@ -160,7 +181,11 @@ class BuildContextRequest(Caller):
     """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
-    include: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTEXT_TYPES), max_length=16)
+    include: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_CONTEXT_TYPES),
+        max_length=16,
+        json_schema_extra={"items": {"type": "string", "enum": _MEMORY_TYPES}},
+    )
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)
     min_score: float | None = None
@@ -175,10 +200,10 @@ class SearchTurnsRequest(Caller):
     answers 422.
     """
 
-    query: str = Field(max_length=MAX_QUERY_CHARS)
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
     limit: int = Field(default=10, ge=1, le=100)
-    sessions: list[str] | None = Field(default=None, max_length=1000)
-    speaker: str | None = None
+    sessions: list[IdText] | None = Field(default=None, max_length=1000)
+    speaker: SpeakerText | None = None
     since: datetime | None = None
     until: datetime | None = None
     neighbours: int = Field(default=0, ge=0, le=5)
@@ -241,11 +266,15 @@ class BrowseTurnsRequest(SessionRequest):
 class RecordTurnRequest(Caller):
     role: Literal["user", "assistant", "system", "tool"]
     content: str
-    metadata: dict[str, Any] | None = None
+    # Plain JSON; its keys (here and nested) are not empty, have no control character or
+    # '.', and do not start with '$' (the document says it of the top level's keys).
+    metadata: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"propertyNames": {"pattern": _METADATA_KEY}}
+    )
     # ISO 8601 with an offset; checked (aware, not in the future, in order) by the STM.
     at: datetime | None = None
     # Who spoke besides the role (SPEC L3); checked (no control characters) by the STM.
-    speaker: str | None = None
+    speaker: SpeakerText | None = None
 
 
 class LimitRequest(Caller):

@@ -71,6 +71,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "no API key, or one this service does not know"),
         (403, "the caller is outside the key's project, a reserved id, or an erased one"),
         (404, "no such memory, session, space or item"),
+        (
+            409,
+            "well formed, but the stored state refuses it (a space of another kind, an agent "
+            "not attached, an id that exists, a turn earlier than the session's last, a "
+            "cursor no such listing returned): `error.field` names what; nothing was stored",
+        ),
         (413, "the body is larger than this route's limit"),
         (422, "an argument is missing or bad: `error.field` names it; nothing was stored"),
         (429, "the key is over its rate limit: see `Retry-After`"),

@@ -42,7 +42,7 @@ from mongomem.sdk.spaces.wire import (
     decode_argument,
 )
 from mongomem.sdk.wire import Answer, ErrorBody
-from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, authorise, backend_of
+from mongomem.service.deps import BODY_TIMEOUT, NDJSON_BODY, ErrorAnswer, authorise, backend_of
 from mongomem.service.http import AnsweringRoute, result, segment
 from mongomem.service.streams import timed_chunks
 from mongomem.settings import Settings
@@ -254,7 +254,12 @@ def _route_options(op: SpaceOperation) -> dict[str, Any]:
         options["openapi_extra"] = {"requestBody": {"required": True, "content": body}}
         options["responses"] = {**options.get("responses", {}), **BODY_TIMEOUT}
     if op.confirmable:
-        conflict = {409: {"model": ConfirmationAnswer, "description": _CONFIRM}}
+        conflict = {
+            409: {
+                "model": ConfirmationAnswer | ErrorAnswer,
+                "description": f"{_CONFIRM}; or, as on every route, a state that refuses it",
+            }
+        }
         options["responses"] = {**options.get("responses", {}), **conflict}
     return options
 

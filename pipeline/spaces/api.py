@@ -25,7 +25,7 @@ from pymongo import AsyncMongoClient
 
 from mongomem.adapters.embeddings import Embedder, make_embedder
 from mongomem.adapters.mongo import Document, connect, database, reachable
-from mongomem.errors import InputError
+from mongomem.errors import InputError, StateConflict
 from mongomem.models import utcnow
 from mongomem.settings import Settings
 from mongomem.spaces.catalog import (
@@ -168,8 +168,8 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
             created_at=now,
             updated_at=now,
         )
-        if encrypted and self._keys.current is None:  # the caller asked: a 422, not a 500
-            raise InputError(
+        if encrypted and self._keys.current is None:  # the caller asked: a 409, not a 500
+            raise StateConflict(
                 "an encrypted space needs a key, and this deployment has none: set "
                 "MONGOMEM_SPACES_ENCRYPTION_KEY (32 bytes, base64), or create it unencrypted",
                 field="encrypted",
@@ -280,7 +280,9 @@ class AsyncSpaces(EpisodicCalls, EscalationCalls, EditCalls, TransferCalls, Reke
         check_id(agent_id, "agent_id")
         space = await self._space(space_id)
         if agent_id not in space.agents:
-            raise InputError(f"agent {agent_id!r} is not attached to this space", field="agent_id")
+            raise StateConflict(
+                f"agent {agent_id!r} is not attached to this space", field="agent_id"
+            )
         agents = {a: k for a, k in space.agents.items() if a != agent_id}
         store, _ = await self._ready()
         await store.set_space(

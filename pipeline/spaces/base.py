@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from mongomem.adapters.embeddings import Embedder
-from mongomem.errors import InputError
+from mongomem.errors import InputError, StateConflict
 from mongomem.models import MAX_JSON_DEPTH, json_depth
 from mongomem.spaces.catalog import check_id, check_text
 from mongomem.spaces.keys import Summariser, check_inputs, derive_key_texts
@@ -74,7 +74,7 @@ class SpacesBase:
         """The space, if it holds ``kind`` items and this process embeds like it did."""
         space = await self._space(space_id)
         if space.kind != kind:
-            raise InputError(
+            raise StateConflict(
                 f"space {space.space_id!r} holds {space.kind} items, not {kind} ones",
                 field="space_id",
             )
@@ -102,7 +102,7 @@ class SpacesBase:
         known = {k.argument for k in space.keys}
         known.update(k.argument for keys in space.agents.values() if keys for k in keys)
         if not known & set(checked):
-            raise InputError(
+            raise StateConflict(
                 f"inputs give none of the search keys of space {space.space_id!r}: the item "
                 "could never be recalled",
                 field="inputs",

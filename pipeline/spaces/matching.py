@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mongomem.adapters.embeddings import Embedder
-from mongomem.errors import ConfigError, EmbeddingError, InputError
+from mongomem.errors import ConfigError, EmbeddingError, StateConflict
 from mongomem.spaces.keys import InputValue, Summariser, derive_key_texts
 from mongomem.spaces.models import RecallHit, RecallSettings, SearchKey, Space, SpaceItem
 from mongomem.spaces.scoring import Scored, active_keys, score_item
@@ -73,7 +73,7 @@ async def build_query(
     weights = active_keys(_weights(keys), inputs)
     if not weights:
         wanted = ", ".join(k.argument for k in keys)
-        raise InputError(
+        raise StateConflict(
             f"inputs give none of the search keys of space {space.space_id!r} ({wanted})",
             field="inputs",
         )

@@ -30,7 +30,7 @@ What it guarantees, without transactions:
 from __future__ import annotations
 
 from mongomem.adapters.mongo import Document
-from mongomem.errors import ConfigError, InputError
+from mongomem.errors import ConfigError, StateConflict
 from mongomem.spaces.base import SpacesBase
 from mongomem.spaces.crypto import PayloadCipher
 from mongomem.spaces.models import RekeyResult, Space
@@ -52,7 +52,7 @@ class RekeyCalls(SpacesBase):
         then make that key the space's (see the module docstring)."""
         space = await self._space(space_id)
         if not space.encrypted:
-            raise InputError(
+            raise StateConflict(
                 f"space {space.space_id!r} is not encrypted: it has no key to rotate",
                 field="space_id",
             )

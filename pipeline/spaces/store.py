@@ -32,7 +32,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import Document
-from mongomem.errors import InputError, StorageError
+from mongomem.errors import InputError, StateConflict, StorageError
 from mongomem.ltm.documents import decode_embedding, encode_embedding
 from mongomem.spaces.crypto import Keyring
 from mongomem.spaces.models import Space, SpaceItem
@@ -71,7 +71,7 @@ class SpaceStore:
         try:
             await self.spaces.insert_one(doc)
         except DuplicateKeyError as exc:
-            raise InputError(
+            raise StateConflict(
                 f"space {doc['space_id']!r} already exists in this project", field="space_id"
             ) from exc
         except PyMongoError as exc:

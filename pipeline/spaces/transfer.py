@@ -30,7 +30,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from mongomem.errors import ConfigError, InputError, MongomemError
+from mongomem.errors import ConfigError, InputError, MongomemError, StateConflict
 from mongomem.models import stable_id
 from mongomem.spaces.base import SpacesBase
 from mongomem.spaces.catalog import check_id, check_keys, check_recall, space_document
@@ -143,7 +143,9 @@ class TransferCalls(SpacesBase):
         rows = [self._item(_line(t, n), n, space) for n, t in enumerate(texts[1:], start=1)]
         store, embedder = await self._ready()
         if await store.get_space(self.project_id, target) is not None:
-            raise InputError(f"space {target!r} already exists in this project", field="space_id")
+            raise StateConflict(
+                f"space {target!r} already exists in this project", field="space_id"
+            )
         same = embedder.name == space.embedder and embedder.dimensions == space.dimensions
         if reembed == "always" or not same:
             rows = [(item, await embed_texts(embedder, item.key_texts)) for item, _ in rows]

@@ -86,7 +86,7 @@ from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 from mongomem.adapters.mongo import TURNS, Document
 from mongomem.buckets import session_bucket
 from mongomem.erasure.register import ErasureRegister
-from mongomem.errors import InputError, StorageError
+from mongomem.errors import InputError, StateConflict, StorageError
 from mongomem.models import (
     MAX_JSON_DEPTH,
     Role,
@@ -177,9 +177,9 @@ def _after(kind: str, cursor: object, value_type: type) -> Any:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         found, after = json.loads(raw)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise InputError("cursor is not one this call returned", field="cursor") from None
+        raise StateConflict("cursor is not one this call returned", field="cursor") from None
     if found != kind or type(after) is not value_type:
-        raise InputError(f"cursor is not a cursor of {kind}", field="cursor")
+        raise StateConflict(f"cursor is not a cursor of {kind}", field="cursor")
     return after
 
 
@@ -626,7 +626,7 @@ class ShortTermMemory:
             for attempt in range(_MAX_ATTEMPTS):
                 seq = last + 1
                 if own_time is not None and last_at is not None and own_time < last_at:
-                    raise InputError(
+                    raise StateConflict(
                         f"at ({own_time.isoformat()}) is earlier than the session's previous "
                         f"turn (seq {last}, {last_at.isoformat()}); turns are recorded in order",
                         field="at",

@@ -27,6 +27,17 @@ function table(headers, rows) {
 const enc = encodeURIComponent;
 const num = (x) => (x === null || x === undefined ? "–" : Number(x).toFixed(3));
 const when = (t) => (t ? new Date(t).toLocaleString() : "–");
+// The two clocks (SPEC L1): when it was said, as the date of the world (UTC), and when it
+// holds or happened, with the conversation's own words ("yesterday").
+const day = (t) => (t ? new Date(t).toISOString().slice(0, 10) : "–");
+function eventText(e) {
+  if (!e) return "–";
+  const lo = e.valid_from, hi = e.valid_to;
+  let text = lo && hi ? (lo === hi ? lo : `${lo}..${hi}`) : lo ? `from ${lo}` : hi ? `until ${hi}` : "";
+  if (e.phrase) text = text ? `${text} ("${e.phrase}")` : `"${e.phrase}"`;
+  return text || "–";
+}
+const about = (m) => m.subject || "user";
 
 class ApiError extends Error {}
 
@@ -163,9 +174,11 @@ async function userView(user) {
       h("a", { href: `#/session/${enc(user)}/${enc(s.session_id)}` }, s.session_id), s.turn_count,
       when(s.last_activity)])),
   byCursor(`${base}/browse/sessions`), "no session");
-  const showMemories = (items) => table(["type", "key", "text", "version", "reinforced", "updated"],
+  const showMemories = (items) => table(
+    ["type", "key", "text", "about", "said", "holds / happened", "version", "reinforced", "updated"],
     items.map((m) => [h("span", { class: "tag" }, m.memory_type), memoryLink(user, m.memory_id, m.key),
-      m.text, m.version, m.reinforcement_count, when(m.updated_at)]));
+      m.text, about(m), day(m.observed_at), eventText(m.event), m.version, m.reinforcement_count,
+      when(m.updated_at)]));
   const listOf = (t) => paged("memories", showMemories,
     byCursor(`${base}/browse/memories`, t ? `&memory_type=${enc(t)}` : ""), "no memory");
   let memories = await listOf("");
@@ -189,9 +202,9 @@ async function userView(user) {
       if (failed && settled.every((r) => r.status === "rejected")) throw failed.reason;
       const hits = settled.filter((r) => r.status === "fulfilled").flatMap((r) => r.value)
         .sort((a, b) => b.score - a.score).slice(0, 10);
-      results.replaceChildren(hits.length ? table(["score", "type", "key", "text"], hits.map((hit) => [
+      results.replaceChildren(hits.length ? table(["score", "type", "key", "text", "about", "said", "holds / happened"], hits.map((hit) => [
         num(hit.score), hit.memory.memory_type, memoryLink(user, hit.memory.memory_id, hit.memory.key),
-        hit.memory.text]))
+        hit.memory.text, about(hit.memory), day(hit.memory.observed_at), eventText(hit.memory.event)]))
         : h("p", { class: "muted" }, "no match"));
     } catch (err) { results.replaceChildren(h("p", { class: "error" }, err.message)); }
   } }, query, type, h("button", { type: "submit" }, "Search"));
@@ -218,7 +231,8 @@ const memoryLink = (user, id, text) => h("a", { href: `#/memory/${enc(user)}/${e
 async function sessionView(user, session) {
   const path = `/v1/users/${enc(user)}/sessions/${enc(session)}`;
   const turns = await paged("turns", (items) =>
-    table(["seq", "role", "content", "at"], items.map((t) => [t.seq, t.role, t.content, when(t.created_at)])),
+    table(["seq", "role", "speaker", "content", "at"], items.map((t) => [t.seq, t.role, t.speaker || "–",
+      t.content, when(t.created_at)])),
   byCursor(`/v1/users/${enc(user)}/browse/sessions/${enc(session)}/turns`), "no turn");
   const erase = confirmed({
     id: "erase-session", label: "Erase session",
@@ -243,14 +257,16 @@ async function memoryView(user, id) {
       h("div", {}, h("b", {}, `v${v.version} `), h("span", { class: "tag" }, v.action), " ", v.status),
       h("p", {}, v.text),
       h("div", { class: "muted" }, `reinforced ${v.reinforcement_count}× · ${when(v.created_at)}`),
+      h("div", { class: "dates" }, `said ${day(v.observed_at)} · holds / happened ${eventText(v.event)}`
+        + ` · about ${about(v)}`),
       v.reason ? h("div", {}, `reason: ${v.reason}`) : null,
       h("h3", {}, "Evidence"),
       v.evidence.map((e) => h("div", { class: "evidence" },
-        h("div", { class: "muted" }, `${e.source} ${e.session_id || ""} · ${when(e.at)}`),
+        h("div", { class: "muted" }, `${e.source} ${e.session_id || ""} · said ${when(e.at)}`),
         e.text ? h("div", {}, e.text) : null,
         e.source === "snapshot" && snapshots[e.ref]
           ? h("div", { class: "snapshot" }, snapshots[e.ref].turns.map((turn) => h("div", { class: "turn" },
-            h("b", {}, `${turn.seq} ${turn.role}: `), turn.content)))
+            h("b", {}, `${turn.seq} ${turn.speaker || turn.role}: `), turn.content)))
           : null)))));
   };
   const versions = await paged("versions", showVersions, byOffset(`${base}/history`), "no version");

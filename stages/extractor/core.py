@@ -47,6 +47,7 @@ __all__ = [
     "Grounded",
     "Known",
     "conversation_nonce",
+    "dated_event",
     "evidence_of",
     "extractable_turns",
     "extracted_items",
@@ -262,6 +263,20 @@ def _subject(raw: object) -> str | None:
     return None if subject.lower() in _USER_SUBJECTS else subject
 
 
+def dated_event(key: str, text: str, event: EventTime) -> tuple[str, str]:
+    """The key and text of an event (an episode) that says when it happened: both carry its
+    dates, ``"Morning run (2023-05-07)"``, so two events of one title on different days are
+    two memories — neither merged in one answer nor UPDATEd or REINFORCEd into one by the
+    reconciler (a changed date is never an equivalent statement) — while the same event said
+    again, with its date, is the same key (episodic density, SPEC L1). A key that already
+    ends with the dates (a KNOWN memory's key reused as the title) is kept as it is."""
+    dates = event.model_copy(update={"phrase": None}).describe()
+    if not dates or key.endswith(f"({dates})"):
+        return key, text
+    dated = f"{key} ({dates})"[:512]
+    return dated, f"{dated}{text[len(key) :]}" if text.startswith(key) else f"{text} ({dates})"
+
+
 def ground(
     spec: TypeSpec, answer: BaseModel, snapshot: Snapshot, roles: Sequence[Role] = DEFAULT_ROLES
 ) -> Grounded:
@@ -297,6 +312,8 @@ def ground(
             fields["when"] = event.describe()
         key = spec.key_of(fields).strip()[:512]
         text = spec.text_of(fields).strip()
+        if getattr(item, "EVENT", False) and event is not None:
+            key, text = dated_event(key, text, event)
         if not key or not text:
             dropped[EMPTY] += 1
             continue

@@ -24,6 +24,7 @@ from mongomem.stages.runtime.ports import Headers, Record
 with require("stages"):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.abc import ConsumerRebalanceListener
+    from aiokafka.client import AIOKafkaClient
     from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
     from aiokafka.partitioner import DefaultPartitioner
 
@@ -39,6 +40,7 @@ __all__ = [
     "consumer_options",
     "kafka_publisher",
     "kafka_source",
+    "probe_kafka",
 ]
 
 log = logging.getLogger("mongomem.stages.runtime")
@@ -381,3 +383,23 @@ class PartitionBatcher:
         except KafkaError as exc:
             raise BrokerError(f"could not publish to {self._topic}[{partition}]: {exc}") from exc
         return _acknowledged(self._topic, future)
+
+
+async def probe_kafka(settings: KafkaSettings, timeout_s: float = 3.0) -> bool:
+    """Whether a broker of ``settings.bootstrap`` answers a metadata request (a client
+    bootstraps), within ``timeout_s``; never raises (the outage probe of
+    :mod:`mongomem.stages.runtime.outages`)."""
+    if not settings.bootstrap:
+        return False
+    client = AIOKafkaClient(
+        bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        await asyncio.wait_for(client.bootstrap(), timeout_s)
+    except Exception:  # any failure is the outage going on
+        return False
+    else:
+        return True
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()

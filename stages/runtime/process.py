@@ -148,11 +148,22 @@ async def run_stage(
     Owns the signals (both stop the stage gracefully: what is in flight is
     finished and committed, within ``drain_timeout_s``) and the restart loop
     (:func:`supervise`; restarts are counted in MongoDB unless
-    ``count_restarts`` is false).
+    ``count_restarts`` is false), and probes the dependency of an open outage
+    until it answers, so its "back" line comes without traffic
+    (:func:`~mongomem.stages.runtime.outages.watch_outages`).
     """
     from mongomem.operations.restarts import record_restart
+    from mongomem.stages.runtime.outages import probes_for, watch_outages
 
     stop = stop or asyncio.Event()
     counted = partial(record_restart, settings) if count_restarts else None
-    with stop_on_signals(stop):
-        await supervise(stage, stop, on_restart=counted, drain_timeout_s=drain_timeout_s)
+    probing = asyncio.Event()
+    watcher = asyncio.create_task(watch_outages(probes_for(settings), probing))
+    try:
+        with stop_on_signals(stop):
+            await supervise(stage, stop, on_restart=counted, drain_timeout_s=drain_timeout_s)
+    finally:
+        probing.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

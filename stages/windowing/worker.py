@@ -33,7 +33,6 @@ from mongomem.project_config import load_project_config
 from mongomem.settings import Settings
 from mongomem.stages.runtime import PublishedDeadLetters, unless_stopped
 from mongomem.stages.runtime.kafka import KafkaPartitionReader, kafka_publisher
-from mongomem.stages.windowing.app import build_app
 from mongomem.stages.windowing.consumer import ChangelogTable, WindowingConsumer, ensure_changelog
 from mongomem.stages.windowing.sinks import SnapshotPublisher, SnapshotResumePoints
 from mongomem.stages.windowing.windower import STAGE, Policies, SnapshotWindower, WindowStore
@@ -138,6 +137,9 @@ class WindowingWorker:
                 return self.windower
 
             if self.engine == "faust":
+                # only here: the faust engine is the `faust` extra; the default needs none
+                from mongomem.stages.windowing.app import build_app
+
                 app, _ = build_app(
                     settings,
                     app_id=self.group,

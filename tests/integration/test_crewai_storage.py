@@ -1,11 +1,9 @@
 """The CrewAI memory storage (SPEC N2), through CrewAI's own ``Memory`` class.
 
 CrewAI has an environment of its own (it cannot share one with the OpenAI Agents SDK:
-see pyproject.toml), so these tests are skipped where it is not installed; the extras
-job (test_integration_extras.py) runs them with ``[crewai]`` alone when
-``MONGOMEM_TEST_CREWAI=1``. Not a Crew run: a Crew saves a task's output through its
-memory's analysis LLM, whose structured answers a scripted LLM could only fake; the
-storage is what this integration is, and CrewAI's ``Memory`` drives it here.
+see pyproject.toml), so these tests are skipped where it is not installed; `make
+test-extras` runs them with ``[crewai]`` alone. A whole ``Crew`` run is in
+test_crewai_crew.py.
 """
 
 from __future__ import annotations

@@ -202,6 +202,12 @@ def test_what_has_no_faithful_mapping_is_refused_and_nothing_is_stored(
         with pytest.raises(Unmappable) as err:
             store.put(namespace, key, value)
         assert repr(namespace) in str(err.value)  # names the mapping it fails
+    # a namespace the store cannot read is refused by get and search too, not answered empty
+    for namespace in [(U, "taxonomic"), (U, "preference")]:
+        with pytest.raises(Unmappable, match=repr(namespace[1])):
+            store.get(namespace, "k")
+        with pytest.raises(Unmappable, match=repr(namespace[1])):
+            store.search(namespace, query="anything")
     with pytest.raises(Unmappable, match="ttl"):
         store.batch([PutOp(SEM, "k", {"content": "a"}, ttl=5.0)])
     with pytest.raises(NotImplementedError, match="TTL"):  # LangGraph's own refusal

@@ -195,7 +195,10 @@ async def test_two_runs_of_one_conversation_and_what_memory_learned(
     ]
     assert turns[1].content == 'airport_code({"city": "Boston"})'
     await session.end_session()
-    await chat.wait_until_processed(120, all_turns=True)
+    try:
+        await chat.wait_until_processed(120, all_turns=True)
+    finally:  # a pipeline that died says why (not only that nothing was processed)
+        assert pipeline.alive(), pipeline.log_file.read_text(errors="replace")[-2000:]
     fact = await chat.get_semantic("home-airport")
     assert fact is not None
     assert "Boston" in fact.text

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from pymongo import AsyncMongoClient
-from service_http import start
+from service_http import call, start
 from test_service import KEY_A, with_keys
 
 from mongomem.adapters.mongo import TURNS, Document
@@ -48,3 +48,37 @@ async def test_a_speaker_is_stored_read_back_and_refused_with_control_characters
             await runner.stop()
     stored = await db[TURNS].find({}, {"speaker": 1, "seq": 1}).sort("seq").to_list()
     assert [d.get("speaker") for d in stored] == ["Ana", None, "Bo"], "nothing partial stored"
+
+
+async def test_a_historical_import_with_a_bad_speaker_stores_nothing(
+    settings: Settings, mongo: AsyncMongoClient[Document]
+) -> None:
+    """Recording past turns (``at=``, SPEC J7) checks the speaker as a live turn does, in
+    process and as a raw HTTP body: a clear error naming ``speaker``, no turn stored."""
+    db = mongo[settings.mongodb.database]
+    configured = with_keys(settings)
+    query = {"session_id": "import-bad"}
+    async with AsyncMemory(project_id="travel", settings=configured) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id="locomo", session_id="import-bad"))
+        for bad in ("Mel\x00anie", "\u0085Bo", "Ana\u202eoB", " ", "x" * 129):
+            with pytest.raises(InputError) as refused:
+                await chat.record_turn("user", "I ran a race.", speaker=bad, at=SAID)
+            assert refused.value.field == "speaker", repr(bad)
+    assert await db[TURNS].count_documents(query) == 0
+    runner, url = await start(configured)
+    try:
+        body = {
+            "project_id": "travel",
+            "user_id": "locomo",
+            "session_id": "import-bad",
+            "role": "user",
+            "content": "I ran a race.",
+            "speaker": "Ana\x1b]0;title\x07",
+            "at": SAID.isoformat(),
+        }
+        answer = await call(url, "record_turn", body, KEY_A)
+        assert answer.status_code == 422
+        assert answer.json()["error"]["field"] == "speaker"
+    finally:
+        await runner.stop()
+    assert await db[TURNS].count_documents(query) == 0, "nothing partial stored"

@@ -2,8 +2,11 @@
 
 However a user's statements reach the store — in order, reversed, shuffled,
 one at a time or batched — the current memory of each key is the value of the
-latest statement, and the timeline of stated values (every evidence point of
-every version, in evidence order) is the same as for one in-order pass.
+latest statement, the timeline of stated values (every evidence point of
+every version, in evidence order) is the same as for one in-order pass, and so
+is the version list: the versions in history order, each with its text, its
+status and the evidence it holds (version *numbers* follow the processing
+order and are not compared).
 """
 
 from __future__ import annotations
@@ -73,11 +76,22 @@ def timeline(versions: list[MemoryVersion]) -> list[str]:
     return out
 
 
+def version_list(versions: list[MemoryVersion]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The versions in history order: text, status and the ranks of their evidence."""
+    return [
+        (v.text, v.status.value, tuple(sorted(evidence_rank(e) for e in v.evidence)))
+        for v in history_order(versions)
+    ]
+
+
+Outcome = dict[str, tuple[str, list[str], list[tuple[str, str, tuple[str, ...]]]]]
+
+
 async def outcome(
     settings_: Settings, statements: list[MemoryCandidate], project: str, batch: int
-) -> dict[str, tuple[str, list[str]]]:
+) -> Outcome:
     """Reconcile ``statements`` in that order (``batch`` at a time); per key: the current
-    text and the timeline."""
+    text, the timeline and the version list."""
     client = connect(settings_.mongodb)
     try:
         store = MemoryStore(client[settings_.mongodb.database])
@@ -96,7 +110,7 @@ async def outcome(
     finally:
         await client.close()
     versions = [from_document(d) for d in docs]
-    result: dict[str, tuple[str, list[str]]] = {}
+    result: Outcome = {}
     for key in KEYS:
         mine = [v for v in versions if v.key == key]
         if not mine:
@@ -104,7 +118,7 @@ async def outcome(
         (current,) = [v for v in mine if v.status == "current"]
         ordered = history_order(mine)
         assert ordered[-1] == current, "the current version ends the history in world order"
-        result[key] = (current.text, timeline(mine))
+        result[key] = (current.text, timeline(mine), version_list(mine))
     return result
 
 
@@ -131,7 +145,7 @@ def test_any_processing_order_gives_the_same_current_memory_and_timeline(
     expected = asyncio.run(outcome(settings, ordered, in_order_project, 1))
     got = asyncio.run(outcome(settings, shuffled, shuffled_project, batch))
     assert got == expected
-    for key, (current, _) in expected.items():
+    for key, (current, _, _) in expected.items():
         latest = max((c for c in ordered if c.key == key), key=lambda c: evidence_rank(c.evidence))
         assert current == latest.text, "the latest statement is current"
 
@@ -139,31 +153,53 @@ def test_any_processing_order_gives_the_same_current_memory_and_timeline(
 def test_a_reversed_pass_gives_the_in_order_result(settings: Settings) -> None:
     """The reported case: window, aisle, window said in that order, processed backwards."""
     specs = [("seat", 1, 0, "s1", 1), ("seat", 0, 1, "s1", 1), ("seat", 1, 2, "s1", 1)]
-    forward = [statement("fwd", i, s) for i, s in enumerate(specs)]
-    backward = [statement("bwd", i, s) for i, s in enumerate(specs)][::-1]
-    expected = asyncio.run(outcome(settings, forward, "fwd", 1))
-    got = asyncio.run(outcome(settings, backward, "bwd", 1))
+    run = uuid.uuid4().hex[:8]  # ids of its own: a rerun on the same servers replays none
+    forward = [statement(f"fwd-{run}", i, s) for i, s in enumerate(specs)]
+    backward = [statement(f"bwd-{run}", i, s) for i, s in enumerate(specs)][::-1]
+    expected = asyncio.run(outcome(settings, forward, f"fwd-{run}", 1))
+    got = asyncio.run(outcome(settings, backward, f"bwd-{run}", 1))
     assert got == expected
     window = "The user's seat is window."
     aisle = "The user's seat is aisle."
-    assert expected["seat"] == (window, [window, aisle, window])
+    assert expected["seat"][:2] == (window, [window, aisle, window])
+    assert [v[:2] for v in expected["seat"][2]] == [
+        (window, "superseded"),
+        (aisle, "superseded"),
+        (window, "current"),
+    ]
+
+
+def test_a_statement_inside_a_versions_evidence_splits_it(settings: Settings) -> None:
+    """window (day 0), aisle (day 1), window (day 2), processed day 0, day 2, day 1: the
+    two windows were one version (reinforced) when aisle arrived between them; the version
+    list is still the in-order one — window, aisle, window — not aisle, window."""
+    specs = [("seat", 1, 0, "s1", 1), ("seat", 0, 1, "s1", 1), ("seat", 1, 2, "s1", 1)]
+    run = uuid.uuid4().hex[:8]
+    forward = [statement(f"fwd-{run}", i, s) for i, s in enumerate(specs)]
+    split = [statement(f"split-{run}", i, s) for i, s in enumerate(specs)]
+    expected = asyncio.run(outcome(settings, forward, f"fwd-{run}", 1))
+    got = asyncio.run(outcome(settings, [split[0], split[2], split[1]], f"split-{run}", 1))
+    assert got == expected
 
 
 async def test_recall_as_of_a_date_and_by_subject(settings: Settings) -> None:
     """SPEC L5/L3: what was current on a date, from history; memories about one person."""
     specs = [("seat", 1, 0, "s1", 1), ("seat", 0, 1, "s1", 1), ("seat", 1, 2, "s1", 1)]
-    seats = [statement("asof", i, s) for i, s in enumerate(specs)][::-1]  # processed backwards
+    project = f"asof-{uuid.uuid4().hex[:8]}"  # its own ids: no other test's memories
+    seats = [statement(project, i, s) for i, s in enumerate(specs)][::-1]  # processed backwards
     melanie = candidate(
         "semantic",
-        project_id="asof",
+        project_id=project,
         snapshot="snap-m",
         label="melanie-art",
         text="Melanie painted a sunrise.",
         at=T0,
-    ).model_copy(update={"subject": "Melanie", "candidate_id": stable_id("cand", "asof", "m")})
-    await outcome(settings, [*seats, melanie], "asof", 1)
+    ).model_copy(update={"subject": "Melanie", "candidate_id": stable_id("cand", project, "m")})
+    await outcome(settings, [*seats, melanie], project, 1)
     window, aisle = "The user's seat is window.", "The user's seat is aisle."
-    async with AsyncMemory(project_id="asof", settings=settings, embedder=HashingEmbedder(64)) as m:
+    async with AsyncMemory(
+        project_id=project, settings=settings, embedder=HashingEmbedder(64)
+    ) as m:
         chat = m.bind(MemoryRequestContext(user_id="u1"))
         (now,) = [h.memory for h in await chat.search_semantic("seat", subject="user")]
         assert now.text == window

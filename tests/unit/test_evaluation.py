@@ -39,7 +39,8 @@ def test_locomo_reader_reads_sessions_with_their_times_and_skips_adversarial() -
     assert [s.name for s in first.sessions] == ["session_1", "session_2"]
     assert first.sessions[0].at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     turns = first.sessions[0].turns
-    assert [t.role for t in turns] == ["user", "assistant", "user"]  # speaker_a is the user
+    assert [t.role for t in turns] == ["user", "user", "user"]  # two people, no assistant
+    assert [t.speaker for t in turns] == ["Ana", "Bo", "Ana"]
     assert turns[0].content == "Ana: Hi Bo! My home airport is Boston."
     assert turns[1].at > turns[0].at
     assert [q.category for q in first.questions] == ["4", "1", "2"]  # category 5 left out

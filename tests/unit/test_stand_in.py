@@ -102,3 +102,25 @@ def test_reconcile_verdict_rules() -> None:
     assert verdict(("home-airport", "Boston."), ("home-airport", "boston. ")) == "REINFORCE"
     assert verdict(("home-airport", "Boston."), ("home-airport", "Denver.")) == "UPDATE"
     assert verdict(("home-airport", "Boston."), ("diet", "Vegetarian.")) == "ADD"
+
+
+def test_a_space_key_summary_is_a_valid_answer_for_any_file() -> None:
+    """A space's file input is summarised (schema ``space_key_summary``): the stand-in's
+    answer fits the summariser's model, also for a file of no words (it was ``{"items":
+    []}``: the LLM "failed" and a recall answered 503)."""
+    from mongomem.spaces.keys import SCHEMA_NAME, _Summary
+
+    for name, text in [("notes.txt", "Boarding closes 20 minutes before departure."), ("2", "3")]:
+        request = ChatRequest(
+            body={
+                "messages": [
+                    {"role": "system", "content": "Summarise the file."},
+                    {"role": "user", "content": f"File name: {name}\n\n{text}"},
+                ],
+                "response_format": {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME}},
+            }
+        )
+        answer = StandInResponder()(request)
+        assert answer.model == STAND_IN_MODEL
+        summary = _Summary.model_validate(answer.content).summary
+        assert summary == text

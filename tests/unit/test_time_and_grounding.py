@@ -177,13 +177,23 @@ async def test_an_endpoint_echoing_the_known_block_stores_nothing() -> None:
     assert metrics.EXTRACTION_DROPPED.labels("semantic", UNCITED)._value.get() == before + 1
 
 
-async def test_a_model_date_that_does_not_parse_is_a_dead_letter_with_the_reason() -> None:
-    bad = {"items": [{**FACT["items"][0], "valid_from": "last Tuesday"}]}
+@pytest.mark.parametrize(
+    ("dates", "reason"),
+    [
+        ({"valid_from": "last Tuesday"}, "not an ISO date"),
+        ({"valid_from": "2023-05-09", "valid_to": "2023-05-01"}, "before valid_from"),
+    ],
+)
+async def test_a_model_date_that_does_not_parse_is_a_dead_letter_with_the_reason(
+    dates: dict[str, str], reason: str
+) -> None:
+    good = {**FACT["items"][0], "label": "other-fact", "fact": "Another fact."}
+    bad = {"items": [good, {**FACT["items"][0], **dates}]}  # one good item beside it
     with FakeOpenAIServer() as server:
         server.script(Answer(bad), Answer(bad), Answer(bad))
         outcome, sent, _, _ = await run(server, HashingEmbedder(16))
     assert outcome.dead_lettered
-    assert "not an ISO date" in (outcome.error or "")
+    assert reason in (outcome.error or "")
     letters = [v for t, v in sent if "dlq" in t]
     assert len(letters) == 1
     assert not [t for t, _ in sent if t.endswith("candidates")], "nothing partial"
@@ -203,7 +213,9 @@ async def test_a_valid_answer_publishes_candidates_with_the_turns_time() -> None
 # -- speakers ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["Mel\nanie", "Mel\x00", "\x1b[31mred", "   ", "x" * 129])
+@pytest.mark.parametrize(
+    "bad", ["Mel\nanie", "Mel\x00", "\x1b[31mred", "Bo\u0085", "Ana\u202e", "   ", "x" * 129]
+)
 def test_a_speaker_with_control_characters_or_blank_is_refused(bad: str) -> None:
     with pytest.raises(ValidationError, match="speaker"):
         Turn(

@@ -279,6 +279,14 @@ def _eval_judge(text: str) -> dict[str, Any]:
     return {"reason": "stand-in: word overlap only", "label": "CORRECT" if hit else "WRONG"}
 
 
+def _summary(text: str) -> dict[str, Any]:
+    """A space key's "summary" (a file's, a long text's): its first 120 words, verbatim.
+    Rules, NOT a model's summary; a file of no words is summarised by its name."""
+    name, _, body = text.partition("\n\n") if text.startswith("File name: ") else ("", "", text)
+    words = body.split()[:120] or name.removeprefix("File name: ").split() or ["(empty)"]
+    return {"summary": " ".join(words)[:4000]}
+
+
 class StandInResponder:
     """Answers extraction (and reconcile-verdict) requests by rules. NOT a model."""
 
@@ -291,6 +299,8 @@ class StandInResponder:
             return Answer(_eval_answer(request.text("user")), model=STAND_IN_MODEL)
         if request.schema_name == "eval_judge":
             return Answer(_eval_judge(request.text("user")), model=STAND_IN_MODEL)
+        if request.schema_name == "space_key_summary":
+            return Answer(_summary(request.text("user")), model=STAND_IN_MODEL)
         memory_type = (request.schema_name or "").removeprefix("extract_")
         rule = _RULES.get(memory_type)
         turns = read_turns(request.text("user"))

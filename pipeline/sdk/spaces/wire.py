@@ -65,10 +65,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic.json_schema import SkipJsonSchema
 
 from mongomem.errors import InputError
 from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
 from mongomem.spaces.models import (
+    MAX_ARGUMENTS,
+    MAX_TEXT_CHARS,
     AddResult,
     EscalationDecision,
     FeedbackView,
@@ -206,10 +209,36 @@ class SpaceRequest(SpacesRequest):
 Id = Annotated[
     str, Field(min_length=1, max_length=128, json_schema_extra={"format": "mongomem-id"})
 ]
-Inputs = dict[str, Any]  # text or a file ({"name", "text"}): decode_inputs names the field
+#: What the document says of inputs: 1 to MAX_ARGUMENTS arguments, each named like a
+#: parameter, each text (not blank) or a file ``{"name", "text"}``
+#: (:func:`mongomem.spaces.keys.check_inputs` is the rule; it names the field).
+_INPUTS_SCHEMA: dict[str, Any] = {
+    "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"},
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                    "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
+                },
+                "required": ["name", "text"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+}
+#: Text or a file per argument, at least one (the schema above).
+Inputs = Annotated[
+    dict[str, Any],
+    Field(min_length=1, max_length=MAX_ARGUMENTS, json_schema_extra=_INPUTS_SCHEMA),
+]
 #: Free text that holds no control character (a name, who gave feedback).
 Text = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
 Sentiment = Literal["positive", "negative", "neutral"]
+#: A space's name: not blank, at most 200 characters (``check_text`` is the rule).
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
 
 
 class AddAnywayChoice(BaseModel):
@@ -243,19 +272,21 @@ DuplicateChoice = Annotated[
 class CreateSpaceRequest(SpaceRequest):
     space_id: Id
     keys: list[SearchKey] = Field(min_length=1)
-    name: str | None = None
-    description: str = ""
+    name: Name | None = None
+    description: str = Field(default="", max_length=4000)
     kind: Literal["episodic", "escalation"] = "episodic"
     recall: RecallSettings | None = None
     encrypted: StrictBool = False
 
 
 class UpdateSpaceRequest(SpaceRequest):
-    name: str | None = None
-    description: str | None = None
+    name: Name | None = None
+    description: str | None = Field(default=None, max_length=4000)
     recall: RecallSettings | None = None
     keys: list[SearchKey] | None = Field(default=None, min_length=1)
-    encrypted: StrictBool | None = None
+    #: Refused with the reason (encryption is chosen at creation): accepted by the model so
+    #: the refusal can say so, but not in the document, since no value of it is valid.
+    encrypted: SkipJsonSchema[StrictBool | None] = None
     confirm: StrictBool = False
 
 
@@ -298,7 +329,7 @@ class PromoteRequest(SpaceRequest):
 class ResolveRequest(SpaceRequest):
     inputs: Inputs
     resolution: str
-    outcome: str
+    outcome: str = Field(min_length=1, pattern=r"\S")
     agent_id: Id | None = None
     resolved_by: str | None = None
 
@@ -312,13 +343,14 @@ class UpdateItemRequest(ItemRequest):
 
     outputs: dict[str, Any] | None = None
     outcome: str | None = None
-    inputs: Inputs | None = None
+    #: Refused with the reason (inputs cannot be edited), and so not in the document.
+    inputs: SkipJsonSchema[dict[str, Any] | None] = None
 
 
 class AddFeedbackRequest(ItemRequest):
     comment: str
     sentiment: Sentiment
-    by: Text | None = None
+    by: Id | None = None
 
 
 class FeedbackRequest(SpaceRequest):
