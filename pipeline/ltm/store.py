@@ -278,14 +278,21 @@ class MemoryStore(MemoryReads):
             claim = await self._claim(candidate, fingerprint)
         if isinstance(claim, Outcome):
             return claim
-        return await self.reconcile_claimed(candidate, claim)
+        return await self.reconcile_claimed(candidate, claim, ledger=ledger, read_since=read_since)
 
     async def reconcile_claimed(
-        self, candidate: MemoryCandidate, claim: datetime | None
+        self,
+        candidate: MemoryCandidate,
+        claim: datetime | None,
+        *,
+        ledger: bool = True,
+        read_since: float | None = None,
     ) -> Outcome:
         """Plan and apply a candidate whose ledger entry this caller holds ``pending`` (it
         claimed it at ``claim``): :meth:`reconcile` after the claim. The batch path hands
-        over the candidates it sets aside this way (:mod:`mongomem.ltm.batch`)."""
+        over the candidates it sets aside this way (:mod:`mongomem.ltm.batch`).
+        ``ledger=False``: nothing was claimed, and nothing is settled (see
+        :meth:`reconcile`)."""
         for attempt in range(1, self.max_attempts + 1):
             if attempt == 1 and read_since is not None:
                 with fresh_since(read_since):
