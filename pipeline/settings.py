@@ -575,6 +575,16 @@ class StmSettings(BaseSettings):
         le=3600,
         description="how often the watcher publishes a watermark into every turns partition",
     )
+    watcher_watermark_idle_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description=(
+            "while no turn is read, the wait between two watermarks doubles from "
+            "watcher_watermark_interval_s up to this (an idle window closes at most this "
+            "late); a turn read brings it back"
+        ),
+    )
     watcher_watermark_lateness_s: float = Field(
         default=2.0,
         ge=0,

@@ -57,7 +57,8 @@ Delivery semantics
   in order per session (see :mod:`mongomem.stm.turns`), so every turn not yet
   published is above its session's mark — no clock is involved.
 * **Watermarks** (:class:`~mongomem.models.Watermark`): every
-  ``MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S`` the watcher puts one record
+  ``MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S`` (backing off to
+  ``…_IDLE_INTERVAL_S`` while no turn is read) the watcher puts one record
   into every partition, after the turns it has handed to the batches: "every
   turn created before ``at`` is ahead of this". ``at`` is the start of the
   latest empty read of the stream (caught up) or the latest ``created_at``
@@ -208,6 +209,7 @@ class ChangeStreamWatcher:
         self._watermarks = WatermarkClock(
             lateness=timedelta(seconds=stm.watcher_watermark_lateness_s),
             interval_s=stm.watcher_watermark_interval_s,
+            idle_interval_s=stm.watcher_watermark_idle_interval_s,
         )
         self._checkpoint_store = WatcherCheckpoints(db, self._topic, self.share, self.shares)
         # Naive datetimes (UTC, as stored): cheaper to decode than tz-aware

@@ -295,18 +295,40 @@ class WatermarkClock:
     when it is later than the last one issued; so watermarks never go back,
     and an outage of the watcher issues none — windowing then waits instead
     of mistaking the outage for idleness.
+
+    Idle back-off (issue 28): each watermark issued with no turn read since the
+    one before doubles the wait for the next, up to ``idle_interval_s``; a turn
+    read brings it back to ``interval_s``. An idle pipeline then publishes about
+    one watermark per partition every ``idle_interval_s`` instead of every
+    ``interval_s``, and an idle window closes at most ``idle_interval_s`` after
+    its due time (against an idle timeout of minutes) instead of ``interval_s``.
     """
 
     lateness: timedelta
     interval_s: float
+    #: The longest wait between two watermarks while nothing is read (``None``: no
+    #: back-off; never shorter than ``interval_s``).
+    idle_interval_s: float | None = None
     issued: datetime | None = None
     issued_at_s: float | None = None
     latest_read: datetime | None = None
+    #: Watermarks issued in a row with no turn read in between.
+    quiet: int = 0
+    _read_since_issue: bool = False
 
     def read(self, created_at: datetime) -> None:
         """A turn was read from the change stream (in insert order)."""
         if self.latest_read is None or created_at > self.latest_read:
             self.latest_read = created_at
+        self._read_since_issue = True
+        self.quiet = 0
+
+    def wait_s(self) -> float:
+        """How long after the last watermark the next one may be issued."""
+        if self.idle_interval_s is None or self.quiet == 0:
+            return self.interval_s
+        longest = max(self.interval_s, self.idle_interval_s)
+        return min(longest, self.interval_s * 2.0 ** min(self.quiet, 30))
 
     def due(self, now_s: float, caught_up_at: datetime | None) -> tuple[datetime, bool] | None:
         """The watermark to publish now, as ``(at, caught_up)``, or ``None``.
@@ -314,7 +336,7 @@ class WatermarkClock:
         ``caught_up_at``: when the latest empty read began (``None`` while the
         stream still has turns to read). A watermark returned is recorded as issued.
         """
-        if self.issued_at_s is not None and now_s - self.issued_at_s < self.interval_s:
+        if self.issued_at_s is not None and now_s - self.issued_at_s < self.wait_s():
             return None
         base = caught_up_at if caught_up_at is not None else self.latest_read
         if base is None:
@@ -322,5 +344,8 @@ class WatermarkClock:
         at = base - self.lateness
         if self.issued is not None and at <= self.issued:
             return None
+        if self.issued_at_s is not None:
+            self.quiet = 0 if self._read_since_issue else self.quiet + 1
+        self._read_since_issue = False
         self.issued, self.issued_at_s = at, now_s
         return at, caught_up_at is not None

@@ -5,10 +5,11 @@ Every writer asks :class:`ErasureRegister` before it writes (see
 three) register ids that cover a session; a positive answer is cached for the
 life of the register (an erasure is never undone). A negative one is kept only
 by a register made with ``remember_absent=True`` (short-term memory's, on the
-turn path), and for at most :data:`NOT_ERASED_TTL_S` from the moment its read
-was sent; :func:`mongomem.erasure.erase.erase` waits that long after writing the
-register before its second sweep, so a write that relied on such an answer has
-landed by then and is swept.
+turn path, and the SDK's, on the save path), and for at most
+:data:`NOT_ERASED_TTL_S` from the moment its read was sent;
+:func:`mongomem.erasure.erase.erase` waits that long after writing the register
+before its second sweep, so a write that relied on such an answer has landed by
+then and is swept.
 """
 
 from __future__ import annotations
@@ -64,10 +65,15 @@ class ErasureRegister:
         self, project_id: str, user_id: str | None = None, session_id: str | None = None
     ) -> bool:
         """Whether the project, the user or the session is erased (or being erased)."""
-        target = (project_id, user_id, session_id)
+        return (await self._check((project_id, user_id, session_id)))[0]
+
+    async def _check(self, target: tuple[str, str | None, str | None]) -> tuple[bool, float]:
+        """Whether ``target`` is erased, and when (monotonic) the read that says so was sent."""
         ids, answer = self._answer(target)
-        if answer is not None:
-            return answer
+        if answer is True:
+            return True, time.monotonic()
+        if answer is False:  # remembered, and younger than NOT_ERASED_TTL_S
+            return False, self._absent[target][1]
         sent = time.monotonic()
         try:  # all of them (at most three): a refusal names the widest erased
             found = await self._erasures.find({"_id": {"$in": ids}}, {"_id": 1}).to_list()
@@ -79,10 +85,10 @@ class ErasureRegister:
                 self._absent.move_to_end(target)
                 while len(self._absent) > _ABSENT_CACHE:
                     self._absent.popitem(last=False)
-            return False
+            return False, sent
         self._known.update(str(d["_id"]) for d in found)
         self._absent.pop(target, None)
-        return True
+        return True, sent
 
     async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]:
         """The erased ones among ``sessions`` (one read for all)."""
@@ -116,10 +122,17 @@ class ErasureRegister:
             return ids, False
         return ids, None
 
-    async def refuse_erased(self, project_id: str, user_id: str, session_id: str | None) -> None:
-        """Raise :class:`~mongomem.errors.Erased` if the project, user or session is erased."""
-        if await self.is_erased(project_id, user_id, session_id):
+    async def refuse_erased(self, project_id: str, user_id: str, session_id: str | None) -> float:
+        """Raise :class:`~mongomem.errors.Erased` if the project, user or session is erased.
+
+        Else the monotonic time the "not erased" answer it relies on was read (sent): a
+        write may rely on it until :data:`NOT_ERASED_TTL_S` after that (a remembered
+        answer is older than this call).
+        """
+        erased, sent = await self._check((project_id, user_id, session_id))
+        if erased:
             raise self.refusal(project_id, user_id, session_id)
+        return sent
 
     def refusal(self, project_id: str, user_id: str, session_id: str | None) -> Erased:
         """The refusal of a write to this target, naming the widest erasure known to cover it."""

@@ -39,6 +39,7 @@ from mongomem.errors import InfraError
 
 __all__ = [
     "ASSETS",
+    "OPLOG_MAX",
     "SERVERS_FILE",
     "LocalKafka",
     "LocalMongo",
@@ -53,6 +54,9 @@ __all__ = [
 ASSETS = Path(__file__).resolve().parents[2] / "deploy" / "local"
 
 Profile = Literal["kafka", "mongo"]
+
+#: The local mongo-java-server keeps about this many latest oplog entries (issue 28).
+OPLOG_MAX = 20_000
 
 
 #: The local servers (by name: ``kafka``, ``mongo``) the supervisor of ``mongomem up``
@@ -444,6 +448,12 @@ class LocalMongo(LocalServer):
 
     name: str = "mongo"
     persistent: bool = False
+    #: The oplog is kept to about this many latest entries, as a replica set caps its
+    #: oplog (``None``: it only grows, mongo-java-server's own way; every change-stream
+    #: read scans all of it). See ``deploy/local/MongoServerMain.java``.
+    oplog_max: int | None = OPLOG_MAX
+    #: The Java heap (``-Xmx``); a benchmark of 100,000 memories needs more than 1g.
+    heap: str = "1g"
 
     @property
     def uri(self) -> str:
@@ -462,7 +472,7 @@ class LocalMongo(LocalServer):
                     _compile_launcher(source, classpath, classes)
         args = [
             java,
-            "-Xmx1g",
+            f"-Xmx{self.heap}",
             "-XX:+UseG1GC",
             "-cp",
             f"{classes}{os.pathsep}{classpath}",
@@ -472,6 +482,8 @@ class LocalMongo(LocalServer):
         ]
         if self.persistent:
             args.append(str(self.state_dir / "mongo.h2"))
+        if self.oplog_max is not None:
+            args.append(f"--oplog-max={self.oplog_max}")
         return args
 
     def _ready(self) -> bool:

@@ -19,8 +19,11 @@ twice is harmless. Writers in this process apply their own change directly.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +39,15 @@ from mongomem.ltm.kinds import normalize_key
 from mongomem.models import CLOSED_STATUSES, MemoryScope, stable_id
 from mongomem.ranking import Ranked, fuse
 
-__all__ = ["LOG_LENGTH", "SCOPE_LOG", "IndexCache", "Row", "ScopeIndex", "bump_scope"]
+__all__ = [
+    "LOG_LENGTH",
+    "SCOPE_LOG",
+    "IndexCache",
+    "Row",
+    "ScopeIndex",
+    "bump_scope",
+    "fresh_since",
+]
 
 SCOPE_LOG = "memory_scope_log"
 LOG_LENGTH = 256
@@ -54,6 +65,28 @@ PROJECTION = {
     "observed_rank": 1,
     "head": 1,
 }
+
+
+#: Within :func:`fresh_since`: the monotonic time a scope-log read must be sent after.
+_FRESH_SINCE: ContextVar[float | None] = ContextVar("mongomem_fresh_since", default=None)
+
+
+@contextmanager
+def fresh_since(since: float) -> Iterator[None]:
+    """Within this block, :meth:`IndexCache.fresh` takes an index whose scope-log read was
+    sent at or after ``since`` (monotonic) as fresh, without reading the log again.
+
+    For one operation that brought the index up to date at its start (a save reads
+    the log beside its embedding call): its plan then sees what was committed when
+    the operation began, as a read made a moment later would, give or take the
+    writes of those few milliseconds — which a concurrent writer may make between
+    any read and write anyway (a clash on a version id is a conflict and retried).
+    """
+    token = _FRESH_SINCE.set(since)
+    try:
+        yield
+    finally:
+        _FRESH_SINCE.reset(token)
 
 
 def scope_log_id(scope: MemoryScope, memory_type: str) -> str:
@@ -130,6 +163,8 @@ class ScopeIndex:
     dead: int = 0
     deletes: int = 0  # memories ever deleted in this scope (the scope log's ``deletes``)
     generation: int = 0  # changes whenever rows move (compaction, reload)
+    #: monotonic time the scope-log read that last brought ``rev`` up to date was sent
+    read_at: float = float("-inf")
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: BM25 over the rows' text, at the rows' positions (kept in step by upsert/drop).
     lexical: LexicalIndex = field(default_factory=LexicalIndex)
@@ -426,11 +461,18 @@ class IndexCache:
     async def fresh(self, scope: MemoryScope, memory_type: str) -> ScopeIndex:
         """The scope's index, brought up to date with what is committed now."""
         index = self.peek(scope, memory_type)
+        since = _FRESH_SINCE.get()
         async with index.lock:
+            if since is not None and index.rev >= 0 and index.read_at >= since:
+                return index  # read within this operation (fresh_since)
+            sent = time.monotonic()
             entry = await self._log.find_one({"_id": scope_log_id(scope, memory_type)})
             rev = int(entry["rev"]) if entry else 0
             index.deletes = int(entry.get("deletes", 0)) if entry else 0
-            if rev == index.rev:
+            if rev == index.rev or (entry is None and index.rev < 0):
+                # Same revision; or a scope never written (every write bumps its log
+                # entry): nothing to load, and no scan of the collection for it.
+                index.rev, index.read_at = rev, sent
                 return index
             logged: list[Doc] = list(entry.get("log", [])) if entry else []
             gap = rev - index.rev
@@ -450,6 +492,7 @@ class IndexCache:
                     loaded.apply_documents((doc,))
                 index.replace_with(loaded)
             index.rev = rev
+            index.read_at = sent
             return index
 
     def note_write(

@@ -61,9 +61,10 @@ ADD after a deletion of its key takes a new memory id (:meth:`MemoryStore.decide
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from types import EllipsisType
 from typing import Any
@@ -81,7 +82,7 @@ from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.export import ensure_export_indexes
-from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope
+from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope, fresh_since
 from mongomem.ltm.judge import Judge, decide
 from mongomem.ltm.plan import (
     MAX_INCARNATIONS,
@@ -225,10 +226,35 @@ class MemoryStore(MemoryReads):
 
     # -- reconcile ---------------------------------------------------------------------
 
+    async def prepare(self, scope: MemoryScope, memory_type: str) -> None:
+        """Bring what planning in ``scope`` reads into this process now (the scope's cached
+        index, for exact search; nothing for server-side search), so a
+        :meth:`reconcile` with ``read_since`` before this call plans without reading it
+        again. A save calls it beside its embedding call."""
+        if isinstance(self.search_backend, ExactCosineSearch):
+            try:
+                await self.cache.fresh(scope, memory_type)
+            except PyMongoError as exc:
+                raise StorageError(f"MongoDB operation failed: {exc}") from exc
+
     async def reconcile(
-        self, candidate: MemoryCandidate, *, fingerprint: str | None = None
+        self,
+        candidate: MemoryCandidate,
+        *,
+        fingerprint: str | None = None,
+        ledger: bool = True,
+        read_since: float | None = None,
     ) -> Outcome:
         """Plan and apply one candidate, exactly once in effect (see the guarantee).
+
+        ``ledger=False`` is for a caller that minted ``candidate_id`` for this one
+        call (a random id no retry can repeat, as an unkeyed direct save does):
+        there is nothing to be idempotent against, so no ledger entry is claimed
+        or settled (two round trips less; a ``fingerprint`` keeps it); the decision
+        log is written as always.
+        ``read_since`` (monotonic): the first plan takes what :meth:`prepare` read
+        at or after it as fresh (:func:`~mongomem.ltm.index.fresh_since`); a
+        retry after a conflict reads again.
 
         ``fingerprint`` is given by a direct save with an idempotency key (whose
         candidate id is derived from that key): it is kept in the ledger entry,
@@ -246,19 +272,33 @@ class MemoryStore(MemoryReads):
         complete.
         """
         check_deadline()
-        claim = await self._claim(candidate, fingerprint)
+        ledger = ledger or fingerprint is not None
+        claim: Outcome | datetime | None = None
+        if ledger:
+            claim = await self._claim(candidate, fingerprint)
         if isinstance(claim, Outcome):
             return claim
-        return await self.reconcile_claimed(candidate, claim)
+        return await self.reconcile_claimed(candidate, claim, ledger=ledger, read_since=read_since)
 
     async def reconcile_claimed(
-        self, candidate: MemoryCandidate, claim: datetime | None
+        self,
+        candidate: MemoryCandidate,
+        claim: datetime | None,
+        *,
+        ledger: bool = True,
+        read_since: float | None = None,
     ) -> Outcome:
         """Plan and apply a candidate whose ledger entry this caller holds ``pending`` (it
         claimed it at ``claim``): :meth:`reconcile` after the claim. The batch path hands
-        over the candidates it sets aside this way (:mod:`mongomem.ltm.batch`)."""
+        over the candidates it sets aside this way (:mod:`mongomem.ltm.batch`).
+        ``ledger=False``: nothing was claimed, and nothing is settled (see
+        :meth:`reconcile`)."""
         for attempt in range(1, self.max_attempts + 1):
-            decision = await self.plan(candidate)
+            if attempt == 1 and read_since is not None:
+                with fresh_since(read_since):
+                    decision = await self.plan(candidate)
+            else:
+                decision = await self.plan(candidate)
             try:
                 decision = await self._split_first(candidate, decision)
             except WriteConflict:
@@ -272,7 +312,7 @@ class MemoryStore(MemoryReads):
                     await self._release(candidate.candidate_id, claim)
                 raise
             try:
-                return await self._apply(candidate, decision, attempt)
+                return await self._apply(candidate, decision, attempt, ledger=ledger)
             except WriteConflict:
                 if attempt == self.max_attempts:
                     raise
@@ -521,19 +561,10 @@ class MemoryStore(MemoryReads):
         docs = await self._read(self.memories.find({"memory_id": decision.memory_id}).to_list())
         self.cache.peek(candidate.scope, candidate.memory_type).apply_documents(docs)
 
-    async def _apply(self, candidate: MemoryCandidate, decision: Decision, attempt: int) -> Outcome:
+    async def _apply(
+        self, candidate: MemoryCandidate, decision: Decision, attempt: int, *, ledger: bool = True
+    ) -> Outcome:
         now = self.clock()
-        if self.capabilities.transactions:
-            async with self.db.client.start_session() as session:
-
-                async def body(s: AsyncClientSession) -> tuple[int | None, list[Doc]]:
-                    return await self._write(candidate, decision, now, s)
-
-                rev, docs = await session.with_transaction(body)
-        else:
-            rev, docs = await self._write(candidate, decision, now, None)
-        if rev is not None:
-            self.cache.note_write(candidate.scope, candidate.memory_type, rev, docs)
         outcome = Outcome(
             candidate_id=candidate.candidate_id,
             action=decision.action,
@@ -543,7 +574,25 @@ class MemoryStore(MemoryReads):
             reason=decision.reason,
             attempts=attempt,
         )
-        await self._record(candidate, decision, outcome, now)
+        entry = decision_entry(candidate, decision, outcome, now)
+        if self.capabilities.transactions:
+            async with self.db.client.start_session() as session:
+
+                async def body(s: AsyncClientSession) -> tuple[int | None, list[Doc]]:
+                    return await self._write(candidate, decision, now, s)
+
+                rev, docs = await session.with_transaction(body)
+            await self.record_decision(entry)
+        else:
+            # The decision-log entry is written beside the scope-log bump, once the
+            # version itself is written (one round trip less).
+            rev, docs = await self._write(
+                candidate, decision, now, None, self.record_decision(entry)
+            )
+        if rev is not None:
+            self.cache.note_write(candidate.scope, candidate.memory_type, rev, docs)
+        if ledger:  # settled only once the decision is logged (a replay reads it)
+            await self._settle(candidate.candidate_id, now)
         return outcome
 
     async def _write(
@@ -552,6 +601,24 @@ class MemoryStore(MemoryReads):
         decision: Decision,
         now: datetime,
         session: AsyncClientSession | None,
+        beside: Coroutine[Any, Any, None] | None = None,
+    ) -> tuple[int | None, list[Doc]]:
+        """Write the decision's versions, then bump the scope log; ``beside`` runs once
+        the versions are written, at the same time as that bump (it is closed unrun
+        when the write fails before)."""
+        try:
+            return await self._write_versions(candidate, decision, now, session, beside)
+        finally:
+            if beside is not None and inspect.getcoroutinestate(beside) == "CORO_CREATED":
+                beside.close()  # the write failed before its versions were written
+
+    async def _write_versions(
+        self,
+        candidate: MemoryCandidate,
+        decision: Decision,
+        now: datetime,
+        session: AsyncClientSession | None,
+        beside: Coroutine[Any, Any, None] | None,
     ) -> tuple[int | None, list[Doc]]:
         cid = candidate.candidate_id
         if decision.action is Action.REINFORCE:
@@ -563,15 +630,20 @@ class MemoryStore(MemoryReads):
             if result.matched_count == 0:
                 raise WriteConflict(f"{decision.version_id} does not exist")
             if decision.raises_rank:  # its evidence time moved: readers must see it (L2)
-                await self._read(
-                    bump_scope(
-                        self.scope_log,
-                        candidate.scope,
-                        candidate.memory_type,
-                        [decision.version_id],
-                        session=session,
-                    )
+                await _beside(
+                    self._read(
+                        bump_scope(
+                            self.scope_log,
+                            candidate.scope,
+                            candidate.memory_type,
+                            [decision.version_id],
+                            session=session,
+                        )
+                    ),
+                    beside,
                 )
+            elif beside is not None:
+                await beside
             return None, []
         version = build_version(candidate, decision, now)
         doc = to_document(version, cid, bson_vector=self.bson_vectors)
@@ -601,10 +673,17 @@ class MemoryStore(MemoryReads):
                 )
             )
             changed.append(decision.base_version_id)
-            await self._read(
-                bump_scope(
-                    self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
-                )
+            await _beside(
+                self._read(
+                    bump_scope(
+                        self.scope_log,
+                        candidate.scope,
+                        candidate.memory_type,
+                        changed,
+                        session=session,
+                    )
+                ),
+                beside,
             )
             return None, []
         if decision.base_version_id is not None:
@@ -620,12 +699,15 @@ class MemoryStore(MemoryReads):
                     "status": "superseded",
                 }
             )
-        rev = await self._read(
-            bump_scope(
-                self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
-            )
+        rev = await _beside(
+            self._read(
+                bump_scope(
+                    self.scope_log, candidate.scope, candidate.memory_type, changed, session=session
+                )
+            ),
+            beside,
         )
-        return rev, docs
+        return int(rev), docs
 
     async def _supersede(
         self, base_id: str, by: str, now: datetime, session: AsyncClientSession | None
@@ -635,13 +717,22 @@ class MemoryStore(MemoryReads):
         )
 
     async def _record(
-        self, candidate: MemoryCandidate, decision: Decision, outcome: Outcome, now: datetime
+        self,
+        candidate: MemoryCandidate,
+        decision: Decision,
+        outcome: Outcome,
+        now: datetime,
+        *,
+        ledger: bool = True,
     ) -> None:
         await self.record_decision(decision_entry(candidate, decision, outcome, now))
+        if ledger:
+            await self._settle(candidate.candidate_id, now)
+
+    async def _settle(self, cid: str, now: datetime) -> None:
+        """Mark the candidate's ledger entry done (after its decision is logged)."""
         await self._read(
-            self.ledger.update_one(
-                {"_id": candidate.candidate_id}, done_update(now, self.ledger_ttl_s), upsert=True
-            )
+            self.ledger.update_one({"_id": cid}, done_update(now, self.ledger_ttl_s), upsert=True)
         )
 
     async def record_decision(self, entry: Doc) -> None:
@@ -749,3 +840,15 @@ class MemoryStore(MemoryReads):
             return await op
         except PyMongoError as exc:
             raise StorageError(f"MongoDB operation failed: {exc}") from exc
+
+
+async def _beside(op: Awaitable[Any], beside: Awaitable[None] | None) -> Any:
+    """``op``'s result, with ``beside`` run at the same time; both are awaited to the end,
+    and the first failure (``op``'s first) is raised."""
+    if beside is None:
+        return await op
+    results: tuple[Any, ...] = await asyncio.gather(op, beside, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results[0]

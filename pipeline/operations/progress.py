@@ -19,15 +19,16 @@ for as long as it takes), so a handled record is always recorded.
 A (snapshot, type) is **done** when its extractor's entry lists candidates all
 of which are reconciled, **dead-lettered** when either stage dead-lettered it
 (with the error; a candidate dead-lettered and applied since does not count),
-**pending** otherwise. :func:`session_status` is one read — one ``aggregate``
-on ``turns``: the session's last turn (its unique (session, seq) index), then
-the session's snapshots and processing entries joined in by two uncorrelated
-``$lookup`` s, each served by that collection's session index — one command
-and one round trip, and no Kafka call. (A single-collection read would need the
-windower and every ``record_turn`` to copy what they write into
-``processing_status``: a write on the hot path of every turn.) Only a session
-without any turn — whose snapshots, if any, were stored by other means — takes a
-second read: the same join anchored on its snapshots.
+**pending** otherwise. :func:`session_status` is two reads: the session's last
+turn by ``_id`` probes (:func:`~mongomem.stm.turns.last_turn_seq`: seqs are
+gap-free, so one round trip under 64 turns, on every server), then one
+``aggregate`` on ``snapshots`` — the session's snapshots, with its processing
+entries joined in by an uncorrelated ``$lookup``, each served by that
+collection's session index on MongoDB — and no Kafka call. (One aggregate
+anchored on the last turn did both, but the sort by seq it needs is a scan of
+every turn on mongo-java-server: issue 28. A single-collection read would need
+the windower and every ``record_turn`` to copy what they write into
+``processing_status``: a write on the hot path of every turn.)
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from pymongo.errors import PyMongoError
 from mongomem.adapters.mongo import DECISIONS, SNAPSHOTS, TURNS, Document
 from mongomem.errors import NotFound, StorageError
 from mongomem.models import Frozen, MemoryCandidate, SessionKey, Snapshot, stable_id
-from mongomem.stm.turns import NOT_AN_EVENT
+from mongomem.stm.turns import last_turn_seq
 
 __all__ = [
     "PROGRESS",
@@ -345,47 +346,26 @@ class Progress:
             }
         }
         snapshot_fields = {"first_seq": 1, "last_seq": 1, "closed_at": 1}
-        joined = await self._aggregate(
-            TURNS,
+        # The last turn by _id probes (one round trip under 64 turns): a filter on the
+        # session sorted by seq is served by the unique index on MongoDB but is a scan
+        # of every turn on mongo-java-server (issue 28).
+        last_seq = await last_turn_seq(self._db[TURNS], session)
+        grouped = await self._aggregate(
+            SNAPSHOTS,
             [
-                # The last turn, session ends left out: an end is never in a snapshot.
-                {"$match": {**query, **NOT_AN_EVENT}},
-                {"$sort": {"seq": -1}},
-                {"$limit": 1},
-                {"$project": {"seq": 1}},
-                {
-                    "$lookup": {
-                        "from": SNAPSHOTS,
-                        "as": "snapshots",
-                        "pipeline": [
-                            {"$match": query},
-                            {"$project": snapshot_fields},
-                        ],
-                    }
-                },
+                {"$match": query},
+                {"$project": snapshot_fields},
+                {"$group": {"_id": None, "snapshots": {"$push": "$$ROOT"}}},
                 entries,
             ],
         )
-        last = joined[0] if joined else None
-        if last is not None:
-            snaps, rows = last["snapshots"], last["entries"]
-        else:  # no turn: snapshots stored by other means, if any (module docstring)
-            grouped = await self._aggregate(
-                SNAPSHOTS,
-                [
-                    {"$match": query},
-                    {"$project": snapshot_fields},
-                    {"$group": {"_id": None, "snapshots": {"$push": "$$ROOT"}}},
-                    entries,
-                ],
+        snaps = grouped[0]["snapshots"] if grouped else []
+        rows = grouped[0]["entries"] if grouped else []
+        if not snaps and not last_seq:
+            raise NotFound(
+                f"no session {session.session_id!r} of user {session.user_id!r} in project "
+                f"{session.project_id!r}: no turn was recorded in it"
             )
-            snaps = grouped[0]["snapshots"] if grouped else []
-            rows = grouped[0]["entries"] if grouped else []
-            if not snaps:
-                raise NotFound(
-                    f"no session {session.session_id!r} of user {session.user_id!r} in project "
-                    f"{session.project_id!r}: no turn was recorded in it"
-                )
         found = {(r["snapshot_id"], r["memory_type"]): r for r in rows}
         types = tuple(dict.fromkeys(memory_types))
         out = []
@@ -406,7 +386,7 @@ class Progress:
             memory_types=types,
             snapshots=tuple(out),
             state=_overall([s.state for s in out]),
-            last_turn_seq=int(last["seq"]) if last else 0,
+            last_turn_seq=last_seq,
             last_snapshot_seq=max((s.last_seq for s in out), default=0),
         )
 

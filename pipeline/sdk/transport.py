@@ -297,7 +297,7 @@ class DirectTransport:
 
     def _register(self, store: MemoryStore) -> ErasureRegister:
         if self._erasures is None:
-            self._erasures = ErasureRegister(store.db)
+            self._erasures = ErasureRegister(store.db, remember_absent=True)
         return self._erasures
 
     async def _ready(self) -> tuple[MemoryStore, Embedder]:
@@ -322,17 +322,20 @@ class DirectTransport:
         store, embedder = await self._ready()
         kind = kind_of(memory_type)
         checked = kind.check(fields, strict=True)
-        # The register is read beside the embedding call, not before it (one round
-        # trip less on the save's path); its answer still comes first: an erased
-        # user is refused whatever else went wrong, and nothing is written before.
-        # An erasure's second sweep waits out answers up to NOT_ERASED_TTL_S old, so
-        # an answer older than that by the time of the write (a slow embedding) is
-        # read again just before it.
+        # The register and the scope's index are read beside the embedding call, not
+        # before it (two round trips less on the save's path; a "not erased" answer
+        # is also remembered for NOT_ERASED_TTL_S); the register's answer still comes
+        # first: an erased user is refused whatever else went wrong, and nothing is
+        # written before. An erasure's second sweep waits out answers up to
+        # NOT_ERASED_TTL_S old, so an answer older than that by the time of the
+        # write (a slow embedding) is read again just before it.
         register = self._register(store)
-        asked = time.monotonic()
+        since = time.monotonic()
         check = asyncio.ensure_future(
             register.refuse_erased(who.project_id, who.user_id, who.session_id)
         )
+        scope = who.scope(memory_type)
+        prepared = asyncio.ensure_future(store.prepare(scope, memory_type))
         try:
             fingerprint = None
             if idempotency_key is None:
@@ -345,12 +348,19 @@ class DirectTransport:
             [vector] = await embedder.embed([text])
         except asyncio.CancelledError:
             check.cancel()
+            _drop(prepared)
             raise
         except BaseException:
+            _drop(prepared)
             await check  # Erased first
             raise
-        await check
-        if time.monotonic() - asked >= NOT_ERASED_TTL_S:
+        try:
+            relied = await check
+        except BaseException:
+            _drop(prepared)
+            raise
+        await prepared
+        if time.monotonic() - relied >= NOT_ERASED_TTL_S:
             await register.refuse_erased(who.project_id, who.user_id, who.session_id)
         # as stored (rounded up to the millisecond): never earlier than this moment
         now = ceil_millisecond(utcnow())
@@ -364,7 +374,7 @@ class DirectTransport:
         )
         candidate = make_candidate(
             memory_type,
-            who.scope(memory_type),
+            scope,
             checked,
             vector,
             candidate_id=cid,
@@ -372,7 +382,13 @@ class DirectTransport:
             created_at=now,
             model=embedder.name,
         )
-        out = await store.reconcile(candidate, fingerprint=fingerprint)
+        # Unkeyed, the candidate id is random: no retry can repeat it, so no ledger.
+        out = await store.reconcile(
+            candidate,
+            fingerprint=fingerprint,
+            ledger=idempotency_key is not None,
+            read_since=since,
+        )
         wait = (now - utcnow()).total_seconds()
         if wait > 0:  # under a millisecond: a moment after the return is after the save
             await asyncio.sleep(wait)
@@ -617,3 +633,9 @@ def _domain_prefix(memory_type: str, domain: str | None) -> str | None:
     if memory_type != MemoryType.TAXONOMIC:
         raise InputError("only taxonomic memories have a domain", field="domain")
     return domain.strip() + "/"
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Give up a side task that lost its purpose (what it raised is not reported)."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

@@ -79,6 +79,7 @@ from typing import Any, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
 from pymongo import ASCENDING, DESCENDING
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
@@ -109,6 +110,8 @@ __all__ = [
     "TurnPage",
     "end_document",
     "end_from_document",
+    "last_turn_seq",
+    "read_last",
     "session_key",
     "turn_document",
     "turn_from_document",
@@ -774,47 +777,15 @@ class ShortTermMemory:
         return True
 
     async def _read_last(self, key: SessionKey) -> tuple[int, datetime | None]:
-        """The session's last seq (0: none) and that turn's ``created_at``.
-
-        Found by ``_id`` alone: seqs are gap-free from 1, so "seq *n* is
-        stored" holds exactly for *n* ≤ last, and each probe asks for the ids of
-        up to :data:`_PROBES` seqs at once (``_id`` ``$in``), which every server
-        answers from its ``_id`` index. A session of fewer than :data:`_PROBES`
-        turns costs one round trip; a longer one narrows the range
-        :data:`_PROBES`-fold per round trip. (A sort by seq over the session's
-        filter is served by the unique index on MongoDB, but mongo-java-server
-        answers it by scanning every turn: issue 28.)
-        """
-        slot = (key.project_id, key.user_id, key.session_id)
-        last, last_at = 0, None
-        upper: int | None = None  # the smallest seq known not to be stored
-        seqs = list(range(1, _PROBES + 1))
-        while True:
-            ids = {Turn.make_id(*slot, n): n for n in seqs}
-            try:
-                found = await self._turns.find(
-                    {"_id": {"$in": list(ids)}}, {"seq": 1, "created_at": 1}
-                ).to_list()
-            except PyMongoError as exc:
-                raise StorageError(f"could not read the session's last seq: {exc}") from exc
-            stored = {ids[d["_id"]]: d for d in found if d["_id"] in ids}
-            if stored:
-                top = max(stored)
-                if top > last:
-                    last, last_at = top, stored[top].get("created_at")
-            absent = [n for n in seqs if n not in stored and n > last]
-            if absent:
-                upper = min(absent) if upper is None else min(upper, min(absent))
-            if upper is not None and upper == last + 1:
-                break
-            if upper is None:  # every probe stored: look further, by powers
-                seqs = [last * 2**i for i in range(1, 41)]
-                continue
-            step = max(1, (upper - last) // _PROBES)
-            seqs = list(range(last + step, upper, step))[:_PROBES] or [last + 1]
+        """The session's last seq (0: none) and that turn's ``created_at``
+        (:func:`read_last`)."""
+        found = await read_last(self._turns, key, {"created_at": 1})
+        if found is None:
+            return 0, None
+        last_at = found.get("created_at")
         if isinstance(last_at, datetime) and last_at.tzinfo is None:
             last_at = last_at.replace(tzinfo=UTC)
-        return last, last_at if isinstance(last_at, datetime) else None
+        return int(found["seq"]), last_at if isinstance(last_at, datetime) else None
 
     def _remember(self, slot: tuple[str, str, str], seq: int, created_at: datetime) -> None:
         self._last[slot] = (seq, created_at)
@@ -875,3 +846,69 @@ def _parse(doc: Mapping[str, Any]) -> Turn:
         raise StorageError(
             f"document {doc.get('_id')!r} in {TURNS!r} is not a valid turn: {exc}"
         ) from exc
+
+
+async def read_last(
+    turns: AsyncCollection[Document], key: SessionKey, fields: Mapping[str, int]
+) -> Document | None:
+    """The session's stored document with the highest seq (a turn or a session end),
+    with ``seq`` and ``fields``; ``None``: the session has none.
+
+    Found by ``_id`` alone: seqs are gap-free from 1, so "seq *n* is stored" holds
+    exactly for *n* ≤ last, and each probe asks for the ids of up to
+    :data:`_PROBES` seqs at once (``_id`` ``$in``), which every server answers from
+    its ``_id`` index. A session of fewer than :data:`_PROBES` turns costs one
+    round trip; a longer one narrows the range :data:`_PROBES`-fold per round
+    trip. (A sort by seq over the session's filter is served by the unique index
+    on MongoDB, but mongo-java-server answers it by scanning every turn: issue 28.)
+    """
+    slot = (key.project_id, key.user_id, key.session_id)
+    projection = {**fields, "seq": 1}
+    last, last_doc = 0, None
+    upper: int | None = None  # the smallest seq known not to be stored
+    seqs = list(range(1, _PROBES + 1))
+    while True:
+        ids = {Turn.make_id(*slot, n): n for n in seqs}
+        try:
+            found = await turns.find({"_id": {"$in": list(ids)}}, projection).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"could not read the session's last seq: {exc}") from exc
+        stored = {ids[d["_id"]]: d for d in found if d["_id"] in ids}
+        if stored:
+            top = max(stored)
+            if top > last:
+                last, last_doc = top, stored[top]
+        absent = [n for n in seqs if n not in stored and n > last]
+        if absent:
+            upper = min(absent) if upper is None else min(upper, min(absent))
+        if upper is not None and upper == last + 1:
+            return last_doc
+        if upper is None:  # every probe stored: look further, by powers
+            seqs = [last * 2**i for i in range(1, 41)]
+            continue
+        step = max(1, (upper - last) // _PROBES)
+        seqs = list(range(last + step, upper, step))[:_PROBES] or [last + 1]
+
+
+async def last_turn_seq(turns: AsyncCollection[Document], key: SessionKey) -> int:
+    """The seq of the session's last *turn* (session ends left out; 0: none), by ``_id``
+    alone (:func:`read_last`, then the seqs just below an end)."""
+    found = await read_last(turns, key, {"event": 1})
+    if found is None:
+        return 0
+    if "event" not in found:
+        return int(found["seq"])
+    slot = (key.project_id, key.user_id, key.session_id)
+    below = int(found["seq"]) - 1
+    while below > 0:
+        seqs = list(range(below, max(0, below - _PROBES), -1))
+        ids = [Turn.make_id(*slot, n) for n in seqs]
+        try:
+            docs = await turns.find({"_id": {"$in": ids}}, {"seq": 1, "event": 1}).to_list()
+        except PyMongoError as exc:
+            raise StorageError(f"could not read the session's last turn: {exc}") from exc
+        turned = [int(d["seq"]) for d in docs if "event" not in d]
+        if turned:
+            return max(turned)
+        below = seqs[-1] - 1
+    return 0

@@ -112,6 +112,7 @@ class Pipeline:
                 "MONGOMEM_WINDOW_MAX_MESSAGES": "5",
                 "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "1.5",
                 "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+                "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.5",
                 "MONGOMEM_STM_WATCHER_WATERMARK_LATENESS_S": "0.5",
                 "MONGOMEM_LLM_BASE_URL": self.llm.base_url,
                 "MONGOMEM_LLM_API_KEY": "stand-in",

@@ -20,6 +20,7 @@ def all_stages(
         "MONGOMEM_EMBEDDING_PROVIDER": "stand-in",
         "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
         "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+        "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.5",
     }
     return StageProcess(
         name="all",

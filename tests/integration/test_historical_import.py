@@ -132,6 +132,7 @@ async def test_an_old_conversation_windows_by_its_own_times(
             "MONGOMEM_WINDOW_MAX_MESSAGES": "50",
             "MONGOMEM_WINDOW_IDLE_TIMEOUT_S": "5",
             "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.2",
+            "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.2",
         }
         stage = StageProcess(
             name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env

@@ -115,6 +115,7 @@ async def pipeline(
         "MONGOMEM_ENABLED_EXTRACTIONS": ",".join(TYPES),
         "MONGOMEM_WINDOW_MAX_MESSAGES": "50",
         "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+        "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.5",
     }
     stage = StageProcess(name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env)
     await asyncio.to_thread(stage.start)

@@ -20,7 +20,7 @@ from mongomem.codec import encode
 from mongomem.errors import InputError, NotFound, ProcessingFailed, ProcessingTimeout
 from mongomem.local.supervisor import StageProcess
 from mongomem.ltm.testing import candidate
-from mongomem.models import Snapshot, SnapshotTurn, stable_id, utcnow
+from mongomem.models import Snapshot, SnapshotTurn, Turn, stable_id, utcnow
 from mongomem.operations.progress import PROGRESS, type_progress
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import EmbeddingSettings, ExtractionSettings, Settings
@@ -91,6 +91,7 @@ async def pipeline(
         "MONGOMEM_EXTRACTION_BACKOFF_BASE_S": "0.05",
         "MONGOMEM_WINDOW_MAX_MESSAGES": "2",
         "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.5",
+        "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.5",
     }
     stage = StageProcess(name="all", stage="all", state_dir=tmp_path, cache_dir=tmp_path, env=env)
     await asyncio.to_thread(stage.start)
@@ -172,8 +173,17 @@ async def test_the_timeout_names_what_is_pending_and_http_gives_the_same_status(
         with pytest.raises(ProcessingTimeout, match=f"{snap_id} \\(semantic\\)") as late:
             await chat.wait_until_processed(0.5, poll_s=0.1)
         assert f"{snap_id} (episodic)" in str(late.value)
-        await db[TURNS].insert_one(
-            {"_id": "t2", "project_id": "travel", "user_id": "u", "session_id": "stuck", "seq": 2}
+        await db[TURNS].insert_many(  # shaped as record_turn writes them: ids from seqs
+            [
+                {
+                    "_id": Turn.make_id("travel", "u", "stuck", n),
+                    "project_id": "travel",
+                    "user_id": "u",
+                    "session_id": "stuck",
+                    "seq": n,
+                }
+                for n in (1, 2)
+            ]
         )
         with pytest.raises(ProcessingTimeout, match="turns 2-2 \\(not in a snapshot yet\\)"):
             await chat.wait_until_processed(0.3, all_turns=True, poll_s=0.1)
@@ -278,7 +288,7 @@ def test_cli_status_prints_the_progress_and_waits(
     assert f"{snap['_id']} (semantic)" in capsys.readouterr().err
 
 
-async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
+async def test_the_status_is_an_id_probe_of_turns_and_one_aggregate(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
     from pymongo import monitoring
@@ -309,10 +319,13 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
         }
     )
     names: list[str] = []
+    filters: list[Document] = []
 
     class Listener(monitoring.CommandListener):
         def started(self, event: monitoring.CommandStartedEvent) -> None:
             names.append(event.command_name)
+            if event.command_name == "find":
+                filters.append(event.command.get("filter", {}))
 
         def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
             pass
@@ -326,7 +339,10 @@ async def test_the_status_is_one_read_of_turns_snapshots_and_entries(
         await watched.admin.command("ping")  # the connection handshake is not the read
         names.clear()
         status = await progress.session_status(session, TYPES)
-        assert names == ["aggregate"]  # one command: no getMore, no second read
+        # the last turn by _id (never a sort over the session: a scan of every turn on
+        # mongo-java-server, issue 28), then one aggregate on snapshots; no getMore
+        assert names == ["find", "aggregate"]
+        assert list(filters[0]) == ["_id"]
         with pytest.raises(NotFound, match="'s9'"):  # it answered "done"
             await progress.session_status(session.model_copy(update={"session_id": "s9"}), TYPES)
     finally:

@@ -50,6 +50,7 @@ class Share(Watcher):
                 "MONGOMEM_WATCHER_SHARDS": str(shares),
                 "MONGOMEM_WATCHER_SHARD": str(k),
                 "MONGOMEM_STM_WATCHER_WATERMARK_INTERVAL_S": "0.3",
+                "MONGOMEM_STM_WATCHER_WATERMARK_IDLE_INTERVAL_S": "0.3",
             },
             log,
         )
