@@ -123,7 +123,8 @@ class StateConflict(InputError):
     deployment) refuses (HTTP 409): a space of another kind, an agent not attached, a
     space that exists already or has no key to rotate, an encrypted space where the
     deployment has no key, inputs that give none of the space's search keys, a turn
-    earlier than its session's last one, a cursor that no listing like this one returned.
+    earlier than its session's last one, a cursor that no listing like this one returned,
+    an idempotency key already used for a different request.
     Nothing was stored; sending the same again fails the same way until the state
     changes."""
 

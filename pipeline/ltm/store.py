@@ -76,7 +76,12 @@ from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongomem.adapters.mongo import DECISIONS, LEDGER, MEMORIES, Capabilities, capabilities
 from mongomem.deadlines import check_deadline
-from mongomem.errors import DeadlineExceeded, InputError, StorageError, WriteConflict
+from mongomem.errors import (
+    DeadlineExceeded,
+    StateConflict,
+    StorageError,
+    WriteConflict,
+)
 from mongomem.ltm.batch import reconcile_batch
 from mongomem.ltm.browse import BROWSE_INDEX
 from mongomem.ltm.deletes import Deleted, delete_memory
@@ -393,7 +398,7 @@ class MemoryStore(MemoryReads):
         while entry is not None:
             stored = entry.get("fingerprint")
             if stored is not None and stored != fingerprint:
-                raise InputError(
+                raise StateConflict(
                     "this idempotency_key was already used for a different request "
                     "(other memory type or fields); use a new key for a new save",
                     field="idempotency_key",

@@ -129,13 +129,17 @@ _VISIBLE_NO_CONTROL = "^[^\\x00-\\x1f\\x7f]*[^\\s\\x00-\\x1f\\x7f][^\\x00-\\x1f\
 _MEMORY_TYPES: list[JsonValue] = list(sorted(BUILTIN_MEMORY_TYPES))
 #: A metadata key: not empty, no control character or '.', not starting with '$'.
 _METADATA_KEY = "^[^$.\\x00-\\x1f\\x7f][^.\\x00-\\x1f\\x7f]*$"
-#: A speaker as the document states it (mongomem.models.check_speaker is the rule).
+#: No C0 or C1 control character, and one that is not white space.
+_CONTROL = "\\x00-\\x1f\\x7f-\\x9f"
+_SPEAKER_PATTERN = f"^[^{_CONTROL}]*[^\\s{_CONTROL}][^{_CONTROL}]*$"
+#: A speaker as the document states it: ``format: mongomem-speaker`` stands for the rest
+#: of mongomem.models.check_speaker (no invisible or bidirectional character).
 SpeakerText = Annotated[
     str,
     Field(
         min_length=1,
         max_length=MAX_SPEAKER,
-        json_schema_extra={"pattern": _VISIBLE_NO_CONTROL},
+        json_schema_extra={"pattern": _SPEAKER_PATTERN, "format": "mongomem-speaker"},
     ),
 ]
 

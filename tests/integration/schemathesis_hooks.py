@@ -1,5 +1,6 @@
 """Schemathesis hooks of the service's fuzz test (``SCHEMATHESIS_HOOKS``): import's NDJSON,
-the ids of ``format: mongomem-id``, the labels of ``format: mongomem-label``, and the
+the ids of ``format: mongomem-id``, the labels of ``format: mongomem-label``, the
+speakers of ``format: mongomem-speaker``, and the
 rules of the service that no JSON Schema can state, each decided by the service's own code.
 
 The import routes take ``application/x-ndjson``, which Schemathesis cannot write
@@ -18,6 +19,8 @@ What a schema cannot say, and how the fuzzer is told:
 * a promoted run's ``part`` is one of its ``outputs``: a valid case that names
   another sends none;
 * a turn search's ``since`` is not after its ``until``: a valid case sends them in order;
+* a historical turn's ``at`` is not in the future (``record_turn``): a valid case that
+  names a later time sends none (the turn is recorded now);
 * a turn's nested metadata keys follow the top level's rule, and the whole stays
   within the size limit (``validate_metadata``): a valid case that breaks them is dropped.
 """
@@ -34,7 +37,7 @@ from hypothesis import strategies as st
 from mongomem.errors import InputError
 from mongomem.identifiers import clean_label
 from mongomem.ltm.export_format import end_line, header_line
-from mongomem.models import check_identifier
+from mongomem.models import check_identifier, check_speaker
 from mongomem.service.contract import ID_FORMAT, LABEL_FORMAT
 from mongomem.stm.turns import validate_metadata
 
@@ -88,6 +91,23 @@ schemathesis.openapi.format(
 )
 
 
+def _valid_speaker(value: str) -> bool:
+    try:
+        return check_speaker(value) == value
+    except ValueError:
+        return False
+
+
+#: A turn's speaker: the rule of mongomem.models.check_speaker (the pattern says the rest).
+schemathesis.openapi.format(
+    "mongomem-speaker",
+    st.one_of(
+        st.from_regex(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,40}", fullmatch=True),
+        st.text(min_size=1, max_size=128),
+    ).filter(_valid_speaker),
+)
+
+
 def _export(user_id: str) -> list[dict[str, Any]]:
     """An empty export of ``user_id`` in the key's project: its header and its end."""
     at = datetime.now(UTC)
@@ -127,6 +147,17 @@ def _in_order(body: dict[str, Any]) -> None:
             return
 
 
+def _not_ahead(body: dict[str, Any]) -> None:
+    at = body.get("at")
+    if isinstance(at, str):
+        try:
+            ahead = datetime.fromisoformat(at) > datetime.now(UTC)
+        except (TypeError, ValueError):  # the server says it is not a time
+            return
+        if ahead:
+            del body["at"]
+
+
 @schemathesis.hook
 def map_case(ctx: Any, case: Any) -> Any:
     """A valid case obeys the rules of the module docstring that a schema cannot state."""
@@ -153,6 +184,7 @@ def map_case(ctx: Any, case: Any) -> Any:
         if part is not None and isinstance(outputs, dict) and part not in outputs:
             body["part"] = None
         _in_order(body)
+        _not_ahead(body)
     return case
 
 

@@ -331,7 +331,7 @@ class ResolveRequest(SpaceRequest):
     resolution: str
     outcome: str = Field(min_length=1, pattern=r"\S")
     agent_id: Id | None = None
-    resolved_by: str | None = None
+    resolved_by: Id | None = None
 
 
 class ItemRequest(SpaceRequest):
