@@ -24,8 +24,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-import httpx
-
 from mongomem.errors import RerankError
 from mongomem.settings import RerankSettings
 
@@ -75,6 +73,8 @@ class HttpReranker:
             "documents": list(documents),
             "top_n": len(documents),
         }
+        import httpx  # only where a reranker is configured: a plain read never loads it
+
         try:  # a client per call: nothing to close, and searches are not queued behind it
             async with httpx.AsyncClient(headers=self._headers, timeout=self._timeout) as client:
                 answer = await client.post(self.url, json=body)

@@ -512,7 +512,7 @@ async def test_a_keyed_save_over_http_is_applied_once(
     assert (fact.version, fact.reinforcement_count) == (1, 2)
     counts = (await db[MEMORIES].count_documents({}), await db[DECISIONS].count_documents({}))
 
-    # the same key with other content: 422 naming the key, nothing stored
+    # the same key with other content: 409 naming the key, nothing stored
     with pytest.raises(InputError, match="different request") as err:
         await chat.save_semantic("home-airport", "Denver.", idempotency_key="h-1")
     assert err.value.field == "idempotency_key"
@@ -522,9 +522,9 @@ async def test_a_keyed_save_over_http_is_applied_once(
         "fields": {"label": "home-airport", "text": "Denver."},
     }
     answer = await post(url, "save", body)
-    assert answer.status_code == 422
+    assert answer.status_code == 409
     assert answer.json()["error"] | {"message": ""} == {
-        "type": "InputError",
+        "type": "StateConflict",
         "field": "idempotency_key",
         "message": "",
         "retriable": False,

@@ -10,6 +10,7 @@ probe run for the API key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -60,6 +61,8 @@ async def raw_request(base: str, request: bytes) -> bytes:
         return await asyncio.wait_for(reader.read(), timeout=30)
     finally:
         writer.close()
+        with contextlib.suppress(ConnectionError):  # the server may have cut it off first
+            await writer.wait_closed()
 
 
 @pytest.mark.parametrize("token", ["‹é…›".encode(), b"\xff\xfe", "ключ".encode()])
