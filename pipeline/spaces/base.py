@@ -17,6 +17,7 @@ from mongomem.adapters.embeddings import Embedder
 from mongomem.errors import InputError, StateConflict
 from mongomem.models import MAX_JSON_DEPTH, json_depth
 from mongomem.spaces.catalog import check_id, check_text
+from mongomem.spaces.crypto import Keyring
 from mongomem.spaces.keys import Summariser, check_inputs, derive_key_texts
 from mongomem.spaces.matching import Query, build_query, check_embedder, embed_texts, score_all
 from mongomem.spaces.models import Feedback, Sentiment, Space, SpaceItem, SpaceKind
@@ -60,6 +61,7 @@ class SpacesBase:
 
     project_id: str
     clock: Callable[[], datetime]
+    _keys: Keyring
 
     async def _ready(self) -> tuple[SpaceStore, Embedder]:
         raise NotImplementedError

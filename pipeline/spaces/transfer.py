@@ -119,6 +119,12 @@ class TransferCalls(SpacesBase):
         secret = head.get("encrypted") if encrypted is None else encrypted
         if not isinstance(secret, bool):
             raise InputError("encrypted must be true or false", field="encrypted")
+        if secret and self._keys.current is None:  # as create_space: a 409, not a 500
+            raise StateConflict(
+                "an encrypted space needs a key, and this deployment has none: set "
+                "MONGOMEM_SPACES_ENCRYPTION_KEY (32 bytes, base64), or import it unencrypted",
+                field="encrypted",
+            )
         now = self.clock()
         try:
             space = Space(
