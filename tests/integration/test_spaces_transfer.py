@@ -13,7 +13,7 @@ from pymongo import AsyncMongoClient
 from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.llm import OpenAILLM
 from mongomem.adapters.mongo import Document
-from mongomem.errors import InputError, NotReady
+from mongomem.errors import InputError, NotReady, StateConflict
 from mongomem.settings import LLMSettings, Settings
 from mongomem.spaces import AsyncSpaces, FileInput, LLMSummariser, SpacesSettings
 from mongomem.testing import Answer, ChatRequest, FakeOpenAIServer
@@ -199,3 +199,18 @@ async def test_import_re_embeds_for_another_embedder_and_validates_everything_fi
         hits = await other.recall("rentals", {"question": "where do I pay the deposit"})
         assert hits[0].item.inputs == {"question": "where do I pay the deposit"}
         assert hits[0].meaning == pytest.approx(1.0)  # re-embedded with the 32-d embedder
+
+
+async def test_an_encrypted_import_where_the_deployment_has_no_key_is_a_state_conflict(
+    settings: Settings, mongo: AsyncMongoClient[Document], spaces: AsyncSpaces
+) -> None:
+    """It was a 500 (ConfigError from the keyring); creating such a space was already a 409."""
+    await fill(spaces, "keyless-source")
+    lines = await spaces.export_space("keyless-source")
+    async with AsyncSpaces(
+        settings, project_id="tenant-keyless", embedder=EMBEDDER, client=mongo
+    ) as keyless:
+        with pytest.raises(StateConflict) as refused:
+            await keyless.import_space(lines, encrypted=True)
+        assert refused.value.field == "encrypted"
+        assert await keyless.list_spaces() == []  # nothing stored
