@@ -77,7 +77,7 @@ from mongomem.errors import InputError, StorageError
 from mongomem.ltm.index import LOG_LENGTH, SCOPE_LOG, scope_log_id
 from mongomem.ltm.plan import evidence_rank
 from mongomem.ltm.writes import HEAD, OBSERVED_RANK
-from mongomem.models import Evidence, MemoryScope, SessionKey, utcnow
+from mongomem.models import BUILTIN_MEMORY_TYPES, Evidence, MemoryScope, SessionKey, utcnow
 from mongomem.operations.progress import PROGRESS
 
 __all__ = [
@@ -105,6 +105,8 @@ _LANDING_S = 1.0
 #: mongo-java-server matches each document it finds against the whole ``$in`` list, so
 #: a delete of n ids costs n × batch comparisons (4,000 in one list took 6.6 s).
 DELETE_BATCH = 100
+#: Delete batches of one collection in flight at once (their round trips overlap).
+DELETES_AT_ONCE = 4
 Kind = Literal["user", "session", "project"]
 #: Called with the erased sessions once their data is gone (e.g. changelog tombstones).
 SessionsHook = Callable[[Sequence[SessionKey]], Awaitable[None]]
@@ -178,16 +180,30 @@ async def _run(op: Awaitable[Any]) -> Any:
 
 
 async def _has_data(db: AsyncDatabase[Document], target: Target) -> bool:
-    """Whether there is anything of ``target`` (or of it, some part already erased)."""
-    for coll in (TURNS, SNAPSHOTS, ERASURES):
+    """Whether there is anything of ``target`` (or of it, some part already erased).
+
+    Cheapest first: the register (a part of the target already erased), then — for a
+    user — the scope logs of its own memories by ``_id`` (every write of a scope
+    creates its log, :mod:`mongomem.ltm.index`), which every server answers from its
+    ``_id`` index; only a target with neither is looked for in snapshots, turns and
+    memories (filters mongo-java-server answers by a scan of the collection).
+    """
+    if await _run(db[ERASURES].find_one(target.whose(), {"_id": 1})) is not None:
+        return True
+    if target.kind == "user":
+        scope = MemoryScope(project_id=target.project_id, user_id=target.user_id)
+        logs = [scope_log_id(scope, t) for t in BUILTIN_MEMORY_TYPES]
+        if await _run(db[SCOPE_LOG].find_one({"_id": {"$in": logs}}, {"_id": 1})) is not None:
+            return True
+    for coll in (SNAPSHOTS, TURNS):
         if await _run(db[coll].find_one(target.whose(), {"_id": 1})) is not None:
             return True
-    scope: Doc = {"scope.project_id": target.project_id}
+    memories: Doc = {"scope.project_id": target.project_id}
     if target.user_id is not None:
-        scope["$or"] = [{"scope.user_id": target.user_id}, {"evidence.user_id": target.user_id}]
+        memories["$or"] = [{"scope.user_id": target.user_id}, {"evidence.user_id": target.user_id}]
         if target.session_id is not None:
-            scope["evidence.session_id"] = target.session_id
-    return await _run(db[MEMORIES].find_one(scope, {"_id": 1})) is not None
+            memories["evidence.session_id"] = target.session_id
+    return await _run(db[MEMORIES].find_one(memories, {"_id": 1})) is not None
 
 
 class _Erasure:
@@ -239,7 +255,9 @@ class _Erasure:
         mine: Doc = {"evidence.user_id": t.user_id}
         if t.session_id is not None:
             mine["evidence.session_id"] = t.session_id
-        ors: list[Doc] = [mine, {"evidence.ref": {"$in": sorted(snapshot_ids)}}]
+        ors: list[Doc] = [mine]
+        if snapshot_ids:
+            ors.append({"evidence.ref": {"$in": sorted(snapshot_ids)}})
         if t.session_id is not None:  # direct saves from before evidence named its user
             ors.append({"scope.user_id": t.user_id, "evidence.session_id": t.session_id})
         f: Doc = {"scope.project_id": t.project_id, "$or": ors}
@@ -247,11 +265,39 @@ class _Erasure:
             f["scope.user_id"] = {"$ne": t.user_id}
         return f
 
+    def memories_filter(self, snapshot_ids: set[str]) -> Doc:
+        """One read a sweep of every memory it touches: :meth:`own_scope` and
+        :meth:`lineage_filter` in one ``$or`` (one scan of the collection on a server
+        that serves no other index shape, mongo-java-server, instead of two)."""
+        own, lineage = self.own_scope(), self.lineage_filter(snapshot_ids)
+        if own is None:
+            return lineage
+        if self.t.kind == "project":
+            return own
+        ors = [{"scope.user_id": self.t.user_id}, *lineage["$or"]]
+        return {"scope.project_id": self.t.project_id, "$or": ors}
+
+    def is_own(self, m: Doc) -> bool:
+        """Whether ``m`` (read by :meth:`memories_filter`) is in :meth:`own_scope`."""
+        if self.t.kind == "project":
+            return True
+        return self.t.kind == "user" and (m.get("scope") or {}).get("user_id") == self.t.user_id
+
     async def sweep(self) -> None:
+        """Steps 1–4 once (module docstring).
+
+        Reads that do not need each other's answers go out together (the target's
+        snapshots and turns; then its decisions and memories), and the deletes of a
+        step too: on a server that answers a filter by the user with a scan
+        (mongo-java-server), the scans overlap instead of queueing (issue 28).
+        """
         db, t = self.db, self.t
         whose = t.whose()
         fields = {"_id": 1, "project_id": 1, "user_id": 1, "session_id": 1}
-        snaps = await _run(db[SNAPSHOTS].find(whose, fields).to_list())
+        snaps, turns = await asyncio.gather(
+            _run(db[SNAPSHOTS].find(whose, fields).to_list()),
+            _run(db[TURNS].find(whose, {"_id": 1, "session_id": 1}).to_list()),
+        )
         snapshot_ids = {str(s["_id"]) for s in snaps}
         for s in snaps:
             self.sessions.add(
@@ -259,7 +305,6 @@ class _Erasure:
                     project_id=s["project_id"], user_id=s["user_id"], session_id=s["session_id"]
                 )
             )
-        turns = await _run(db[TURNS].find(whose, {"_id": 1, "session_id": 1}).to_list())
         for s in {str(d["session_id"]) for d in turns}:
             if t.user_id is not None:
                 self.sessions.add(
@@ -282,26 +327,26 @@ class _Erasure:
             )
         erased = self.evidence_erased(snapshot_ids)
         # -- 1: the erased candidates, and their ledger entries
-        own = self.own_scope()
         dec_filter: Doc = {"scope.project_id": t.project_id}
         if t.kind != "project":
             dec_filter["$or"] = [
-                {"evidence.ref": {"$in": sorted(snapshot_ids)}},
+                *([{"evidence.ref": {"$in": sorted(snapshot_ids)}}] if snapshot_ids else []),
                 {
                     "evidence.user_id": t.user_id,
                     **({} if t.session_id is None else {"evidence.session_id": t.session_id}),
                 },
                 *([{"scope.user_id": t.user_id}] if t.kind == "user" else []),
             ]
-        cids: set[str] = set()
-        for d in await _run(db[DECISIONS].find(dec_filter, {"_id": 1}).to_list()):
-            cids.add(str(d["_id"]))  # the filter matches only erased decisions
-        owned: list[Doc] = []
-        if own is not None:  # one read: the candidates, the scopes, and what to delete
-            fields = {"candidate_ids": 1, "memory_type": 1, "scope.user_id": 1}
-            owned = await _run(db[MEMORIES].find(own, fields).to_list())
-            for m in owned:
-                cids.update(m.get("candidate_ids", ()))
+        fields = {"candidate_ids": 1, "memory_type": 1, "scope.user_id": 1, "memory_id": 1}
+        decisions, touched = await asyncio.gather(
+            _run(db[DECISIONS].find(dec_filter, {"_id": 1}).to_list()),
+            _run(db[MEMORIES].find(self.memories_filter(snapshot_ids), fields).to_list()),
+        )
+        cids = {str(d["_id"]) for d in decisions}  # the filter matches only erased decisions
+        owned = [m for m in touched if self.is_own(m)]
+        lineage = sorted({str(m["memory_id"]) for m in touched if not self.is_own(m)})
+        for m in owned:  # one read: the candidates, the scopes, and what to delete
+            cids.update(m.get("candidate_ids", ()))
         if cids:
             await self.delete_ids(LEDGER, sorted(cids))
         await self.checkpoint("ledger")
@@ -312,40 +357,44 @@ class _Erasure:
                 self.scopes.add((None, memory_type))  # project scope, if any
                 self.scopes.add(((m.get("scope") or {}).get("user_id"), memory_type))
             await self.delete_ids(MEMORIES, [m["_id"] for m in owned])
-        if t.kind != "project":
-            await self.prune_memories(self.lineage_filter(snapshot_ids), erased, cids)
+        if lineage:
+            await self.prune_memories(lineage, erased, cids)
         await self.checkpoint("memories")
         # -- 3: decision log, progress, usage
-        if cids:
-            await self.delete_ids(DECISIONS, sorted(cids))
-        if t.kind == "project":
-            r = await _run(db[DECISIONS].delete_many({"scope.project_id": t.project_id}))
-            self.count(DECISIONS, r.deleted_count)
-        r = await _run(db[PROGRESS].delete_many(whose))
-        self.count(PROGRESS, r.deleted_count)
         usage: Doc = (  # a direct save's judge calls name their user and session instead
             {"project_id": t.project_id}
             if t.kind == "project"
             else {"$or": [{"snapshot_id": {"$in": sorted(snapshot_ids)}}, whose]}
         )
-        r = await _run(db[LLM_USAGE].delete_many(usage))
-        self.count(LLM_USAGE, r.deleted_count)
-        r = await _run(db[EXTRACTIONS].delete_many(whose))  # stored LLM answers (SPEC I6)
-        self.count(EXTRACTIONS, r.deleted_count)
+        derived: list[Awaitable[None]] = [
+            self.delete_where(PROGRESS, whose),
+            self.delete_where(LLM_USAGE, usage),
+            self.delete_where(EXTRACTIONS, whose),  # stored LLM answers (SPEC I6)
+        ]
+        if cids:
+            derived.append(self.delete_ids(DECISIONS, sorted(cids)))
+        if t.kind == "project":
+            derived.append(self.delete_where(DECISIONS, {"scope.project_id": t.project_id}))
+        await asyncio.gather(*derived)
         await self.checkpoint("derived")
         # -- 4: snapshots, then turns
         await self.delete_ids(SNAPSHOTS, sorted(snapshot_ids))
-        # turn search's embeddings are derived from the turns: they go first, by lineage
-        r = await _run(db[TURN_VECTORS].delete_many(whose))
-        self.count(TURN_VECTORS, r.deleted_count)
-        await self.delete_ids(TURNS, [d["_id"] for d in turns])
-        # the watcher's per-session high-water marks (it writes none for erased sessions)
-        r = await _run(db[CHECKPOINTS].delete_many({**whose, "kind": "watcher-mark"}))
-        self.count(CHECKPOINTS, r.deleted_count)
+        await asyncio.gather(
+            # turn search's embeddings are derived from the turns: they go with them
+            self.delete_where(TURN_VECTORS, whose),
+            self.delete_ids(TURNS, [d["_id"] for d in turns]),
+            # the watcher's per-session high-water marks (it writes none for erased sessions)
+            self.delete_where(CHECKPOINTS, {**whose, "kind": "watcher-mark"}),
+        )
         await self.checkpoint("turns")
 
+    async def delete_where(self, coll: str, f: Doc) -> None:
+        r = await _run(self.db[coll].delete_many(f))
+        self.count(coll, r.deleted_count)
+
     async def delete_ids(self, coll: str, ids: Sequence[Any]) -> None:
-        """Delete these documents of ``coll`` by ``_id``, :data:`DELETE_BATCH` at a time.
+        """Delete these documents of ``coll`` by ``_id``, :data:`DELETE_BATCH` at a time
+        (:data:`DELETES_AT_ONCE` batches in flight).
 
         What a sweep read is deleted by its ``_id`` (which every server's ``_id``
         index serves) rather than by the sweep's filter again (a second scan
@@ -353,14 +402,21 @@ class _Erasure:
         document written after the read is the second sweep's: nothing can be
         written for the target by then (module docstring).
         """
-        for i in range(0, len(ids), DELETE_BATCH):
-            batch = list(ids[i : i + DELETE_BATCH])
-            r = await _run(self.db[coll].delete_many({"_id": {"$in": batch}}))
+        gate = asyncio.Semaphore(DELETES_AT_ONCE)
+
+        async def one(batch: list[Any]) -> None:
+            async with gate:
+                r = await _run(self.db[coll].delete_many({"_id": {"$in": batch}}))
             self.count(coll, r.deleted_count)
 
-    async def prune_memories(self, f: Doc, erased: Callable[[Doc], bool], cids: set[str]) -> None:
+        batches = [list(ids[i : i + DELETE_BATCH]) for i in range(0, len(ids), DELETE_BATCH)]
+        await asyncio.gather(*(one(b) for b in batches))
+
+    async def prune_memories(
+        self, memory_ids: list[str], erased: Callable[[Doc], bool], cids: set[str]
+    ) -> None:
+        """Apply the lineage rule (:mod:`mongomem.erasure.prune`) to these memories."""
         db = self.db
-        memory_ids = await _run(db[MEMORIES].distinct("memory_id", f))
         now = utcnow()
         versions: dict[str, list[Doc]] = {}
         for i in range(0, len(memory_ids), DELETE_BATCH):  # every version, in one read a batch

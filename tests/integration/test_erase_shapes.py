@@ -1,6 +1,8 @@
 """How an erasure asks the server (issue 28): what a sweep read is deleted by ``_id``, a
-user's memories are read once per sweep, and the versions that lineage prunes are read
-in one query, not one per memory (mongo-java-server answers every other shape by a scan)."""
+user's memories are read once per sweep (its own and those lineage prunes in one read),
+whether there is anything to erase is asked by ``_id`` first, a step's deletes overlap,
+and the versions that lineage prunes are read in one query, not one per memory
+(mongo-java-server answers every other shape by a scan)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import pytest
 from pymongo import monitoring
 from service_http import EMBEDDER
 
-from mongomem.adapters.mongo import MEMORIES, SNAPSHOTS, TURNS, connect, database
-from mongomem.erasure.erase import Target, erase
+from mongomem.adapters.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, connect, database
+from mongomem.erasure.erase import DELETE_BATCH, Target, _Erasure, erase
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
@@ -71,11 +73,55 @@ async def test_an_erasure_deletes_by_id_and_reads_versions_in_batches(settings: 
     for coll in (MEMORIES, TURNS, SNAPSHOTS):
         deletes = [f for n, c, f in commands.seen if n == "delete" and c == coll]
         assert all(set(f) == {"_id"} for f in deletes), (coll, deletes)
-    # per sweep (two): one read of ana's own memories, no distinct over them
-    own = [f for f in commands.of(MEMORIES, "find", "distinct") if f.get("scope.user_id") == "ana"]
-    assert len(own) == 2, own
+    # per sweep (two): one read of every memory it touches (ana's own and those lineage
+    # prunes, in one $or), no distinct; and none to learn whether ana has data at all
+    # (her scope log says so, by _id)
+    scans = [
+        f for f in commands.of(MEMORIES, "find", "distinct") if not {"_id", "memory_id"} & set(f)
+    ]
+    assert len(scans) == 2, scans
+    assert all({"scope.user_id": "ana"} in f["$or"] for f in scans), scans
+    assert not commands.of(MEMORIES, "distinct")
+    # snapshots, turns and decisions: one read each per sweep, none before the register
+    for coll in (SNAPSHOTS, TURNS, DECISIONS):
+        assert len(commands.of(coll, "find")) == 2, (coll, commands.of(coll, "find"))
     # the three pruned memories' versions: one read, by memory_id $in (the second sweep
     # finds none of ana's evidence left)
     by_memory = [f for f in commands.of(MEMORIES, "find") if "memory_id" in f]
     assert len(by_memory) == 1, by_memory
     assert len(by_memory[0]["memory_id"]["$in"]) == 3
+
+
+class InFlight(monitoring.CommandListener):
+    """The most deletes of one collection the server had at once."""
+
+    def __init__(self, coll: str) -> None:
+        self.coll, self.now, self.most = coll, 0, 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "delete" and event.command.get("delete") == self.coll:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        if event.command_name == "delete":
+            self.now = max(0, self.now - 1)
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        self.succeeded(event)  # type: ignore[arg-type]
+
+
+async def test_the_delete_batches_of_a_step_are_in_flight_together(settings: Settings) -> None:
+    listener = InFlight("erase_batches")
+    client = connect(settings.mongodb, event_listeners=[listener])
+    try:
+        db = database(client, settings.mongodb)
+        ids = [f"d{i}" for i in range(3 * DELETE_BATCH + 1)]
+        await db["erase_batches"].insert_many([{"_id": i} for i in ids])
+        run = _Erasure(db, Target(project_id="p", user_id="u"), None)
+        await run.delete_ids("erase_batches", ids)
+        assert await db["erase_batches"].count_documents({}) == 0
+        assert run.removed == {"erase_batches": len(ids)}
+    finally:
+        await client.close()
+    assert listener.most >= 2, listener.most  # not one batch after another
