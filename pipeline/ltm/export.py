@@ -266,6 +266,9 @@ class _Import:
         #: current (type, normalized key)s with their memories.
         self.target_ids: set[str] | None = None
         self.target_current: dict[tuple[str, str], Doc] = {}
+        #: The memory types the target was found never to have written (no scope-log
+        #: entry), while it was not read; ``None`` once it was read.
+        self.unwritten: set[str] | None = set()
         #: ``_id`` of every document written, per collection (the commit moves these).
         self.written: dict[str, list[Any]] = {MEMORIES: [], DECISIONS: []}
         #: Memory ids of the file stored under another id (see the module docstring).
@@ -359,8 +362,15 @@ class _Import:
         if sum(len(d) for _, d in self.pending) >= CHUNK:
             await self._flush_versions()
 
-    async def _target_state(self) -> tuple[set[str], dict[tuple[str, str], Doc]]:
-        """The target's memory ids and current keys: one read of the target's scope.
+    async def _target_state(
+        self, types: Iterable[str], *, again: bool = False
+    ) -> tuple[set[str], dict[tuple[str, str], Doc]]:
+        """The target's memory ids and current keys of ``types`` (the memory types the
+        import has read; a clash or a shared memory id is of one type): none, without
+        reading ``memories``, when the target's scope logs of these types do not exist —
+        every write of a scope creates or bumps its log entry (:mod:`mongomem.ltm.index`),
+        so the target never wrote them; else one read of the target's scope. ``again``
+        asks the scope logs of every type of ``types`` again (not only those not asked).
 
         Asked once per import (and once more before the commit, for a key that
         became current meanwhile), not per chunk: a per-chunk query by
@@ -371,6 +381,17 @@ class _Import:
         """
         ids: set[str] = set()
         current: dict[tuple[str, str], Doc] = {}
+        wanted = set(types)
+        if self.unwritten is not None:
+            ask = wanted if again else wanted - self.unwritten
+            logs = [scope_log_id(self.target, t) for t in sorted(ask)]
+            found = None
+            if logs:
+                found = await _run(self.db[SCOPE_LOG].find_one({"_id": {"$in": logs}}, {"_id": 1}))
+            if found is None:
+                self.unwritten |= wanted
+                return ids, current
+            self.unwritten = None
         cursor = self.db[MEMORIES].find(
             scope_filter(self.target.project_id, self.target.user_id),
             {"memory_id": 1, "memory_type": 1, "key_norm": 1, "key": 1, "status": 1, "_id": 0},
@@ -423,8 +444,13 @@ class _Import:
         if not pending:
             return
         memories = self.db[MEMORIES]
-        if self.target_ids is None:
-            self.target_ids, self.target_current = await self._target_state()
+        types = {str(d["memory_type"]) for _, docs in pending for d in docs}
+        if self.target_ids is None or (
+            self.unwritten is not None and not types <= self.unwritten
+        ):  # read once; or asked of the scope logs again for a type not asked yet
+            self.target_ids, self.target_current = await self._target_state(
+                types | (self.unwritten or set())
+            )
         aliases = {
             str(docs[0]["memory_id"]): moved_id(self.target, str(docs[0]["memory_id"]))
             for _, docs in pending
@@ -474,7 +500,7 @@ class _Import:
     async def recheck(self) -> None:
         """Before the commit: refuse a key that became current in the target meanwhile."""
         if self.current_keys:
-            self._refuse_clash((await self._target_state())[1])
+            self._refuse_clash((await self._target_state(self.types, again=True))[1])
 
     async def _flush_decisions(self) -> None:
         pending, self.pending_decisions = self.pending_decisions, []
