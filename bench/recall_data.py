@@ -7,7 +7,10 @@ commute, cooking, sleep, work, errands, television, phones, neighbours, plans
 twice by one user (:data:`MAX_REPEATS`; real people do not repeat themselves
 verbatim, and a set that does lets a retriever win by spotting repeats). The
 small talk brushes the same subjects as the facts (jobs, pets, travel, food,
-family), so near misses compete with every answer.
+family), so near misses compete with every answer. A turn is one to three
+sentences, and a fact is often said in passing, after or before a sentence on
+something else ("Same here, I need a holiday. My cousin Greta just got
+engaged!"), as in real chat logs, where one turn mixes subjects.
 
 Planted among it are facts, each followed by the friend's reaction and
 sometimes mentioned again weeks later (not an answer: a distractor), with the
@@ -66,7 +69,11 @@ START = datetime(2024, 1, 8, 18, 0, tzinfo=UTC)
 #: The most times one user's conversation may contain the same line.
 MAX_REPEATS = 1
 #: The most times one user's small talk may use the same template (with other slot values).
-TEMPLATE_CAP = 3
+TEMPLATE_CAP = 8
+#: How many sentences a turn of small talk has (drawn uniformly from this list).
+SENTENCES = [1, 1, 1, 2, 2, 3]
+#: The chance a planted sentence comes after a sentence of small talk, and before one.
+LEAD_IN, FOLLOW_ON = 0.5, 0.3
 #: ``held_out(id)`` salt: a fresh split for this version of the set.
 SALT = "recall-v2/"
 #: sha256 of the held-out question ids, sorted, one per line (questions and time
@@ -235,7 +242,7 @@ TOPICS: dict[str, tuple[str, list[str]]] = {
         "the weather",
         [
             "It's been {rain} all {period}, I'm so done with this weather.",
-            "Did you see the storm on {weekday}? Our street flooded.",
+            "Did you see the storm on {weekday}, our street flooded!",
             "The forecast says it'll be {rain} again next {period}.",
             "I got soaked walking to the {spot} this {daypart}.",
             "Finally some sun, I sat outside the {spot} for an hour.",
@@ -287,7 +294,7 @@ TOPICS: dict[str, tuple[str, list[str]]] = {
         [
             "We started {show} about {subject}, it's {verdict}.",
             "I watched a whole season of {show} about {subject} over the {period}.",
-            "Have you seen {show} about {subject}? Everyone at work talks about it.",
+            "Everyone at work talks about {show} about {subject}, have you seen it?",
             "I fell asleep halfway through {show} about {subject}.",
             "The ending of {show} about {subject} made no sense at all.",
             "I'm rewatching an old series from when we were teenagers.",
@@ -351,7 +358,7 @@ TOPICS: dict[str, tuple[str, list[str]]] = {
         "",
         [
             "{same}, {gripe}.",
-            "{same}. This {period} has been long.",
+            "{same}, this {period} has been long.",
             "{same}, roll on the weekend.",
         ],
     ),
@@ -481,7 +488,7 @@ class Builder:
     index: int
     rng: random.Random
     user: str = ""
-    blocks: dict[int, list[list[tuple[str, str]]]] = field(default_factory=dict)
+    blocks: dict[int, list[list[tuple[str, str, list[str]]]]] = field(default_factory=dict)
     questions: list[dict[str, Any]] = field(default_factory=list)
     used: Counter[str] = field(default_factory=Counter)
     templates: Counter[str] = field(default_factory=Counter)
@@ -509,8 +516,8 @@ class Builder:
                 return text
         raise RuntimeError(f"the templates ran out of new lines: {templates[0]!r}")
 
-    def small_talk(self) -> tuple[str, str]:
-        """A new line of small talk and its subject (subjects tried in random order)."""
+    def sentence(self) -> tuple[str, str]:
+        """A new sentence of small talk and its subject (subjects tried in random order)."""
         topics = list(TOPICS)
         self.rng.shuffle(topics)
         for topic in topics:
@@ -521,17 +528,36 @@ class Builder:
                     continue
         raise RuntimeError("the small talk ran out of new lines")
 
+    def small_talk(self) -> tuple[str, list[str]]:
+        """A turn of small talk: one to three sentences (:data:`SENTENCES`), its subjects."""
+        said = [self.sentence() for _ in range(self.rng.choice(SENTENCES))]
+        return " ".join(text for text, _ in said), sorted({topic for _, topic in said})
+
+    def wrapped(self, speaker: str, text: str) -> tuple[str, str, list[str]]:
+        """A planted sentence said in passing, as people do: after a sentence of small talk
+        (:data:`LEAD_IN`), before one (:data:`FOLLOW_ON`), both or neither."""
+        self.used[text] += 1
+        parts, topics = [text], set()
+        if self.rng.random() < LEAD_IN:
+            lead, topic = self.sentence()
+            parts.insert(0, lead)
+            topics.add(topic)
+        if self.rng.random() < FOLLOW_ON:
+            tail, topic = self.sentence()
+            parts.append(tail)
+            topics.add(topic)
+        return speaker, " ".join(parts), sorted(topics)
+
     def reaction(self) -> str:
         return self.line(["{wow}, {comment}.", "{wow}, {comment}!"], cap=None)
 
     def plant(self, session: int, turns: list[tuple[str, str]], react: bool = True) -> list[str]:
-        """Plant a block of turns (with the friend's reaction after it unless ``react`` is
-        off); returns references to them, resolved to turn ids by :meth:`build`."""
-        for _, text in turns:
-            self.used[text] += 1
-        block = list(turns)
+        """Plant a block of turns (each :meth:`wrapped`; with the friend's reaction after it
+        unless ``react`` is off); returns references to them, resolved to turn ids by
+        :meth:`build`."""
+        block = [self.wrapped(speaker, text) for speaker, text in turns]
         if react:
-            block.append((self.other(turns[-1][0]), self.reaction()))
+            block.append((self.other(turns[-1][0]), self.reaction(), []))
         self.blocks[session].append(block)
         b = len(self.blocks[session]) - 1
         return [f"{self.user}/s{session + 1:02d}/@{b}.{i}" for i in range(len(turns))]
@@ -555,15 +581,15 @@ class Builder:
             fill = max(4, SESSION_TURNS - sum(len(b) for b in blocks))
             # where each block goes: after which small-talk line (never the very first)
             after = sorted(self.rng.choices(range(1, fill + 1), k=len(blocks)))
-            turns: list[tuple[str, str, str | None]] = []  # speaker, text, subject
+            turns: list[tuple[str, str, list[str]]] = []  # speaker, text, subjects
             order = sorted(zip(after, range(len(blocks)), strict=True))
             k = 0
             for position in range(fill + 1):
                 while k < len(order) and order[k][0] == position:
-                    for i, (speaker, text) in enumerate(blocks[order[k][1]]):
+                    for i, turn in enumerate(blocks[order[k][1]]):
                         ref = self._ref(s, self.blocks[s].index(blocks[order[k][1]]), i)
                         placed[ref] = len(turns)
-                        turns.append((speaker, text, None))
+                        turns.append(turn)
                     k += 1
                 if position == fill:
                     break
@@ -577,7 +603,7 @@ class Builder:
                     "date": at.isoformat(),
                     "turns": [
                         {"id": f"{self.user}/{sid}/t{i + 1:02d}", "speaker": sp, "text": tx}
-                        | ({"topic": tp} if tp else {})
+                        | ({"topics": tp} if tp else {})
                         for i, (sp, tx, tp) in enumerate(turns)
                     ],
                 }
@@ -809,11 +835,11 @@ def time_questions(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ]
         n = 0
         for topic in ASKABLE:
-            dates = sorted({at for at, t in said if t.get("topic") == topic})
+            dates = sorted({at for at, t in said if topic in t.get("topics", ())})
             for date in rng.sample(dates, min(2, len(dates))):
                 phrase, asked, lo, hi = _windows(date, rng)
-                gold = [t["id"] for at, t in said if t.get("topic") == topic and lo <= at < hi]
-                earlier = [t for at, t in said if t.get("topic") == topic and at < lo]
+                gold = [t["id"] for at, t in said if topic in t.get("topics", ()) and lo <= at < hi]
+                earlier = [t for at, t in said if topic in t.get("topics", ()) and at < lo]
                 if not gold or not earlier or asked < hi.replace(hour=0) - timedelta(days=1):
                     continue
                 n += 1

@@ -9,16 +9,19 @@ before the set was first measured.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from datetime import datetime
 
 import pytest
 
 from bench.recall_data import (
+    ASKABLE,
     HELD_OUT_DIGEST,
     MAX_REPEATS,
     OUT,
     PAIRS,
+    TOPICS,
     build,
     held_out,
     held_out_digest,
@@ -43,6 +46,13 @@ def test_the_files_are_what_the_generator_writes() -> None:
 def test_no_line_is_said_twice_by_one_user() -> None:
     said = Counter((s["user"], t["text"]) for s in SESSIONS for t in s["turns"])
     assert max(said.values()) <= MAX_REPEATS == 1
+    sentences = Counter(
+        (s["user"], sentence)
+        for s in SESSIONS
+        for t in s["turns"]
+        for sentence in re.split(r"(?<=[.!?]) ", t["text"])
+    )
+    assert max(sentences.values()) <= MAX_REPEATS, sentences.most_common(3)
     # and the small talk is not a handful of sentences with one word swapped
     for user in {s["user"] for s in SESSIONS}:
         lines = [t["text"] for s in SESSIONS if s["user"] == user for t in s["turns"]]
@@ -81,8 +91,8 @@ def test_time_questions_gold_is_the_subject_inside_the_window_and_was_said_befor
     assert len(TIMED) >= 30
     for q in TIMED:
         asked = datetime.fromisoformat(q["as_of"])
-        subjects = {TURNS[g][1]["topic"] for g in q["gold"]}
-        assert len(subjects) == 1
+        [subject] = [t for t in ASKABLE if f"about {TOPICS[t][0]} " in q["question"]]
+        assert all(subject in TURNS[g][1]["topics"] for g in q["gold"])
         dates = {datetime.fromisoformat(TURNS[g][0]["date"]) for g in q["gold"]}
         assert max(dates) <= asked
         earlier = [
@@ -90,7 +100,7 @@ def test_time_questions_gold_is_the_subject_inside_the_window_and_was_said_befor
             for s in SESSIONS
             if s["user"] == q["user"] and datetime.fromisoformat(s["date"]) < min(dates)
             for t in s["turns"]
-            if t.get("topic") in subjects
+            if subject in t.get("topics", ())
         ]
         assert earlier, q
 
