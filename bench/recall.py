@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import random
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -47,13 +48,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pymongo import AsyncMongoClient
 
 from bench.report import publish
 from mongomem.adapters.embeddings import Embedder, LocalE5Embedder, local_model_installed
 from mongomem.adapters.lexical import tokenize
 from mongomem.adapters.mongo import MEMORIES, TURN_VECTORS, TURNS, Document, connect
 from mongomem.evaluation.retrieval import KS, recall_summary
-from mongomem.local.infra import start_servers
+from mongomem.local.infra import free_port, start_servers
+from mongomem.local.servers import LocalMongo
 from mongomem.ltm import MemoryStore, memory_id_for
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.index import SCOPE_LOG, bump_scope
@@ -311,6 +314,30 @@ async def rebuild_cost(db: Any, n: int) -> dict[str, Any]:
     }
 
 
+#: mongo-java-server's heap for the rebuild run: 100,000 turns and their vectors take more
+#: than its 1g default.
+REBUILD_HEAP = "3g"
+
+
+async def rebuild_on_own_server(n: int) -> dict[str, Any]:
+    """:func:`rebuild_cost` against a mongo-java-server of its own, with a larger heap."""
+    cache = load_settings().infra.state_dir.resolve() / "cache"
+    with tempfile.TemporaryDirectory(prefix="bench-recall-") as root:
+        mongo = LocalMongo(
+            port=free_port(), state_dir=Path(root) / "mongo", cache_dir=cache, heap=REBUILD_HEAP
+        )
+        mongo.state_dir.mkdir(parents=True, exist_ok=True)
+        mongo.start()
+        try:
+            client: AsyncMongoClient[Document] = AsyncMongoClient(mongo.uri, tz_aware=True)
+            try:
+                return await rebuild_cost(client["br"], n)
+            finally:
+                await client.close()
+        finally:
+            mongo.stop()
+
+
 # --------------------------------------------------------------------------- memory cost
 
 SCOPE = MemoryScope(project_id="bench", user_id="mem-user")
@@ -426,10 +453,6 @@ async def run(args: argparse.Namespace) -> str:
         if args.turns:
             t = await turn_cost(client["bt"], args.turns, args.queries)
             await client.drop_database("bt")
-        rebuild: dict[str, Any] = {}
-        if args.rebuild:
-            rebuild = await rebuild_cost(client["br"], args.rebuild)
-            await client.drop_database("br")
         for n in (2_000, 20_000) if args.memories else ():
             mem[n] = await memory_cost(client[f"bm{n}"], n, args.queries)
             await client.drop_database(f"bm{n}")
@@ -437,6 +460,9 @@ async def run(args: argparse.Namespace) -> str:
         kind = servers.mongo_kind
     finally:
         servers.stop()
+    rebuild: dict[str, Any] = {}
+    if args.rebuild:
+        rebuild = await rebuild_on_own_server(args.rebuild)
     quality_lines: list[str] = []
     for part, summary in q["summary"].items():
         r10 = {arm: s["all"]["recall@10"] for arm, s in summary.items()}
