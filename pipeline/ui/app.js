@@ -43,7 +43,8 @@ const about = (m) => m.subject || "user";
 const place = (r) => (r === null || r === undefined ? "–" : String(r));
 const ranks = (r) => (r ? h("span", { class: "ranks", title: "ranks: words (BM25) · meaning (cosine) · fused" },
   `words ${place(r.lexical_rank)} · meaning ${place(r.dense_rank)} · fused ${place(r.fused_rank)}`
-  + (r.time_rank ? ` · time ${r.time_rank}` : "")) : "–");
+  + (r.time_rank ? ` · time ${r.time_rank}` : "")
+  + (r.speaker_rank ? ` · speaker ${r.speaker_rank}` : "")) : "–");
 
 class ApiError extends Error {}
 
