@@ -155,7 +155,7 @@ async def _questions(
     out = []
     for j, (_, c) in enumerate(items):
         near = neighbours_in(index, c, t.neighbours, (generation, sims[j]), t.floor)
-        question = await question_for(c, near, t, store.evidence_dates)
+        question = await question_for(c, near, t, store.existing_times)
         if question is not None:
             out.append(question)
     return out
