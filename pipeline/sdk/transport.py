@@ -26,6 +26,7 @@ from pymongo import AsyncMongoClient
 from mongomem.adapters.embeddings import (
     Embedder,
     embed_queries,
+    embedder_identity,
     local_model_installed,
     make_embedder,
 )
@@ -34,7 +35,7 @@ from mongomem.adapters.rerank import http_reranker, rerank
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
-from mongomem.errors import ConfigError, InputError, NotReady
+from mongomem.errors import InputError
 from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds, kind_of, make_candidate
 from mongomem.ltm.browse import MemoryFilter, browse, count
 from mongomem.ltm.export import ImportResult, export_lines, import_lines
@@ -220,11 +221,17 @@ class MemoryTransport(Protocol):
     async def close(self) -> None: ...
 
 
+def default_settings(settings: EmbeddingSettings) -> EmbeddingSettings:
+    """``settings``, with the local model as the provider when none is set and it is
+    installed."""
+    if settings.provider is None and local_model_installed():
+        return settings.model_copy(update={"provider": "local"})
+    return settings
+
+
 def default_embedder(settings: EmbeddingSettings) -> Embedder:
     """The configured embedder; with no provider set, the local model if it is installed."""
-    if settings.provider is None and local_model_installed():
-        settings = settings.model_copy(update={"provider": "local"})
-    return make_embedder(settings)
+    return make_embedder(default_settings(settings))
 
 
 def _metered(judge: Judge | None, db: Any) -> Judge | None:
@@ -588,22 +595,22 @@ class DirectTransport:
             self._turn_search.note_turn(project_id, user_id)
         return result
 
-    async def _embedder_id(self) -> tuple[str, int] | None:
-        """The configured embedder's name and size (``None``: none is configured)."""
-        try:
-            _, embedder = await self._ready()
-        except (NotReady, ConfigError):
+    def _embedder_id(self) -> tuple[str, int] | None:
+        """The configured embedder's name and size (``None``: none is configured), read
+        from the embedder given or else from the settings: naming the default embedder
+        neither loads its model nor starts its client."""
+        if self._embedder is None:
+            return embedder_identity(default_settings(self._settings.embedding))
+        if not self._embedder.dimensions:  # a stand-in that makes no vectors (the CLI's)
             return None
-        if not embedder.dimensions:  # a stand-in that makes no vectors (the CLI's)
-            return None
-        return embedder.name, embedder.dimensions
+        return self._embedder.name, self._embedder.dimensions
 
     async def export_user(self, project_id: str, user_id: str) -> AsyncIterator[str]:
         from mongomem import __version__
 
         store = await self._store_ready()
         scope = MemoryScope(project_id=project_id, user_id=user_id)
-        embedder = await self._embedder_id()
+        embedder = self._embedder_id()
         async for line in export_lines(store.db, scope, embedder, version=__version__):
             yield line
 

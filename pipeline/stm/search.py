@@ -42,9 +42,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, PyMongoError
@@ -54,10 +53,16 @@ from mongomem.adapters.lexical import LexicalIndex
 from mongomem.adapters.mongo import TURN_VECTORS, TURNS, Document
 from mongomem.adapters.rerank import Reranker, rerank
 from mongomem.errors import InputError, StorageError
+from mongomem.lazy import lazy_module
 from mongomem.models import Frozen, Identifier, Turn
 from mongomem.ranking import MAX_QUERY_CHARS, HitRanks, fuse, hit_ranks
 from mongomem.stm.turns import NOT_AN_EVENT, turn_from_document
 from mongomem.time_expressions import TimeWindow, find_time_window
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = [
     "TurnHit",
@@ -76,7 +81,7 @@ POOL = 20
 #: The weight of the "said inside the query's time window" list in the fusion (dense 1.0),
 #: chosen on the tuning part of the recall set's time-expression questions.
 TIME_WEIGHT = 1.0
-Vector = np.ndarray[Any, np.dtype[np.float32]]
+Vector: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 
 
 class TurnQuery(Frozen):
