@@ -52,7 +52,7 @@ from mongomem.models import (
 )
 from mongomem.operations.progress import ProcessingStatus, Progress
 from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, judge_meters
-from mongomem.project_config import enabled_types
+from mongomem.project_config import CustomTypeConfig, enabled_types, load_project_config
 from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import compose_context
 from mongomem.sdk.idempotency import (
@@ -268,6 +268,7 @@ class DirectTransport:
         self._settings = settings
         self._actor = actor
         self._types: tuple[str, ...] | None = None
+        self._custom: dict[str, CustomTypeConfig] | None = None
         self._embedder = embedder
         self._judge = judge
         self._thresholds = thresholds
@@ -409,20 +410,19 @@ class DirectTransport:
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
         store = await self._store_ready()
-        kind_of(memory_type)
-        found = await store.get(who.scope(memory_type), memory_type, key)
+        found = await store.get(self._scope_of(who, memory_type), memory_type, key)
         return None if found is None else record_of(found)
 
     async def search(
         self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
     ) -> list[SearchHit[MemoryRecord]]:
+        scope = self._scope_of(who, memory_type)
         store, embedder = await self._ready()
-        kind_of(memory_type)
         check_query(query)
         [vector] = await embed_queries(embedder, [query])
         prefix = _domain_prefix(memory_type, domain)
         depth = max(limit, self._settings.rerank.depth) if self._reranker else limit
-        hits = await store.rank(who.scope(memory_type), memory_type, query, vector, depth, prefix)
+        hits = await store.rank(scope, memory_type, query, vector, depth, prefix)
         found = [
             SearchHit[MemoryRecord](memory=record_of(v), score=s, ranks=hit_ranks(r))
             for v, s, r in hits
@@ -442,9 +442,9 @@ class DirectTransport:
         self, who: Identity, memory_type: str, limit: int, domain: str | None
     ) -> list[MemoryRecord]:
         store = await self._store_ready()
-        kind_of(memory_type)
+        scope = self._scope_of(who, memory_type)
         prefix = _domain_prefix(memory_type, domain)
-        found = await store.list_current(who.scope(memory_type), memory_type, limit, prefix)
+        found = await store.list_current(scope, memory_type, limit, prefix)
         return [record_of(v) for v in found]
 
     async def list_domains(self, who: Identity) -> list[str]:
@@ -504,9 +504,8 @@ class DirectTransport:
         self, who: Identity, memory_type: str, key: str, reason: str | None
     ) -> DeleteResult | None:
         store = await self._store_ready()
-        kind_of(memory_type)
+        scope = self._scope_of(who, memory_type)
         reason = check_reason(reason)
-        scope = who.scope(memory_type)
         current = await store.get(scope, memory_type, key)
         if current is None:
             return None
@@ -517,8 +516,28 @@ class DirectTransport:
     def _browse_scopes(self, who: Identity, f: MemoryFilter) -> list[MemoryScope]:
         if f.memory_type is None:
             return list(who.scopes)
-        kind_of(f.memory_type)
-        return [who.scope(f.memory_type)]
+        return [self._scope_of(who, f.memory_type)]
+
+    def custom_types(self) -> dict[str, CustomTypeConfig]:
+        """The memory types ``project-config.yaml`` declares (``MONGOMEM_PROJECT_CONFIG``),
+        by name; read once. Their memories are written by their extractors; the reads
+        (get, search, list, browse, count) and deletions take them as built-in types."""
+        if self._custom is None:
+            path = self._settings.project_config
+            declared = () if path is None else load_project_config(path).memory.extraction.custom
+            self._custom = {c.name: c for c in declared}
+        return self._custom
+
+    def _scope_of(self, who: Identity, memory_type: str) -> MemoryScope:
+        """The caller's scope of ``memory_type``: a built-in type's, or a declared custom
+        type's (its ``scope``: the user's or the project's); else :class:`InputError`."""
+        custom = self.custom_types().get(memory_type)
+        if custom is None:
+            kind_of(memory_type)  # a built-in type, or "unknown memory type"
+            return who.scope(memory_type)
+        if custom.scope == "project":
+            return MemoryScope(project_id=who.project_id)
+        return MemoryScope(project_id=who.project_id, user_id=who.user_id)
 
     async def browse_memories(
         self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
