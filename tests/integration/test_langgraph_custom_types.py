@@ -16,7 +16,7 @@ from mongomem.errors import InputError, Unmappable
 from mongomem.integrations.langgraph import MongomemStore
 from mongomem.ltm import MemoryStore
 from mongomem.models import Evidence, MemoryCandidate, MemoryScope, stable_id, utcnow
-from mongomem.sdk import Memory
+from mongomem.sdk import AsyncMemory, Memory, MemoryRequestContext
 from mongomem.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -146,3 +146,31 @@ def test_the_types_can_be_given_to_the_store(
         item = MongomemStore(direct, project_config=config_file).get(PREF, "seat")
         assert item is not None
         assert item.value["value"] == "window"
+
+
+async def test_the_sdk_browses_and_counts_a_custom_type_in_its_own_scope(
+    settings: Settings, mongo: AsyncMongoClient[Document], config_file: Path, seeded: None
+) -> None:
+    rule = extracted("no-smoking", "indoors", "snap-3").model_copy(
+        update={
+            "candidate_id": "cand-rule",
+            "memory_type": "house-rule",
+            "scope": MemoryScope(project_id="lg"),  # scope: project
+            "fields": {"rule": "no-smoking"},
+            "text": "rule: no-smoking",
+        }
+    )
+    store = MemoryStore(mongo[settings.mongodb.database])
+    await store.reconcile(rule)
+    configured = settings.model_copy(update={"project_config": config_file})
+    async with AsyncMemory(project_id="lg", settings=configured, embedder=EMBEDDER) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id=U))
+        page = await chat.browse_memories("preference")
+        assert sorted(i.key for i in page.items) == ["meal", "seat"]
+        assert await chat.count_memories("preference") == 2
+        other = memory.bind(MemoryRequestContext(user_id="user_2"))
+        assert await other.count_memories("preference") == 0  # the user's own scope
+        assert await other.count_memories("house-rule") == 1  # the project's
+    async with AsyncMemory(project_id="lg", settings=settings, embedder=EMBEDDER) as plain:
+        with pytest.raises(InputError, match="unknown memory type"):
+            await plain.bind(MemoryRequestContext(user_id=U)).count_memories("preference")
