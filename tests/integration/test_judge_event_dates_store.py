@@ -67,3 +67,43 @@ async def test_a_version_without_an_event_shows_none(
     await store.reconcile(trip("Rome", "snap-b", datetime(2026, 3, 1, tzinfo=UTC), MAY))
     (question,) = judge.questions
     assert (question.existing_event, question.new_event) == (None, MAY)
+
+
+async def test_a_batched_judge_call_shows_each_question_s_event_dates(
+    mongo: AsyncMongoClient[Document], settings: Settings
+) -> None:
+    """Candidates of one snapshot go to the judge in one call (SPEC I6): each question of
+    the batch carries its own stored and stated event dates."""
+    judge = ScriptedJudge(lambda q: Action.UPDATE)
+    store = MemoryStore(mongo[settings.mongodb.database], judge=judge)
+    await store.setup()
+    learned, told = datetime(2026, 1, 2, 9, tzinfo=UTC), datetime(2026, 3, 1, 9, tzinfo=UTC)
+    await store.reconcile(trip("Lisbon", "snap-a", learned, CHRISTMAS))
+    await store.reconcile(
+        candidate(
+            "semantic",
+            label="home-city",
+            text="The user lives in Porto.",
+            snapshot="a2",
+            at=learned,
+        ).model_copy(update={"event": EventTime(valid_from=date(2020, 1, 1))})
+    )
+    rome = trip("Rome", "snap-b", told, MAY)
+    moved = candidate(
+        "semantic",
+        label="home-city",
+        text="The user lives in Braga.",
+        snapshot="snap-b",
+        position=1,
+        at=told,
+    ).model_copy(update={"event": EventTime(valid_from=date(2026, 2, 1), phrase="since February")})
+    await store.reconcile_many([rome, moved])
+    (batch,) = judge.batches
+    events = {q.existing_key: (q.existing_event, q.new_event) for q in batch}
+    assert events == {
+        "last-trip": (CHRISTMAS, MAY),
+        "home-city": (
+            EventTime(valid_from=date(2020, 1, 1)),
+            EventTime(valid_from=date(2026, 2, 1), phrase="since February"),
+        ),
+    }
