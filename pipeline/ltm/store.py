@@ -470,6 +470,25 @@ class MemoryStore(MemoryReads):
         docs = await self._read(
             self.memories.find({"memory_id": decision.memory_id}, {"embedding": 0}).to_list()
         )
+        if any(d.get("status") in CLOSED_STATUSES for d in docs):
+            # Deleted (or expired) since the neighbour was read: its deletion is being
+            # completed. No version may follow the one that closed it, so the statement
+            # is a fresh ADD under the key's next incarnation, as any candidate after
+            # a deletion is.
+            return await self._unused_id(
+                candidate,
+                decision.model_copy(
+                    update={
+                        "action": Action.ADD,
+                        "version": 1,
+                        "base_version": None,
+                        "historical": False,
+                        "raises_rank": False,
+                        "reason": "the memory it would have entered was deleted meanwhile: "
+                        "a new memory",
+                    }
+                ),
+            )
         rank = evidence_rank(candidate.evidence)
         stated = sorted(
             (d for d in docs if d.get("status") not in CLOSED_STATUSES),
@@ -537,12 +556,15 @@ class MemoryStore(MemoryReads):
             memory_id = memory_id_for(
                 candidate.scope, candidate.memory_type, candidate.key, incarnation
             )
-            latest = await self._read(
+            # Closed by any of its versions, not only the highest: a history version
+            # written by a store older than this check may sit past the DELETE.
+            closing = await self._read(
                 self.memories.find_one(
-                    {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
+                    {"memory_id": memory_id, "status": {"$in": sorted(CLOSED_STATUSES)}},
+                    {"_id": 1},
                 )
             )
-            if latest is None or latest.get("status") not in CLOSED_STATUSES:
+            if closing is None:
                 if memory_id == decision.memory_id:
                     return decision
                 return decision.model_copy(update={"memory_id": memory_id})
