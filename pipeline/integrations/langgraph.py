@@ -118,7 +118,7 @@ __all__ = ["STORE_TYPES", "MongomemStore", "Shape", "matches", "namespace_matche
 
 T = TypeVar("T")
 
-#: Memory type → (the field the item key is, {value field: memory field}).
+#: Built-in memory type → (the field the item key is, {value field: memory field}).
 STORE_TYPES: dict[str, tuple[str, dict[str, str]]] = {
     str(MemoryType.SEMANTIC): ("label", {"content": "text"}),
     str(MemoryType.EPISODIC): ("title", {"content": "content"}),
@@ -133,9 +133,10 @@ _READ_LIMIT = 1000
 class Shape:
     """How the items of one namespace ``(user_id, memory_type)`` map onto memories.
 
-    ``value`` maps each value field to the memory field it is; ``writable`` is
-    ``False`` for a custom type (its extractor writes it: ``put`` of a value is refused,
-    ``delete`` is not).
+    ``key_field`` names the field the item key is (a custom type's key fields,
+    ``/``-joined, as its extractor joins them); ``value`` maps each value field to the
+    memory field it is; ``writable`` is ``False`` for a custom type (its extractor
+    writes it: ``put`` of a value is refused, ``delete`` is not).
     """
 
     key_field: str

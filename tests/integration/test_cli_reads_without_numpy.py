@@ -39,6 +39,7 @@ READS = [
     ("memory", "list", "--project-id", "reads", "--user-id", "u1"),
     ("memory", "count", "--project-id", "reads", "--user-id", "u1"),
     ("memory", "sessions", "--project-id", "reads", "--user-id", "u1"),
+    ("memory", "turns", "--project-id", "reads", "--user-id", "u1", "--session-id", "s1"),
     ("memory", "status", "--project-id", "reads", "--user-id", "u1", "--session-id", "s1"),
     EXPORT,
     ("spaces", "list", "--project-id", "reads"),
