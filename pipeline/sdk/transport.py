@@ -36,7 +36,15 @@ from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.errors import InputError
-from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds, kind_of, make_candidate
+from mongomem.ltm import (
+    KINDS,
+    Judge,
+    LLMJudge,
+    MemoryStore,
+    Thresholds,
+    kind_of,
+    make_candidate,
+)
 from mongomem.ltm.browse import MemoryFilter, browse, count
 from mongomem.ltm.export import ImportResult, export_lines, import_lines
 from mongomem.models import (
@@ -531,10 +539,15 @@ class DirectTransport:
     def _scope_of(self, who: Identity, memory_type: str) -> MemoryScope:
         """The caller's scope of ``memory_type``: a built-in type's, or a declared custom
         type's (its ``scope``: the user's or the project's); else :class:`InputError`."""
+        if memory_type in KINDS:  # a built-in type: the project config is not read
+            return who.scope(memory_type)
         custom = self.custom_types().get(memory_type)
         if custom is None:
-            kind_of(memory_type)  # a built-in type, or "unknown memory type"
-            return who.scope(memory_type)
+            raise InputError(
+                f"unknown memory type {memory_type!r} (neither built in nor declared under "
+                "memory.extraction.custom in project-config.yaml)",
+                field="memory_type",
+            )
         if custom.scope == "project":
             return MemoryScope(project_id=who.project_id)
         return MemoryScope(project_id=who.project_id, user_id=who.user_id)
