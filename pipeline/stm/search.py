@@ -50,9 +50,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 from pydantic import AwareDatetime, Field, ValidationError, model_validator
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import BulkWriteError, PyMongoError
@@ -62,10 +61,16 @@ from mongomem.adapters.lexical import LexicalIndex
 from mongomem.adapters.mongo import TURN_VECTORS, TURNS, Document
 from mongomem.adapters.rerank import Reranker, rerank
 from mongomem.errors import InputError, StorageError
+from mongomem.lazy import lazy_module
 from mongomem.models import Frozen, Identifier, Turn
 from mongomem.ranking import MAX_QUERY_CHARS, HitRanks, fuse, hit_ranks
 from mongomem.stm.turns import NOT_AN_EVENT, turn_from_document
 from mongomem.time_expressions import TimeWindow, find_time_window
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = [
     "TurnHit",
@@ -94,7 +99,7 @@ TIME_WEIGHT = 1.0
 #: The weight of the "said by a speaker the query names" list (dense 1.0); see
 #: :func:`named_speakers`. Chosen on the tuning part of the recall set (0.5/1/2).
 SPEAKER_WEIGHT = 1.0
-Vector = np.ndarray[Any, np.dtype[np.float32]]
+Vector: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 
 
 class TurnQuery(Frozen):
