@@ -85,9 +85,9 @@ READER_S = 5.0
 #: ``save_semantic`` calls timed one at a time per store size; the rest of a template is
 #: saved :data:`SAVES_AT_ONCE` at a time (its time is not measured).
 TIMED_SAVES = 200
-SAVES_AT_ONCE = 8
+SAVES_AT_ONCE = 16
 #: Snapshots the extractor works on at once (the default is 4).
-EXTRACTION_CONCURRENCY = 16
+EXTRACTION_CONCURRENCY = 32
 #: mongo-java-server's heap: 100,000 memories of 384 floats take more than its 1g default.
 MONGO_HEAP = "4g"
 
