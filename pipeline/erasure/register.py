@@ -108,7 +108,11 @@ class ErasureRegister:
         erased: set[SessionKey] = set()
         asked: dict[SessionKey, tuple[tuple[str, str | None, str | None], list[str]]] = {}
         for key in set(sessions):
-            target = (key.project_id, key.user_id, key.session_id)
+            target: tuple[str, str | None, str | None] = (
+                key.project_id,
+                key.user_id,
+                key.session_id,
+            )
             ids, answer = self._answer(target)
             if answer is True:
                 erased.add(key)
@@ -126,12 +130,12 @@ class ErasureRegister:
             except PyMongoError as exc:
                 raise StorageError(f"could not read the erasure register: {exc}") from exc
             self._known.update(str(d["_id"]) for d in found)
-        for key, (target, ids) in asked.items():
+        for key, (asked_target, ids) in asked.items():
             if self._known.intersection(ids):
                 erased.add(key)
-                self._absent.pop(target, None)
+                self._absent.pop(asked_target, None)
             elif self._remember_absent:
-                self._remember(target, ids, sent)
+                self._remember(asked_target, ids, sent)
         return erased
 
     def _remember(

@@ -30,7 +30,8 @@ never acknowledged without having been applied:
   caught up (lag reads 0 between watermarks) and on a revocation or a stop;
   a commit skipped is safe under at-least-once: the records after the last
   commit are only read again after a crash, and applying them again changes
-  nothing.
+  nothing. While the partitions are behind, a commit due runs beside the loop
+  (one at a time), so a backlog's changelog flush does not stop the reading.
 * **rebalances**: an assignment restores the partitions' table before any of
   their records is handled; a revocation waits for the partitions' batches in
   flight (:class:`~mongomem.stages.runtime.Revocations`), commits what was

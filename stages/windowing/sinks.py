@@ -10,7 +10,8 @@ are not written to: the snapshot's session and seq range are the lineage
 :mod:`mongomem.stages.windowing.snapshot_encode` (exactly what
 :func:`mongomem.codec.encode` and ``model_dump`` would give).
 :meth:`SnapshotPublisher.deliver_many` does the same
-for a batch of snapshots with one bulk write and the publishes pipelined (in
+for a batch of snapshots with unordered bulk writes of :data:`UPSERTS_PER_WRITE`
+upserts side by side and the publishes pipelined (in
 the given order, so one session's snapshots reach its partition in order); it
 returns once all are stored and acknowledged, and if it raises, any of them
 may or may not have been delivered. pymongo errors become

@@ -6,18 +6,34 @@ one checkpoint runs at a time, and a failed one ends the loop at the next commit
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from mongomem.codec import encode
 from mongomem.errors import BrokerError
-from mongomem.models import SessionKey
+from mongomem.models import SessionKey, Turn
 from mongomem.stages.runtime.memory import MemoryBroker
 from mongomem.stages.windowing.consumer import ChangelogCommits, ChangelogTable
 from mongomem.stages.windowing.logic import WindowState
-from tests.unit.test_windowing_consume import turn_bytes
 
 SESSION = SessionKey(project_id="p", user_id="u", session_id="s")
 KEY = SESSION.kafka_key()
+
+
+def turn_bytes(seq: int) -> bytes:
+    return encode(
+        Turn(
+            turn_id=Turn.make_id("p", "u", "s", seq),
+            project_id="p",
+            user_id="u",
+            session_id="s",
+            seq=seq,
+            role="user",
+            content=f"turn {seq}",
+            created_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seq),
+        )
+    )
 
 
 def state(next_seq: int, offset: int) -> WindowState:
