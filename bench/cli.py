@@ -103,24 +103,33 @@ def _in_process(command: list[str], cwd: Path) -> float:
         os.chdir(here)
 
 
-def _imports(command: list[str], cwd: Path) -> float:
-    """Seconds of ``import`` the command costs in a fresh interpreter (``-X importtime``)."""
+def _imports(command: list[str], cwd: Path) -> tuple[float, bool]:
+    """Seconds of ``import`` the command costs in a fresh interpreter (``-X importtime``),
+    and whether numpy was among them."""
     argv = [sys.executable, "-X", "importtime", "-m", "mongomem.cli", *command]
     done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, check=False)
     total = 0
+    numpy = False
     for line in done.stderr.splitlines():
         parts = line.split("|")
         if line.startswith("import time:") and len(parts) == 3 and parts[0].split(":")[1].strip():
             with_self = parts[0].split(":")[1].strip()
             if with_self.isdigit():
                 total += int(with_self)
-    return total / 1e6
+            numpy = numpy or parts[2].strip() == "numpy"
+    return total / 1e6, numpy
+
+
+def _load() -> str:
+    """The machine's 1-minute load average and core count, as the header states them."""
+    return f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
     args = parser.parse_args()
+    load_before = _load()
     servers = start_servers(load_settings(), for_tests=True)
     try:
         with tempfile.TemporaryDirectory() as folder:
@@ -153,6 +162,7 @@ def main() -> None:
                     took, code = _time([*cli, *command], cwd)
                     times.setdefault(name, []).append(took)
                     codes[name] = code
+        load_after = _load()
     finally:
         servers.stop()
     base = statistics.median(times["python -c pass"])
@@ -161,21 +171,24 @@ def main() -> None:
         "",
         f"`python -m bench.cli --repeat {args.repeat}` — median of {args.repeat} runs each, "
         "interleaved; each command a fresh process in a folder with a local pipeline's saved "
-        "settings, against mongo-java-server and Kafka on this machine. The machine is shared "
-        "(other engineers' builds and tests run at once): compare a row with the same run's "
-        "baselines, not with another run.",
+        "settings, against mongo-java-server and Kafka on this machine. Load average during "
+        f"this run: {load_before} before it, {load_after} at its end. The machine is shared "
+        "(other engineers' builds and tests may run at once): compare a row with the same "
+        "run's baselines, not with another run. `numpy`: whether the command imported it.",
         "",
-        "| call | median s | min s | × `python -c pass` | in-process s | imports s | exit |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| call | median s | min s | × `python -c pass` | in-process s | imports s | numpy "
+        "| exit |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for name, values in times.items():
         median = statistics.median(values)
         code = codes.get(name, 0)
         ran = f"{inside[name]:.2f}" if name in inside else ""
-        loaded = f"{imports[name]:.2f}" if name in imports else ""
+        loaded = f"{imports[name][0]:.2f}" if name in imports else ""
+        numpy = ("yes" if imports[name][1] else "no") if name in imports else ""
         lines.append(
             f"| `{name}` | {median:.2f} | {min(values):.2f} | {median / base:.1f} | {ran} "
-            f"| {loaded} | {code} |"
+            f"| {loaded} | {numpy} | {code} |"
         )
     RESULTS.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -41,6 +41,7 @@ from mongomem.ltm.judge import (
     JudgeQuestion,
     LLMJudge,
     ScriptedJudge,
+    StatedTimes,
     decide,
     prefetch,
     question_for,
@@ -195,8 +196,8 @@ async def run_mode(
         elif mode == MODES[3]:
             judge = _Counting(LLMJudge(StandInLLM()), asked)
 
-        async def dates(_: Neighbour) -> list[datetime]:
-            return [LEARNED]
+        async def dates(_: Neighbour) -> StatedTimes:
+            return StatedTimes(evidence_at=(LEARNED,))
 
         decision: Decision = await decide(candidate, [existing], thresholds, judge, dates)
         out.append(
@@ -250,8 +251,8 @@ async def run_batched(cases: Sequence[Case], similarity: Mapping[str, float], si
         members[i : i + size] for members in by_type.values() for i in range(0, len(members), size)
     ]
 
-    async def dates(_: Neighbour) -> list[datetime]:
-        return [LEARNED]
+    async def dates(_: Neighbour) -> StatedTimes:
+        return StatedTimes(evidence_at=(LEARNED,))
 
     decided: dict[str, Outcome] = {}
     for number, group in enumerate(groups):

@@ -54,6 +54,8 @@ class Ranked(Generic[K]):
     dense_score: float | None
     #: Its place in the boost list (turns said in the query's time window), if any.
     time_rank: int | None = None
+    #: Its place in the speaker list (turns said by a speaker the query names), if any.
+    speaker_rank: int | None = None
 
     def rekey(self, key: J) -> Ranked[J]:
         """The same ranking under another key (a row number becomes a document id)."""
@@ -66,6 +68,7 @@ class Ranked(Generic[K]):
             lexical_score=self.lexical_score,
             dense_score=self.dense_score,
             time_rank=self.time_rank,
+            speaker_rank=self.speaker_rank,
         )
 
 
@@ -78,17 +81,27 @@ def fuse(
     lexical_weight: float = LEXICAL_WEIGHT,
     boost: Sequence[tuple[K, float]] = (),
     boost_weight: float = 1.0,
+    speaker: Sequence[tuple[K, float]] = (),
+    speaker_weight: float = 1.0,
 ) -> list[Ranked[K]]:
     """The ``limit`` best of both lists by weighted reciprocal-rank fusion (see the module
     docstring); ``k`` and ``lexical_weight`` default to the tuned values. ``boost`` is an
     optional third list fused the same way with ``boost_weight`` (turn search's "said
-    inside the query's time window"); its ranks are :attr:`Ranked.time_rank`."""
+    inside the query's time window"); its ranks are :attr:`Ranked.time_rank`. ``speaker``
+    is an optional fourth, with ``speaker_weight`` (turn search's "said by a speaker the
+    query names"); its ranks are :attr:`Ranked.speaker_rank`."""
     lex = {key: (i + 1, s) for i, (key, s) in enumerate(lexical)}
     den = {key: (i + 1, s) for i, (key, s) in enumerate(dense)}
     extra = {key: (i + 1, s) for i, (key, s) in enumerate(boost)}
+    said = {key: (i + 1, s) for i, (key, s) in enumerate(speaker)}
     keys = list(
         dict.fromkeys(
-            [*(key for key, _ in dense), *(key for key, _ in lexical), *(key for key, _ in boost)]
+            [
+                *(key for key, _ in dense),
+                *(key for key, _ in lexical),
+                *(key for key, _ in boost),
+                *(key for key, _ in speaker),
+            ]
         )
     )
 
@@ -98,13 +111,14 @@ def fuse(
             (lex.get(key), lexical_weight),
             (den.get(key), 1.0),
             (extra.get(key), boost_weight),
+            (said.get(key), speaker_weight),
         )
         for found, weight in lists:
             if found is not None:
                 total += weight / (k + found[0])
         return total
 
-    missing = len(dense) + len(lexical) + len(boost) + 1
+    missing = len(dense) + len(lexical) + len(boost) + len(speaker) + 1
     scored = sorted(
         ((fused(key), key) for key in keys),
         key=lambda p: (-p[0], den.get(p[1], (missing, 0.0))[0], str(p[1])),
@@ -122,6 +136,7 @@ def fuse(
                 lexical_score=None if lr is None else lr[1],
                 dense_score=None if dr is None else dr[1],
                 time_rank=extra[key][0] if key in extra else None,
+                speaker_rank=said[key][0] if key in said else None,
             )
         )
     return out
@@ -138,6 +153,8 @@ class HitRanks(Frozen):
     dense_rank: int | None = None
     #: Turn search: its place among the turns said inside the query's time window.
     time_rank: int | None = None
+    #: Turn search: its place among the turns said by a speaker the query names.
+    speaker_rank: int | None = None
     #: The optional reranker's score (:mod:`mongomem.adapters.rerank`); when set, the
     #: hits are in the reranker's order and ``fused_rank`` is the place before it.
     rerank_score: float | None = None
@@ -152,4 +169,5 @@ def hit_ranks(ranked: Ranked[Any]) -> HitRanks:
         lexical_score=ranked.lexical_score,
         dense_rank=ranked.dense_rank,
         time_rank=ranked.time_rank,
+        speaker_rank=ranked.speaker_rank,
     )

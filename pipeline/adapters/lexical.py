@@ -35,15 +35,21 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 import Stemmer
+
+from mongomem.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = ["STOP_WORDS", "LexicalIndex", "tokenize"]
 
-Floats = np.ndarray[Any, np.dtype[np.float32]]
-Ints = np.ndarray[Any, np.dtype[np.int64]]
+Floats: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
+Ints: TypeAlias = "np.ndarray[Any, np.dtype[np.int64]]"
 
 #: Words too common to tell documents apart (the usual English list, as bm25s has it).
 STOP_WORDS = frozenset(

@@ -19,18 +19,32 @@ namespace                      key                    value
 ``(user_id, "semantic")``      the fact's label       ``{"content": text}``
 ``(user_id, "episodic")``      the episode's title    ``{"content": content}``
 ``(user_id, "procedural")``    the procedure's name   ``{"description": …, "content": …}``
+``(user_id, "<custom type>")`` its key fields,        its declared fields, as declared
+                               ``/``-joined           (``None`` where the model left one
+                                                      out); read-only
 =============================  =====================  ==================================
 
 ``{"content": str}`` is the shape LangMem's memory tools write, so they work unchanged
-with ``namespace=("{langgraph_user_id}", "semantic")``. Anything else is refused with
-:class:`~mongomem.errors.Unmappable` naming this mapping, before anything is stored:
+with ``namespace=("{langgraph_user_id}", "semantic")``.
 
-- another namespace shape, or a type outside the table: ``taxonomic`` terms are
-  project-wide, which a namespace naming a user would misstate (use the SDK's
-  ``save_taxonomic``); a custom memory type (``project-config.yaml``) is written by its
-  extractor, and the SDK has no direct save or read of it. So ``(user_id, "preference")``
-  is refused by ``put``, ``get`` and ``search`` alike (an empty answer would misstate
-  what memory holds), and ``list_namespaces`` lists only the table's types;
+**Custom types.** A user-scoped custom type declared in ``project-config.yaml``
+(``memory.extraction.custom``, e.g. ``preference`` with fields ``topic`` and ``value``,
+key ``[topic]``) is the namespace ``(user_id, "preference")``, mirroring the built-in
+types: ``get``, ``search`` (with or without a query, with ``filter`` on its fields),
+``list_namespaces`` and ``delete`` work on it as on a built-in type. Its memories are
+written by its extractor from conversations; the SDK has no direct save of a custom
+type, so ``put`` of a value there is refused (a ``put(..., None)`` deletes). The types
+are those of the ``project_config`` given to the store, else of the memory's own settings
+(``MONGOMEM_PROJECT_CONFIG``); over HTTP the service's configuration must declare them too.
+
+Anything else is refused with :class:`~mongomem.errors.Unmappable` naming this mapping,
+before anything is stored:
+
+- another namespace shape, or a type outside the table: ``taxonomic`` terms, and custom
+  types declared with ``scope: project``, are project-wide, which a namespace naming a
+  user would misstate (use the SDK's ``save_taxonomic``); an undeclared type is refused
+  by ``put``, ``get`` and ``search`` alike (an empty answer would misstate what memory
+  holds), and ``list_namespaces`` lists only the table's types;
 - a value with other fields, or a field that is not a non-empty string;
 - a key not in memory's normal form (:func:`~mongomem.ltm.kinds.normalize_key`:
   case-folded, spaces and underscores as ``-``), since ``Home Airport`` and
@@ -73,6 +87,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from mongomem.errors import ReconciliationError, Unmappable
@@ -80,6 +96,7 @@ from mongomem.extras import require
 from mongomem.ltm.browse import make_filter
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import MemoryType
+from mongomem.project_config import CustomTypeConfig, ProjectConfig, load_project_config
 from mongomem.sdk import Memory, MemoryRecord, MemoryRequestContext
 from mongomem.sdk.identity import Identity, resolve_identity
 
@@ -97,11 +114,11 @@ with require("langgraph"):
         SearchOp,
     )
 
-__all__ = ["STORE_TYPES", "MongomemStore", "matches", "namespace_matches"]
+__all__ = ["STORE_TYPES", "MongomemStore", "Shape", "matches", "namespace_matches"]
 
 T = TypeVar("T")
 
-#: Memory type → (the field the item key is, {value field: memory field}).
+#: Built-in memory type → (the field the item key is, {value field: memory field}).
 STORE_TYPES: dict[str, tuple[str, dict[str, str]]] = {
     str(MemoryType.SEMANTIC): ("label", {"content": "text"}),
     str(MemoryType.EPISODIC): ("title", {"content": "content"}),
@@ -111,29 +128,43 @@ STORE_TYPES: dict[str, tuple[str, dict[str, str]]] = {
 #: The most memories one search or listing reads per type (the SDK's own bound).
 _READ_LIMIT = 1000
 
-_MAPPING = "namespaces are (user_id, memory_type) with memory_type one of " + ", ".join(
-    repr(str(t)) for t in STORE_TYPES
-)
+
+@dataclass(frozen=True)
+class Shape:
+    """How the items of one namespace ``(user_id, memory_type)`` map onto memories.
+
+    ``key_field`` names the field the item key is (a custom type's key fields,
+    ``/``-joined, as its extractor joins them); ``value`` maps each value field to the
+    memory field it is; ``writable`` is ``False`` for a custom type (its extractor
+    writes it: ``put`` of a value is refused, ``delete`` is not).
+    """
+
+    key_field: str
+    value: dict[str, str]
+    writable: bool = True
+
+    @classmethod
+    def of_custom(cls, config: CustomTypeConfig) -> Shape:
+        """A user-scoped custom type's items: its declared fields, as declared."""
+        return cls("/".join(config.key), {name: name for name in config.fields}, writable=False)
 
 
-def _place(namespace: tuple[str, ...]) -> str:
-    """The memory type a namespace names, or :class:`Unmappable` saying why not."""
-    if len(namespace) != 2:
-        raise Unmappable(f"namespace {namespace!r} does not map onto memory: {_MAPPING}")
-    memory_type = namespace[1]
-    if memory_type == MemoryType.TAXONOMIC:
-        raise Unmappable(
-            f"namespace {namespace!r}: taxonomic terms are project-wide, which a namespace "
-            "naming a user would misstate; save them with the SDK's save_taxonomic "
-            f"({_MAPPING})"
-        )
-    if memory_type not in STORE_TYPES:
-        raise Unmappable(
-            f"namespace {namespace!r}: {memory_type!r} is not a memory type the store writes "
-            "(a custom type from project-config.yaml is written by its extractor; the SDK "
-            f"has no direct save for it): {_MAPPING}"
-        )
-    return memory_type
+def _custom_shapes(
+    declared: Iterable[CustomTypeConfig],
+) -> tuple[dict[str, Shape], dict[str, str]]:
+    """The namespaces of the user-scoped custom types, and why each project-scoped one
+    has none."""
+    shapes: dict[str, Shape] = {}
+    refused: dict[str, str] = {}
+    for config in declared:
+        if config.scope == "project":
+            refused[config.name] = (
+                f"the custom type {config.name!r} is project-wide (scope: project in "
+                "project-config.yaml), which a namespace naming a user would misstate"
+            )
+        else:
+            shapes[config.name] = Shape.of_custom(config)
+    return shapes, refused
 
 
 def _check_key(namespace: tuple[str, ...], key: str) -> None:
@@ -146,10 +177,14 @@ def _check_key(namespace: tuple[str, ...], key: str) -> None:
 
 
 def _fields(
-    memory_type: str, namespace: tuple[str, ...], key: str, value: Mapping[str, Any]
+    shape_of: Shape,
+    memory_type: str,
+    namespace: tuple[str, ...],
+    key: str,
+    value: Mapping[str, Any],
 ) -> dict[str, str]:
     """The SDK save fields of a store value (see the module's table)."""
-    key_field, shape = STORE_TYPES[memory_type]
+    key_field, shape = shape_of.key_field, shape_of.value
     if set(value) != set(shape):
         raise Unmappable(
             f"value for {namespace!r} has fields {sorted(value)}; {memory_type} items hold "
@@ -215,44 +250,118 @@ def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> 
     return all(p in ("*", n) for n, p in zip(part, path, strict=True)) if path else True
 
 
-def _check_put(op: PutOp) -> None:
-    """Refuse a put with no faithful mapping (:class:`Unmappable`), before any write."""
-    memory_type = _place(op.namespace)
-    _check_key(op.namespace, op.key)
-    if op.value is None:
-        return
-    if op.ttl is not None:
-        raise Unmappable(
-            f"put into {op.namespace!r} with ttl={op.ttl}: memory has no per-item TTL; "
-            "retention is per memory type (project-config.yaml: "
-            f"memory.retention.{memory_type}.expire_after_days)"
-        )
-    _fields(memory_type, op.namespace, op.key, op.value)
-
-
-def _value(record: MemoryRecord) -> dict[str, Any]:
-    _, shape = STORE_TYPES[record.memory_type]
-    return {name: record.fields.get(field, "") for name, field in shape.items()}
-
-
-def _item(user_id: str, record: MemoryRecord) -> Item:
-    return Item(
-        value=_value(record),
-        key=record.key,
-        namespace=(user_id, str(record.memory_type)),
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-    )
+def _value(shape: Shape, record: MemoryRecord) -> dict[str, Any]:
+    default = "" if shape.writable else None  # a custom type's unset field reads as None
+    return {name: record.fields.get(field, default) for name, field in shape.value.items()}
 
 
 class MongomemStore(BaseStore):
-    """LangGraph's ``BaseStore`` over one project's long-term memory (see the module)."""
+    """LangGraph's ``BaseStore`` over one project's long-term memory (see the module).
+
+    ``project_config`` (a ``project-config.yaml`` path or a loaded
+    :class:`~mongomem.project_config.ProjectConfig`) names the custom types to read;
+    by default those of the memory's own settings (``MONGOMEM_PROJECT_CONFIG``) when
+    it reaches MongoDB directly, none over HTTP.
+    """
 
     supports_ttl = False
 
-    def __init__(self, memory: Memory, *, delete_reason: str = "deleted through LangGraph") -> None:
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        delete_reason: str = "deleted through LangGraph",
+        project_config: ProjectConfig | Path | str | None = None,
+    ) -> None:
         self.memory = memory
         self.delete_reason = delete_reason
+        if isinstance(project_config, str | Path):
+            project_config = load_project_config(Path(project_config))
+        if project_config is not None:
+            declared: Iterable[CustomTypeConfig] = project_config.memory.extraction.custom
+        else:
+            own = getattr(memory._async.transport, "custom_types", None)
+            declared = own().values() if own is not None else ()
+        custom, self._refused = _custom_shapes(declared)
+        #: Memory type → how its items map (the built-in types, then the custom ones).
+        self.shapes: dict[str, Shape] = {
+            name: Shape(key_field, dict(value)) for name, (key_field, value) in STORE_TYPES.items()
+        }
+        self.shapes.update(custom)
+
+    # -- the mapping ---------------------------------------------------------------------
+
+    @property
+    def _mapping(self) -> str:
+        return "namespaces are (user_id, memory_type) with memory_type one of " + ", ".join(
+            repr(t) for t in self.shapes
+        )
+
+    def _place(self, namespace: tuple[str, ...]) -> str:
+        """The memory type a namespace names, or :class:`Unmappable` saying why not."""
+        if len(namespace) != 2:
+            raise Unmappable(f"namespace {namespace!r} does not map onto memory: {self._mapping}")
+        memory_type = namespace[1]
+        if memory_type == MemoryType.TAXONOMIC:
+            raise Unmappable(
+                f"namespace {namespace!r}: taxonomic terms are project-wide, which a namespace "
+                "naming a user would misstate; save them with the SDK's save_taxonomic "
+                f"({self._mapping})"
+            )
+        if memory_type in self._refused:
+            raise Unmappable(
+                f"namespace {namespace!r}: {self._refused[memory_type]} ({self._mapping})"
+            )
+        if memory_type not in self.shapes:
+            raise Unmappable(
+                f"namespace {namespace!r}: {memory_type!r} is neither a built-in memory type "
+                "the store maps nor a custom type declared in project-config.yaml: "
+                f"{self._mapping}"
+            )
+        return memory_type
+
+    def _check_put(self, op: PutOp) -> None:
+        """Refuse a put with no faithful mapping (:class:`Unmappable`), before any write."""
+        memory_type = self._place(op.namespace)
+        _check_key(op.namespace, op.key)
+        if op.value is None:
+            return
+        if not self.shapes[memory_type].writable:
+            raise Unmappable(
+                f"put into {op.namespace!r}: {memory_type!r} is a custom type, written by its "
+                "extractor from conversations (the SDK has no direct save of one); its items "
+                "are read, searched and deleted here, not put"
+            )
+        if op.ttl is not None:
+            raise Unmappable(
+                f"put into {op.namespace!r} with ttl={op.ttl}: memory has no per-item TTL; "
+                "retention is per memory type (project-config.yaml: "
+                f"memory.retention.{memory_type}.expire_after_days)"
+            )
+        _fields(self.shapes[memory_type], memory_type, op.namespace, op.key, op.value)
+
+    def _value(self, record: MemoryRecord) -> dict[str, Any]:
+        return _value(self.shapes[record.memory_type], record)
+
+    def _item(self, user_id: str, record: MemoryRecord) -> Item:
+        return Item(
+            value=self._value(record),
+            key=record.key,
+            namespace=(user_id, str(record.memory_type)),
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+
+    def _search_item(self, user_id: str, record: MemoryRecord, score: float | None) -> SearchItem:
+        item = self._item(user_id, record)
+        return SearchItem(
+            namespace=item.namespace,
+            key=item.key,
+            value=item.value,
+            created_at=item.created_at,
+            updated_at=item.updated_at,
+            score=score,
+        )
 
     # -- BaseStore -----------------------------------------------------------------------
 
@@ -287,7 +396,7 @@ class MongomemStore(BaseStore):
         """
         for op in ops:
             if isinstance(op, PutOp):
-                _check_put(op)
+                self._check_put(op)
             elif not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
                 raise Unmappable(f"unknown store operation {type(op).__name__}")
         results: list[Result] = []
@@ -307,20 +416,20 @@ class MongomemStore(BaseStore):
         return results
 
     async def _get(self, op: GetOp) -> Item | None:
-        memory_type = _place(op.namespace)
+        memory_type = self._place(op.namespace)
         _check_key(op.namespace, op.key)
         user = op.namespace[0]
         record = await self.memory._async.transport.get(self._who(user), memory_type, op.key)
-        return None if record is None else _item(user, record)
+        return None if record is None else self._item(user, record)
 
     async def _put(self, op: PutOp) -> None:
-        memory_type = _place(op.namespace)
+        memory_type = self._place(op.namespace)
         who = self._who(op.namespace[0])
         transport = self.memory._async.transport
         if op.value is None:
             await transport.delete_by_key(who, memory_type, op.key, self.delete_reason)
             return
-        fields = _fields(memory_type, op.namespace, op.key, op.value)
+        fields = _fields(self.shapes[memory_type], memory_type, op.namespace, op.key, op.value)
         saved = await transport.save(who, memory_type, fields)
         stored = await transport.get(who, memory_type, op.key)
         if stored is None or stored.memory_id != saved.memory_id:
@@ -329,22 +438,22 @@ class MongomemStore(BaseStore):
                 f"memory {saved.memory_id}: an equivalent statement is stored under another "
                 f"key, so nothing is stored under {op.key!r} ({saved.reason})"
             )
-        if _value(stored) != dict(op.value):
+        if self._value(stored) != dict(op.value):
             raise ReconciliationError(
                 f"put {op.key!r} into {op.namespace!r} was reconciled as {saved.action}: "
-                f"memory keeps the equivalent statement {_value(stored)!r} ({saved.reason})"
+                f"memory keeps the equivalent statement {self._value(stored)!r} ({saved.reason})"
             )
 
     def _search_types(self, prefix: tuple[str, ...]) -> tuple[str | None, list[str]]:
         if not prefix:
             raise Unmappable(
                 f"search needs a namespace prefix naming the user ((user_id,) or "
-                f"(user_id, memory_type)): {_MAPPING}"
+                f"(user_id, memory_type)): {self._mapping}"
             )
         if len(prefix) == 1:
-            return prefix[0], list(STORE_TYPES)
+            return prefix[0], list(self.shapes)
         if len(prefix) == 2:  # a namespace: refused as get and put refuse it
-            return prefix[0], [_place(prefix)]
+            return prefix[0], [self._place(prefix)]
         return None, []  # deeper than any namespace
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
@@ -365,9 +474,10 @@ class MongomemStore(BaseStore):
         if op.query:
             found.sort(key=lambda pair: -(pair[1] or 0.0))
         items = [
-            _search_item(user, record, score)
+            self._search_item(user, record, score)
             for record, score in found
-            if not op.filter or all(matches(_value(record).get(k), v) for k, v in op.filter.items())
+            if not op.filter
+            or all(matches(self._value(record).get(k), v) for k, v in op.filter.items())
         ]
         return items[op.offset : op.offset + op.limit]
 
@@ -382,13 +492,13 @@ class MongomemStore(BaseStore):
             raise Unmappable(
                 "list_namespaces needs a prefix whose first element is the user id "
                 "(prefix=(user_id,)): memory lists namespaces per user, not across a "
-                f"project's users; {_MAPPING}"
+                f"project's users; {self._mapping}"
             )
         user = users[0]
         who = self._who(user)
         transport = self.memory._async.transport
         namespaces: list[tuple[str, ...]] = []
-        for memory_type in STORE_TYPES:
+        for memory_type in self.shapes:
             if await transport.count_memories(who, make_filter(memory_type)):
                 namespaces.append((user, memory_type))
         namespaces = [ns for ns in namespaces if all(namespace_matches(c, ns) for c in conditions)]
@@ -397,15 +507,3 @@ class MongomemStore(BaseStore):
         else:
             namespaces.sort()
         return namespaces[op.offset : op.offset + op.limit]
-
-
-def _search_item(user_id: str, record: MemoryRecord, score: float | None) -> SearchItem:
-    item = _item(user_id, record)
-    return SearchItem(
-        namespace=item.namespace,
-        key=item.key,
-        value=item.value,
-        created_at=item.created_at,
-        updated_at=item.updated_at,
-        score=score,
-    )

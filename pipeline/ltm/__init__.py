@@ -16,40 +16,80 @@
 
 Used by the reconciler stage (``stages/reconciler``) and by the SDK's direct
 saves, so both reconcile the same way (SPEC E2).
+
+Every name loads on first use (PEP 562): importing one module of the package
+(``mongomem.ltm.reads``, ``mongomem.ltm.export``) does not load the others, so
+a command that only reads loads neither numpy nor the reconciliation core.
 """
 
 from __future__ import annotations
 
-from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge
-from mongomem.ltm.kinds import (
-    KINDS,
-    Kind,
-    kind_of,
-    make_candidate,
-    normalize_key,
-    normalize_text,
-    scope_for,
-)
-from mongomem.ltm.plan import (
-    Decision,
-    Neighbour,
-    Outcome,
-    Score,
-    Thresholds,
-    Verdict,
-    build_version,
-    memory_id_for,
-    plan_reconcile,
-)
-from mongomem.ltm.search import (
-    AtlasVectorSearch,
-    ExactCosineSearch,
-    VectorSearch,
-    probe_vector_search,
-    vector_index_definition,
-)
-from mongomem.ltm.store import MemoryStore
-from mongomem.ltm.values import equivalent, value_changes
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge
+    from mongomem.ltm.kinds import (
+        KINDS,
+        Kind,
+        kind_of,
+        make_candidate,
+        normalize_key,
+        normalize_text,
+        scope_for,
+    )
+    from mongomem.ltm.plan import (
+        Decision,
+        Neighbour,
+        Outcome,
+        Score,
+        Thresholds,
+        Verdict,
+        build_version,
+        memory_id_for,
+        plan_reconcile,
+    )
+    from mongomem.ltm.search import (
+        AtlasVectorSearch,
+        ExactCosineSearch,
+        VectorSearch,
+        probe_vector_search,
+        vector_index_definition,
+    )
+    from mongomem.ltm.store import MemoryStore
+    from mongomem.ltm.values import equivalent, value_changes
+
+#: Every name and the module it lives in.
+_LAZY = {
+    "AtlasVectorSearch": "mongomem.ltm.search",
+    "Decision": "mongomem.ltm.plan",
+    "ExactCosineSearch": "mongomem.ltm.search",
+    "Judge": "mongomem.ltm.judge",
+    "JudgeQuestion": "mongomem.ltm.judge",
+    "KINDS": "mongomem.ltm.kinds",
+    "Kind": "mongomem.ltm.kinds",
+    "LLMJudge": "mongomem.ltm.judge",
+    "MemoryStore": "mongomem.ltm.store",
+    "Neighbour": "mongomem.ltm.plan",
+    "Outcome": "mongomem.ltm.plan",
+    "Score": "mongomem.ltm.plan",
+    "ScriptedJudge": "mongomem.ltm.judge",
+    "Thresholds": "mongomem.ltm.plan",
+    "VectorSearch": "mongomem.ltm.search",
+    "Verdict": "mongomem.ltm.plan",
+    "build_version": "mongomem.ltm.plan",
+    "equivalent": "mongomem.ltm.values",
+    "kind_of": "mongomem.ltm.kinds",
+    "make_candidate": "mongomem.ltm.kinds",
+    "memory_id_for": "mongomem.ltm.plan",
+    "normalize_key": "mongomem.ltm.kinds",
+    "normalize_text": "mongomem.ltm.kinds",
+    "plan_reconcile": "mongomem.ltm.plan",
+    "probe_vector_search": "mongomem.ltm.search",
+    "scope_for": "mongomem.ltm.kinds",
+    "value_changes": "mongomem.ltm.values",
+    "vector_index_definition": "mongomem.ltm.search",
+}
 
 __all__ = [
     "KINDS",
@@ -81,3 +121,15 @@ __all__ = [
     "value_changes",
     "vector_index_definition",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -39,13 +39,13 @@ version — never a duplicate memory, never two current versions for long).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, PyMongoError
 
 from mongomem.errors import StorageError
+from mongomem.lazy import lazy_module
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.host import BatchHost
 from mongomem.ltm.index import Row, bump_scope
@@ -64,6 +64,11 @@ from mongomem.ltm.writes import (
     supersede_update,
 )
 from mongomem.models import Action, MemoryCandidate, MemoryScope
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = ["reconcile_batch"]
 
@@ -155,7 +160,7 @@ async def _questions(
     out = []
     for j, (_, c) in enumerate(items):
         near = neighbours_in(index, c, t.neighbours, (generation, sims[j]), t.floor)
-        question = await question_for(c, near, t, store.evidence_dates)
+        question = await question_for(c, near, t, store.existing_times)
         if question is not None:
             out.append(question)
     return out

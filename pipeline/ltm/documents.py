@@ -19,14 +19,19 @@ history version was written after it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from bson.binary import Binary, BinaryVectorDtype
 
+from mongomem.lazy import lazy_module
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import version_rank
 from mongomem.models import MemoryVersion
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = [
     "STORED_ONLY",

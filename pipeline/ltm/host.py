@@ -17,6 +17,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from mongomem.adapters.mongo import Capabilities
 from mongomem.ltm.index import IndexCache
+from mongomem.ltm.judge import StatedTimes
 from mongomem.ltm.plan import Decision, Neighbour, Outcome, Thresholds
 from mongomem.ltm.search import VectorSearch
 from mongomem.models import MemoryCandidate
@@ -63,6 +64,6 @@ class BatchHost(StoreCollections, Protocol):
     @property
     def judge(self) -> Any: ...
 
-    async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]: ...
+    async def existing_times(self, neighbour: Neighbour) -> StatedTimes: ...
 
     async def record_decision(self, entry: Doc) -> None: ...

@@ -25,19 +25,24 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import numpy as np
 from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
 
 from mongomem.adapters.lexical import LexicalIndex
 from mongomem.errors import InputError
+from mongomem.lazy import lazy_module
 from mongomem.ltm.documents import decode_embedding, scope_filter
 from mongomem.ltm.kinds import normalize_key
 from mongomem.models import CLOSED_STATUSES, MemoryScope, stable_id
 from mongomem.ranking import Ranked, fuse
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = [
     "LOG_LENGTH",
@@ -51,7 +56,7 @@ __all__ = [
 
 SCOPE_LOG = "memory_scope_log"
 LOG_LENGTH = 256
-Vector = np.ndarray[Any, np.dtype[np.float32]]
+Vector: TypeAlias = "np.ndarray[Any, np.dtype[np.float32]]"
 Doc = dict[str, Any]
 
 #: What the cache reads of a memory document.

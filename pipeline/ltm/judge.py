@@ -3,8 +3,11 @@
 :func:`decide` plans with :func:`~mongomem.ltm.plan.plan_reconcile` and,
 when the plan says ``needs_judge``, builds a :class:`JudgeQuestion` — both
 statements, both keys, the memory type, the dates of the existing memory's
-evidence, the candidate's snapshot time and the value differences found — and
-plans again with the verdict. The store (direct saves and the reconciler
+evidence, the candidate's snapshot time, the event dates of each (when the
+fact holds or the event happened, as the conversation said it: SPEC L1) and
+the value differences found — and plans again with the verdict. The two
+clocks are labelled apart, so the judge can tell an older event told later
+from a change. The store (direct saves and the reconciler
 stage alike) and the decision benchmark all decide through it.
 
 :class:`Judge` is the seam; :class:`LLMJudge` asks any object with the
@@ -29,12 +32,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict
 from mongomem.errors import MongomemError
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import Decision, Neighbour, Thresholds, Verdict, plan_reconcile
-from mongomem.models import Action, MemoryCandidate
+from mongomem.models import Action, EventTime, Frozen, MemoryCandidate
 
 __all__ = [
     "BATCH_SYSTEM_PROMPT",
     "BatchJudge",
-    "EvidenceDates",
+    "ExistingTimes",
     "Judge",
     "JudgeAnswer",
     "JudgeBatchAnswer",
@@ -44,6 +47,7 @@ __all__ = [
     "MeterFor",
     "Prefetched",
     "ScriptedJudge",
+    "StatedTimes",
     "StructuredLLM",
     "decide",
     "prefetch",
@@ -65,10 +69,14 @@ class JudgeQuestion(BaseModel):
     existing_text: str
     #: When the existing memory was learned and each time it was confirmed.
     existing_evidence_at: tuple[AwareDatetime, ...] = ()
+    #: When the existing memory's fact holds or its event happened (SPEC L1), if said.
+    existing_event: EventTime | None = None
     new_key: str
     new_text: str
     #: When the new statement was made (its snapshot's time, or the direct save's).
     new_stated_at: AwareDatetime
+    #: When the new statement's fact holds or its event happened (SPEC L1), if said.
+    new_event: EventTime | None = None
     #: Value differences found deterministically (:func:`mongomem.ltm.values.value_changes`).
     differences: tuple[str, ...] = ()
     #: The key the extraction model said the new statement corrects, if any (a hint).
@@ -89,6 +97,7 @@ class JudgeQuestion(BaseModel):
         existing: Neighbour,
         decision: Decision,
         evidence_at: Iterable[datetime] = (),
+        existing_event: EventTime | None = None,
     ) -> JudgeQuestion:
         return cls(
             memory_type=candidate.memory_type,
@@ -97,9 +106,11 @@ class JudgeQuestion(BaseModel):
             existing_key=existing.key,
             existing_text=existing.text,
             existing_evidence_at=tuple(sorted(evidence_at)),
+            existing_event=_given(existing_event),
             new_key=candidate.key,
             new_text=candidate.text,
             new_stated_at=candidate.evidence.at,
+            new_event=_given(candidate.event),
             differences=decision.differences,
             model_says_corrects=candidate.corrects,
             candidate_id=candidate.candidate_id,
@@ -123,15 +134,34 @@ class JudgeQuestion(BaseModel):
                 "key": self.existing_key,
                 "text": self.existing_text,
                 "evidence_dates": [d.isoformat() for d in self.existing_evidence_at],
+                "event_dates": _event_body(self.existing_event),
             },
             "new": {
                 "key": self.new_key,
                 "text": self.new_text,
                 "stated_at": self.new_stated_at.isoformat(),
+                "event_dates": _event_body(self.new_event),
             },
             "detected_value_differences": list(self.differences),
             "extraction_model_says_it_corrects": self.model_says_corrects,
         }
+
+
+def _given(event: EventTime | None) -> EventTime | None:
+    """``event``, or ``None`` when it says nothing (so equal questions compare equal)."""
+    return None if event is None or event.empty else event
+
+
+def _event_body(event: EventTime | None) -> dict[str, str | None] | None:
+    """An event time as the judge reads it: ISO dates and the conversation's phrase;
+    ``None`` when the conversation gave no date."""
+    if event is None:
+        return None
+    return {
+        "valid_from": None if event.valid_from is None else event.valid_from.isoformat(),
+        "valid_to": None if event.valid_to is None else event.valid_to.isoformat(),
+        "phrase": event.phrase,
+    }
 
 
 class Judge(Protocol):
@@ -200,32 +230,40 @@ async def prefetch(judge: Judge | None, questions: Sequence[JudgeQuestion]) -> J
     return Prefetched(judge, verdicts) if verdicts else judge
 
 
-#: Given the neighbour the judge is asked about, when its evidence was recorded.
-EvidenceDates = Callable[[Neighbour], Awaitable[Sequence[datetime]]]
+class StatedTimes(Frozen):
+    """The two clocks of the version the judge is asked about (SPEC L1): when its
+    evidence was said, and when its fact holds or its event happened (if said)."""
+
+    evidence_at: tuple[AwareDatetime, ...] = ()
+    event: EventTime | None = None
 
 
-async def _no_dates(_: Neighbour) -> Sequence[datetime]:
-    return ()
+#: Given the neighbour the judge is asked about, the :class:`StatedTimes` of its version.
+ExistingTimes = Callable[[Neighbour], Awaitable[StatedTimes]]
+
+
+async def _no_times(_: Neighbour) -> StatedTimes:
+    return StatedTimes()
 
 
 async def question_for(
     candidate: MemoryCandidate,
     neighbours: Sequence[Neighbour],
     thresholds: Thresholds,
-    evidence_dates: EvidenceDates = _no_dates,
+    existing_times: ExistingTimes = _no_times,
 ) -> JudgeQuestion | None:
     """The question :func:`decide` would ask the judge about ``candidate``, if any."""
     decision = plan_reconcile(candidate, neighbours, thresholds)
     if not decision.needs_judge:
         return None
-    return await _question(candidate, neighbours, decision, evidence_dates)
+    return await _question(candidate, neighbours, decision, existing_times)
 
 
 async def _question(
     candidate: MemoryCandidate,
     neighbours: Sequence[Neighbour],
     decision: Decision,
-    evidence_dates: EvidenceDates,
+    existing_times: ExistingTimes,
 ) -> JudgeQuestion | None:
     target = next(
         (
@@ -242,7 +280,8 @@ async def _question(
     target = max(
         (n for n in neighbours if n.memory_id == target.memory_id), key=lambda n: n.version
     )
-    return JudgeQuestion.of(candidate, target, decision, await evidence_dates(target))
+    times = await existing_times(target)
+    return JudgeQuestion.of(candidate, target, decision, times.evidence_at, times.event)
 
 
 async def decide(
@@ -250,13 +289,13 @@ async def decide(
     neighbours: Sequence[Neighbour],
     thresholds: Thresholds,
     judge: Judge | None,
-    evidence_dates: EvidenceDates = _no_dates,
+    existing_times: ExistingTimes = _no_times,
 ) -> Decision:
     """Plan against ``neighbours``, asking ``judge`` when the plan leaves it open."""
     decision = plan_reconcile(candidate, neighbours, thresholds)
     if not decision.needs_judge or judge is None:
         return decision
-    question = await _question(candidate, neighbours, decision, evidence_dates)
+    question = await _question(candidate, neighbours, decision, existing_times)
     if question is None:
         return decision
     started = time.perf_counter()
@@ -322,9 +361,12 @@ MeterFor = Callable[[JudgeQuestion], Any]
 SYSTEM_PROMPT = (
     "You maintain a long-term memory. You are shown an EXISTING memory and a NEW statement "
     "of the same kind and owner, as JSON: their keys (labels), their texts, when the existing "
-    "memory was learned and confirmed, when the new statement was made, and value differences "
-    "a deterministic check found (numbers, dates, units, negations, names, alternatives), "
-    "and which known memory the extracting model said NEW corrects, if any. "
+    "memory was learned and confirmed (evidence_dates), when the new statement was made "
+    "(stated_at), when each one's fact holds or its event happened as the conversation said "
+    "it (event_dates: ISO valid_from/valid_to and the conversation's own phrase; null when "
+    "it gave no date), value differences a deterministic check found (numbers, dates, "
+    "units, negations, names, alternatives), and which known memory the extracting model "
+    "said NEW corrects, if any. "
     "Answer REINFORCE only if NEW states the same fact with the same values as EXISTING "
     "(a paraphrase). Answer UPDATE if NEW is about the same subject but changes, corrects, "
     "extends or negates it (a changed number, date, place, name, unit or preference is an "
@@ -333,6 +375,11 @@ SYSTEM_PROMPT = (
     "changed; check that they are real. The dates are when each was said in the "
     "conversation (not when it was processed): a NEW statement said before EXISTING's "
     "latest evidence never replaces it — UPDATE then only records it in history. "
+    "The event dates are the other clock: a statement said later can tell of an earlier "
+    "event. If NEW's event dates lie before EXISTING's, NEW tells an older event told "
+    "later, not a change of EXISTING: answer ADD if it is another event, REINFORCE if it "
+    "is the same event told again, and UPDATE only if NEW corrects EXISTING itself "
+    "(its value or its own dates). "
     "Give a one-sentence reason."
 )
 

@@ -12,20 +12,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
 from mongomem.errors import StorageError
+from mongomem.lazy import lazy_module
 from mongomem.ltm.documents import from_document, scope_filter
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import history_order
 from mongomem.models import MemoryScope, MemoryType, MemoryVersion
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mongomem.ltm.search import VectorSearch
     from mongomem.ranking import Ranked
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = ["MemoryReads"]
 

@@ -26,19 +26,24 @@ before a vector index existed are therefore not in it: create the index
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure, PyMongoError
 
 from mongomem.errors import StorageError
+from mongomem.lazy import lazy_module
 from mongomem.ltm.documents import decode_embedding, scope_filter
 from mongomem.ltm.index import IndexCache, Row, ScopeIndex, Vector
 from mongomem.ltm.kinds import normalize_key
 from mongomem.ltm.plan import Neighbour
 from mongomem.models import MemoryCandidate, MemoryScope
 from mongomem.ranking import LEXICAL_WEIGHT, Ranked, fuse
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy", globals(), "np")  # loaded where a vector is first used
 
 __all__ = [
     "TEXT_INDEX",

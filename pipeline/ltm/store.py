@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -69,6 +70,7 @@ from datetime import UTC, datetime
 from types import EllipsisType
 from typing import Any
 
+from pydantic import ValidationError
 from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.database import AsyncDatabase
@@ -88,7 +90,7 @@ from mongomem.ltm.deletes import Deleted, delete_memory
 from mongomem.ltm.documents import to_document
 from mongomem.ltm.export import ensure_export_indexes
 from mongomem.ltm.index import SCOPE_LOG, IndexCache, bump_scope, fresh_since
-from mongomem.ltm.judge import Judge, decide
+from mongomem.ltm.judge import Judge, StatedTimes, decide
 from mongomem.ltm.plan import (
     MAX_INCARNATIONS,
     Decision,
@@ -127,6 +129,7 @@ from mongomem.ltm.writes import (
 from mongomem.models import (
     CLOSED_STATUSES,
     Action,
+    EventTime,
     MemoryCandidate,
     MemoryScope,
     MemoryVersion,
@@ -134,6 +137,8 @@ from mongomem.models import (
 )
 
 __all__ = ["MemoryStore", "Outcome"]
+
+log = logging.getLogger(__name__)
 
 Doc = dict[str, Any]
 
@@ -440,7 +445,7 @@ class MemoryStore(MemoryReads):
         a memory was ever deleted (the scope log counts them).
         """
         asked = self.judge if isinstance(judge, EllipsisType) else judge
-        decision = await decide(candidate, neighbours, self.thresholds, asked, self.evidence_dates)
+        decision = await decide(candidate, neighbours, self.thresholds, asked, self.existing_times)
         current = next((n for n in neighbours if n.memory_id == decision.memory_id), None)
         older = current is not None and evidence_rank(candidate.evidence) < current.rank
         if current is not None and (
@@ -465,6 +470,25 @@ class MemoryStore(MemoryReads):
         docs = await self._read(
             self.memories.find({"memory_id": decision.memory_id}, {"embedding": 0}).to_list()
         )
+        if any(d.get("status") in CLOSED_STATUSES for d in docs):
+            # Deleted (or expired) since the neighbour was read: its deletion is being
+            # completed. No version may follow the one that closed it, so the statement
+            # is a fresh ADD under the key's next incarnation, as any candidate after
+            # a deletion is.
+            return await self._unused_id(
+                candidate,
+                decision.model_copy(
+                    update={
+                        "action": Action.ADD,
+                        "version": 1,
+                        "base_version": None,
+                        "historical": False,
+                        "raises_rank": False,
+                        "reason": "the memory it would have entered was deleted meanwhile: "
+                        "a new memory",
+                    }
+                ),
+            )
         rank = evidence_rank(candidate.evidence)
         stated = sorted(
             (d for d in docs if d.get("status") not in CLOSED_STATUSES),
@@ -504,17 +528,26 @@ class MemoryStore(MemoryReads):
             }
         )
 
-    async def evidence_dates(self, neighbour: Neighbour) -> list[datetime]:
-        """When the evidence of ``neighbour``'s version was recorded (for the judge)."""
+    async def existing_times(self, neighbour: Neighbour) -> StatedTimes:
+        """When the evidence of ``neighbour``'s version was said, and when its fact holds
+        or its event happened (SPEC L1), for the judge. An event that no longer reads as
+        one (a hand-edited document) is left out rather than shown wrong."""
         doc = await self._read(
-            self.memories.find_one({"_id": neighbour.version_id}, {"evidence.at": 1})
+            self.memories.find_one({"_id": neighbour.version_id}, {"evidence.at": 1, "event": 1})
         )
         dates = []
         for item in (doc or {}).get("evidence", []):
             at = item.get("at") if isinstance(item, dict) else None
             if isinstance(at, datetime):
                 dates.append(at if at.tzinfo else at.replace(tzinfo=UTC))
-        return dates
+        event = None
+        raw = (doc or {}).get("event")
+        if isinstance(raw, dict):
+            try:
+                event = EventTime.model_validate(raw)
+            except ValidationError:
+                log.warning("memory version %s: unreadable event time", neighbour.version_id)
+        return StatedTimes(evidence_at=tuple(dates), event=event)
 
     async def _unused_id(self, candidate: MemoryCandidate, decision: Decision) -> Decision:
         """``decision`` with the first incarnation of its key not taken by a deleted (or
@@ -523,12 +556,15 @@ class MemoryStore(MemoryReads):
             memory_id = memory_id_for(
                 candidate.scope, candidate.memory_type, candidate.key, incarnation
             )
-            latest = await self._read(
+            # Closed by any of its versions, not only the highest: a history version
+            # written by a store older than this check may sit past the DELETE.
+            closing = await self._read(
                 self.memories.find_one(
-                    {"memory_id": memory_id}, {"status": 1}, sort=[("version", -1)]
+                    {"memory_id": memory_id, "status": {"$in": sorted(CLOSED_STATUSES)}},
+                    {"_id": 1},
                 )
             )
-            if latest is None or latest.get("status") not in CLOSED_STATUSES:
+            if closing is None:
                 if memory_id == decision.memory_id:
                     return decision
                 return decision.model_copy(update={"memory_id": memory_id})

@@ -282,7 +282,10 @@ def _across_types(server: MCPServer[Any], caller: FixedCaller) -> None:
             Field(ge=0, le=50, description="also add this many of the best raw turns, dated"),
         ] = 0,
     ) -> MemoryContext:
-        """Memories relevant to the query, as structured items and as text for a prompt."""
+        """Memories relevant to the query, as structured items and as text for a prompt.
+
+        A time expression in the query ("last May", "two weeks ago") boosts the
+        memories and turns of its window, counted from now."""
         with tool_errors():
             return await caller.default.build_context(
                 query,

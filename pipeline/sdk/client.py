@@ -420,13 +420,23 @@ class AsyncBoundMemory:
         happened, where known). ``as_of`` composes the context of what was current
         then, ``subject`` of the memories about one person (SPEC L3, L5; see
         :mod:`mongomem.sdk.recall_time`); those filtered contexts hold memories only.
+        A time expression in ``query`` ("last May", "two weeks ago") boosts the
+        memories and turns of its window, resolved against ``as_of``, else against
+        now (SPEC M1; :mod:`mongomem.sdk.context`).
         """
         order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
         if as_of is not None or subject is not None:
             check_as_of(as_of)
             searcher = _FilteredSearch(self, as_of, subject)
-            return await compose_context(
-                searcher, self.identity, query, order, limit_per_type, max_chars, min_score
+            return await compose_context(  # its searches resolve time against as_of
+                searcher,
+                self.identity,
+                query,
+                order,
+                limit_per_type,
+                max_chars,
+                min_score,
+                time_aware=False,
             )
         build = getattr(self._t, "build_context", None)
         if build is None:  # a transport written before the operation existed

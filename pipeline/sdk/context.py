@@ -3,6 +3,17 @@
 :func:`compose_context` is the one definition: one search per memory type in
 ``include`` (in that order, duplicates dropped), hits below ``min_score`` left
 out, rendered within ``max_chars`` (:func:`~mongomem.sdk.render.render_context`).
+
+Time-aware (SPEC M1): a time expression in the query ("last May", "two weeks
+ago", :mod:`mongomem.time_expressions`) is resolved against the moment the
+context is built (``now``, default the clock), so no ``as_of`` is needed for
+it. Its words are left out of what each memory search reads, each type is
+asked for more hits (:data:`WIDE`) and those whose event range (else
+``observed_at``) meets the window are boosted before the ``limit_per_type``
+cut (:func:`~mongomem.sdk.time_boost.boost_by_time`); a strong match from
+outside the window can still win. The raw turns (``include_turns``) are
+boosted the same way by turn search, which resolves the expression against
+the same moment.
 :class:`~mongomem.sdk.DirectTransport` runs it in process; the memory service
 runs it behind ``POST /v1/users/{user_id}/context``, so a client over HTTP gets
 the same context in one round trip (:class:`~mongomem.sdk.HttpTransport`).
@@ -11,14 +22,18 @@ the same context in one round trip (:class:`~mongomem.sdk.HttpTransport`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
 from mongomem.errors import InputError
-from mongomem.models import MemoryType
+from mongomem.models import MemoryType, utcnow
 from mongomem.sdk.identity import Identity
 from mongomem.sdk.models import ContextItem, MemoryContext, MemoryRecord, SearchHit, dates_of
+from mongomem.sdk.recall_time import check_as_of
 from mongomem.sdk.render import TURN_SECTION, render_context
+from mongomem.sdk.time_boost import boost_by_time
 from mongomem.stm.search import TurnHit, TurnQuery
+from mongomem.time_expressions import find_time_window
 
 __all__ = ["DEFAULT_CONTEXT_TYPES", "Searcher", "check_context_arguments", "compose_context"]
 
@@ -36,6 +51,11 @@ class Searcher(Protocol):
 
     async def search_turns(self, who: Identity, q: TurnQuery) -> list[TurnHit]: ...
 
+
+#: How many times ``limit_per_type`` each memory search is asked for when the query
+#: has a time expression, so that the boost can lift a hit from below the cut (as
+#: the SDK's time-aware search does; at most 1000).
+WIDE = 4
 
 #: The most raw turns ``build_context(include_turns=)`` adds.
 MAX_CONTEXT_TURNS = 50
@@ -68,17 +88,30 @@ async def compose_context(
     max_chars: int = 4000,
     min_score: float | None = None,
     include_turns: int = 0,
+    *,
+    now: datetime | None = None,
+    time_aware: bool = True,
 ) -> MemoryContext:
     """The context for ``who``, from ``transport``'s searches (see the module docstring).
 
     ``include_turns`` adds that many of the best raw turns of the user's whole
     history (turn search, :mod:`mongomem.stm.search`), each with its date and
-    session, in a last section and within the same ``max_chars``.
+    session, in a last section and within the same ``max_chars``. ``now`` is
+    when the question is asked (an aware datetime; default the clock): a time
+    expression in ``query`` is resolved against it, and turns said after it are
+    left out. ``time_aware=False`` reads the whole query as words with no boost
+    (for a ``transport`` whose searches are time-aware themselves).
     """
     order = check_context_arguments(include, limit_per_type, max_chars, include_turns)
+    asked = check_as_of(now)
+    window = find_time_window(query, asked or utcnow()) if time_aware else None
+    words = query if window is None else window.without(query)
+    wide = limit_per_type if window is None else min(1000, limit_per_type * WIDE)
     items: list[ContextItem] = []
     for memory_type in order:
-        hits = await transport.search(who, memory_type, query, limit_per_type, None)
+        hits = await transport.search(who, memory_type, words, wide, None)
+        if window is not None:
+            hits = boost_by_time(hits, window)[:limit_per_type]
         items.extend(
             ContextItem(
                 memory_type=memory_type,
@@ -92,7 +125,8 @@ async def compose_context(
             if min_score is None or h.score >= min_score
         )
     if include_turns:
-        found = await transport.search_turns(who, TurnQuery(query=query, limit=include_turns))
+        q = TurnQuery(query=query, limit=include_turns, as_of=asked, time_aware=time_aware)
+        found = await transport.search_turns(who, q)
         items.extend(
             ContextItem(
                 memory_type=TURN_SECTION,

@@ -26,6 +26,7 @@ from pymongo import AsyncMongoClient
 from mongomem.adapters.embeddings import (
     Embedder,
     embed_queries,
+    embedder_identity,
     local_model_installed,
     make_embedder,
 )
@@ -34,8 +35,16 @@ from mongomem.adapters.rerank import http_reranker, rerank
 from mongomem.deadlines import check_deadline
 from mongomem.erasure.erase import ErasureResult, Target, erase, require_confirmation
 from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
-from mongomem.errors import ConfigError, InputError, NotReady
-from mongomem.ltm import Judge, LLMJudge, MemoryStore, Thresholds, kind_of, make_candidate
+from mongomem.errors import InputError
+from mongomem.ltm import (
+    KINDS,
+    Judge,
+    LLMJudge,
+    MemoryStore,
+    Thresholds,
+    kind_of,
+    make_candidate,
+)
 from mongomem.ltm.browse import MemoryFilter, browse, count
 from mongomem.ltm.export import ImportResult, export_lines, import_lines
 from mongomem.models import (
@@ -51,7 +60,7 @@ from mongomem.models import (
 )
 from mongomem.operations.progress import ProcessingStatus, Progress
 from mongomem.operations.usage import LLM_USAGE, MongoUsageRecorder, judge_meters
-from mongomem.project_config import enabled_types
+from mongomem.project_config import CustomTypeConfig, enabled_types, load_project_config
 from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import compose_context
 from mongomem.sdk.idempotency import (
@@ -220,11 +229,17 @@ class MemoryTransport(Protocol):
     async def close(self) -> None: ...
 
 
+def default_settings(settings: EmbeddingSettings) -> EmbeddingSettings:
+    """``settings``, with the local model as the provider when none is set and it is
+    installed."""
+    if settings.provider is None and local_model_installed():
+        return settings.model_copy(update={"provider": "local"})
+    return settings
+
+
 def default_embedder(settings: EmbeddingSettings) -> Embedder:
     """The configured embedder; with no provider set, the local model if it is installed."""
-    if settings.provider is None and local_model_installed():
-        settings = settings.model_copy(update={"provider": "local"})
-    return make_embedder(settings)
+    return make_embedder(default_settings(settings))
 
 
 def _metered(judge: Judge | None, db: Any) -> Judge | None:
@@ -261,6 +276,7 @@ class DirectTransport:
         self._settings = settings
         self._actor = actor
         self._types: tuple[str, ...] | None = None
+        self._custom: dict[str, CustomTypeConfig] | None = None
         self._embedder = embedder
         self._judge = judge
         self._thresholds = thresholds
@@ -402,20 +418,19 @@ class DirectTransport:
 
     async def get(self, who: Identity, memory_type: str, key: str) -> MemoryRecord | None:
         store = await self._store_ready()
-        kind_of(memory_type)
-        found = await store.get(who.scope(memory_type), memory_type, key)
+        found = await store.get(self._scope_of(who, memory_type), memory_type, key)
         return None if found is None else record_of(found)
 
     async def search(
         self, who: Identity, memory_type: str, query: str, limit: int, domain: str | None
     ) -> list[SearchHit[MemoryRecord]]:
+        scope = self._scope_of(who, memory_type)
         store, embedder = await self._ready()
-        kind_of(memory_type)
         check_query(query)
         [vector] = await embed_queries(embedder, [query])
         prefix = _domain_prefix(memory_type, domain)
         depth = max(limit, self._settings.rerank.depth) if self._reranker else limit
-        hits = await store.rank(who.scope(memory_type), memory_type, query, vector, depth, prefix)
+        hits = await store.rank(scope, memory_type, query, vector, depth, prefix)
         found = [
             SearchHit[MemoryRecord](memory=record_of(v), score=s, ranks=hit_ranks(r))
             for v, s, r in hits
@@ -435,9 +450,9 @@ class DirectTransport:
         self, who: Identity, memory_type: str, limit: int, domain: str | None
     ) -> list[MemoryRecord]:
         store = await self._store_ready()
-        kind_of(memory_type)
+        scope = self._scope_of(who, memory_type)
         prefix = _domain_prefix(memory_type, domain)
-        found = await store.list_current(who.scope(memory_type), memory_type, limit, prefix)
+        found = await store.list_current(scope, memory_type, limit, prefix)
         return [record_of(v) for v in found]
 
     async def list_domains(self, who: Identity) -> list[str]:
@@ -497,9 +512,8 @@ class DirectTransport:
         self, who: Identity, memory_type: str, key: str, reason: str | None
     ) -> DeleteResult | None:
         store = await self._store_ready()
-        kind_of(memory_type)
+        scope = self._scope_of(who, memory_type)
         reason = check_reason(reason)
-        scope = who.scope(memory_type)
         current = await store.get(scope, memory_type, key)
         if current is None:
             return None
@@ -510,8 +524,33 @@ class DirectTransport:
     def _browse_scopes(self, who: Identity, f: MemoryFilter) -> list[MemoryScope]:
         if f.memory_type is None:
             return list(who.scopes)
-        kind_of(f.memory_type)
-        return [who.scope(f.memory_type)]
+        return [self._scope_of(who, f.memory_type)]
+
+    def custom_types(self) -> dict[str, CustomTypeConfig]:
+        """The memory types ``project-config.yaml`` declares (``MONGOMEM_PROJECT_CONFIG``),
+        by name; read once. Their memories are written by their extractors; the reads
+        (get, search, list, browse, count) and deletions take them as built-in types."""
+        if self._custom is None:
+            path = self._settings.project_config
+            declared = () if path is None else load_project_config(path).memory.extraction.custom
+            self._custom = {c.name: c for c in declared}
+        return self._custom
+
+    def _scope_of(self, who: Identity, memory_type: str) -> MemoryScope:
+        """The caller's scope of ``memory_type``: a built-in type's, or a declared custom
+        type's (its ``scope``: the user's or the project's); else :class:`InputError`."""
+        if memory_type in KINDS:  # a built-in type: the project config is not read
+            return who.scope(memory_type)
+        custom = self.custom_types().get(memory_type)
+        if custom is None:
+            raise InputError(
+                f"unknown memory type {memory_type!r} (neither built in nor declared under "
+                "memory.extraction.custom in project-config.yaml)",
+                field="memory_type",
+            )
+        if custom.scope == "project":
+            return MemoryScope(project_id=who.project_id)
+        return MemoryScope(project_id=who.project_id, user_id=who.user_id)
 
     async def browse_memories(
         self, who: Identity, f: MemoryFilter, limit: int, cursor: str | None
@@ -588,22 +627,22 @@ class DirectTransport:
             self._turn_search.note_turn(project_id, user_id)
         return result
 
-    async def _embedder_id(self) -> tuple[str, int] | None:
-        """The configured embedder's name and size (``None``: none is configured)."""
-        try:
-            _, embedder = await self._ready()
-        except (NotReady, ConfigError):
+    def _embedder_id(self) -> tuple[str, int] | None:
+        """The configured embedder's name and size (``None``: none is configured), read
+        from the embedder given or else from the settings: naming the default embedder
+        neither loads its model nor starts its client."""
+        if self._embedder is None:
+            return embedder_identity(default_settings(self._settings.embedding))
+        if not self._embedder.dimensions:  # a stand-in that makes no vectors (the CLI's)
             return None
-        if not embedder.dimensions:  # a stand-in that makes no vectors (the CLI's)
-            return None
-        return embedder.name, embedder.dimensions
+        return self._embedder.name, self._embedder.dimensions
 
     async def export_user(self, project_id: str, user_id: str) -> AsyncIterator[str]:
         from mongomem import __version__
 
         store = await self._store_ready()
         scope = MemoryScope(project_id=project_id, user_id=user_id)
-        embedder = await self._embedder_id()
+        embedder = self._embedder_id()
         async for line in export_lines(store.db, scope, embedder, version=__version__):
             yield line
 

@@ -43,7 +43,8 @@ const about = (m) => m.subject || "user";
 const place = (r) => (r === null || r === undefined ? "–" : String(r));
 const ranks = (r) => (r ? h("span", { class: "ranks", title: "ranks: words (BM25) · meaning (cosine) · fused" },
   `words ${place(r.lexical_rank)} · meaning ${place(r.dense_rank)} · fused ${place(r.fused_rank)}`
-  + (r.time_rank ? ` · time ${r.time_rank}` : "")) : "–");
+  + (r.time_rank ? ` · time ${r.time_rank}` : "")
+  + (r.speaker_rank ? ` · speaker ${r.speaker_rank}` : "")) : "–");
 
 class ApiError extends Error {}
 
@@ -224,6 +225,8 @@ async function userView(user) {
   });
   return [h("h2", {}, `User ${user}`),
     h("h3", {}, "Sessions"), sessions,
+    h("p", {}, h("a", { href: `#/turns/${enc(user)}`, id: "turn-search-link" },
+      "Search the conversation (every session's turns)")),
     h("h3", { id: "memory-count" }, shared
       ? `Memories: ${all}, ${shared} shared by the project (taxonomic terms)` : `Memories: ${all}`),
     search, results, h("div", { class: "inline" }, h("label", {}, "list "), filter), memories,
@@ -249,6 +252,78 @@ async function sessionView(user, session) {
       h("a", { href: `#/user/${enc(user)}` }, `back to ${user}`)],
   });
   return [h("h2", {}, `Session ${session} of ${user}`), turns, h("h3", {}, "Erase"), erase];
+}
+
+// ------------------------------------------------------------------ turn search
+
+// When a turn was said, to the minute, in UTC (the days of the filters are UTC days).
+const stamp = (t) => (t ? `${new Date(t).toISOString().slice(0, 16).replace("T", " ")} UTC` : "–");
+const speakerOf = (t) => (t.speaker ? `${t.speaker} (${t.role})` : t.role);
+// "a, b ,c" → ["a", "b", "c"]; nothing → null (every session)
+const commaList = (text) => {
+  const items = text.split(",").map((x) => x.trim()).filter((x) => x);
+  return items.length ? items : null;
+};
+
+// The turn search request of the form's fields: only the filters given are sent (an
+// unknown or empty one would be refused); the days are whole UTC days, both inclusive.
+function turnQuery({ query, sessions, speaker, since, until, neighbours }) {
+  const body = { query, limit: 10 };
+  const chosen = commaList(sessions);
+  if (chosen) body.sessions = chosen;
+  if (speaker.trim()) body.speaker = speaker.trim();
+  if (since) body.since = `${since}T00:00:00Z`;
+  if (until) body.until = `${until}T23:59:59.999Z`;
+  if (Number(neighbours)) body.neighbours = Number(neighbours);
+  return body;
+}
+
+// A hit's turn, with its neighbours in the session around it when they were asked for.
+function turnCell(hit) {
+  if (!hit.neighbours.length) return hit.turn.content;
+  const line = (t, cls) => h("div", { class: `turn ${cls}` }, h("b", {}, `${t.seq} ${speakerOf(t)}: `), t.content);
+  return h("div", { class: "around" },
+    hit.neighbours.filter((t) => t.seq < hit.turn.seq).map((t) => line(t, "neighbour")),
+    line(hit.turn, "hit"),
+    hit.neighbours.filter((t) => t.seq > hit.turn.seq).map((t) => line(t, "neighbour")));
+}
+
+// Search a user's whole conversation (SPEC M2): every session's turns, ranked as memory
+// search is (BM25 and cosine fused; a time expression boosts the turns said in its window).
+async function turnsView(user) {
+  const field = (id, attrs) => h("input", { id, autocomplete: "off", ...attrs });
+  const query = field("turns-query", { placeholder: "search the conversation", required: "" });
+  const sessions = field("turns-sessions", { placeholder: "sessions (comma-separated; all if empty)" });
+  const speaker = field("turns-speaker", { placeholder: "speaker (any if empty)" });
+  const since = field("turns-since", { type: "date", title: "said on or after this day (UTC)" });
+  const until = field("turns-until", { type: "date", title: "said on or before this day (UTC)" });
+  const neighbours = h("select", { id: "turns-neighbours", title: "turns before and after each hit" },
+    [0, 1, 2, 3, 4, 5].map((n) => h("option", { value: String(n) }, n ? `${n} around` : "no neighbours")));
+  const results = h("div", { id: "turns-results" });
+  const form = h("form", { class: "inline wrap", id: "turn-search", onsubmit: async (event) => {
+    event.preventDefault();
+    results.dataset.done = "";
+    try {
+      const body = turnQuery({ query: query.value, sessions: sessions.value, speaker: speaker.value,
+        since: since.value, until: until.value, neighbours: neighbours.value });
+      const hits = await api("POST", `/v1/users/${enc(user)}/turns/search`, body);
+      results.replaceChildren(hits.length ? table(["score", "ranks", "session", "said", "speaker", "turn"],
+        hits.map((hit) => [num(hit.score), ranks(hit.ranks),
+          h("a", { href: `#/session/${enc(user)}/${enc(hit.session_id)}` }, hit.session_id),
+          stamp(hit.created_at), speakerOf(hit.turn), turnCell(hit)]))
+        : h("p", { class: "muted" }, "no turn matches"));
+    } catch (err) {
+      if (err.message !== "401") results.replaceChildren(h("p", { class: "error" }, err.message));
+    }
+    results.dataset.done = "yes";
+  } }, query, sessions, speaker, h("label", {}, "since ", since), h("label", {}, "until ", until),
+  neighbours, h("button", { type: "submit" }, "Search"));
+  return [h("h2", {}, `Conversation of ${user}`),
+    h("p", {}, h("a", { href: `#/user/${enc(user)}` }, `back to ${user}`)),
+    h("p", { class: "muted" }, "Every session's turns, ranked by words (BM25) and meaning (cosine), "
+      + "fused. A time expression in the query (\"two weeks ago\", \"last May\") boosts the turns said "
+      + "in its window (their time rank). Since and until are whole days in UTC, both inclusive."),
+    form, results];
 }
 
 async function memoryView(user, id) {
@@ -401,6 +476,7 @@ const routes = [
   [/^#\/users$/, usersView],
   [/^#\/user\/([^/]+)$/, userView],
   [/^#\/session\/([^/]+)\/([^/]+)$/, sessionView],
+  [/^#\/turns\/([^/]+)$/, turnsView],
   [/^#\/memory\/([^/]+)\/([^/]+)$/, memoryView],
   [/^#\/pipeline$/, pipelineView],
   [/^#\/playground$/, playgroundView],

@@ -132,6 +132,13 @@ CHECKS: dict[str, str] = {
     'now.search_turns("the weather two weeks ago"': (
         'assert (hit.session_id, hit.ranks.time_rank) == ("week_0", 1), hit'
     ),
+    # build_context without as_of: "two weeks ago" from now picks the older session's turn
+    'asking.build_context("the Rota Vicentina hike two weeks ago"': (
+        'assert context.items[-1].memory_type == "turn", context.items\n'
+        'assert context.items[-1].text == "We walked a stretch of the Vicentina route.", '
+        "context.items\n"
+        'assert "session hike_old" in context.items[-1].key, context.items'
+    ),
     "include_turns=2": (
         'assert "## From the conversation" in context.text, context.text\n'
         'assert "We booked the kiln workshop in Lisbon." in context.text, context.text'

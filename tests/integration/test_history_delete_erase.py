@@ -20,11 +20,11 @@ import pytest
 
 from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.mongo import MEMORIES, connect
-from mongomem.ltm import MemoryStore
+from mongomem.ltm import MemoryStore, deletes, scope_for
 from mongomem.ltm.documents import from_document
 from mongomem.ltm.plan import history_order
 from mongomem.ltm.testing import candidate
-from mongomem.models import Evidence, MemoryCandidate, MemoryVersion, stable_id
+from mongomem.models import Action, Evidence, MemoryCandidate, MemoryVersion, stable_id
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
@@ -173,3 +173,67 @@ async def test_erasing_a_history_versions_session_keeps_the_current_one(
         assert now.text == WINDOW
     after = await versions(settings, project)
     assert [(v.version, v.text, v.status) for v in after] == [(1, WINDOW, "current")]
+
+
+async def test_an_older_statement_racing_a_deletion_becomes_a_new_memory_not_a_version_past_it(
+    settings: Settings, project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deletion between its DELETE version and its supersede (another process, paused
+    there) while an older statement is planned on the still-current version: the old code
+    numbered a history version past the DELETE, so the closed memory went on."""
+    client = connect(settings.mongodb)
+    try:
+        store = MemoryStore(client[settings.mongodb.database])
+        await store.setup(probe=False)
+        first = await store.reconcile(said(project, 0, WINDOW, 2, "s2"))
+
+        async def paused(*_: object) -> None:
+            return None
+
+        monkeypatch.setattr(deletes, "_complete", paused)
+        scope = scope_for("semantic", project, "u1")
+        gone = await store.delete(first.memory_id, [scope], actor="test", reason="forget")
+        assert gone is not None
+        assert gone.version.version == 2
+        monkeypatch.undo()
+        older = await store.reconcile(said(project, 1, AISLE, 1, "s1"))
+    finally:
+        await client.close()
+    assert older.action is Action.ADD
+    assert older.memory_id != first.memory_id
+    closed = [v for v in await versions(settings, project) if v.memory_id == first.memory_id]
+    assert max(v.version for v in closed) == 2, "nothing numbered past the DELETE version"
+    assert [v.status for v in closed if v.version == 2] == ["deleted"]
+
+
+async def test_a_history_version_left_past_a_delete_does_not_reopen_the_memory(
+    settings: Settings, project: str
+) -> None:
+    """Data the old race left (a history version numbered past the DELETE): a new
+    statement of the key is a fresh ADD; the old code re-used the deleted memory's id and
+    conflicted with its own version 1 until it gave up (WriteConflict)."""
+    client = connect(settings.mongodb)
+    try:
+        db = client[settings.mongodb.database]
+        store = MemoryStore(db, max_attempts=3)
+        await store.setup(probe=False)
+        first = await store.reconcile(said(project, 0, WINDOW, 2, "s2"))
+        scope = scope_for("semantic", project, "u1")
+        assert await store.delete(first.memory_id, [scope], actor="test", reason="r") is not None
+        v1 = await db[MEMORIES].find_one({"_id": first.version_id})
+        assert v1 is not None
+        straggler = {
+            **v1,
+            "_id": MemoryVersion.make_version_id(first.memory_id, 3),
+            "version": 3,
+            "status": "superseded",
+            "superseded_by": first.version_id,
+            "candidate_id": "cand_straggler",
+            "candidate_ids": ["cand_straggler"],
+        }
+        await db[MEMORIES].insert_one(straggler)
+        again = await MemoryStore(db, max_attempts=3).reconcile(said(project, 2, EXIT, 3, "s3"))
+    finally:
+        await client.close()
+    assert again.action is Action.ADD
+    assert again.memory_id != first.memory_id

