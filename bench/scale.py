@@ -881,6 +881,10 @@ on such an answer to land, counted from the register write; the first sweep runs
 it, so an erase takes at least {fixed_wait:.1f} s and the rest is the second sweep (and
 any first sweep longer than the wait).
 
+P3 (windowing ≥ 0.7× the store-alone row of the same run) does not depend on the store's
+size and runs on servers of its own: `python -m bench.windowing --only p3 --no-faust`
+writes it, with its store-alone row, to `bench/results/windowing_p3.md`.
+
 ## Idle CPU per process (share of one core over {args.idle_s:g} s)
 
 | process | empty store | seeded store |

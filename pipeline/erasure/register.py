@@ -5,8 +5,9 @@ Every writer asks :class:`ErasureRegister` before it writes (see
 three) register ids that cover a session; a positive answer is cached for the
 life of the register (an erasure is never undone). A negative one is kept only
 by a register made with ``remember_absent=True`` (short-term memory's, on the
-turn path, and the SDK's, on the save path), and for at most
-:data:`NOT_ERASED_TTL_S` from the moment its read was sent;
+turn path, the SDK's, on the save path, and the windowing stage's, for
+:meth:`ErasureRegister.erased_among`), and for at most :data:`NOT_ERASED_TTL_S`
+(or the register's shorter ``absent_ttl_s``) from the moment its read was sent;
 :func:`mongomem.erasure.erase.erase` waits that long after writing the register
 before its second sweep, so a write that relied on such an answer has landed by
 then and is swept.
@@ -44,10 +45,19 @@ def erasure_id(project_id: str, user_id: str | None = None, session_id: str | No
 class ErasureRegister:
     """Which projects, users and sessions are erased (read by every writer)."""
 
-    def __init__(self, db: AsyncDatabase[Document], *, remember_absent: bool = False) -> None:
+    def __init__(
+        self,
+        db: AsyncDatabase[Document],
+        *,
+        remember_absent: bool = False,
+        absent_ttl_s: float = NOT_ERASED_TTL_S,
+    ) -> None:
+        """``remember_absent``: keep "not erased" answers for ``absent_ttl_s`` (capped at
+        :data:`NOT_ERASED_TTL_S`) from when their read was sent; else every check reads."""
         self._erasures = db[ERASURES]
         self._known: set[str] = set()
         self._remember_absent = remember_absent
+        self._absent_ttl_s = max(0.0, min(absent_ttl_s, NOT_ERASED_TTL_S))
         #: target → (its covering ids, monotonic time its "not erased" read was sent)
         self._absent: OrderedDict[tuple[str, str | None, str | None], tuple[list[str], float]]
         self._absent = OrderedDict()
@@ -81,20 +91,37 @@ class ErasureRegister:
             raise StorageError(f"could not read the erasure register: {exc}") from exc
         if not found:
             if self._remember_absent:
-                self._absent[target] = (ids, sent)
-                self._absent.move_to_end(target)
-                while len(self._absent) > _ABSENT_CACHE:
-                    self._absent.popitem(last=False)
+                self._remember(target, ids, sent)
             return False, sent
         self._known.update(str(d["_id"]) for d in found)
         self._absent.pop(target, None)
         return True, sent
 
     async def erased_among(self, sessions: Iterable[SessionKey]) -> set[SessionKey]:
-        """The erased ones among ``sessions`` (one read for all)."""
-        keys = set(sessions)
-        wanted = {k: self._covering(k.project_id, k.user_id, k.session_id) for k in keys}
-        unknown = {i for ids in wanted.values() for i in ids} - self._known
+        """The erased ones among ``sessions`` (at most one read for all).
+
+        With ``remember_absent``, a session read as not erased less than the
+        register's ``absent_ttl_s`` ago is answered without a read, and the
+        sessions read now are remembered as :meth:`refuse_erased` remembers its
+        target (a batch stage sees the same sessions batch after batch).
+        """
+        erased: set[SessionKey] = set()
+        asked: dict[SessionKey, tuple[tuple[str, str | None, str | None], list[str]]] = {}
+        for key in set(sessions):
+            target: tuple[str, str | None, str | None] = (
+                key.project_id,
+                key.user_id,
+                key.session_id,
+            )
+            ids, answer = self._answer(target)
+            if answer is True:
+                erased.add(key)
+            elif answer is None:
+                asked[key] = (target, ids)
+        if not asked:
+            return erased
+        unknown = {i for _, ids in asked.values() for i in ids} - self._known
+        sent = time.monotonic()
         if unknown:
             try:
                 found = await self._erasures.find(
@@ -103,13 +130,28 @@ class ErasureRegister:
             except PyMongoError as exc:
                 raise StorageError(f"could not read the erasure register: {exc}") from exc
             self._known.update(str(d["_id"]) for d in found)
-        return {k for k, ids in wanted.items() if self._known.intersection(ids)}
+        for key, (asked_target, ids) in asked.items():
+            if self._known.intersection(ids):
+                erased.add(key)
+                self._absent.pop(asked_target, None)
+            elif self._remember_absent:
+                self._remember(asked_target, ids, sent)
+        return erased
+
+    def _remember(
+        self, target: tuple[str, str | None, str | None], ids: list[str], sent: float
+    ) -> None:
+        """Keep ``target``'s "not erased" answer, read (sent) at ``sent``."""
+        self._absent[target] = (ids, sent)
+        self._absent.move_to_end(target)
+        while len(self._absent) > _ABSENT_CACHE:
+            self._absent.popitem(last=False)
 
     def remembered(
         self, project_id: str, user_id: str | None = None, session_id: str | None = None
     ) -> bool | None:
         """What this register can answer without a read: ``True`` (known erased), ``False``
-        (read as not erased less than :data:`NOT_ERASED_TTL_S` ago), ``None`` (ask)."""
+        (read as not erased less than ``absent_ttl_s`` ago), ``None`` (ask)."""
         return self._answer((project_id, user_id, session_id))[1]
 
     def _answer(self, target: tuple[str, str | None, str | None]) -> tuple[list[str], bool | None]:
@@ -118,7 +160,7 @@ class ErasureRegister:
         ids = remembered[0] if remembered else self._covering(*target)
         if self._known.intersection(ids):
             return ids, True
-        if remembered is not None and time.monotonic() - remembered[1] < NOT_ERASED_TTL_S:
+        if remembered is not None and time.monotonic() - remembered[1] < self._absent_ttl_s:
             return ids, False
         return ids, None
 

@@ -30,7 +30,8 @@ never acknowledged without having been applied:
   caught up (lag reads 0 between watermarks) and on a revocation or a stop;
   a commit skipped is safe under at-least-once: the records after the last
   commit are only read again after a crash, and applying them again changes
-  nothing.
+  nothing. While the partitions are behind, a commit due runs beside the loop
+  (one at a time), so a backlog's changelog flush does not stop the reading.
 * **rebalances**: an assignment restores the partitions' table before any of
   their records is handled; a revocation waits for the partitions' batches in
   flight (:class:`~mongomem.stages.runtime.Revocations`), commits what was
@@ -250,6 +251,17 @@ class ChangelogCommits:
     they were, so only a crash makes the records after them read again, and
     applying them again changes nothing. :meth:`commit_pending` passes on
     what was held back at once (a revocation, a stop).
+
+    A commit due at the interval while the partitions are behind (a backlog)
+    is a *checkpoint in the background*: the changelog writes so far are sent
+    and awaited, then the offsets committed, while the loop goes on with the
+    next records (a flush of a backlog's states takes a while, and the loop
+    would wait for it). One checkpoint at a time; the commits meanwhile are
+    held back. A commit that finds the partitions caught up, and
+    :meth:`commit_pending`, first wait for the checkpoint in the background,
+    so the changelog's writes of one session stay in order; a checkpoint that
+    failed is raised by the next commit (the loop then ends without
+    committing past it, as for a failed acknowledgement).
     """
 
     def __init__(
@@ -266,6 +278,7 @@ class ChangelogCommits:
         self._ends = ends
         self._pending: dict[int, int] = {}
         self._last = time.monotonic()
+        self._checkpoint: asyncio.Task[bool] | None = None
 
     @property
     def topic(self) -> str:
@@ -286,20 +299,42 @@ class ChangelogCommits:
 
     async def commit(self, offsets: Mapping[int, int]) -> bool:
         self._pending.update(offsets)
-        if time.monotonic() - self._last < self._interval_s and not self._caught_up():
+        checkpoint = self._checkpoint
+        if checkpoint is not None and checkpoint.done():
+            self._checkpoint = None
+            checkpoint.result()  # a failed checkpoint ends the loop here
+        if self._caught_up():
+            return await self.commit_pending()
+        if self._checkpoint is not None or time.monotonic() - self._last < self._interval_s:
             return True  # held back: merged into the next commit
-        return await self.commit_pending()
+        offsets, self._pending = self._pending, {}
+        self._last = time.monotonic()
+        self._checkpoint = asyncio.create_task(self._flushed_then_committed(offsets))
+        return True
+
+    async def _flushed_then_committed(self, offsets: dict[int, int]) -> bool:
+        await self._table.flush()  # the table is never behind the committed offset
+        # False: a rebalance took the partitions; their records will be read again (idempotent)
+        return await self._source.commit(offsets) if offsets else True
 
     async def commit_pending(self, only: Iterable[int] | None = None) -> bool:
-        """Flush the table, then commit what was held back (of ``only``, else all)."""
+        """Flush the table, then commit what was held back (of ``only``, else all).
+
+        A checkpoint in the background is awaited first (its failure raised)."""
+        checkpoint, self._checkpoint = self._checkpoint, None
+        if checkpoint is not None:
+            await checkpoint
         chosen = set(self._pending) if only is None else set(only) & set(self._pending)
         offsets = {p: self._pending.pop(p) for p in chosen}
-        await self._table.flush()  # the table is never behind the committed offset
         self._last = time.monotonic()
-        if not offsets:
-            return True
-        # False: a rebalance took the partitions; their records will be read again (idempotent)
-        return await self._source.commit(offsets)
+        return await self._flushed_then_committed(offsets)
+
+    def abandon(self) -> None:
+        """Stop a checkpoint still in the background (the loop ended; nothing more is
+        committed: the records after the last commit are read again)."""
+        if self._checkpoint is not None:
+            self._checkpoint.cancel()
+            self._checkpoint = None
 
 
 class WindowingConsumer:
@@ -371,7 +406,10 @@ class WindowingConsumer:
                     revocations=self._revocations,
                 )
             finally:
-                with contextlib.suppress(Exception):
-                    await self._core.cancel()
-                    await commits.commit_pending()  # what was applied and acknowledged
-                self._commits = None
+                try:
+                    with contextlib.suppress(Exception):
+                        await self._core.cancel()
+                        await commits.commit_pending()  # what was applied and acknowledged
+                finally:
+                    commits.abandon()
+                    self._commits = None

@@ -10,7 +10,8 @@ are not written to: the snapshot's session and seq range are the lineage
 :mod:`mongomem.stages.windowing.snapshot_encode` (exactly what
 :func:`mongomem.codec.encode` and ``model_dump`` would give).
 :meth:`SnapshotPublisher.deliver_many` does the same
-for a batch of snapshots with one bulk write and the publishes pipelined (in
+for a batch of snapshots with unordered bulk writes of :data:`UPSERTS_PER_WRITE`
+upserts side by side and the publishes pipelined (in
 the given order, so one session's snapshots reach its partition in order); it
 returns once all are stored and acknowledged, and if it raises, any of them
 may or may not have been delivered. pymongo errors become
@@ -37,22 +38,39 @@ from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapsho
 from mongomem.stm.lineage import ensure_lineage_index
 from mongomem.stm.turns import END_EVENT
 
-__all__ = ["SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
+__all__ = ["UPSERTS_PER_WRITE", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
+
+#: Snapshot upserts per bulk write; a delivery's writes go side by side. A snapshot document
+#: is kilobytes: one write of hundreds of them is applied by one server thread, in series
+#: (mongo-java-server took longer for one write of 1,000 than for 30 writes of 33, three at
+#: a time: ``bench/results/windowing.md``).
+UPSERTS_PER_WRITE = 32
 
 
 class SnapshotPublisher:
     """The real :class:`~mongomem.stages.windowing.windower.SnapshotSink`."""
 
-    def __init__(self, db: AsyncDatabase[Document], publisher: Publisher, topic: str) -> None:
+    def __init__(
+        self,
+        db: AsyncDatabase[Document],
+        publisher: Publisher,
+        topic: str,
+        erasures: ErasureRegister | None = None,
+    ) -> None:
+        """``erasures``: the register asked before every delivery (default: one that
+        reads at every delivery)."""
         self._snapshots = db[SNAPSHOTS]
         self._publisher = publisher
         self._topic = topic
-        self._erasures = ErasureRegister(db)
+        self._erasures = erasures if erasures is not None else ErasureRegister(db)
 
     async def _not_erased(self, snapshots: Sequence[Snapshot]) -> list[Snapshot]:
         """SPEC J3: a snapshot of an erased session is neither stored nor published."""
-        gone = await self._erasures.erased_among(s.session for s in snapshots)
-        return [s for s in snapshots if s.session not in gone]
+        sessions = [_session(s) for s in snapshots]
+        gone = await self._erasures.erased_among(sessions)
+        if not gone:
+            return list(snapshots)
+        return [s for s, session in zip(snapshots, sessions, strict=True) if session not in gone]
 
     async def deliver(self, snapshot: Snapshot) -> None:
         if not await self._not_erased([snapshot]):
@@ -68,17 +86,25 @@ class SnapshotPublisher:
             await asyncio.gather(self._store_many(snapshots), self._publish_many(snapshots))
 
     async def _store_many(self, snapshots: Sequence[Snapshot]) -> None:
+        """The upserts in unordered bulk writes of :data:`UPSERTS_PER_WRITE`, side by side."""
         upserts = [
             ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in snapshots
         ]
-        try:
-            await self._snapshots.bulk_write(upserts, ordered=False)
-        except PyMongoError as exc:
-            raise StorageError(f"could not store {len(snapshots)} snapshot(s): {exc}") from exc
+        writes = [
+            self._snapshots.bulk_write(upserts[i : i + UPSERTS_PER_WRITE], ordered=False)
+            for i in range(0, len(upserts), UPSERTS_PER_WRITE)
+        ]
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, PyMongoError):
+                error = f"could not store {len(snapshots)} snapshot(s): {outcome}"
+                raise StorageError(error) from outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _publish_many(self, snapshots: Sequence[Snapshot]) -> None:
         sent = [
-            await self._publisher.send(self._topic, snapshot_value(s), key=s.session.kafka_key())
+            await self._publisher.send(self._topic, snapshot_value(s), key=_kafka_key(s))
             for s in snapshots
         ]
         await asyncio.gather(*sent)
@@ -94,9 +120,21 @@ class SnapshotPublisher:
     async def _publish(self, snapshot: Snapshot) -> None:
         await (
             await self._publisher.send(
-                self._topic, snapshot_value(snapshot), key=snapshot.session.kafka_key()
+                self._topic, snapshot_value(snapshot), key=_kafka_key(snapshot)
             )
         )
+
+
+def _session(snapshot: Snapshot) -> SessionKey:
+    """``snapshot.session`` without validating its ids again (the snapshot's are valid)."""
+    return SessionKey.model_construct(
+        project_id=snapshot.project_id, user_id=snapshot.user_id, session_id=snapshot.session_id
+    )
+
+
+def _kafka_key(snapshot: Snapshot) -> bytes:
+    """``snapshot.session.kafka_key()``, written out (the topic's key of its session)."""
+    return "\x00".join((snapshot.project_id, snapshot.user_id, snapshot.session_id)).encode()
 
 
 class SnapshotResumePoints:

@@ -24,9 +24,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from pymongo.asynchronous.database import AsyncDatabase
+
 from mongomem.adapters.kafka import SNAPSHOTS, TURNS, dead_letter_topic, ensure_topics
-from mongomem.adapters.mongo import connect, database
-from mongomem.erasure.register import ErasureRegister
+from mongomem.adapters.mongo import Document, connect, database
+from mongomem.erasure.register import NOT_ERASED_TTL_S, ErasureRegister
 from mongomem.models import Snapshot
 from mongomem.operations.status import consumer_group
 from mongomem.project_config import load_project_config
@@ -44,6 +46,9 @@ PRODUCER_BATCH_BYTES = 256 * 1024
 
 log = logging.getLogger("mongomem.windowing")
 
+#: How long the stage relies on a "not erased" answer (half of what an erasure allows).
+ERASED_CHECK_TTL_S = NOT_ERASED_TTL_S / 2
+
 #: How long a stop may wait for the record in flight (a retry in progress) to finish.
 STOP_TIMEOUT_S = 30.0
 #: How often the counters are logged (when they changed).
@@ -60,6 +65,21 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def stage_register(db: AsyncDatabase[Document]) -> ErasureRegister:
+    """The register the windower and the snapshot sink share (SPEC J3).
+
+    It keeps a "not erased" answer for :data:`ERASED_CHECK_TTL_S`: a batch's sessions are
+    checked when it is planned, and its delivery moments later relies on that
+    answer instead of reading again, as do the next batches of the same sessions
+    (a backlog's batches of one partition hold the same sessions). A snapshot sent
+    on such an answer lands well inside what an erasure allows for it
+    (:func:`mongomem.erasure.erase.erase` sweeps again
+    :data:`~mongomem.erasure.register.NOT_ERASED_TTL_S` plus a landing time after
+    writing the register).
+    """
+    return ErasureRegister(db, remember_absent=True, absent_ttl_s=ERASED_CHECK_TTL_S)
 
 
 def _forward(task: asyncio.Task[None], failure: asyncio.Future[None]) -> None:
@@ -117,7 +137,8 @@ class WindowingWorker:
             )
             partitions = await publisher.partitions(turns)
             db = database(client, settings.mongodb)
-            sink = SnapshotPublisher(db, publisher, snapshots)
+            erasures = stage_register(db)
+            sink = SnapshotPublisher(db, publisher, snapshots, erasures)
             resume = SnapshotResumePoints(db)
             await resume.ensure_index()
             dead = PublishedDeadLetters(publisher, kafka)
@@ -132,7 +153,7 @@ class WindowingWorker:
                     topic=turns,
                     on_snapshot=self.on_snapshot,
                     resume=resume,
-                    erasures=ErasureRegister(db),
+                    erasures=erasures,
                 )
                 return self.windower
 
