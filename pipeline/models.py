@@ -25,6 +25,7 @@ __all__ = [
     "CLOSED_STATUSES",
     "MAX_JSON_DEPTH",
     "MAX_SPEAKER",
+    "NOT_BLANK",
     "Action",
     "EventTime",
     "Evidence",
@@ -59,6 +60,15 @@ _SPEAKER_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 #: How deep a caller's JSON (turn metadata, a space item's outputs) may nest.
 MAX_JSON_DEPTH = 32
+
+#: A text field's pattern "not blank": one character that is not white space. The
+#: characters are listed, since ``\S`` means another set in each engine: JSON Schema's
+#: (ECMA-262) counts U+FEFF and not U+0085, pydantic's (Rust) the other way round, so a
+#: client and the service disagreed on a query of one U+0085. Both count as space here.
+NOT_BLANK = (
+    "[^\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+    "\\u202f\\u205f\\u3000\\ufeff]"
+)
 
 
 def json_depth(value: object) -> int:

@@ -53,11 +53,12 @@ class ErasureRegister:
         absent_ttl_s: float = NOT_ERASED_TTL_S,
     ) -> None:
         """``remember_absent``: keep "not erased" answers for ``absent_ttl_s`` (capped at
-        :data:`NOT_ERASED_TTL_S`) from when their read was sent; else every check reads."""
+        :data:`NOT_ERASED_TTL_S`, as it is when a check runs) from when their read was
+        sent; else every check reads."""
         self._erasures = db[ERASURES]
         self._known: set[str] = set()
         self._remember_absent = remember_absent
-        self._absent_ttl_s = max(0.0, min(absent_ttl_s, NOT_ERASED_TTL_S))
+        self._absent_ttl_s = max(0.0, absent_ttl_s)
         #: target → (its covering ids, monotonic time its "not erased" read was sent)
         self._absent: OrderedDict[tuple[str, str | None, str | None], tuple[list[str], float]]
         self._absent = OrderedDict()
@@ -160,7 +161,8 @@ class ErasureRegister:
         ids = remembered[0] if remembered else self._covering(*target)
         if self._known.intersection(ids):
             return ids, True
-        if remembered is not None and time.monotonic() - remembered[1] < self._absent_ttl_s:
+        trusted_s = min(self._absent_ttl_s, NOT_ERASED_TTL_S)
+        if remembered is not None and time.monotonic() - remembered[1] < trusted_s:
             return ids, False
         return ids, None
 

@@ -65,10 +65,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictFloat
 
 from mongomem.erasure.erase import ErasureResult
-from mongomem.models import BUILTIN_MEMORY_TYPES, MAX_SPEAKER, SessionEnd, Turn
+from mongomem.models import BUILTIN_MEMORY_TYPES, MAX_SPEAKER, NOT_BLANK, SessionEnd, Turn
 from mongomem.operations.progress import ProcessingStatus
 from mongomem.ranking import MAX_QUERY_CHARS
 from mongomem.sdk.context import DEFAULT_CONTEXT_TYPES
@@ -170,7 +170,7 @@ class GetRequest(Caller):
 
 class SearchRequest(Caller):
     memory_type: str
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=NOT_BLANK)
     limit: int = Field(default=5, ge=1, le=1000)
     domain: str | None = None
 
@@ -184,7 +184,7 @@ class ListRequest(Caller):
 class BuildContextRequest(Caller):
     """``build_context`` in one call (:func:`~mongomem.sdk.context.compose_context`)."""
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=NOT_BLANK)
     include: list[str] = Field(
         default_factory=lambda: list(DEFAULT_CONTEXT_TYPES),
         max_length=16,
@@ -192,7 +192,7 @@ class BuildContextRequest(Caller):
     )
     limit_per_type: int = Field(default=5, ge=1, le=1000)
     max_chars: int = Field(default=4000, ge=1)
-    min_score: float | None = None
+    min_score: StrictFloat | None = None  # a JSON true is no score
     include_turns: int = Field(default=0, ge=0, le=50)
 
 
@@ -204,7 +204,7 @@ class SearchTurnsRequest(Caller):
     answers 422.
     """
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=r"\S")
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=NOT_BLANK)
     limit: int = Field(default=10, ge=1, le=100)
     sessions: list[IdText] | None = Field(default=None, max_length=1000)
     speaker: SpeakerText | None = None

@@ -44,7 +44,7 @@ from typing import Any, get_args
 
 from mongomem.ltm.browse import StatusFilter
 from mongomem.ltm.kinds import KINDS, MAX_FIELD_CHARS, MAX_LABEL_CHARS
-from mongomem.models import BUILTIN_MEMORY_TYPES, MemoryType
+from mongomem.models import BUILTIN_MEMORY_TYPES, NOT_BLANK, MemoryType
 from mongomem.sdk.idempotency import IDEMPOTENCY_KEY_MAX_LENGTH
 
 __all__ = ["ID_FORMAT", "ID_PARAMETERS", "LABEL_FORMAT", "exact_openapi"]
@@ -92,7 +92,7 @@ def _exact(schema: dict[str, Any], parameter: dict[str, Any], method: str) -> di
     if name == "idempotency_key":
         return maybe(dict(_IDEMPOTENCY_KEY))
     if name == "memory_id":
-        return {"type": "string", "minLength": 1, "maxLength": 128, "pattern": r"\S"}
+        return {"type": "string", "minLength": 1, "maxLength": 128, "pattern": NOT_BLANK}
     if name == "confirm" and method == "delete":  # an erasure: irreversible, so explicit
         parameter["required"] = True
         return {

@@ -68,6 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from pydantic.json_schema import SkipJsonSchema
 
 from mongomem.errors import InputError
+from mongomem.models import NOT_BLANK
 from mongomem.spaces.dedupe import AddAnyway, Merge, OnDuplicate, Replace
 from mongomem.spaces.models import (
     MAX_ARGUMENTS,
@@ -216,7 +217,7 @@ _INPUTS_SCHEMA: dict[str, Any] = {
     "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"},
     "additionalProperties": {
         "anyOf": [
-            {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": r"\S"},
+            {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS, "pattern": NOT_BLANK},
             {
                 "type": "object",
                 "properties": {
@@ -238,7 +239,7 @@ Inputs = Annotated[
 Text = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
 Sentiment = Literal["positive", "negative", "neutral"]
 #: A space's name: not blank, at most 200 characters (``check_text`` is the rule).
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=NOT_BLANK)]
 
 
 class AddAnywayChoice(BaseModel):
@@ -329,7 +330,7 @@ class PromoteRequest(SpaceRequest):
 class ResolveRequest(SpaceRequest):
     inputs: Inputs
     resolution: str
-    outcome: str = Field(min_length=1, pattern=r"\S")
+    outcome: str = Field(min_length=1, pattern=NOT_BLANK)
     agent_id: Id | None = None
     resolved_by: Id | None = None
 
