@@ -18,9 +18,10 @@ namespace: from then on ``np`` is numpy itself, a plain global lookup.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["LazyModule", "lazy_module"]
+__all__ = ["LazyModule", "lazy_exports", "lazy_module"]
 
 
 class LazyModule:
@@ -47,3 +48,23 @@ def lazy_module(name: str, namespace: dict[str, Any], alias: str) -> Any:
     """A stand-in for module ``name`` to bind to ``alias`` in ``namespace`` (a module's
     ``globals()``): its first attribute read imports the module and rebinds ``alias`` to it."""
     return LazyModule(name, namespace, alias)
+
+
+def lazy_exports(
+    package: str, namespace: dict[str, Any], table: Mapping[str, str], names: Sequence[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` for names it exports without importing
+    their modules: ``table`` maps each name to the module that defines it, imported when
+    the name is first read (then kept in ``namespace``, the package's ``globals()``)."""
+
+    def getattr_(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(table[name]), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(namespace) | set(names))
+
+    return getattr_, dir_

@@ -24,8 +24,9 @@ a command that only reads loads neither numpy nor the reconciliation core.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mongomem.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mongomem.ltm.judge import Judge, JudgeQuestion, LLMJudge, ScriptedJudge
@@ -123,13 +124,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
