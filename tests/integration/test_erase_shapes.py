@@ -96,19 +96,19 @@ class InFlight(monitoring.CommandListener):
     """The most deletes of one collection the server had at once."""
 
     def __init__(self, coll: str) -> None:
-        self.coll, self.now, self.most = coll, 0, 0
+        self.coll, self.most = coll, 0
+        self.sent: set[int] = set()  # request ids of this collection's deletes in flight
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name == "delete" and event.command.get("delete") == self.coll:
-            self.now += 1
-            self.most = max(self.most, self.now)
+            self.sent.add(event.request_id)
+            self.most = max(self.most, len(self.sent))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.command_name == "delete":
-            self.now = max(0, self.now - 1)
+        self.sent.discard(event.request_id)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self.succeeded(event)  # type: ignore[arg-type]
+        self.sent.discard(event.request_id)
 
 
 async def test_the_delete_batches_of_a_step_are_in_flight_together(settings: Settings) -> None:
