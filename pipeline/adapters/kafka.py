@@ -34,7 +34,7 @@ from mongomem.settings import LOCAL_PIPELINE_HINT, KafkaSettings
 with require("stages"):
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+    from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 __all__ = [
     "CANDIDATES",
@@ -90,11 +90,28 @@ async def ensure_topics(
         ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(wanted)
+                response = await admin.create_topics(wanted)
+                _raise_refusals(response.topic_errors)
     except KafkaError as exc:
         raise BrokerError(f"could not create topics on {_bootstrap(settings)}: {exc}") from exc
     finally:
         await admin.close()
+
+
+def _raise_refusals(answers: Iterable[tuple[Any, ...]]) -> None:
+    """Raise the first topic the broker did not create (one that exists already is fine).
+
+    The admin client hands back the broker's answer per topic and raises nothing: a
+    creation the broker refused, or left unfinished because it was shutting down, went
+    unnoticed, and a stage ran on without its topic (issue 28's CI failure: the windowing
+    changelog, missing after a broker restart during start-up, stalled the stage).
+    """
+    for topic, code, *rest in answers:
+        if code in (0, TopicAlreadyExistsError.errno):
+            continue
+        error = for_code(code)
+        detail = f" ({rest[0]})" if rest and rest[0] else ""
+        raise BrokerError(f"Kafka did not create {topic}: {error.__name__}{detail}")
 
 
 def _bootstrap(settings: KafkaSettings) -> str:

@@ -70,10 +70,13 @@ def consumer_options(kafka: KafkaSettings, stage: str, group_suffix: str = "") -
 class KafkaSource:
     """A :class:`~mongomem.stages.runtime.ports.RecordSource` on one topic of a consumer group."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, topic: str) -> None:
+    def __init__(
+        self, consumer: AIOKafkaConsumer, topic: str, listener: _Listener | None = None
+    ) -> None:
         self._consumer = consumer
         self.topic = topic
         self._committed: dict[int, int] = {}
+        self._listener = listener
 
     def highwater(self, partition: int) -> int | None:
         """The partition's end as of the last fetch (``None``: not fetched yet)."""
@@ -81,12 +84,17 @@ class KafkaSource:
         return end
 
     async def poll(self, max_records: int, timeout_s: float) -> Mapping[int, Sequence[Record]]:
+        """The next records; raises what an assignment callback failed with (:class:`_Listener`)."""
+        if self._listener is not None:
+            self._listener.check()
         try:
             batch = await self._consumer.getmany(
                 timeout_ms=int(timeout_s * 1000), max_records=max_records
             )
         except KafkaError as exc:
             raise BrokerError(f"reading {self.topic} failed: {exc}") from exc
+        if self._listener is not None:
+            self._listener.check()  # records fetched after a failed assignment are not used
         return {tp.partition: records for tp, records in batch.items()}
 
     async def commit(self, offsets: Mapping[int, int]) -> bool:
@@ -200,19 +208,38 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     coordinator answering, so it also ends a Kafka outage (:func:`mongomem.logs.dependency_ok`):
     an idle stage has no other success to tell one by, and an outage left open by a
     transient error at its start (a fresh broker's ``GroupCoordinatorNotAvailable``) would
-    swallow the lines of the next one."""
+    swallow the lines of the next one.
+
+    aiokafka logs a callback's exception and carries on with the new assignment, so
+    a stage whose partitions were never set up (a changelog that could not be read)
+    went on rejoining and failing forever (the CI failure after a broker restart
+    during start-up). The first failed *assignment* is kept instead, and the source's
+    next poll raises it: the attempt ends and the stage's supervisor restarts it.
+    """
 
     def __init__(self, topic: str, assigned: Rebalanced, revoked: Rebalanced) -> None:
         self._topic = topic
         self._assigned = assigned
         self._revoked = revoked
+        self.failure: Exception | None = None
+
+    def check(self) -> None:
+        """Raise the first exception a callback ended with, if any."""
+        if self.failure is not None:
+            raise self.failure
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # a failed revocation costs nothing kept: what it did not commit is read again
         await self._revoked(sorted(tp.partition for tp in revoked if tp.topic == self._topic))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         dependency_ok("Kafka")
-        await self._assigned(sorted(tp.partition for tp in assigned if tp.topic == self._topic))
+        try:
+            await self._assigned(sorted(tp.partition for tp in assigned if tp.topic == self._topic))
+        except Exception as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise
 
 
 @contextlib.asynccontextmanager
@@ -245,7 +272,7 @@ async def kafka_source(
             raise BrokerError(f"cannot join the consumer group: {exc}") from exc
         if listening:
             consumer.subscribe([topic], listener=listener)
-        yield KafkaSource(consumer, topic)
+        yield KafkaSource(consumer, topic, listener)
     finally:
         with contextlib.suppress(KafkaError):
             await consumer.stop()
