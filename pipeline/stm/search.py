@@ -37,8 +37,10 @@ postings). It catches up before a search when it is older than
 the user's turn ids, loads the new ones (their stored vectors, or embeds the
 missing ones) and drops the gone ones. A turn recorded in another process is
 therefore searchable within ``refresh_s``; a deleted one is never returned.
-Building a user's index from scratch reads every turn of the user and every
-stored vector once (no embedding when they are all stored).
+Building a user's index from scratch (or catching up more than
+:data:`LOAD_CHUNK` new turns) reads the user's stored vectors, then the user's
+turns, in one pass each, by owner (no embedding when they are all stored); a
+smaller catch-up reads its new turns by id.
 """
 
 from __future__ import annotations
@@ -406,6 +408,14 @@ async def _run(op: Any) -> Any:
         raise StorageError(f"MongoDB failed during turn search: {exc}") from exc
 
 
+#: Turns a catch-up reads by id in one query, and adds to an index at a time.
+LOAD_CHUNK = 2000
+#: Documents per batch of a read by owner: a user's vectors in one reply were 164 MB at
+#: 100,000 turns, past the server's message size (mongo-java-server sends what it is
+#: not told to split).
+READ_BATCH = 1000
+
+
 class TurnSearch:
     """Turn search over ``db`` (see the module docstring); one per process.
 
@@ -432,6 +442,8 @@ class TurnSearch:
         self.refresh_s = refresh_s
         self.max_users = max_users
         self.batch = batch
+        #: A catch-up of more new turns than this reads the user's, not theirs by id.
+        self.by_id_max = LOAD_CHUNK
         self.reranker, self.rerank_depth = reranker, rerank_depth
         self._indexes: OrderedDict[tuple[str, str], TurnIndex] = OrderedDict()
 
@@ -476,21 +488,56 @@ class TurnSearch:
         for turn_id in [t for t in index.at if t not in known]:
             index.remove(turn_id)
         new = [t for t in present if t not in index.at]
-        for start in range(0, len(new), 2000):
-            await self._load(index, whose, new[start : start + 2000])
+        if len(new) > self.by_id_max:
+            await self._load_owned(index, whose, set(new))
+        else:
+            for start in range(0, len(new), LOAD_CHUNK):
+                await self._load(index, whose, new[start : start + LOAD_CHUNK])
         index.loaded_at, index.stale = started, False
 
     async def _load(self, index: TurnIndex, whose: Document, ids: list[str]) -> None:
         # by _id alone (what every server indexes), then checked to be the user's
         found = await _run(self._turns.find({"_id": {"$in": ids}}).to_list())
         docs = [d for d in found if _owned(d, whose)]
-        stored = {
-            d["_id"]: d["embedding"]
-            for d in await _run(
+        stored = self._usable(
+            await _run(
                 self._vectors.find({"_id": {"$in": ids}}, {"embedding": 1, "model": 1}).to_list()
             )
-            if d.get("model") == self.embedder.name  # another model's vector is made again
-        }
+        )
+        await self._add(index, docs, stored)
+
+    async def _load_owned(self, index: TurnIndex, whose: Document, ids: set[str]) -> None:
+        """Load ``ids`` by reading the user's vectors, then the user's turns, in one pass
+        each (the owner indexes of both collections), not by id: ``$in`` over thousands
+        of ids is a scan of the collection per chunk on mongo-java-server, which made a
+        first search of a user of 100,000 turns wait 92 s (issue 28)."""
+        try:
+            stored = self._usable(
+                [
+                    d
+                    async for d in self._vectors.find(
+                        whose, {"embedding": 1, "model": 1}, batch_size=READ_BATCH
+                    )
+                    if d["_id"] in ids
+                ]
+            )
+            chunk: list[Document] = []
+            async for doc in self._turns.find({**whose, **NOT_AN_EVENT}, batch_size=READ_BATCH):
+                if doc["_id"] in ids:
+                    chunk.append(doc)
+                if len(chunk) >= LOAD_CHUNK:
+                    await self._add(index, chunk, stored)
+                    chunk = []
+        except PyMongoError as exc:
+            raise StorageError(f"MongoDB failed during turn search: {exc}") from exc
+        await self._add(index, chunk, stored)
+
+    def _usable(self, vectors: Iterable[Document]) -> dict[str, bytes]:
+        """Stored vectors by turn id; another model's vector is made again."""
+        return {d["_id"]: d["embedding"] for d in vectors if d.get("model") == self.embedder.name}
+
+    async def _add(self, index: TurnIndex, docs: list[Document], stored: dict[str, bytes]) -> None:
+        """Add ``docs`` to ``index``, embedding (and storing) the vectors ``stored`` lacks."""
         missing = [d for d in docs if d["_id"] not in stored]
         for start in range(0, len(missing), self.batch):
             part = missing[start : start + self.batch]
