@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
 
 from mongomem.adapters.embeddings import HashingEmbedder
 from mongomem.adapters.mongo import TURN_VECTORS, TURNS, Document
@@ -34,7 +35,7 @@ class CountingEmbedder(HashingEmbedder):
         return await super().embed(texts)
 
 
-async def seed(db: Document) -> None:
+async def seed(db: AsyncDatabase[Document]) -> None:
     stm = ShortTermMemory(db)
     await stm.ensure_indexes()
     start = datetime(2024, 5, 1, tzinfo=UTC)
@@ -49,7 +50,7 @@ async def seed(db: Document) -> None:
 
 
 async def index_of(
-    db: Document, by_id_max: int, embedder: CountingEmbedder
+    db: AsyncDatabase[Document], by_id_max: int, embedder: CountingEmbedder
 ) -> tuple[set[str], list[str]]:
     search = TurnSearch(db, embedder)
     search.by_id_max = by_id_max
