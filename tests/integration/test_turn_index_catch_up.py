@@ -5,6 +5,7 @@ stored vector, and answer a search alike."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -30,7 +31,7 @@ class CountingEmbedder(HashingEmbedder):
         super().__init__(64)
         self.embedded = 0
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:  # type: ignore[override]
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.embedded += len(texts)
         return await super().embed(texts)
 
