@@ -26,7 +26,6 @@ import re
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -116,7 +115,7 @@ class Usage:
     """Cores one process group used over the measurement, in all and by thread name."""
 
     cores: float = 0.0
-    threads: Counter[str] = field(default_factory=Counter)
+    threads: dict[str, float] = field(default_factory=dict)
 
 
 async def idle_by_thread(groups: dict[str, list[int]], seconds: float) -> dict[str, Usage]:
@@ -133,7 +132,7 @@ async def idle_by_thread(groups: dict[str, list[int]], seconds: float) -> dict[s
         usage = Usage()
         for key, (thread, ticks) in after[name].items():
             used = (ticks - before[name].get(key, (thread, 0))[1]) / hz / elapsed
-            usage.threads[thread] += used
+            usage.threads[thread] = usage.threads.get(thread, 0.0) + used
             usage.cores += used
         out[name] = usage
     return out
@@ -199,7 +198,8 @@ def report(args: argparse.Namespace, result: IdleRun) -> str:
     ]
     threads = []
     for name, u in result.pipeline.items():
-        big = [(t, c) for t, c in u.threads.most_common() if c >= THREAD_FLOOR]
+        ranked = sorted(u.threads.items(), key=lambda tc: -tc[1])
+        big = [(t, c) for t, c in ranked if c >= THREAD_FLOOR]
         rest = u.cores - sum(c for _, c in big)
         cells = ", ".join(f"`{t}` {pct(c)}" for t, c in big) or "—"
         if rest > 0.00005:

@@ -86,13 +86,13 @@ class Recorder(monitoring.CommandListener):
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
 
-    def indexes(self) -> dict[str, list[list[str]]]:
-        """Collection → the key fields of each index the code created (and ``_id``)."""
-        out: dict[str, list[list[str]]] = {}
+    def indexes(self) -> dict[str, dict[str, list[str]]]:
+        """Collection → name → key fields of each index the code created."""
+        out: dict[str, dict[str, list[str]]] = {}
         for name, collection, document in self.commands:
             if name == "createIndexes":
                 for index in document.get("indexes", []):
-                    out.setdefault(collection, []).append(list(index["key"]))
+                    out.setdefault(collection, {})[index["name"]] = list(index["key"])
         return out
 
 
@@ -107,9 +107,12 @@ class Shape:
     equal: frozenset[str]
     ranged: frozenset[str]
     branches: tuple[tuple[Shape, ...], ...] = ()
+    #: Predicates no index bounds ($exists, $ne …): always a FETCH filter.
+    residual: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         parts = sorted(self.equal) + [f"{f} (range)" for f in sorted(self.ranged)]
+        parts += [f"{f} (filter)" for f in sorted(self.residual)]
         parts += ["$or[" + " | ".join(b.describe() for b in bs) + "]" for bs in self.branches]
         return "{" + ", ".join(parts) + "}"
 
@@ -117,6 +120,7 @@ class Shape:
 def shape(query: Mapping[str, Any]) -> Shape:
     equal: set[str] = set()
     ranged: set[str] = set()
+    residual: set[str] = set()
     branches: list[tuple[Shape, ...]] = []
     for key, value in query.items():
         if key == "$and":
@@ -124,6 +128,7 @@ def shape(query: Mapping[str, Any]) -> Shape:
                 inner = shape(part)
                 equal |= inner.equal
                 ranged |= inner.ranged
+                residual |= inner.residual
                 branches.extend(inner.branches)
         elif key == "$or":
             branches.append(tuple(shape(branch) for branch in value))
@@ -135,38 +140,69 @@ def shape(query: Mapping[str, Any]) -> Shape:
                 equal.add(key)
             elif ops & RANGE:
                 ranged.add(key)
-            # $exists, $ne, $nin, $elemMatch …: a FETCH filter, no bound
+            else:  # $exists, $ne, $nin, $elemMatch …: a FETCH filter, no bound
+                residual.add(key)
         else:
             equal.add(key)  # a plain value (a document value is equality on it too)
-    return Shape(frozenset(equal), frozenset(ranged), tuple(branches))
+    return Shape(frozenset(equal), frozenset(ranged), tuple(branches), frozenset(residual))
 
 
-def served_by(s: Shape, keys: Sequence[str], sort: Sequence[str]) -> bool:
-    """Whether the index of ``keys`` bounds a scan for ``s`` (MongoDB's prefix rule)."""
+@dataclass(frozen=True)
+class Plan:
+    """The index scan MongoDB can make for a shape: the index, how many of its leading
+    keys the filter bounds, whether it also gives the sort, and whether every predicate
+    is a bound (keys examined ≈ documents returned) or some are left to a FETCH filter."""
+
+    index: str
+    bounded: int
+    of: int
+    sorted: bool
+    tight: bool
+    sort_asked: bool = False
+
+    def describe(self) -> str:
+        if self.index == "$or":
+            return "OR of an IXSCAN per branch"
+        how = "keys examined ≈ returned" if self.tight else "FETCH filter after the bounds"
+        sort = "; gives the sort" if self.sorted else "; SORT in memory" if self.sort_asked else ""
+        return f"IXSCAN {self.index} ({self.bounded} of {self.of} keys; {how}{sort})"
+
+
+def plan_on(s: Shape, name: str, keys: Sequence[str], sort: Sequence[str]) -> Plan | None:
+    """The scan the index ``keys`` bounds for ``s`` (MongoDB's prefix rule), or ``None``."""
     matched = 0
     for key in keys:
-        if key in s.equal:
-            matched += 1
-        else:
+        if key not in s.equal:
             break
-    rest = keys[matched:]
-    if matched:
-        return True
-    if rest and rest[0] in s.ranged:
-        return True
-    return bool(sort) and list(sort) == list(keys[: len(sort)]) and not s.equal
+        matched += 1
+    ranged = matched < len(keys) and keys[matched] in s.ranged
+    if not matched and not ranged:
+        return None
+    bounded = matched + int(ranged)
+    rest = [key for key in sort if key not in s.equal]
+    gives_sort = bool(rest) and list(keys[matched : matched + len(rest)]) == rest
+    used = set(keys[:bounded])
+    tight = not s.branches and not s.residual and (s.equal | s.ranged) <= used
+    return Plan(name, bounded, len(keys), gives_sort, tight, sort_asked=bool(rest))
 
 
-def index_for(s: Shape, indexes: Sequence[Sequence[str]], sort: Sequence[str]) -> str | None:
-    """The first index that serves ``s`` (``_id`` included), or ``None``."""
-    for keys in [["_id"], *indexes]:
-        if served_by(s, keys, sort):
-            return ",".join(keys)
+def index_for(s: Shape, indexes: Mapping[str, Sequence[str]], sort: Sequence[str]) -> Plan | None:
+    """The best scan an index the code created (or ``_id``) gives ``s``, or ``None``.
+
+    A top-level ``$or`` whose every branch has an index of its own is an OR plan; one
+    that has not is bounded only by the predicates beside it (they must have one)."""
+    plans = [
+        plan
+        for name, keys in {"_id_": ["_id"], **indexes}.items()
+        if (plan := plan_on(s, name, keys, sort)) is not None
+    ]
+    if plans:
+        return max(plans, key=lambda p: (p.tight, p.bounded, p.sorted, -p.of))
     if s.branches and all(
         all(index_for(branch, indexes, ()) is not None for branch in branches)
         for branches in s.branches
     ):
-        return "$or: one index per branch"
+        return Plan("$or", 0, 0, sorted=False, tight=True)
     return None
 
 
@@ -220,6 +256,11 @@ async def _exercise(settings: Settings) -> None:
         await memory.import_user(lines, user_id="v")  # again: everything already there
         other = memory.bind(MemoryRequestContext(user_id="v", session_id="s"))
         await other.record_turn("user", "Still in Lisbon.")
+        cold = AsyncMemory(project_id="p", settings=settings)  # a process with no cache
+        try:
+            await cold.bind(MemoryRequestContext(user_id="u")).search_semantic("Lisbon")
+        finally:
+            await cold.close()
         await memory.erase_user("u", confirm=True)
     finally:
         await memory.close()
@@ -268,28 +309,53 @@ async def test_every_query_at_scale_is_served_by_an_index_the_code_creates(
         recorder.database = "\0"
     commands = list(recorder.commands)
     indexes = recorder.indexes()
-    seen: dict[tuple[str, str, str], str | None] = {}
+    seen: dict[tuple[str, str, str], Plan | None] = {}
     for name, collection, s, sort in planned(commands):
         if collection not in GROWING:
             continue
-        seen[(name, collection, s.describe() + (f" sort {sort}" if sort else ""))] = index_for(
-            s, indexes.get(collection, []), sort
-        )
-    print("\n".join(f"{c:10} {n:13} {q}  →  {i}" for (n, c, q), i in sorted(seen.items())))
+        query = s.describe() + (f" sort {sort}" if sort else "")
+        seen[(collection, name, query)] = index_for(s, indexes.get(collection, {}), sort)
+    for (collection, name, query), plan in sorted(seen.items()):  # shown with -s
+        print(f"{collection} {name} {query} → {plan.describe() if plan else 'COLLSCAN'}")
     # the operations ran: each collection the issue names was asked
-    asked = {collection for _, collection, _ in seen}
+    asked = {collection for collection, _, _ in seen}
     assert {"turns", "memories", SNAPSHOTS, "processing_status", "decision_log"} <= asked
-    unserved = [f"{n} on {c}: {q}" for (n, c, q), i in seen.items() if i is None]
+    unserved = [f"{n} on {c}: {q}" for (c, n, q), plan in seen.items() if plan is None]
     assert not unserved, "queries no index the code creates serves:\n" + "\n".join(unserved)
 
 
 def test_the_rule_refuses_a_shape_that_skips_the_leading_key() -> None:
-    """The checker itself: a filter without an index's first field is not served."""
-    indexes = [["scope.project_id", "scope.user_id", "memory_type", "status", "key_norm"]]
+    """The checker itself: a filter without an index's first field is not served, and
+    the best index is the one that bounds the most (and gives the sort)."""
+    indexes = {
+        "scope_type_status_key": ["scope.project_id", "scope.user_id", "memory_type", "status"],
+        "export": ["scope.project_id", "scope.user_id", "memory_id", "version"],
+    }
     assert index_for(shape({"scope.user_id": "u", "status": "current"}), indexes, []) is None
-    assert index_for(shape({"scope.project_id": "p", "scope.user_id": "u"}), indexes, [])
-    assert index_for(shape({"_id": {"$in": [1, 2]}}), indexes, []) == "_id"
+    scope = index_for(shape({"scope.project_id": "p", "scope.user_id": "u"}), indexes, [])
+    assert scope is not None
+    assert scope.tight
+    assert scope.bounded == 2
+    export = index_for(
+        shape({"scope.project_id": "p", "scope.user_id": "u"}), indexes, ["memory_id", "version"]
+    )
+    assert export is not None
+    assert export.index == "export"
+    assert export.sorted
+    by_id = index_for(shape({"_id": {"$in": [1, 2]}}), indexes, [])
+    assert by_id is not None
+    assert by_id.index == "_id_"
+    ranged = index_for(shape({"_id": {"$gt": 1}}), indexes, [])
+    assert ranged is not None
+    assert ranged.index == "_id_"
     both = shape({"$or": [{"scope.project_id": "p"}, {"_id": 1}]})
-    assert index_for(both, indexes, []) == "$or: one index per branch"
+    plan = index_for(both, indexes, [])
+    assert plan is not None
+    assert plan.index == "$or"
     half = shape({"$or": [{"scope.project_id": "p"}, {"evidence.user_id": "u"}]})
     assert index_for(half, indexes, []) is None
+    beside = shape({"scope.project_id": "p", "$or": [{"scope.user_id": "u"}, {"e.u": "u"}]})
+    loose = index_for(beside, indexes, [])
+    assert loose is not None
+    assert loose.bounded == 1
+    assert not loose.tight
