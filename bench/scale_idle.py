@@ -9,7 +9,7 @@ seconds with nothing written, the cores each process used (from ``/proc``),
 and within each process the threads that used them (by thread name: a JVM's
 ``G1 …``, ``C2 CompilerThre…``, ``kafka-…`` threads; a stage's ``python``
 event loop and its helpers). The servers alone (no stage running) are measured
-first, as a side row. It writes ``bench/results/idle.md``.
+first, as a side row. It writes ``bench/results/scale_idle.md``.
 
 The goal (issue 28): with the pipeline idle, the servers and stages use < 5% of
 a core in total, measured over 60 s. The full ``bench.scale`` measures the same
@@ -51,7 +51,7 @@ from mongomem.testing import (
     StandInResponder,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results" / "idle.md"
+RESULTS = Path(__file__).resolve().parent / "results" / "scale_idle.md"
 #: The goal's bound, and the margin this benchmark holds itself to (noise on a shared
 #: machine moves a run by a point or more).
 GOAL = 0.05
