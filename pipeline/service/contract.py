@@ -13,7 +13,8 @@ every route of the app (a route added later gets the same):
   control or invisible character, one script, no ``$`` first, no ``..``, no
   ``.`` or whitespace at either end), which no JSON Schema pattern can state
   (scripts); the format names it;
-* ``memory_type`` is an ``enum`` of the built-in memory types; ``memory_id`` is
+* ``memory_type`` is an ``enum`` of the built-in memory types and the custom ones
+  ``project-config.yaml`` declares (``MONGOMEM_PROJECT_CONFIG``); ``memory_id`` is
   1–128 characters, not all whitespace;
 * a space import's ``encrypted`` is a flag (true/yes/1, false/no/0, any case) and its
   ``reembed`` ``auto`` or ``always``;
@@ -34,17 +35,20 @@ natural key — at most 255 characters and of the ``mongomem-label`` format, the
 rule of :func:`~mongomem.identifiers.clean_label`; see
 :data:`~mongomem.ltm.kinds.MAX_LABEL_CHARS`), and only taxonomic
 memories take a ``domain``. The server routes them as before (one route).
+A declared custom type gets the same concrete paths, its save's ``fields`` its
+declared ones (the key fields required, the others optional).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, get_args
 
 from mongomem.ltm.browse import StatusFilter
-from mongomem.ltm.kinds import KINDS, MAX_FIELD_CHARS, MAX_LABEL_CHARS
+from mongomem.ltm.kinds import KINDS, MAX_FIELD_CHARS, MAX_LABEL_CHARS, Kind, custom_kind
 from mongomem.models import BUILTIN_MEMORY_TYPES, NOT_BLANK, MemoryType
+from mongomem.project_config import CustomTypeConfig
 from mongomem.sdk.idempotency import IDEMPOTENCY_KEY_MAX_LENGTH
 
 __all__ = ["ID_FORMAT", "ID_PARAMETERS", "LABEL_FORMAT", "exact_openapi"]
@@ -69,7 +73,9 @@ _ID_SCHEMA = {
 }
 
 
-def _exact(schema: dict[str, Any], parameter: dict[str, Any], method: str) -> dict[str, Any]:
+def _exact(
+    schema: dict[str, Any], parameter: dict[str, Any], method: str, types: list[str]
+) -> dict[str, Any]:
     name = parameter.get("name")
     nullable = "anyOf" in schema  # an optional query parameter: the value, or nothing
 
@@ -79,7 +85,7 @@ def _exact(schema: dict[str, Any], parameter: dict[str, Any], method: str) -> di
     if name in ID_PARAMETERS:
         return maybe(dict(_ID_SCHEMA))
     if name == "memory_type":
-        return maybe({"type": "string", "enum": sorted(BUILTIN_MEMORY_TYPES)})
+        return maybe({"type": "string", "enum": types})
     if name == "status":
         return maybe({"type": "string", "enum": list(get_args(StatusFilter))})
     if name == "domain":
@@ -123,9 +129,9 @@ _LABEL_PATTERN = _visible("\\x00-\\x1f\\x7f-\\x9f")
 _DOMAIN_PATTERN = _visible("/\\x00-\\x1f\\x7f-\\x9f")
 
 
-def _fields_schema(memory_type: str) -> dict[str, Any]:
-    """The ``fields`` of a save of ``memory_type`` (see the module docstring)."""
-    kind = KINDS[memory_type]
+def _fields_schema(kind: Kind) -> dict[str, Any]:
+    """The ``fields`` of a save of ``kind``'s memories (see the module docstring)."""
+    memory_type = kind.memory_type
     properties: dict[str, Any] = {}
     for name in kind.fields:
         if name in kind.key_fields:
@@ -147,19 +153,21 @@ def _fields_schema(memory_type: str) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": properties,
-        "required": list(kind.fields),
+        "required": [name for name in kind.fields if name not in kind.optional],
         "additionalProperties": False,
         "description": f"the fields of a {memory_type} memory",
     }
 
 
-def _per_type(document: dict[str, Any]) -> None:
-    """Each ``{memory_type}`` path once per built-in type (see the module docstring)."""
+def _per_type(document: dict[str, Any], kinds: list[Kind]) -> None:
+    """Each ``{memory_type}`` path once per kind: the built-in types, then the declared
+    custom ones (see the module docstring)."""
     paths: dict[str, Any] = document.get("paths", {})
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for path in [p for p in paths if "{memory_type}" in p]:
         item = paths.pop(path)
-        for memory_type in sorted(BUILTIN_MEMORY_TYPES):
+        for kind in kinds:
+            memory_type = kind.memory_type
             concrete = copy.deepcopy(item)
             for operation in concrete.values():
                 operation["operationId"] = f"{operation['operationId']}_{memory_type}"
@@ -177,7 +185,7 @@ def _per_type(document: dict[str, Any]) -> None:
                     body = copy.deepcopy(schemas[ref.rsplit("/", 1)[1]])
                     properties = body.get("properties", {})
                     if "fields" in properties:
-                        properties["fields"] = _fields_schema(memory_type)
+                        properties["fields"] = _fields_schema(kind)
                     if "idempotency_key" in properties:
                         properties["idempotency_key"] = {
                             "anyOf": [_IDEMPOTENCY_KEY, {"type": "null"}]
@@ -191,19 +199,30 @@ def _per_type(document: dict[str, Any]) -> None:
             paths[path.replace("{memory_type}", memory_type)] = concrete
 
 
-def exact_openapi(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-    """``build`` (an app's ``openapi``) with every parameter made exact (module doc)."""
+def exact_openapi(
+    build: Callable[[], dict[str, Any]],
+    custom_types: Callable[[], Iterable[CustomTypeConfig]] = tuple,
+) -> Callable[[], dict[str, Any]]:
+    """``build`` (an app's ``openapi``) with every parameter made exact (module doc).
+
+    ``custom_types`` gives the declared custom memory types; it is asked once, when
+    the document is first built (as the server reads the project config on first use).
+    """
     done: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
         if not done:
             document = build()
+            custom = sorted(custom_types(), key=lambda config: config.name)
+            kinds = [KINDS[name] for name in sorted(BUILTIN_MEMORY_TYPES)]
+            kinds += [custom_kind(config) for config in custom]
+            types = [kind.memory_type for kind in kinds]
             for item in document.get("paths", {}).values():
                 for method, operation in item.items():
                     for parameter in operation.get("parameters", ()):
                         schema = parameter.get("schema", {})
-                        parameter["schema"] = _exact(schema, parameter, method)
-            _per_type(document)
+                        parameter["schema"] = _exact(schema, parameter, method, types)
+            _per_type(document, kinds)
             done.update(document)
         return done
 
