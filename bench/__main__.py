@@ -28,6 +28,7 @@ ORDER = [
     "export",
     "cli",
     "scale",
+    "scale_idle",
 ]
 
 

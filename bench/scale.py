@@ -484,10 +484,18 @@ async def idle_reader(
         )
         return int(log), int(turns)
 
+    async def size() -> int | None:
+        return int(await oplog.estimated_document_count())
+
     stream = await db[TURNS].watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=50)
     poll_s = load_settings().stm.watcher_poll_interval_s
     reader = ChangeReader(
-        stream, asyncio.Event(), limit=100, poll_s=poll_s, probe=probe if probing else None
+        stream,
+        asyncio.Event(),
+        limit=100,
+        poll_s=poll_s,
+        probe=probe if probing else None,
+        log_size=size if probing else None,
     )
     try:
         await asyncio.sleep(1.0)

@@ -18,7 +18,7 @@ from mongomem.errors import ChangeFeedError, ResumeTokenLost
 from mongomem.models import utcnow
 from mongomem.stages.watcher_logic import open_failure_verdict
 
-__all__ = ["IDLE_PROBE_S", "IDLE_READ_S", "ChangeReader", "Idle", "LogProbe", "Stream"]
+__all__ = ["IDLE_PROBE_S", "IDLE_READ_S", "ChangeReader", "Idle", "LogProbe", "LogSize", "Stream"]
 
 Stream = AsyncChangeStream[Document]
 #: Reads ``(how far the server's change log is, how far the watched collection is)``
@@ -26,6 +26,9 @@ Stream = AsyncChangeStream[Document]
 #: part that moved alone means only other collections were written (see
 #: :class:`ChangeReader`, "Idle").
 LogProbe = Callable[[], Awaitable[tuple[int, int] | None]]
+#: Reads how far the server's change log is, alone (one command; ``None``: unknown): the
+#: first part of a :data:`LogProbe`, what an idle reader asks first (see "Idle").
+LogSize = Callable[[], Awaitable[int | None]]
 #: How often an idle reader asks the :data:`LogProbe` (when it uses one).
 IDLE_PROBE_S = 0.25
 #: While only other collections are written, an idle reader still reads the stream this
@@ -74,6 +77,12 @@ class ChangeReader:
     collection's size is a hint: a delete and an insert between two probes
     leave it equal). A probe that fails or answers ``None`` ends probing for
     this reader.
+
+    Given ``log_size`` as well (the log part of ``probe`` alone, one command
+    instead of two), each idle probe asks it first and asks ``probe`` only once
+    the log moved: an unchanged log means nothing at all was written since the
+    answer taken before the last empty read, so it stands for an empty read by
+    itself (issue 28: half the commands an idle watcher sends).
     """
 
     def __init__(
@@ -84,12 +93,14 @@ class ChangeReader:
         limit: int,
         poll_s: float,
         probe: LogProbe | None = None,
+        log_size: LogSize | None = None,
     ) -> None:
         self._stream = stream
         self._wake = wake
         self._limit = limit
         self._poll_s = poll_s
         self._probe = probe
+        self._log_size = log_size if probe is not None else None
         #: Empty reads of the stream, and probes that stood in for one.
         self.empty_reads = self.probes = 0
         self._queue: deque[Mapping[str, Any] | Idle] = deque()
@@ -163,7 +174,18 @@ class ChangeReader:
             with contextlib.suppress(PyMongoError):
                 answer = await probe()
         if answer is None:
-            self._probe = None
+            self._probe = self._log_size = None
+        return answer
+
+    async def _ask_size(self) -> int | None:
+        """``log_size``'s answer; ``None`` (and probing ends) when it has none or fails."""
+        size = self._log_size
+        answer: int | None = None
+        if size is not None:
+            with contextlib.suppress(PyMongoError):
+                answer = await size()
+        if answer is None:
+            self._probe = self._log_size = None
         return answer
 
     async def _until_written(self, mark: tuple[int, int]) -> None:
@@ -171,9 +193,19 @@ class ChangeReader:
         (before the last empty read), or :data:`IDLE_READ_S` passed while only other
         collections were written (see "Idle")."""
         read = time.monotonic()
+        moved = False  # the log moved since the mark: ``log_size`` alone says no more
         while True:
             await asyncio.sleep(IDLE_PROBE_S)
             read_at = utcnow()
+            if self._log_size is not None and not moved:
+                size = await self._ask_size()
+                if size is None:
+                    return
+                if size == mark[0]:  # nothing written since the mark: an empty read
+                    self.probes += 1
+                    self._idle(Idle(self._stream.resume_token, read_at))
+                    continue
+                moved = True
             answer = await self._ask()
             if answer is None or answer[1] != mark[1]:
                 return

@@ -225,6 +225,7 @@ class ChangeStreamSource:
         self._idle_probe = idle_probe
         #: It only grows: the reader probes its size while idle.
         self._growing_oplog = False
+        self._oplog_collection: AsyncCollection[Document] | None = None
 
     # ------------------------------------------------------------------ open
 
@@ -276,11 +277,14 @@ class ChangeStreamSource:
             limit=self._read_ahead,
             poll_s=self._poll_s,
             probe=self._oplog_entries if self._growing_oplog else None,
+            log_size=self._oplog_size if self._growing_oplog else None,
         )
         return self._reader
 
     def _oplog(self) -> AsyncCollection[Document]:
-        return self._turns.database.client.get_database("local")[OPLOG]
+        if self._oplog_collection is None:  # made once: the idle probe asks it 4 times a second
+            self._oplog_collection = self._turns.database.client.get_database("local")[OPLOG]
+        return self._oplog_collection
 
     async def _oplog_only_grows(self) -> bool:
         """Whether the server's oplog is readable and not capped (only ever appended to).
@@ -307,6 +311,11 @@ class ChangeStreamSource:
             self._oplog().estimated_document_count(), self._turns.estimated_document_count()
         )
         return int(log), int(turns)
+
+    async def _oplog_size(self) -> int:
+        """How many entries the (growing) oplog has: the first part of
+        :meth:`_oplog_entries` alone, what an idle reader asks first."""
+        return int(await self._oplog().estimated_document_count())
 
     def _streamed(self) -> None:
         """From now on the stream is read (resumed, or the back-fill is stored)."""

@@ -47,15 +47,24 @@ log = logging.getLogger("mongomem.stages.runtime")
 
 
 #: How long the broker may hold a consumer's fetch that finds nothing (aiokafka's default
-#: is 500 ms). A fetch is answered as soon as a record arrives, so this adds no latency;
-#: it only makes an idle consumer ask the broker four times less often (issue 28).
-FETCH_MAX_WAIT_MS = 2000
+#: is 500 ms). A fetch is answered as soon as a record arrives, and a fetch in flight is
+#: dropped when the assignment changes, so this adds no latency; it only makes an idle
+#: consumer ask the broker ten times less often (issue 28: the broker's request threads
+#: were most of an idle pipeline's broker CPU). The request timeout stays above it.
+FETCH_MAX_WAIT_MS = 5000
+#: How long aiokafka's background fetch routine waits before it looks again at partitions
+#: with nothing to do (aiokafka's ``consumer_timeout_ms``; its default is 200 ms). It wakes
+#: at once when a fetch is answered, the assignment changes, a partition is resumed or its
+#: buffered records are consumed, so this is only its idle tick: an idle consumer's event
+#: loop woke five times a second for it (issue 28).
+CONSUMER_TIMEOUT_MS = 1000
 
 
 def consumer_options(kafka: KafkaSettings, stage: str, group_suffix: str = "") -> dict[str, Any]:
     """The consumer configuration every stage starts from: its group
     (:func:`mongomem.operations.status.consumer_group`), auto-commit off, from the earliest
-    record when the group is new, idle fetches held :data:`FETCH_MAX_WAIT_MS`."""
+    record when the group is new, idle fetches held :data:`FETCH_MAX_WAIT_MS`, the fetch
+    routine's idle tick :data:`CONSUMER_TIMEOUT_MS`."""
     return {
         "bootstrap_servers": kafka.bootstrap,
         "group_id": consumer_group(kafka, stage, group_suffix),
@@ -64,6 +73,7 @@ def consumer_options(kafka: KafkaSettings, stage: str, group_suffix: str = "") -
         "auto_offset_reset": "earliest",
         "request_timeout_ms": max(int(kafka.request_timeout_s * 1000), FETCH_MAX_WAIT_MS + 5000),
         "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
+        "consumer_timeout_ms": CONSUMER_TIMEOUT_MS,
     }
 
 

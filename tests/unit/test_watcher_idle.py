@@ -177,3 +177,112 @@ async def test_writes_elsewhere_are_read_after_idle_read_s_and_stand_for_no_read
         assert stream.reads > 2  # read again after IDLE_READ_S
     finally:
         await reader.close()
+
+
+class SizedLog(Log):
+    """The probe's two parts apart: how many commands each answer cost."""
+
+    def __init__(self, stream: AtOnceStream) -> None:
+        super().__init__(stream)
+        self.sized = 0
+
+    async def size(self) -> int | None:
+        self.sized += 1
+        if self.fail:
+            raise PyMongoError("the probe failed")
+        return self.entries
+
+
+async def test_an_idle_reader_with_a_log_size_asks_one_count_per_probe() -> None:
+    stream = AtOnceStream()
+    log = SizedLog(stream)
+    reader = ChangeReader(
+        cast(Stream, stream),
+        asyncio.Event(),
+        limit=10,
+        poll_s=POLL_S,
+        probe=log.probe,
+        log_size=log.size,
+    )
+    try:
+        await _idle_for(0.3)
+        assert stream.reads == 2
+        assert log.asked == 1  # the mark before the second empty read, then …
+        assert log.sized >= 10  # … only the log's size, once per probe
+        assert reader.probes >= 10
+        taken = reader.take(10)
+        assert len(taken) == 1
+        assert isinstance(taken[0], Idle)
+    finally:
+        await reader.close()
+
+
+async def test_a_write_is_read_when_only_the_log_size_is_asked() -> None:
+    stream = AtOnceStream()
+    log = SizedLog(stream)
+    reader = ChangeReader(
+        cast(Stream, stream),
+        asyncio.Event(),
+        limit=10,
+        poll_s=POLL_S,
+        probe=log.probe,
+        log_size=log.size,
+    )
+    try:
+        await _idle_for(0.05)
+        reader.take(10)
+        change = log.write(1)
+        await _idle_for(PROBE_S * 10)
+        assert change in reader.take(10)
+    finally:
+        await reader.close()
+
+
+async def test_writes_elsewhere_with_a_log_size_wait_idle_read_s_asking_two_counts() -> None:
+    stream = AtOnceStream()
+    log = SizedLog(stream)
+    reader = ChangeReader(
+        cast(Stream, stream),
+        asyncio.Event(),
+        limit=10,
+        poll_s=POLL_S,
+        probe=log.probe,
+        log_size=log.size,
+    )
+    try:
+        await _idle_for(0.05)
+        reader.take(10)
+        sized, asked = log.sized, log.asked
+        log.write_elsewhere()  # the oplog moved, turns did not
+        await _idle_for(READ_S / 3)
+        assert stream.reads == 2  # not read at once …
+        assert reader.take(10) == []  # … and no probe stood for a read meanwhile
+        assert log.sized == sized + 1  # the size once (it moved), then the full probe
+        assert log.asked > asked + 1
+        await _idle_for(READ_S * 2)
+        assert stream.reads > 2  # read again after IDLE_READ_S
+    finally:
+        await reader.close()
+
+
+async def test_a_failing_log_size_falls_back_to_polling() -> None:
+    stream = AtOnceStream()
+    log = SizedLog(stream)
+    reader = ChangeReader(
+        cast(Stream, stream),
+        asyncio.Event(),
+        limit=10,
+        poll_s=POLL_S,
+        probe=log.probe,
+        log_size=log.size,
+    )
+    try:
+        await _idle_for(0.05)
+        log.fail = True
+        await _idle_for(0.3)
+        assert stream.reads > 10
+        change = log.write(2)
+        await _idle_for(0.05)
+        assert change in reader.take(10)
+    finally:
+        await reader.close()
