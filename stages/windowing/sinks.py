@@ -42,7 +42,13 @@ from mongomem.stages.windowing.snapshot_encode import (
 from mongomem.stm.lineage import ensure_lineage_index
 from mongomem.stm.turns import END_EVENT
 
-__all__ = ["UPSERTS_PER_WRITE", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
+__all__ = [
+    "UPSERTS_PER_WRITE",
+    "SnapshotPublisher",
+    "SnapshotResumePoints",
+    "snapshot_document",
+    "snapshot_key",
+]
 
 #: Snapshot upserts per bulk write; a delivery's writes go side by side. A snapshot document
 #: is kilobytes: one write of hundreds of them is applied by one server thread, in series
@@ -110,7 +116,7 @@ class SnapshotPublisher:
 
     async def _publish_many(self, snapshots: Sequence[Snapshot], values: Sequence[bytes]) -> None:
         sent = [
-            await self._publisher.send(self._topic, value, key=_kafka_key(s))
+            await self._publisher.send(self._topic, value, key=snapshot_key(s))
             for s, value in zip(snapshots, values, strict=True)
         ]
         await asyncio.gather(*sent)
@@ -126,7 +132,7 @@ class SnapshotPublisher:
     async def _publish(self, snapshot: Snapshot) -> None:
         await (
             await self._publisher.send(
-                self._topic, snapshot_value(snapshot), key=_kafka_key(snapshot)
+                self._topic, snapshot_value(snapshot), key=snapshot_key(snapshot)
             )
         )
 
@@ -138,7 +144,7 @@ def _session(snapshot: Snapshot) -> SessionKey:
     )
 
 
-def _kafka_key(snapshot: Snapshot) -> bytes:
+def snapshot_key(snapshot: Snapshot) -> bytes:
     """``snapshot.session.kafka_key()``, written out (the topic's key of its session)."""
     return "\x00".join((snapshot.project_id, snapshot.user_id, snapshot.session_id)).encode()
 
