@@ -616,12 +616,19 @@ def p3_section(r3: dict[str, Any]) -> str:
         for k, v in alone_used.items()
         if k != "kafka"
     )
+    goal_s = r3["turns"] / (0.7 * r3["mongo"])
+    servers_s = all_s - stage_s
+    left_us = max(0.0, cores * goal_s - servers_s) / r3["turns"] * 1e6
     budget = (
         f"CPU time of the median drain ({r3['turns'] / r3['stage']:.2f} s): {parts}; "
         f"{all_s:.2f} s in all, which {cores} cores cannot run in less than "
         f"{all_s / cores:.2f} s — at most {cores_bound:,.0f} turns/s "
         f"({cores_bound / r3['mongo']:.2f}× MongoDB alone) if nothing else ran and nothing "
-        f"waited. MongoDB alone used {alone_parts} for the same upserts."
+        f"waited. MongoDB alone used {alone_parts} for the same upserts. "
+        f"For 0.7× the drain must take at most {goal_s:.2f} s: {cores} cores give "
+        f"{cores * goal_s:.2f} CPU-seconds in that time, the servers took {servers_s:.2f} s of "
+        f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
+        f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
     )
     if to_store >= 0.8:
         bound_text = (
