@@ -64,9 +64,11 @@ MAX_JSON_DEPTH = 32
 #: A text field's pattern "not blank": one character that is not white space. The
 #: characters are listed, since ``\S`` means another set in each engine: JSON Schema's
 #: (ECMA-262) counts U+FEFF and not U+0085, pydantic's (Rust) the other way round, so a
-#: client and the service disagreed on a query of one U+0085. Both count as space here.
+#: client and the service disagreed on a query of one U+0085. Both count as space here,
+#: as does every character Python's ``str.strip()`` removes (U+001C–U+001F too: a query
+#: of one U+001E fit the document and was then stripped to nothing by the service).
 NOT_BLANK = (
-    "[^\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+    "[^\\t\\n\\v\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
     "\\u202f\\u205f\\u3000\\ufeff]"
 )
 

@@ -7,7 +7,7 @@ deterministic parser: the same query and moment always give the same window,
 and a query without an expression it knows gives ``None`` (nothing changes).
 
 What it understands (case-insensitive; numbers as digits or words up to
-twelve, "a"/"an"/"a couple of"/"a few" for 1/1/2/3):
+nineteen, "a"/"an"/"a couple of"/"a few" for 1/1/2/3):
 
 ==============================  =============================================
 expression                      window
@@ -37,25 +37,16 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from mongomem.number_words import CARDINALS
+
 __all__ = ["TimeWindow", "find_time_window"]
 
 _NUMBERS = {
     "a": 1,
     "an": 1,
-    "one": 1,
     "a couple of": 2,
-    "two": 2,
-    "three": 3,
     "a few": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
+    **{word: n for word, n in CARDINALS.items() if n},
 }
 _MONTHS = [
     "january",

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
+from mongomem.number_words import CARDINALS
+
 __all__ = ["SWAP_GROUPS", "Values", "equivalent", "normalized_tokens", "value_changes", "values_of"]
 
 
@@ -56,31 +58,7 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_UNITS_WORDS = {
-    "zero": 0,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
-    "thirteen": 13,
-    "fourteen": 14,
-    "fifteen": 15,
-    "sixteen": 16,
-    "seventeen": 17,
-    "eighteen": 18,
-    "nineteen": 19,
-    "dozen": 12,
-    "once": 1,
-    "twice": 2,
-}
+_UNITS_WORDS = {**CARDINALS, "dozen": 12, "once": 1, "twice": 2}
 _TENS_WORDS = {
     "twenty": 20,
     "thirty": 30,

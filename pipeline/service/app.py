@@ -76,10 +76,11 @@ from mongomem.adapters.embeddings import Embedder
 from mongomem.adapters.mongo import connect, database
 from mongomem.adapters.readiness import check_ready, ensure_ready
 from mongomem.adapters.tls import server_context
-from mongomem.errors import ScopeError
+from mongomem.errors import ConfigError, ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import MemoryFilter, make_filter
+from mongomem.project_config import load_project_config
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.transport import DirectTransport, MemoryTransport, default_embedder
@@ -389,6 +390,18 @@ async def _metrics() -> Response:
     return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
+def _custom_types(settings: Settings) -> list[str]:
+    """The custom memory types the project config declares (the OpenAPI document
+    documents their reads; an unreadable config is the transport's error to tell)."""
+    if settings.project_config is None:
+        return []
+    try:
+        config = load_project_config(settings.project_config)
+    except ConfigError:
+        return []
+    return [custom.name for custom in config.memory.extraction.custom]
+
+
 def _bulk_transfer(path: str) -> bool:
     """An import or export: it streams for as long as it takes, so it has no deadline
     (which would buffer its body first)."""
@@ -484,7 +497,9 @@ def make_app(
     routers.append(ops)
     for router in routers:
         app.include_router(router, responses=ERRORS if router in v1 else None)
-    app.openapi = exact_openapi(app.openapi)  # type: ignore[method-assign]
+    app.openapi = exact_openapi(  # type: ignore[method-assign]
+        app.openapi, lambda: _custom_types(settings)
+    )
     app.state.routes = [route for router in routers for route in router.routes]  # for Allow
     limits = BodyLimits(
         max_size, {"/v1/spaces/import": MAX_IMPORT_BYTES}, {"import": MAX_USER_IMPORT_BYTES}

@@ -13,7 +13,8 @@ every route of the app (a route added later gets the same):
   control or invisible character, one script, no ``$`` first, no ``..``, no
   ``.`` or whitespace at either end), which no JSON Schema pattern can state
   (scripts); the format names it;
-* ``memory_type`` is an ``enum`` of the built-in memory types; ``memory_id`` is
+* ``memory_type`` is an ``enum`` of the built-in memory types and the custom ones
+  ``project-config.yaml`` declares (``MONGOMEM_PROJECT_CONFIG``); ``memory_id`` is
   1–128 characters, not all whitespace;
 * a space import's ``encrypted`` is a flag (true/yes/1, false/no/0, any case) and its
   ``reembed`` ``auto`` or ``always``;
@@ -34,12 +35,15 @@ natural key — at most 255 characters and of the ``mongomem-label`` format, the
 rule of :func:`~mongomem.identifiers.clean_label`; see
 :data:`~mongomem.ltm.kinds.MAX_LABEL_CHARS`), and only taxonomic
 memories take a ``domain``. The server routes them as before (one route).
+A declared custom type gets the same concrete paths but the save: its memories
+are written by its extractor only (the server refuses a save of one), and its
+reads and deletions take it as a built-in type.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, get_args
 
 from mongomem.ltm.browse import StatusFilter
@@ -69,7 +73,9 @@ _ID_SCHEMA = {
 }
 
 
-def _exact(schema: dict[str, Any], parameter: dict[str, Any], method: str) -> dict[str, Any]:
+def _exact(
+    schema: dict[str, Any], parameter: dict[str, Any], method: str, types: list[str]
+) -> dict[str, Any]:
     name = parameter.get("name")
     nullable = "anyOf" in schema  # an optional query parameter: the value, or nothing
 
@@ -79,7 +85,7 @@ def _exact(schema: dict[str, Any], parameter: dict[str, Any], method: str) -> di
     if name in ID_PARAMETERS:
         return maybe(dict(_ID_SCHEMA))
     if name == "memory_type":
-        return maybe({"type": "string", "enum": sorted(BUILTIN_MEMORY_TYPES)})
+        return maybe({"type": "string", "enum": types})
     if name == "status":
         return maybe({"type": "string", "enum": list(get_args(StatusFilter))})
     if name == "domain":
@@ -153,14 +159,23 @@ def _fields_schema(memory_type: str) -> dict[str, Any]:
     }
 
 
-def _per_type(document: dict[str, Any]) -> None:
-    """Each ``{memory_type}`` path once per built-in type (see the module docstring)."""
+def _per_type(document: dict[str, Any], custom: list[str]) -> None:
+    """Each ``{memory_type}`` path once per built-in type and once per declared custom
+    type, without its save (see the module docstring)."""
     paths: dict[str, Any] = document.get("paths", {})
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for path in [p for p in paths if "{memory_type}" in p]:
         item = paths.pop(path)
-        for memory_type in sorted(BUILTIN_MEMORY_TYPES):
+        for memory_type in [*sorted(BUILTIN_MEMORY_TYPES), *custom]:
             concrete = copy.deepcopy(item)
+            if memory_type not in BUILTIN_MEMORY_TYPES:
+                concrete = {
+                    method: operation
+                    for method, operation in concrete.items()
+                    if not operation["operationId"].startswith("save")
+                }
+                if not concrete:
+                    continue
             for operation in concrete.values():
                 operation["operationId"] = f"{operation['operationId']}_{memory_type}"
                 operation["parameters"] = [
@@ -191,19 +206,28 @@ def _per_type(document: dict[str, Any]) -> None:
             paths[path.replace("{memory_type}", memory_type)] = concrete
 
 
-def exact_openapi(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
-    """``build`` (an app's ``openapi``) with every parameter made exact (module doc)."""
+def exact_openapi(
+    build: Callable[[], dict[str, Any]],
+    custom_types: Callable[[], Iterable[str]] = tuple,
+) -> Callable[[], dict[str, Any]]:
+    """``build`` (an app's ``openapi``) with every parameter made exact (module doc).
+
+    ``custom_types`` names the declared custom memory types; it is asked once, when
+    the document is first built (as the server reads the project config on first use).
+    """
     done: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
         if not done:
             document = build()
+            custom = sorted(set(custom_types()) - set(BUILTIN_MEMORY_TYPES))
+            types = [*sorted(BUILTIN_MEMORY_TYPES), *custom]
             for item in document.get("paths", {}).values():
                 for method, operation in item.items():
                     for parameter in operation.get("parameters", ()):
                         schema = parameter.get("schema", {})
-                        parameter["schema"] = _exact(schema, parameter, method)
-            _per_type(document)
+                        parameter["schema"] = _exact(schema, parameter, method, types)
+            _per_type(document, custom)
             done.update(document)
         return done
 

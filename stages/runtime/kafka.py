@@ -295,6 +295,8 @@ class KafkaPartitionReader:
         reader = AIOKafkaConsumer(bootstrap_servers=self._kafka.bootstrap, enable_auto_commit=False)
         try:
             await reader.start()
+            if topic not in await reader.topics():  # else its offsets are asked for 80 s
+                raise BrokerError(f"could not read {topic}: the topic does not exist")
             reader.assign(tps)
             await reader.seek_to_beginning(*tps)
             ends: dict[TopicPartition, int] = await reader.end_offsets(tps)

@@ -21,7 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from mongomem.adapters.kafka import ensure_topics
 from mongomem.errors import BrokerError
 from mongomem.settings import Settings
-from mongomem.stages.runtime.kafka import kafka_publisher, kafka_source
+from mongomem.stages.runtime.kafka import KafkaPartitionReader, kafka_publisher, kafka_source
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +76,17 @@ async def test_a_failed_assignment_ends_the_next_poll(settings: Settings) -> Non
         with pytest.raises(BrokerError, match="could not be read"):
             await asyncio.wait_for(poll_until_it_raises(), 60)
     assert calls == [[0, 1]]
+
+
+async def test_reading_a_missing_changelog_fails_at_once(settings: Settings) -> None:
+    """A restore of a topic that does not exist is an error in seconds (aiokafka's
+    offset lookup retried for twice its request timeout, 80 s, inside the rebalance)."""
+    missing = settings.kafka.topic(f"missing-{uuid.uuid4().hex[:6]}-changelog")
+    reader = KafkaPartitionReader(settings.kafka)
+
+    async def restore() -> list[object]:
+        return [record async for record in reader.read(missing, [0, 1])]
+
+    with pytest.raises(BrokerError, match="the topic does not exist"):
+        await asyncio.wait_for(restore(), 20)
+    assert missing not in await _topics(settings)  # and reading it created nothing

@@ -16,10 +16,11 @@ from mongomem.models import NOT_BLANK
 from mongomem.sdk.wire import BuildContextRequest, SearchTurnsRequest
 
 WHO = {"project_id": "p", "user_id": "u"}
-SPACES = "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u2005\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: Every character the service strips (``str.isspace``), and U+FEFF (JSON Schema's space).
+SPACES = "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "\ufeff"
 
 
-@pytest.mark.parametrize("blank", [*SPACES, "\u0085\ufeff "])
+@pytest.mark.parametrize("blank", [*SPACES, "\u0085\ufeff ", "\x1e"])
 def test_a_blank_query_is_refused_by_the_model_and_by_the_documented_pattern(
     blank: str,
 ) -> None:

@@ -24,6 +24,9 @@ def d(year: int, month: int, day: int, hour: int = 0) -> datetime:
         ("the day before yesterday", d(2024, 3, 11), d(2024, 3, 12), "the day before yesterday"),
         ("3 days ago", d(2024, 3, 10), d(2024, 3, 11), "3 days ago"),
         ("two weeks ago", d(2024, 2, 25, 3), d(2024, 3, 3, 3), "two weeks ago"),
+        # the shared number words (mongomem.number_words) reach nineteen
+        ("fifteen days ago", d(2024, 2, 27), d(2024, 2, 28), "fifteen days ago"),
+        ("seventeen days ago", d(2024, 2, 25), d(2024, 2, 26), "seventeen days ago"),
         ("a couple of months ago", d(2024, 1, 1), d(2024, 2, 1), "a couple of months ago"),
         ("a year ago", d(2023, 1, 1), d(2024, 1, 1), "a year ago"),
         ("last week", d(2024, 3, 4), d(2024, 3, 11), "last week"),
