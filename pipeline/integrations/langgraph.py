@@ -21,7 +21,7 @@ namespace                      key                    value
 ``(user_id, "procedural")``    the procedure's name   ``{"description": …, "content": …}``
 ``(user_id, "<custom type>")`` its key fields,        its declared fields, as declared
                                ``/``-joined           (``None`` where the model left one
-                                                      out); read-only
+                                                      out, or a put did)
 =============================  =====================  ==================================
 
 ``{"content": str}`` is the shape LangMem's memory tools write, so they work unchanged
@@ -31,9 +31,10 @@ with ``namespace=("{langgraph_user_id}", "semantic")``.
 (``memory.extraction.custom``, e.g. ``preference`` with fields ``topic`` and ``value``,
 key ``[topic]``) is the namespace ``(user_id, "preference")``, mirroring the built-in
 types: ``get``, ``search`` (with or without a query, with ``filter`` on its fields),
-``list_namespaces`` and ``delete`` work on it as on a built-in type. Its memories are
-written by its extractor from conversations; the SDK has no direct save of a custom
-type, so ``put`` of a value there is refused (a ``put(..., None)`` deletes). The types
+``list_namespaces``, ``put`` and ``delete`` work on it as on a built-in type. A put's
+value has every declared field: the key field(s) as the key says, the others a string
+or ``None`` (left out); a type keyed by more than one field is read and deleted here but
+not put (one item key cannot say which part is which field). The types
 are those of the ``project_config`` given to the store, else of the memory's own settings
 (``MONGOMEM_PROJECT_CONFIG``); over HTTP the service's configuration must declare them too.
 
@@ -135,18 +136,25 @@ class Shape:
 
     ``key_field`` names the field the item key is (a custom type's key fields,
     ``/``-joined, as its extractor joins them); ``value`` maps each value field to the
-    memory field it is; ``writable`` is ``False`` for a custom type (its extractor
-    writes it: ``put`` of a value is refused, ``delete`` is not).
+    memory field it is; ``optional`` names the value fields that may be ``None`` (a
+    custom type's fields outside its key); ``writable`` is ``False`` for a custom type
+    keyed by more than one field (``put`` of a value is refused, ``delete`` is not).
     """
 
     key_field: str
     value: dict[str, str]
     writable: bool = True
+    optional: frozenset[str] = frozenset()
 
     @classmethod
     def of_custom(cls, config: CustomTypeConfig) -> Shape:
         """A user-scoped custom type's items: its declared fields, as declared."""
-        return cls("/".join(config.key), {name: name for name in config.fields}, writable=False)
+        return cls(
+            "/".join(config.key),
+            {name: name for name in config.fields},
+            writable=len(config.key) == 1,
+            optional=frozenset(name for name in config.fields if name not in config.key),
+        )
 
 
 def _custom_shapes(
@@ -194,6 +202,13 @@ def _fields(
     fields = {key_field: key}
     for name, field in shape.items():
         text = value[name]
+        if text is None and name in shape_of.optional:
+            continue  # a custom type's field left out (it reads back as None)
+        if field == key_field and text != key:
+            raise Unmappable(
+                f"value[{name!r}] for {namespace!r} is {text!r}, but the item key is "
+                f"{key!r}: {memory_type} memories are keyed by their {key_field}"
+            )
         if not isinstance(text, str) or not text.strip():
             raise Unmappable(
                 f"value[{name!r}] for {namespace!r} must be a non-empty string "
@@ -251,8 +266,12 @@ def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> 
 
 
 def _value(shape: Shape, record: MemoryRecord) -> dict[str, Any]:
-    default = "" if shape.writable else None  # a custom type's unset field reads as None
-    return {name: record.fields.get(field, default) for name, field in shape.value.items()}
+    def read(field: str) -> Any:
+        if field in shape.optional:  # a custom type's field left out reads as None
+            return record.fields.get(field)
+        return record.fields.get(field, "")
+
+    return {name: read(field) for name, field in shape.value.items()}
 
 
 class MongomemStore(BaseStore):
@@ -328,9 +347,9 @@ class MongomemStore(BaseStore):
             return
         if not self.shapes[memory_type].writable:
             raise Unmappable(
-                f"put into {op.namespace!r}: {memory_type!r} is a custom type, written by its "
-                "extractor from conversations (the SDK has no direct save of one); its items "
-                "are read, searched and deleted here, not put"
+                f"put into {op.namespace!r}: {memory_type!r} is a custom type keyed by more "
+                f"than one field ({self.shapes[memory_type].key_field}), which one item key "
+                "cannot spell out; its items are read, searched and deleted here, not put"
             )
         if op.ttl is not None:
             raise Unmappable(

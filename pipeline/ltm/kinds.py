@@ -25,6 +25,9 @@ Key fields are labels: NFC-normalised, and a strict check refuses an invisible
 character in one (:mod:`mongomem.identifiers`; an extractor's are dropped).
 An unknown field is refused by name (a typo such as ``lable`` would otherwise
 store a memory without its label).
+
+A custom type ``project-config.yaml`` declares has a kind too (:func:`custom_kind`):
+the same rules for its fields, the ones outside its key optional.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ from typing import Any
 from mongomem.errors import InputError
 from mongomem.identifiers import clean_label, invisible_character
 from mongomem.models import Evidence, MemoryCandidate, MemoryScope, MemoryType, ScopeKind
+from mongomem.project_config import CustomTypeConfig
 
 __all__ = [
     "KINDS",
     "MAX_FIELD_CHARS",
     "Kind",
+    "custom_kind",
     "kind_of",
     "make_candidate",
     "normalize_key",
@@ -77,10 +82,12 @@ def normalize_text(text: str) -> str:
 class Kind:
     """How one memory type names, stores and embeds its memories."""
 
-    memory_type: MemoryType
+    memory_type: str
     fields: tuple[str, ...]
     key_fields: tuple[str, ...]
     scope: ScopeKind
+    #: Fields a memory may leave out (a custom type's fields outside its key).
+    optional: frozenset[str] = frozenset()
 
     def key(self, fields: Mapping[str, Any]) -> str:
         """The natural key from the fields (``domain/term`` for taxonomic)."""
@@ -98,6 +105,8 @@ class Kind:
                 return f"{f['name']}: {f['description']}\n{f['content']}"
             case MemoryType.TAXONOMIC:
                 return f"{f['domain']} / {f['term']}: {f['definition']}"
+            case _:  # a custom type: its fields that have a value, as its extractor says them
+                return "; ".join(f"{name}: {value}" for name, value in f.items() if value)
 
     def check(self, fields: Mapping[str, Any], *, strict: bool = False) -> dict[str, str]:
         """The type's fields, stripped; :class:`InputError` names a missing or bad one.
@@ -109,16 +118,18 @@ class Kind:
         unknown = sorted(str(name) for name in fields if name not in self.fields)
         if strict and unknown:
             raise InputError(
-                f"{self.memory_type.value} memories have no field {unknown[0]!r} "
+                f"{self.memory_type} memories have no field {unknown[0]!r} "
                 f"(their fields: {', '.join(self.fields)})",
                 field=f"fields.{unknown[0]}",
             )
         out: dict[str, str] = {}
         for name in self.fields:
             value = fields.get(name)
+            if name in self.optional and value is None:
+                continue
             if not isinstance(value, str) or not value.strip():
                 raise InputError(
-                    f"{self.memory_type.value} memories need a non-empty {name!r}", field=name
+                    f"{self.memory_type} memories need a non-empty {name!r}", field=name
                 )
             if len(value) > MAX_FIELD_CHARS:
                 raise InputError(
@@ -138,7 +149,7 @@ class Kind:
                 if why is not None:  # an extractor's output: drop what cannot be seen
                     value = "".join(c for c in value if invisible_character(c) is None)
             out[name] = value.strip()
-        if "/" in out.get("domain", ""):
+        if self.memory_type == MemoryType.TAXONOMIC and "/" in out.get("domain", ""):
             raise InputError("a taxonomic domain must not contain '/'", field="domain")
         if len(self.key(out)) > 512:
             raise InputError("the memory's key is longer than 512 characters")
@@ -160,6 +171,16 @@ KINDS: dict[str, Kind] = {
         ScopeKind.PROJECT,
     ),
 }
+
+
+def custom_kind(config: CustomTypeConfig) -> Kind:
+    """The kind of a custom type ``project-config.yaml`` declares (SPEC C6): its declared
+    fields, in order; its key fields required, the others optional; its text the fields
+    that have a value, ``name: value`` joined by ``; `` (what its extractor embeds)."""
+    scope = ScopeKind.PROJECT if config.scope == "project" else ScopeKind.USER
+    key = tuple(config.key)
+    optional = frozenset(name for name in config.fields if name not in key)
+    return Kind(config.name, tuple(config.fields), key, scope, optional)
 
 
 def kind_of(memory_type: str) -> Kind:
@@ -189,12 +210,14 @@ def make_candidate(
     created_at: datetime,
     prompt_version: str = "direct",
     model: str | None = None,
+    kind: Kind | None = None,
 ) -> MemoryCandidate:
-    """A candidate of a built-in type, with its key and text derived from ``fields``.
+    """A candidate of a built-in type (or of ``kind``, a custom type's), with its key and
+    text derived from ``fields``.
 
-    ``embedding`` must be the embedding of ``KINDS[memory_type].text(fields)``.
+    ``embedding`` must be the embedding of the kind's ``text(fields)``.
     """
-    kind = kind_of(memory_type)
+    kind = kind or kind_of(memory_type)
     checked = kind.check(fields)
     return MemoryCandidate(
         candidate_id=candidate_id,

@@ -561,6 +561,28 @@ class AsyncBoundMemory:
         key = f"{domain.strip()}/{term.strip()}"
         return await self.delete_by_key(MemoryType.TAXONOMIC, key, reason=reason)
 
+    # -- custom types (SPEC C6) ----------------------------------------------------------
+
+    async def save_custom(
+        self,
+        memory_type: str,
+        fields: dict[str, str],
+        *,
+        idempotency_key: str | None = None,
+    ) -> SaveResult:
+        """Save a memory of a custom type ``project-config.yaml`` declares
+        (``MONGOMEM_PROJECT_CONFIG``): its key fields, and any of its other fields (those
+        left out stay unset); reconciled as its extractor's items are (SPEC C4: a type's
+        direct writes work beside its extraction). See :meth:`save_episode` for
+        ``idempotency_key``. An undeclared type or an undeclared field is an
+        :class:`~mongomem.errors.InputError`."""
+        return await self._save(memory_type, dict(fields), idempotency_key)
+
+    async def get_custom(self, memory_type: str, key: str) -> MemoryRecord | None:
+        """The current memory of a declared custom type under ``key`` (its key fields,
+        ``/``-joined), or ``None``; delete one with :meth:`delete_by_key`."""
+        return await self._t.get(self.identity, memory_type, key)
+
     # -- browsing (SPEC J3) -------------------------------------------------------------
 
     async def browse_memories(

@@ -273,6 +273,8 @@ class BoundMemory:
     delete_episode = _blocking(AsyncBoundMemory.delete_episode)
     delete_procedure = _blocking(AsyncBoundMemory.delete_procedure)
     delete_taxonomic_term = _blocking(AsyncBoundMemory.delete_taxonomic_term)
+    save_custom = _blocking(AsyncBoundMemory.save_custom)
+    get_custom = _blocking(AsyncBoundMemory.get_custom)
     browse_memories = _blocking(AsyncBoundMemory.browse_memories)
     count_memories = _blocking(AsyncBoundMemory.count_memories)
     get_memory = _blocking(AsyncBoundMemory.get_memory)

@@ -42,11 +42,11 @@ from mongomem.ltm import (
     LLMJudge,
     MemoryStore,
     Thresholds,
-    kind_of,
     make_candidate,
 )
 from mongomem.ltm.browse import MemoryFilter, browse, count
 from mongomem.ltm.export import ImportResult, export_lines, import_lines
+from mongomem.ltm.kinds import Kind, custom_kind
 from mongomem.models import (
     Evidence,
     MemoryScope,
@@ -251,6 +251,14 @@ def _metered(judge: Judge | None, db: Any) -> Judge | None:
     return judge
 
 
+def _unknown_type(memory_type: str) -> InputError:
+    return InputError(
+        f"unknown memory type {memory_type!r} (neither built in nor declared under "
+        "memory.extraction.custom in project-config.yaml)",
+        field="memory_type",
+    )
+
+
 class DirectTransport:
     """Reaches MongoDB directly; created lazily on first use.
 
@@ -336,7 +344,7 @@ class DirectTransport:
         idempotency_key: str | None = None,
     ) -> SaveResult:
         store, embedder = await self._ready()
-        kind = kind_of(memory_type)
+        kind = self._kind_of(memory_type)
         checked = kind.check(fields, strict=True)
         # The register and the scope's index are read beside the embedding call, not
         # before it (two round trips less on the save's path; a "not erased" answer
@@ -350,7 +358,7 @@ class DirectTransport:
         check = asyncio.ensure_future(
             register.refuse_erased(who.project_id, who.user_id, who.session_id)
         )
-        scope = who.scope(memory_type)
+        scope = self._scope_of(who, memory_type)
         prepared = asyncio.ensure_future(store.prepare(scope, memory_type))
         try:
             fingerprint = None
@@ -397,6 +405,7 @@ class DirectTransport:
             evidence=evidence,
             created_at=now,
             model=embedder.name,
+            kind=kind,
         )
         # Unkeyed, the candidate id is random: no retry can repeat it, so no ledger.
         out = await store.reconcile(
@@ -536,6 +545,16 @@ class DirectTransport:
             self._custom = {c.name: c for c in declared}
         return self._custom
 
+    def _kind_of(self, memory_type: str) -> Kind:
+        """A built-in type's kind, or a declared custom type's (SPEC C4: a type's direct
+        writes work whether or not its extraction runs); else :class:`InputError`."""
+        if memory_type in KINDS:
+            return KINDS[memory_type]
+        custom = self.custom_types().get(memory_type)
+        if custom is None:
+            raise _unknown_type(memory_type)
+        return custom_kind(custom)
+
     def _scope_of(self, who: Identity, memory_type: str) -> MemoryScope:
         """The caller's scope of ``memory_type``: a built-in type's, or a declared custom
         type's (its ``scope``: the user's or the project's); else :class:`InputError`."""
@@ -543,11 +562,7 @@ class DirectTransport:
             return who.scope(memory_type)
         custom = self.custom_types().get(memory_type)
         if custom is None:
-            raise InputError(
-                f"unknown memory type {memory_type!r} (neither built in nor declared under "
-                "memory.extraction.custom in project-config.yaml)",
-                field="memory_type",
-            )
+            raise _unknown_type(memory_type)
         if custom.scope == "project":
             return MemoryScope(project_id=who.project_id)
         return MemoryScope(project_id=who.project_id, user_id=who.user_id)

@@ -80,7 +80,7 @@ from mongomem.errors import ConfigError, ScopeError
 from mongomem.extras import require
 from mongomem.ltm import Judge, Thresholds
 from mongomem.ltm.browse import MemoryFilter, make_filter
-from mongomem.project_config import load_project_config
+from mongomem.project_config import CustomTypeConfig, load_project_config
 from mongomem.sdk.errormap import MEMORY_NOT_FOUND
 from mongomem.sdk.identity import SERVICE_ACCOUNT_PREFIX, Identity
 from mongomem.sdk.transport import DirectTransport, MemoryTransport, default_embedder
@@ -390,16 +390,16 @@ async def _metrics() -> Response:
     return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-def _custom_types(settings: Settings) -> list[str]:
+def _custom_types(settings: Settings) -> tuple[CustomTypeConfig, ...]:
     """The custom memory types the project config declares (the OpenAPI document
     documents their reads; an unreadable config is the transport's error to tell)."""
     if settings.project_config is None:
-        return []
+        return ()
     try:
         config = load_project_config(settings.project_config)
     except ConfigError:
-        return []
-    return [custom.name for custom in config.memory.extraction.custom]
+        return ()
+    return config.memory.extraction.custom
 
 
 def _bulk_transfer(path: str) -> bool:

@@ -35,9 +35,8 @@ natural key — at most 255 characters and of the ``mongomem-label`` format, the
 rule of :func:`~mongomem.identifiers.clean_label`; see
 :data:`~mongomem.ltm.kinds.MAX_LABEL_CHARS`), and only taxonomic
 memories take a ``domain``. The server routes them as before (one route).
-A declared custom type gets the same concrete paths but the save: its memories
-are written by its extractor only (the server refuses a save of one), and its
-reads and deletions take it as a built-in type.
+A declared custom type gets the same concrete paths, its save's ``fields`` its
+declared ones (the key fields required, the others optional).
 """
 
 from __future__ import annotations
@@ -47,8 +46,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, get_args
 
 from mongomem.ltm.browse import StatusFilter
-from mongomem.ltm.kinds import KINDS, MAX_FIELD_CHARS, MAX_LABEL_CHARS
+from mongomem.ltm.kinds import KINDS, MAX_FIELD_CHARS, MAX_LABEL_CHARS, Kind, custom_kind
 from mongomem.models import BUILTIN_MEMORY_TYPES, NOT_BLANK, MemoryType
+from mongomem.project_config import CustomTypeConfig
 from mongomem.sdk.idempotency import IDEMPOTENCY_KEY_MAX_LENGTH
 
 __all__ = ["ID_FORMAT", "ID_PARAMETERS", "LABEL_FORMAT", "exact_openapi"]
@@ -129,9 +129,9 @@ _LABEL_PATTERN = _visible("\\x00-\\x1f\\x7f-\\x9f")
 _DOMAIN_PATTERN = _visible("/\\x00-\\x1f\\x7f-\\x9f")
 
 
-def _fields_schema(memory_type: str) -> dict[str, Any]:
-    """The ``fields`` of a save of ``memory_type`` (see the module docstring)."""
-    kind = KINDS[memory_type]
+def _fields_schema(kind: Kind) -> dict[str, Any]:
+    """The ``fields`` of a save of ``kind``'s memories (see the module docstring)."""
+    memory_type = kind.memory_type
     properties: dict[str, Any] = {}
     for name in kind.fields:
         if name in kind.key_fields:
@@ -153,29 +153,22 @@ def _fields_schema(memory_type: str) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": properties,
-        "required": list(kind.fields),
+        "required": [name for name in kind.fields if name not in kind.optional],
         "additionalProperties": False,
         "description": f"the fields of a {memory_type} memory",
     }
 
 
-def _per_type(document: dict[str, Any], custom: list[str]) -> None:
-    """Each ``{memory_type}`` path once per built-in type and once per declared custom
-    type, without its save (see the module docstring)."""
+def _per_type(document: dict[str, Any], kinds: list[Kind]) -> None:
+    """Each ``{memory_type}`` path once per kind: the built-in types, then the declared
+    custom ones (see the module docstring)."""
     paths: dict[str, Any] = document.get("paths", {})
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for path in [p for p in paths if "{memory_type}" in p]:
         item = paths.pop(path)
-        for memory_type in [*sorted(BUILTIN_MEMORY_TYPES), *custom]:
+        for kind in kinds:
+            memory_type = kind.memory_type
             concrete = copy.deepcopy(item)
-            if memory_type not in BUILTIN_MEMORY_TYPES:
-                concrete = {
-                    method: operation
-                    for method, operation in concrete.items()
-                    if not operation["operationId"].startswith("save")
-                }
-                if not concrete:
-                    continue
             for operation in concrete.values():
                 operation["operationId"] = f"{operation['operationId']}_{memory_type}"
                 operation["parameters"] = [
@@ -192,7 +185,7 @@ def _per_type(document: dict[str, Any], custom: list[str]) -> None:
                     body = copy.deepcopy(schemas[ref.rsplit("/", 1)[1]])
                     properties = body.get("properties", {})
                     if "fields" in properties:
-                        properties["fields"] = _fields_schema(memory_type)
+                        properties["fields"] = _fields_schema(kind)
                     if "idempotency_key" in properties:
                         properties["idempotency_key"] = {
                             "anyOf": [_IDEMPOTENCY_KEY, {"type": "null"}]
@@ -208,11 +201,11 @@ def _per_type(document: dict[str, Any], custom: list[str]) -> None:
 
 def exact_openapi(
     build: Callable[[], dict[str, Any]],
-    custom_types: Callable[[], Iterable[str]] = tuple,
+    custom_types: Callable[[], Iterable[CustomTypeConfig]] = tuple,
 ) -> Callable[[], dict[str, Any]]:
     """``build`` (an app's ``openapi``) with every parameter made exact (module doc).
 
-    ``custom_types`` names the declared custom memory types; it is asked once, when
+    ``custom_types`` gives the declared custom memory types; it is asked once, when
     the document is first built (as the server reads the project config on first use).
     """
     done: dict[str, Any] = {}
@@ -220,14 +213,16 @@ def exact_openapi(
     def openapi() -> dict[str, Any]:
         if not done:
             document = build()
-            custom = sorted(set(custom_types()) - set(BUILTIN_MEMORY_TYPES))
-            types = [*sorted(BUILTIN_MEMORY_TYPES), *custom]
+            custom = sorted(custom_types(), key=lambda config: config.name)
+            kinds = [KINDS[name] for name in sorted(BUILTIN_MEMORY_TYPES)]
+            kinds += [custom_kind(config) for config in custom]
+            types = [kind.memory_type for kind in kinds]
             for item in document.get("paths", {}).values():
                 for method, operation in item.items():
                     for parameter in operation.get("parameters", ()):
                         schema = parameter.get("schema", {})
                         parameter["schema"] = _exact(schema, parameter, method, types)
-            _per_type(document, custom)
+            _per_type(document, kinds)
             done.update(document)
         return done
 

@@ -1,11 +1,13 @@
 """Custom memory types through the LangGraph store (SPEC N1, C6): a user-scoped type
 declared in ``project-config.yaml`` is a namespace ``(user_id, type)`` like a built-in
-one — read, searched, filtered, listed and deleted — and its writes stay its extractor's."""
+one — read, searched, filtered, listed, put and deleted (SPEC C4: a type's direct writes
+work beside its extractor's)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -36,6 +38,13 @@ memory:
           value: "the preference itself"
           note: "anything else the user said about it"
         instructions: "Extract stable preferences the user states."
+      - name: route
+        scope: user
+        key: [origin, destination]
+        fields:
+          origin: "where the user flies from"
+          destination: "where to"
+        instructions: "Extract the routes the user flies."
       - name: house-rule
         scope: project
         key: [rule]
@@ -106,13 +115,30 @@ def test_a_custom_type_reads_like_a_built_in_one(memory: Memory) -> None:
     assert (U, "preference") in store.list_namespaces(prefix=(U,))
 
 
-def test_a_custom_type_is_deleted_but_not_put(memory: Memory) -> None:
+def test_a_custom_type_is_put_and_deleted(memory: Memory) -> None:
     store = MongomemStore(memory)
-    with pytest.raises(Unmappable, match="custom type"):
-        store.put(PREF, "seat", {"topic": "seat", "value": "middle", "note": None})
+    store.put(PREF, "seat", {"topic": "seat", "value": "middle", "note": None})
     item = store.get(PREF, "seat")
     assert item is not None
-    assert item.value["value"] == "window"  # nothing was stored
+    assert item.value == {"topic": "seat", "value": "middle", "note": None}  # an UPDATE
+    store.put(PREF, "drink", {"topic": "drink", "value": "tea", "note": "no sugar"})
+    drink = store.get(PREF, "drink")
+    assert drink is not None
+    assert drink.value == {"topic": "drink", "value": "tea", "note": "no sugar"}
+    refusals: list[tuple[tuple[tuple[str, ...], str, dict[str, Any]], str]] = [
+        ((PREF, "seat", {"topic": "meal", "value": "aisle", "note": None}), "item key is 'seat'"),
+        ((PREF, "seat", {"topic": "seat", "value": 3, "note": None}), "non-empty string"),
+        ((PREF, "seat", {"topic": "seat", "value": "aisle"}), "exactly"),
+        (((U, "route"), "bos/lis", {"origin": "bos", "destination": "lis"}), "more than one"),
+    ]
+    for (namespace, key, value), why in refusals:
+        with pytest.raises(Unmappable, match=why):
+            store.put(namespace, key, value)
+    seat = store.get(PREF, "seat")
+    assert seat is not None
+    assert seat.value["value"] == "middle"  # no refusal stored anything
+    assert store.get((U, "route"), "bos/lis") is None
+    store.delete(PREF, "drink")
     store.delete(PREF, "seat")
     assert store.get(PREF, "seat") is None
     assert [i.key for i in store.search(PREF)] == ["meal"]
@@ -174,3 +200,42 @@ async def test_the_sdk_browses_and_counts_a_custom_type_in_its_own_scope(
     async with AsyncMemory(project_id="lg", settings=settings, embedder=EMBEDDER) as plain:
         with pytest.raises(InputError, match="unknown memory type"):
             await plain.bind(MemoryRequestContext(user_id=U)).count_memories("preference")
+
+
+async def test_the_sdk_saves_a_custom_type_in_its_own_scope(
+    settings: Settings, config_file: Path
+) -> None:
+    """SPEC C4/C6: a declared type's direct writes work; the key fields are required, the
+    others optional, and a save is reconciled (ADD, then UPDATE) as the extractor's are."""
+    configured = settings.model_copy(update={"project_config": config_file})
+    async with AsyncMemory(project_id="lg", settings=configured, embedder=EMBEDDER) as memory:
+        chat = memory.bind(MemoryRequestContext(user_id=U))
+        first = await chat.save_custom("preference", {"topic": "seat", "value": "aisle"})
+        again = await chat.save_custom("preference", {"topic": "seat", "value": "window"})
+        assert (first.action, again.action) == ("ADD", "UPDATE")
+        assert again.memory_id == first.memory_id
+        seat = await chat.get_custom("preference", "seat")
+        assert seat is not None
+        assert seat.fields == {"topic": "seat", "value": "window"}  # no note: left out
+        assert seat.text == "topic: seat; value: window"
+        route = await chat.save_custom("route", {"origin": "BOS", "destination": "LIS"})
+        assert route.action == "ADD"
+        assert await chat.get_custom("route", "BOS/LIS") is not None
+        rule = await chat.save_custom("house-rule", {"rule": "no-smoking"})
+        other = memory.bind(MemoryRequestContext(user_id="user_2"))
+        shared = await other.get_custom("house-rule", "no-smoking")  # scope: project
+        assert shared is not None
+        assert shared.memory_id == rule.memory_id
+        assert await other.get_custom("preference", "seat") is None  # the user's own
+        refusals = [
+            ("preference", {"value": "aisle"}, "need a non-empty 'topic'"),
+            ("preference", {"topic": "seat", "colour": "red"}, "no field 'colour'"),
+            ("shoes", {"size": "42"}, "unknown memory type 'shoes'"),
+        ]
+        for memory_type, fields, why in refusals:
+            with pytest.raises(InputError, match=why):
+                await chat.save_custom(memory_type, fields)
+        assert await chat.count_memories("preference") == 1  # nothing partial stored
+        seat = await chat.get_custom("preference", "seat")
+        assert seat is not None
+        assert seat.fields["value"] == "window"

@@ -1,5 +1,6 @@
-"""The OpenAPI document names the custom memory types project-config.yaml declares:
-their reads and deletions at concrete paths, no save (their extractor writes them)."""
+"""The OpenAPI document names the custom memory types project-config.yaml declares, at
+concrete paths as the built-in types: a save takes the declared fields (the key's
+required, the others optional); reads and deletions as for a built-in type."""
 
 from __future__ import annotations
 
@@ -39,13 +40,22 @@ def memory_type_enums(doc: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-def test_a_declared_type_is_documented_for_reads_and_deletes_only(tmp_path: Path) -> None:
+def test_a_declared_type_is_documented_at_its_own_paths(tmp_path: Path) -> None:
     path = tmp_path / "project-config.yaml"
     path.write_text(CONFIG)
     doc = document(path)
     paths = doc["paths"]
-    assert set(paths[f"{USER}/preference"]) == {"get"}  # a list; no save
+    assert set(paths[f"{USER}/preference"]) == {"get", "post"}  # a list and a save
     assert paths[f"{USER}/preference"]["get"]["operationId"] == "list_memories_preference"
+    save = paths[f"{USER}/preference"]["post"]
+    assert save["operationId"] == "save_preference"
+    ref = save["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    fields = body["properties"]["fields"]
+    assert set(fields["properties"]) == {"topic", "value"}
+    assert fields["required"] == ["topic"]  # the key; the value may be left out
+    assert fields["additionalProperties"] is False
+    assert "domain" not in body["properties"]
     assert set(paths[f"{USER}/preference/search"]) == {"post"}
     assert set(paths[f"{USER}/preference/{{key}}"]) == {"get", "delete"}
     assert "domain" not in {
