@@ -80,11 +80,13 @@ from mongomem.stages.windowing.consumer import (
     ChangelogTable,
     WindowingCore,
 )
-from mongomem.stages.windowing.sinks import UPSERTS_PER_WRITE, snapshot_document
-from mongomem.stages.windowing.snapshot_encode import snapshot_value
+from mongomem.stages.windowing.sinks import UPSERTS_PER_WRITE, snapshot_document, snapshot_key
+from mongomem.stages.windowing.snapshot_encode import snapshot_encoded, snapshot_value
+from mongomem.stages.windowing.windower import PLAN_SLICE
 from mongomem.stages.windowing.worker import (
     ERASED_CHECK_TTL_S,
     PRODUCER_BATCH_BYTES,
+    YOUNG_OBJECTS,
     settle_heap,
 )
 from mongomem.testing.watermarks import InFlight, watermarks_every
@@ -95,6 +97,31 @@ ONLY_RESULTS = "windowing_{}.md"
 PARTITIONS = 3
 #: Turn texts (:mod:`bench.prose`): they compress as conversation text does.
 CONTENTS = texts(4096)
+
+
+#: The servers' processes whose CPU time P3 reports, by name (``mongo``, ``kafka``); empty
+#: when they are not local processes (containers).
+Pids = Mapping[str, int]
+
+
+def cpu_seconds(pids: Pids) -> dict[str, float]:
+    """CPU time (user + system, in s) used so far: ``"stage"`` is this process (all its
+    threads), then each server of ``pids`` whose ``/proc/<pid>/stat`` can be read (Linux)."""
+    out = {"stage": time.process_time()}
+    hz = os.sysconf("SC_CLK_TCK")
+    for name, pid in pids.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / hz
+    return out
+
+
+def spent(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds between two :func:`cpu_seconds` readings."""
+    return {name: after[name] - before[name] for name in after if name in before}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -220,9 +247,15 @@ async def _upserts(db: Any, snapshots: list[Snapshot], shape: tuple[int, int]) -
 
 
 async def raw_mongo_writes(
-    settings: Settings, snapshots: list[Snapshot], total: int, shape: tuple[int, int]
-) -> float:
-    """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog.
+    settings: Settings,
+    snapshots: list[Snapshot],
+    total: int,
+    shape: tuple[int, int],
+    pids: Pids | None = None,
+) -> tuple[float, dict[str, float]]:
+    """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog,
+    and the CPU seconds used meanwhile (:func:`cpu_seconds`: this client's process as
+    ``"stage"``, and the servers of ``pids``).
 
     The stage writes one snapshot upsert per snapshot and nothing to the turns
     (lineage is the snapshot's seq range, :mod:`mongomem.stm.lineage`), in
@@ -233,9 +266,11 @@ async def raw_mongo_writes(
     name = f"{settings.mongodb.database}-raw"
     try:
         await client[name].command("ping")
+        before = cpu_seconds(pids or {})
         started = time.perf_counter()
         await _upserts(client[name], snapshots, shape)
-        return total / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return total / elapsed, spent(before, cpu_seconds(pids or {}))
     finally:
         await client.drop_database(name)
         await client.close()
@@ -250,7 +285,7 @@ async def raw_servers(
     bytes are built before the clock starts. Timed from the first write to the last reply.
     """
     topic = settings.kafka.topic(SNAPSHOTS)
-    values = [(snapshot_value(s), s.session.kafka_key()) for s in snapshots]
+    values = [(snapshot_value(s), snapshot_key(s)) for s in snapshots]
     client = connect(settings.mongodb)
     name = f"{settings.mongodb.database}-raw"
     try:
@@ -284,11 +319,12 @@ class _BuiltSnapshots:
         await self.deliver_many([snapshot])
 
     async def deliver_many(self, snapshots: Sequence[Snapshot]) -> None:
-        for s in snapshots:
-            bson.encode(snapshot_document(s))
+        encoded = [snapshot_encoded(s) for s in snapshots]  # as the sink does
+        for _, document in encoded:
+            bson.encode(document)
         sent = [
-            await self._publisher.send(self._topic, snapshot_value(s), key=s.session.kafka_key())
-            for s in snapshots
+            await self._publisher.send(self._topic, value, key=snapshot_key(s))
+            for s, (value, _) in zip(snapshots, encoded, strict=True)
         ]
         await asyncio.gather(*sent)
 
@@ -383,12 +419,17 @@ async def own_work(settings: Settings, records: list[tuple[bytes, bytes]]) -> fl
 
 
 async def windowing_drain(
-    settings: Settings, total: int, engine: Literal["aiokafka", "faust"]
-) -> tuple[float, list[Snapshot], float]:
+    settings: Settings,
+    total: int,
+    engine: Literal["aiokafka", "faust"],
+    pids: Pids | None = None,
+) -> tuple[float, list[Snapshot], float, dict[str, float]]:
     """Turns/s of the stage over the backlog (first turn applied → last turn applied).
 
-    Also returns the snapshots closed and the share of that time the process
-    was on a CPU (:func:`time.process_time`; the servers are other processes).
+    Also returns the snapshots closed, the share of that time the process
+    was on a CPU (:func:`time.process_time`; the servers are other processes),
+    and the CPU seconds of that time (:func:`cpu_seconds`: the stage's process, and
+    the servers of ``pids``).
     """
     suffix = f".bench-{engine}-{uuid.uuid4().hex[:6]}"
     closed: list[Snapshot] = []
@@ -397,7 +438,9 @@ async def windowing_drain(
         settings, group_suffix=suffix, engine=engine, on_snapshot=closed.append
     )
     task = asyncio.create_task(worker.run())
-    first = last = cpu_first = cpu_last = 0.0
+    first = last = 0.0
+    at_first: dict[str, float] = {}
+    at_last: dict[str, float] = {}
     try:
         while True:
             if task.done():
@@ -405,13 +448,14 @@ async def windowing_drain(
             turns = worker.windower.stats.turns if worker.windower else 0
             now = time.perf_counter()
             if turns and not first:
-                first, cpu_first = now, time.process_time()
+                first, at_first = now, cpu_seconds(pids or {})
             if turns >= total:
-                last, cpu_last = now, time.process_time()
+                last, at_last = now, cpu_seconds(pids or {})
                 break
             await asyncio.sleep(0.005)
         assert worker.windower is not None
-        return total / (last - first), closed, (cpu_last - cpu_first) / (last - first)
+        used = spent(at_first, at_last)
+        return total / (last - first), closed, used["stage"] / (last - first), used
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -419,31 +463,39 @@ async def windowing_drain(
 
 
 async def p3(
-    base: Settings, sessions: int, per_session: int, *, faust: bool = True
+    base: Settings,
+    sessions: int,
+    per_session: int,
+    *,
+    faust: bool = True,
+    pids: Pids | None = None,
 ) -> dict[str, Any]:
-    """P3's rows (see the module docstring); ``faust=False`` leaves the faust engine's out."""
+    """P3's rows (see the module docstring); ``faust=False`` leaves the faust engine's out;
+    ``pids``: the servers whose CPU time is reported beside the stage's."""
     settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600)
     records = await backlog(settings, sessions, per_session)
     total = len(records)
     raws = sorted([await raw_consume(settings, total) for _ in range(3)])
     # Three runs each, the median reported, as for the raw loop (each run is a new group
     # that reads the whole backlog again; its snapshot upserts rewrite the same documents).
-    drains = [await windowing_drain(settings, total, "aiokafka") for _ in range(3)]
+    drains = [await windowing_drain(settings, total, "aiokafka", pids) for _ in range(3)]
     drains.sort(key=lambda drain: drain[0])
-    stage, snapshots, cpu = drains[1]
+    stage, snapshots, cpu, stage_cpu = drains[1]
     # each shape three times (medians), the fastest shape is the row
-    shapes = {
-        shape: statistics.median(
-            [await raw_mongo_writes(settings, snapshots, total, shape) for _ in range(3)]
-        )
+    writes = {
+        shape: sorted(
+            [await raw_mongo_writes(settings, snapshots, total, shape, pids) for _ in range(3)],
+            key=lambda run: run[0],
+        )[1]
         for shape in MONGO_SHAPES
     }
+    shapes = {shape: rate for shape, (rate, _) in writes.items()}
     best = max(shapes, key=shapes.__getitem__)
     both = statistics.median(
         [await raw_servers(settings, snapshots, total, best) for _ in range(3)]
     )
     alones = sorted([await own_work(settings, records) for _ in range(3)])
-    on_faust = await windowing_drain(settings, total, "faust") if faust else None
+    on_faust = await windowing_drain(settings, total, "faust", pids) if faust else None
     return {
         "turns": total,
         "raw": raws[1],
@@ -456,6 +508,8 @@ async def p3(
         "stage": stage,
         "stages": [d[0] for d in drains],
         "cpu": cpu,
+        "stage_cpu": stage_cpu,
+        "mongo_cpu": writes[best][1],
         "faust": on_faust[0] if on_faust is not None else None,
         "snapshots": len(snapshots),
     }
@@ -549,6 +603,33 @@ def p3_section(r3: dict[str, Any]) -> str:
     faust_ratio = (
         f"; faust engine / raw = {r3['faust'] / r3['raw']:.3f}×" if r3["faust"] is not None else ""
     )
+    used, alone_used = r3["stage_cpu"], r3["mongo_cpu"]
+    stage_s = used["stage"]
+    cpu_bound = r3["turns"] / stage_s
+    cores = os.cpu_count() or 1
+    all_s = sum(used.values())
+    cores_bound = r3["turns"] * cores / all_s
+    named = {"stage": "the stage's process", "mongo": "the MongoDB server", "kafka": "the broker"}
+    parts = ", ".join(f"{named.get(k, k)} {v:.2f} s" for k, v in used.items())
+    alone_parts = ", ".join(
+        f"{'the client' if k == 'stage' else named.get(k, k)} {v:.2f} s"
+        for k, v in alone_used.items()
+        if k != "kafka"
+    )
+    goal_s = r3["turns"] / (0.7 * r3["mongo"])
+    servers_s = all_s - stage_s
+    left_us = max(0.0, cores * goal_s - servers_s) / r3["turns"] * 1e6
+    budget = (
+        f"CPU time of the median drain ({r3['turns'] / r3['stage']:.2f} s): {parts}; "
+        f"{all_s:.2f} s in all, which {cores} cores cannot run in less than "
+        f"{all_s / cores:.2f} s — at most {cores_bound:,.0f} turns/s "
+        f"({cores_bound / r3['mongo']:.2f}× MongoDB alone) if nothing else ran and nothing "
+        f"waited. MongoDB alone used {alone_parts} for the same upserts. "
+        f"For 0.7× the drain must take at most {goal_s:.2f} s: {cores} cores give "
+        f"{cores * goal_s:.2f} CPU-seconds in that time, the servers took {servers_s:.2f} s of "
+        f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
+        f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
+    )
     if to_store >= 0.8:
         bound_text = (
             f"MongoDB — the stage reaches {to_store:.2f}× of what the server alone does with "
@@ -558,14 +639,18 @@ def p3_section(r3: dict[str, Any]) -> str:
         bound_text = (
             f"the stage reaches {to_store:.2f}× of MongoDB alone and {to_servers:.2f}× of both "
             f"servers alone (the upserts and the snapshot publishes at once, no stage work). "
-            f"Its process was on a CPU {r3['cpu']:.0%} of the drain. Its own work alone "
+            f"Its process was on a CPU {r3['cpu']:.0%} of the drain, for "
+            f"{stage_s / r3['turns'] * 1e6:.1f} µs a turn: one process of it cannot go past "
+            f"{cpu_bound:,.0f} turns/s ({cpu_bound / r3['mongo']:.2f}× MongoDB alone) "
+            "however well it overlaps its waits. Its own work alone "
             "(decoding, the window logic, the snapshots' bytes and documents, the changelog "
             f"states; no server, no client library) takes {alone_us:.1f} µs a turn of the "
             f"stage's {per_turn_us:.1f} µs; the other {per_turn_us - alone_us:.1f} µs are the "
             "Kafka and MongoDB clients' work in the same process (aiokafka's fetch parsing, "
             "producer batching and zstd of the snapshots and of the changelog states, "
             "pymongo's BSON) and time off the CPU: waiting for the servers' replies, or for a "
-            "core (two, shared with both servers and other work: see the load average above)."
+            "core (two, shared with both servers and other work: see the load average above). "
+            + budget
         )
     return f"""## P3 — windowing turns/s vs a raw aiokafka consume loop and the servers alone
 
@@ -586,6 +671,9 @@ the stage's producer settings (acks=all); median of three | {r3["servers"]:,.0f}
 (the runtime's `consume()`) over the same records in the in-memory broker \
 (a stand-in; no server, no client library), \
 snapshot documents (BSON) and bytes built; median of {_runs(r3["alones"])} | {r3["alone"]:,.0f} |
+| **the stage's CPU bound**: the backlog's turns over the CPU time of the stage's process \
+in its median drain ({stage_s:.2f} s) — its rate if it never waited for a server or a \
+core | {cpu_bound:,.0f} |
 | **windowing stage**, default engine (aiokafka group + changelog table, MongoDB upserts, \
 publish acks=all; median of {_runs(r3["stages"])}) | {r3["stage"]:,.0f} |
 | windowing stage, `engine="faust"` (faust agent + table, same sinks) | {faust} |
@@ -595,6 +683,8 @@ publish acks=all; median of {_runs(r3["stages"])}) | {r3["stage"]:,.0f} |
 Stage / raw consume loop = {ratio:.3f}× (goal ≥ 0.5×: \
 {"met" if ratio >= 0.5 else "not met"}){faust_ratio}; stage / its own work alone =
 {r3["stage"] / r3["alone"]:.2f}×; the stage's process was on a CPU {r3["cpu"]:.0%} of its drain.
+**Stage's CPU bound / MongoDB alone = {cpu_bound / r3["mongo"]:.2f}×**: what one stage process
+could reach if it never waited.
 
 What bounds the stage: {bound_text}
 
@@ -606,8 +696,11 @@ on the `(project, user, session, last_seq)` index —, each snapshot published o
 changed session's window state once per checkpoint to the changelog. A fetched partition
 batch is applied to one working window per session; its snapshots go out as unordered
 bulk writes of {UPSERTS_PER_WRITE} upserts side by side (this server applies one large
-write in series: see the shapes above) with the publishes pipelined in 256 KiB producer
-batches. A checkpoint due while the partitions are behind (the changelog's states sent and
+write in series: see the shapes above) with the publishes pipelined in producer batches of
+{PRODUCER_BATCH_BYTES:,} bytes; the changelog's states go through a producer of their own (a
+producer keeps one request in flight per broker). A batch's planning yields to the event
+loop every {PLAN_SLICE} records, so the deliveries in flight read their replies meanwhile.
+A checkpoint due while the partitions are behind (the changelog's states sent and
 acknowledged, then the offsets committed) runs beside the loop instead of stopping it. The
 erasure register (SPEC J3) is read once for a batch's sessions when it is planned; its
 delivery, and the next batches of the same sessions, rely on that "not erased" answer for
@@ -615,8 +708,9 @@ delivery, and the next batches of the same sessions, rely on that "not erased" a
 {NOT_ERASED_TTL_S} s + a landing time after writing the register). Turns are read by a
 checked fast path (orjson, a session's ids validated once); a snapshot is closed without
 re-validating what its turns already passed, and its bytes and document are written
-straight from its fields (orjson: the codec's bytes exactly, property-tested). The stage's
-process freezes its startup heap (`settle_heap`). The faust engine still applies one
+straight from its fields in one pass (orjson: the codec's bytes exactly, property-tested).
+The stage's process freezes its startup heap and collects its youngest generation every
+{YOUNG_OBJECTS:,} new objects (`settle_heap`). The faust engine still applies one
 record at a time.
 
 What a real MongoDB would change: mongo-java-server keeps documents in memory
@@ -673,10 +767,12 @@ Topics have 3 partitions; one windowing worker.
 """ + "\n".join(part for part in parts if part)
 
 
-async def run(args: argparse.Namespace, settings: Settings, servers: str) -> str:
+async def run(
+    args: argparse.Namespace, settings: Settings, servers: str, pids: Pids | None = None
+) -> str:
     r3 = r4 = None
     if args.only in (None, "p3"):
-        r3 = await p3(settings, args.sessions, args.per_session, faust=args.faust)
+        r3 = await p3(settings, args.sessions, args.per_session, faust=args.faust, pids=pids)
     if args.only in (None, "p4"):
         r4 = await p4(settings, args.idle_sessions, args.idle, args.tick)
     command = (
@@ -714,7 +810,12 @@ def main(argv: list[str] | None = None) -> int:
                 "kafka": KafkaSettings(bootstrap=servers.kafka_bootstrap),
             }
         )
-        text = asyncio.run(run(args, settings, servers.describe().replace("\n", "; ")))
+        pids = {
+            name: pid
+            for name, server in (("mongo", servers.mongo), ("kafka", servers.kafka))
+            if server is not None and (pid := server.running_pid()) is not None
+        }
+        text = asyncio.run(run(args, settings, servers.describe().replace("\n", "; "), pids))
     finally:
         servers.stop()
     results = RESULTS if args.only is None else RESULTS.with_name(ONLY_RESULTS.format(args.only))

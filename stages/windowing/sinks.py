@@ -34,11 +34,21 @@ from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import StorageError
 from mongomem.models import SessionKey, Snapshot
 from mongomem.stages.runtime import Publisher
-from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapshot_value
+from mongomem.stages.windowing.snapshot_encode import (
+    snapshot_document,
+    snapshot_encoded,
+    snapshot_value,
+)
 from mongomem.stm.lineage import ensure_lineage_index
 from mongomem.stm.turns import END_EVENT
 
-__all__ = ["UPSERTS_PER_WRITE", "SnapshotPublisher", "SnapshotResumePoints", "snapshot_document"]
+__all__ = [
+    "UPSERTS_PER_WRITE",
+    "SnapshotPublisher",
+    "SnapshotResumePoints",
+    "snapshot_document",
+    "snapshot_key",
+]
 
 #: Snapshot upserts per bulk write; a delivery's writes go side by side. A snapshot document
 #: is kilobytes: one write of hundreds of them is applied by one server thread, in series
@@ -83,13 +93,15 @@ class SnapshotPublisher:
         if snapshots:
             snapshots = await self._not_erased(snapshots)
         if snapshots:
-            await asyncio.gather(self._store_many(snapshots), self._publish_many(snapshots))
+            encoded = [snapshot_encoded(s) for s in snapshots]
+            await asyncio.gather(
+                self._store_many([document for _, document in encoded]),
+                self._publish_many(snapshots, [value for value, _ in encoded]),
+            )
 
-    async def _store_many(self, snapshots: Sequence[Snapshot]) -> None:
+    async def _store_many(self, documents: Sequence[Document]) -> None:
         """The upserts in unordered bulk writes of :data:`UPSERTS_PER_WRITE`, side by side."""
-        upserts = [
-            ReplaceOne({"_id": s.snapshot_id}, snapshot_document(s), upsert=True) for s in snapshots
-        ]
+        upserts = [ReplaceOne({"_id": d["_id"]}, d, upsert=True) for d in documents]
         writes = [
             self._snapshots.bulk_write(upserts[i : i + UPSERTS_PER_WRITE], ordered=False)
             for i in range(0, len(upserts), UPSERTS_PER_WRITE)
@@ -97,15 +109,15 @@ class SnapshotPublisher:
         outcomes = await asyncio.gather(*writes, return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, PyMongoError):
-                error = f"could not store {len(snapshots)} snapshot(s): {outcome}"
+                error = f"could not store {len(documents)} snapshot(s): {outcome}"
                 raise StorageError(error) from outcome
             if isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _publish_many(self, snapshots: Sequence[Snapshot]) -> None:
+    async def _publish_many(self, snapshots: Sequence[Snapshot], values: Sequence[bytes]) -> None:
         sent = [
-            await self._publisher.send(self._topic, snapshot_value(s), key=_kafka_key(s))
-            for s in snapshots
+            await self._publisher.send(self._topic, value, key=snapshot_key(s))
+            for s, value in zip(snapshots, values, strict=True)
         ]
         await asyncio.gather(*sent)
 
@@ -120,7 +132,7 @@ class SnapshotPublisher:
     async def _publish(self, snapshot: Snapshot) -> None:
         await (
             await self._publisher.send(
-                self._topic, snapshot_value(snapshot), key=_kafka_key(snapshot)
+                self._topic, snapshot_value(snapshot), key=snapshot_key(snapshot)
             )
         )
 
@@ -132,7 +144,7 @@ def _session(snapshot: Snapshot) -> SessionKey:
     )
 
 
-def _kafka_key(snapshot: Snapshot) -> bytes:
+def snapshot_key(snapshot: Snapshot) -> bytes:
     """``snapshot.session.kafka_key()``, written out (the topic's key of its session)."""
     return "\x00".join((snapshot.project_id, snapshot.user_id, snapshot.session_id)).encode()
 

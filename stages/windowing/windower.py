@@ -107,6 +107,11 @@ __all__ = [
 
 STAGE = "windowing"
 
+#: Records decoded or planned between two yields to the event loop: a batch's planning
+#: (CPU only, tens of milliseconds for a full poll) lets the deliveries in flight read
+#: their replies and send their next requests meanwhile.
+PLAN_SLICE = 256
+
 log = logging.getLogger("mongomem.windowing")
 
 
@@ -259,7 +264,9 @@ class SnapshotWindower:
         run = PlannedBatch(partition, records, after)
         await self._prepare(run)
         try:
-            for record in records:
+            for i, record in enumerate(records):
+                if i and not i % PLAN_SLICE:
+                    await asyncio.sleep(0)  # let the deliveries in flight go on meanwhile
                 self._plan(run, *record)
         except Exception as exc:
             run.failed = exc
@@ -268,7 +275,9 @@ class SnapshotWindower:
     async def _prepare(self, run: PlannedBatch) -> None:
         """Decode the records; find where unknown sessions resume (:attr:`resume`)."""
         first: dict[bytes, TurnRecord | EndRecord] = {}
-        for offset, _, value in run.records:
+        for i, (offset, _, value) in enumerate(run.records):
+            if i and not i % PLAN_SLICE:
+                await asyncio.sleep(0)
             try:
                 event = self._reader.read(value)
             except InputError as exc:

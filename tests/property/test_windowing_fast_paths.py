@@ -4,8 +4,11 @@
   bytes for any snapshot (or raise what ``encode`` raises);
 * :func:`snapshot_document` must build the document the ``model_dump``
   formula built, key order and value types included (the same BSON);
+* :func:`snapshot_encoded` must give exactly both of them;
 * a snapshot that :class:`~mongomem.stages.windowing.logic.Window` closes
   without validation must be one that validation accepts, unchanged.
+
+The turns may name their speaker (SPEC L3): both fast paths once left it out.
 
 And the fast paths must really be taken for ordinary snapshots.
 """
@@ -16,6 +19,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import bson
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +30,11 @@ from mongomem.codec import encode
 from mongomem.models import Role, SessionKey, Snapshot, SnapshotTurn
 from mongomem.stages.windowing import snapshot_encode
 from mongomem.stages.windowing.logic import Window, WindowPolicy
-from mongomem.stages.windowing.snapshot_encode import snapshot_document, snapshot_value
+from mongomem.stages.windowing.snapshot_encode import (
+    snapshot_document,
+    snapshot_encoded,
+    snapshot_value,
+)
 
 ZONES = st.sampled_from(
     [
@@ -50,6 +58,7 @@ TEXT = st.text(st.characters(codec=None, categories=None), max_size=40) | st.sam
     ["", "\ud800", 'q"\\/\x00\x1f\x7f\u2028é😀', "\n\r\t\b\f"]
 )
 IDS = st.sampled_from(["p", "user-1", "s.1", "ünïcode", "a b", "x" * 128, "😀"])
+SPEAKERS = st.none() | st.sampled_from(["Alice", "Dr. Bob", "李雷", "x" * 128])
 
 
 @st.composite
@@ -64,6 +73,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             role=draw(st.sampled_from(list(Role))),
             content=draw(TEXT),
             created_at=draw(TIMES),
+            speaker=draw(SPEAKERS),
         )
         for seq in range(first, first + count)
     )
@@ -123,6 +133,29 @@ def test_snapshot_document_is_the_model_dump_document(snapshot: Snapshot) -> Non
     assert bson.encode(document) == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(snapshots())
+def test_snapshot_encoded_is_the_value_and_the_document(snapshot: Snapshot) -> None:
+    try:
+        value = snapshot_value(snapshot)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            snapshot_encoded(snapshot)
+        return
+    encoded_value, document = snapshot_encoded(snapshot)
+    assert encoded_value == value
+    assert shape(document) == shape(snapshot_document(snapshot))
+
+
+def test_a_speaker_is_written_into_the_value_and_the_document() -> None:
+    [snapshot] = closed_snapshots(WindowPolicy.of(2, 10), 2, speaker="Alice")
+    value, document = snapshot_encoded(snapshot)
+    assert value == encode(snapshot)
+    assert [t["speaker"] for t in orjson.loads(value)["data"]["turns"]] == ["Alice", "Alice"]
+    assert [t["speaker"] for t in document["turns"]] == ["Alice", "Alice"]
+    assert document == model_dump_document(snapshot)
+
+
 def test_an_ordinary_snapshot_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot = closed_snapshots(WindowPolicy.of(3, 10), 3)[0]
     expected = encode(snapshot)
@@ -134,7 +167,9 @@ def test_an_ordinary_snapshot_takes_the_fast_path(monkeypatch: pytest.MonkeyPatc
     assert snapshot_value(snapshot) == expected
 
 
-def closed_snapshots(policy: WindowPolicy, turns: int, step_s: float = 1.0) -> list[Snapshot]:
+def closed_snapshots(
+    policy: WindowPolicy, turns: int, step_s: float = 1.0, speaker: str | None = None
+) -> list[Snapshot]:
     session = SessionKey(project_id="p", user_id="u", session_id="s")
     t0 = datetime(2026, 1, 1, tzinfo=TzInfo(0))
     window = Window(session)
@@ -145,6 +180,7 @@ def closed_snapshots(policy: WindowPolicy, turns: int, step_s: float = 1.0) -> l
             role=Role.USER,
             content=f"#{seq}",
             created_at=t0 + timedelta(seconds=seq * step_s),
+            speaker=speaker,
         )
         window.on_turn(turn, policy)
     window.on_watermark(t0 + timedelta(days=1), policy)

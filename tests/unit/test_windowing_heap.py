@@ -11,14 +11,16 @@ import pytest
 
 import mongomem.stages.windowing as windowing
 from mongomem.settings import load_settings
-from mongomem.stages.windowing.worker import settle_heap
+from mongomem.stages.windowing.worker import YOUNG_OBJECTS, settle_heap
 
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     gc.unfreeze()
+    threshold = gc.get_threshold()
     yield
     gc.unfreeze()  # the rest of the test session collects as usual
+    gc.set_threshold(*threshold)
 
 
 def test_settle_heap_freezes_what_is_alive(unfrozen: None) -> None:
@@ -35,6 +37,13 @@ def test_settle_heap_freezes_what_is_alive(unfrozen: None) -> None:
     collected = {id(x) for x in gc.get_objects()}  # the collected generations only
     assert id(kept) not in collected, "what was alive at the call is frozen"
     assert all(id(x) in collected for x in later), "objects made later are collected as usual"
+
+
+def test_settle_heap_collects_the_young_generation_less_often(unfrozen: None) -> None:
+    gc.set_threshold(700, 10, 10)  # Python's default
+    settle_heap()
+    assert gc.get_threshold() == (YOUNG_OBJECTS, 10, 10)
+    assert YOUNG_OBJECTS > 700
 
 
 async def test_the_stage_process_settles_its_heap_before_running(
