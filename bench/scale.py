@@ -145,6 +145,25 @@ def servers(root: Path) -> Iterator[tuple[LocalKafka, LocalMongo]]:
         kafka.stop()
 
 
+@contextmanager
+def stand_in_pipeline(name: str, llm_latency: float) -> Iterator[ScalePipeline]:
+    """A run's servers, the rule-based LLM stand-in (NOT a model) answering after
+    ``llm_latency`` seconds, and its pipeline of stages (not started yet)."""
+    stand_in = StandInResponder()
+
+    def slow_stand_in(request: ChatRequest) -> Reply:
+        return Slow(llm_latency, stand_in(request))
+
+    root = Path(tempfile.mkdtemp(prefix=f"mongomem-bench-{name}-"))
+    with (
+        servers(root) as (kafka, mongo),
+        FakeOpenAIServer(slow_stand_in, model=STAND_IN_MODEL) as llm,
+    ):
+        yield ScalePipeline(
+            root=root, kafka=kafka, mongo=mongo, llm=llm, prefix="bench", database="b"
+        )
+
+
 # ------------------------------------------------------------------ CPU from /proc
 
 
@@ -615,20 +634,9 @@ def process_groups(
 
 
 async def run(args: argparse.Namespace) -> str:
-    stand_in = StandInResponder()
-
-    def slow_stand_in(request: ChatRequest) -> Reply:
-        return Slow(args.llm_latency, stand_in(request))
-
-    root = Path(tempfile.mkdtemp(prefix="mongomem-bench-scale-"))
     started = time.monotonic()
-    with (
-        servers(root) as (kafka, mongo),
-        FakeOpenAIServer(slow_stand_in, model=STAND_IN_MODEL) as llm,
-    ):
-        pipe = ScalePipeline(
-            root=root, kafka=kafka, mongo=mongo, llm=llm, prefix="bench", database="b"
-        )
+    with stand_in_pipeline("scale", args.llm_latency) as pipe:
+        kafka, mongo = pipe.kafka, pipe.mongo
         empty, big, phases = Row(), Row(), Phases()
         with phases.timed("servers alone, empty"):
             empty.servers_cpu = await idle_cpu(server_pids(kafka, mongo), args.servers_idle_s)

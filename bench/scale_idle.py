@@ -24,7 +24,6 @@ import os
 import platform
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,22 +33,13 @@ from pathlib import Path
 from bench.report import publish
 from bench.scale import (
     PROJECT,
-    ScalePipeline,
     caught_up,
     e2e,
     process_groups,
     server_pids,
-    servers,
+    stand_in_pipeline,
 )
 from mongomem.sdk import AsyncMemory
-from mongomem.testing import (
-    STAND_IN_MODEL,
-    ChatRequest,
-    FakeOpenAIServer,
-    Reply,
-    Slow,
-    StandInResponder,
-)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale_idle.md"
 #: The goal's bound, and the margin this benchmark holds itself to (noise on a shared
@@ -149,20 +139,9 @@ class IdleRun:
 
 
 async def run(args: argparse.Namespace) -> IdleRun:
-    stand_in = StandInResponder()
-
-    def slow_stand_in(request: ChatRequest) -> Reply:
-        return Slow(args.llm_latency, stand_in(request))
-
-    root = Path(tempfile.mkdtemp(prefix="mongomem-bench-idle-"))
     started = time.monotonic()
-    with (
-        servers(root) as (kafka, mongo),
-        FakeOpenAIServer(slow_stand_in, model=STAND_IN_MODEL) as llm,
-    ):
-        pipe = ScalePipeline(
-            root=root, kafka=kafka, mongo=mongo, llm=llm, prefix="bench", database="b"
-        )
+    with stand_in_pipeline("idle", args.llm_latency) as pipe:
+        kafka, mongo = pipe.kafka, pipe.mongo
         alone = await idle_by_thread(server_pids(kafka, mongo), args.servers_idle_s)
         pipe.start_all()
         try:
