@@ -17,8 +17,10 @@ aiokafka errors are translated to :class:`~mongomem.errors.BrokerError` here.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -92,6 +94,7 @@ async def ensure_topics(
             with contextlib.suppress(TopicAlreadyExistsError):
                 response = await admin.create_topics(wanted)
                 _raise_refusals(response.topic_errors)
+            await _until_listed(admin, {t.name for t in wanted}, settings.request_timeout_s)
     except KafkaError as exc:
         raise BrokerError(f"could not create topics on {_bootstrap(settings)}: {exc}") from exc
     finally:
@@ -112,6 +115,17 @@ def _raise_refusals(answers: Iterable[tuple[Any, ...]]) -> None:
         error = for_code(code)
         detail = f" ({rest[0]})" if rest and rest[0] else ""
         raise BrokerError(f"Kafka did not create {topic}: {error.__name__}{detail}")
+
+
+async def _until_listed(admin: AIOKafkaAdminClient, names: set[str], timeout_s: float) -> None:
+    """Return once the broker lists every topic of ``names`` (a created topic reaches the
+    metadata a moment after the creation is answered: a stage that read it at once found
+    no such topic and restarted)."""
+    deadline = time.monotonic() + timeout_s
+    while missing := names - set(await admin.list_topics()):
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"Kafka created {sorted(missing)} but does not list them")
+        await asyncio.sleep(0.1)
 
 
 def _bootstrap(settings: KafkaSettings) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -109,7 +110,10 @@ class KafkaSource:
 
     async def commit(self, offsets: Mapping[int, int]) -> bool:
         """Commit; ``False`` when a rebalance took the partitions first (the new owner
-        reads those records again)."""
+        reads those records again). Nothing is committed once an assignment failed
+        (:class:`_Listener`): records fetched while it ran were never applied."""
+        if self._listener is not None:
+            self._listener.check()
         try:
             await self._consumer.commit(
                 {TopicPartition(self.topic, p): offset for p, offset in offsets.items()}
@@ -305,8 +309,7 @@ class KafkaPartitionReader:
         reader = AIOKafkaConsumer(bootstrap_servers=self._kafka.bootstrap, enable_auto_commit=False)
         try:
             await reader.start()
-            if topic not in await reader.topics():  # else its offsets are asked for 80 s
-                raise BrokerError(f"could not read {topic}: the topic does not exist")
+            await _until_known(reader, topic)
             reader.assign(tps)
             await reader.seek_to_beginning(*tps)
             ends: dict[TopicPartition, int] = await reader.end_offsets(tps)
@@ -326,6 +329,22 @@ class KafkaPartitionReader:
         finally:
             with contextlib.suppress(KafkaError):
                 await reader.stop()
+
+
+#: How long a reader waits for a topic to appear in its metadata (one just created
+#: may take a moment to reach every client).
+TOPIC_KNOWN_S = 5.0
+
+
+async def _until_known(reader: AIOKafkaConsumer, topic: str) -> None:
+    """Return once ``topic`` is in ``reader``'s metadata; :class:`BrokerError` if it is
+    not within :data:`TOPIC_KNOWN_S` (else its offsets are asked for 80 s, inside a
+    rebalance)."""
+    deadline = time.monotonic() + TOPIC_KNOWN_S
+    while topic not in await reader.topics():
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"could not read {topic}: the topic does not exist")
+        await asyncio.sleep(0.2)
 
 
 #: Keys whose partition is remembered (the memo is emptied when it is full).

@@ -16,10 +16,12 @@ import re
 import uuid
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from mongomem.adapters.kafka import ensure_topics
 from mongomem.errors import BrokerError
+from mongomem.operations.status import consumer_group
 from mongomem.settings import Settings
 from mongomem.stages.runtime.kafka import KafkaPartitionReader, kafka_publisher, kafka_source
 
@@ -33,6 +35,17 @@ async def _topics(settings: Settings) -> set[str]:
         return set(await admin.list_topics())
     finally:
         await admin.close()
+
+
+async def committed(settings: Settings, topic: str, group: str) -> int | None:
+    """The group's committed offset of partition 0 (``None``: none)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=group)
+    await consumer.start()
+    try:
+        offset: int | None = await consumer.committed(TopicPartition(topic, 0))
+        return offset
+    finally:
+        await consumer.stop()
 
 
 async def test_a_topic_the_broker_refuses_to_create_is_an_error(settings: Settings) -> None:
@@ -64,8 +77,10 @@ async def test_a_failed_assignment_ends_the_next_poll(settings: Settings) -> Non
 
     async with kafka_publisher(settings.kafka) as publisher:
         await (await publisher.send(topic, b"a turn", key=b"s", partition=0))
+    suffix = uuid.uuid4().hex[:6]
+    group = consumer_group(settings.kafka, "refusals", suffix)
     async with kafka_source(
-        settings.kafka, topic, "refusals", uuid.uuid4().hex[:6], on_assigned=assigned
+        settings.kafka, topic, "refusals", suffix, on_assigned=assigned
     ) as source:
 
         async def poll_until_it_raises() -> None:
@@ -75,7 +90,12 @@ async def test_a_failed_assignment_ends_the_next_poll(settings: Settings) -> Non
 
         with pytest.raises(BrokerError, match="could not be read"):
             await asyncio.wait_for(poll_until_it_raises(), 60)
+        # records fetched while the assignment ran were never applied: nothing is
+        # committed past them (a stage handed them on and committed, and lost them)
+        with pytest.raises(BrokerError, match="could not be read"):
+            await source.commit({0: 1})
     assert calls == [[0, 1]]
+    assert await committed(settings, topic, group) is None
 
 
 async def test_reading_a_missing_changelog_fails_at_once(settings: Settings) -> None:
