@@ -50,6 +50,7 @@ __all__ = [
     "check_speaker",
     "check_valid_range",
     "json_depth",
+    "session_kafka_key",
     "stable_id",
     "utcnow",
 ]
@@ -206,6 +207,11 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def session_kafka_key(project_id: str, user_id: str, session_id: str) -> bytes:
+    """The Kafka key of a session's records (turns, snapshots): its ids, NUL-joined."""
+    return "\x00".join((project_id, user_id, session_id)).encode()
+
+
 class SessionKey(Frozen):
     """Who is talking where: the partitioning key of turns and snapshots."""
 
@@ -214,7 +220,7 @@ class SessionKey(Frozen):
     session_id: Identifier
 
     def kafka_key(self) -> bytes:
-        return "\x00".join((self.project_id, self.user_id, self.session_id)).encode()
+        return session_kafka_key(self.project_id, self.user_id, self.session_id)
 
 
 class Turn(Frozen):

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +46,7 @@ __all__ = [
     "ensure_topics",
     "make_producer",
     "pipeline_topics",
+    "until_topics_known",
 ]
 
 TURNS = "turns"
@@ -91,10 +91,14 @@ async def ensure_topics(
             if name not in existing
         ]
         if wanted:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                response = await admin.create_topics(wanted)
-                _raise_refusals(response.topic_errors)
-            await _until_listed(admin, {t.name for t in wanted}, settings.request_timeout_s)
+            response = await admin.create_topics(wanted)
+            _raise_refusals(response.topic_errors)
+            # a created topic reaches the metadata a moment after the creation is answered
+            # (a stage that read it at once found no such topic and restarted)
+            names = {t.name for t in wanted}
+            missing = await until_topics_known(admin.list_topics, names, settings.request_timeout_s)
+            if missing:
+                raise BrokerError(f"Kafka created {sorted(missing)} but does not list them")
     except KafkaError as exc:
         raise BrokerError(f"could not create topics on {_bootstrap(settings)}: {exc}") from exc
     finally:
@@ -106,7 +110,7 @@ def _raise_refusals(answers: Iterable[tuple[Any, ...]]) -> None:
 
     The admin client hands back the broker's answer per topic and raises nothing: a
     creation the broker refused, or left unfinished because it was shutting down, went
-    unnoticed, and a stage ran on without its topic (issue 28's CI failure: the windowing
+    unnoticed, and a stage ran on without its topic (a CI failure: the windowing
     changelog, missing after a broker restart during start-up, stalled the stage).
     """
     for topic, code, *rest in answers:
@@ -117,14 +121,16 @@ def _raise_refusals(answers: Iterable[tuple[Any, ...]]) -> None:
         raise BrokerError(f"Kafka did not create {topic}: {error.__name__}{detail}")
 
 
-async def _until_listed(admin: AIOKafkaAdminClient, names: set[str], timeout_s: float) -> None:
-    """Return once the broker lists every topic of ``names`` (a created topic reaches the
-    metadata a moment after the creation is answered: a stage that read it at once found
-    no such topic and restarted)."""
+async def until_topics_known(
+    list_topics: Callable[[], Awaitable[Iterable[str]]], names: Iterable[str], timeout_s: float
+) -> set[str]:
+    """Ask ``list_topics`` (an admin client's, a consumer's ``topics``) until it names every
+    topic of ``names``, for at most ``timeout_s``; what it still lacks then (empty: all)."""
     deadline = time.monotonic() + timeout_s
-    while missing := names - set(await admin.list_topics()):
-        if time.monotonic() >= deadline:
-            raise BrokerError(f"Kafka created {sorted(missing)} but does not list them")
+    while True:
+        missing = set(names) - set(await list_topics())
+        if not missing or time.monotonic() >= deadline:
+            return missing
         await asyncio.sleep(0.1)
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from mongomem.adapters.kafka import make_producer
+from mongomem.adapters.kafka import make_producer, until_topics_known
 from mongomem.errors import BrokerError
 from mongomem.extras import require
 from mongomem.logs import dependency_ok
@@ -238,7 +237,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.failure: Exception | None = None
 
     def check(self) -> None:
-        """Raise the first exception a callback ended with, if any."""
+        """Raise the exception the first failed assignment ended with, if any."""
         if self.failure is not None:
             raise self.failure
 
@@ -309,7 +308,9 @@ class KafkaPartitionReader:
         reader = AIOKafkaConsumer(bootstrap_servers=self._kafka.bootstrap, enable_auto_commit=False)
         try:
             await reader.start()
-            await _until_known(reader, topic)
+            # a missing topic's offsets would be asked for 80 s, inside a rebalance
+            if await until_topics_known(reader.topics, [topic], TOPIC_KNOWN_S):
+                raise BrokerError(f"could not read {topic}: the topic does not exist")
             reader.assign(tps)
             await reader.seek_to_beginning(*tps)
             ends: dict[TopicPartition, int] = await reader.end_offsets(tps)
@@ -334,17 +335,6 @@ class KafkaPartitionReader:
 #: How long a reader waits for a topic to appear in its metadata (one just created
 #: may take a moment to reach every client).
 TOPIC_KNOWN_S = 5.0
-
-
-async def _until_known(reader: AIOKafkaConsumer, topic: str) -> None:
-    """Return once ``topic`` is in ``reader``'s metadata; :class:`BrokerError` if it is
-    not within :data:`TOPIC_KNOWN_S` (else its offsets are asked for 80 s, inside a
-    rebalance)."""
-    deadline = time.monotonic() + TOPIC_KNOWN_S
-    while topic not in await reader.topics():
-        if time.monotonic() >= deadline:
-            raise BrokerError(f"could not read {topic}: the topic does not exist")
-        await asyncio.sleep(0.2)
 
 
 #: Keys whose partition is remembered (the memo is emptied when it is full).

@@ -32,7 +32,7 @@ from pymongo.errors import PyMongoError
 from mongomem.adapters.mongo import SNAPSHOTS, TURNS, Document
 from mongomem.erasure.register import ErasureRegister
 from mongomem.errors import StorageError
-from mongomem.models import SessionKey, Snapshot
+from mongomem.models import SessionKey, Snapshot, session_kafka_key
 from mongomem.stages.runtime import Publisher
 from mongomem.stages.windowing.snapshot_encode import (
     snapshot_document,
@@ -145,8 +145,8 @@ def _session(snapshot: Snapshot) -> SessionKey:
 
 
 def snapshot_key(snapshot: Snapshot) -> bytes:
-    """``snapshot.session.kafka_key()``, written out (the topic's key of its session)."""
-    return "\x00".join((snapshot.project_id, snapshot.user_id, snapshot.session_id)).encode()
+    """``snapshot.session.kafka_key()`` without building the session (its ids are valid)."""
+    return session_kafka_key(snapshot.project_id, snapshot.user_id, snapshot.session_id)
 
 
 class SnapshotResumePoints:
