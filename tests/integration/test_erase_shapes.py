@@ -6,14 +6,15 @@ and the versions that lineage prunes are read in one query, not one per memory
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 import pytest
 from pymongo import monitoring
 from service_http import EMBEDDER
 
 from mongomem.adapters.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS, connect, database
-from mongomem.erasure.erase import DELETE_BATCH, Target, _Erasure, erase
+from mongomem.erasure.erase import DELETE_BATCH, DELETES_AT_ONCE, Target, _Erasure, erase
 from mongomem.sdk import AsyncMemory, MemoryRequestContext
 from mongomem.settings import Settings
 
@@ -92,36 +93,45 @@ async def test_an_erasure_deletes_by_id_and_reads_versions_in_batches(settings: 
     assert len(by_memory[0]["memory_id"]["$in"]) == 3
 
 
-class InFlight(monitoring.CommandListener):
-    """The most deletes of one collection the server had at once."""
+class InFlight:
+    """A database whose collections count the ``delete_many`` calls awaiting at once.
 
-    def __init__(self, coll: str) -> None:
-        self.coll, self.most = coll, 0
-        self.sent: set[int] = set()  # request ids of this collection's deletes in flight
+    Each delete waits a moment before it goes to the server, so deletes sent one
+    after another never overlap and deletes sent together always do, however fast
+    the server answers (counting what the server had in flight depended on how
+    fast the pool opened its connections: a slow machine saw one at a time).
+    """
 
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "delete" and event.command.get("delete") == self.coll:
-            self.sent.add(event.request_id)
-            self.most = max(self.most, len(self.sent))
+    def __init__(self, db: Any) -> None:
+        self.db, self.now, self.most = db, 0, 0
 
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        self.sent.discard(event.request_id)
+    def __getitem__(self, name: str) -> Any:
+        coll, counter = self.db[name], self
 
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        self.sent.discard(event.request_id)
+        class Counted:
+            async def delete_many(self, *args: Any, **kwargs: Any) -> Any:
+                counter.now += 1
+                counter.most = max(counter.most, counter.now)
+                try:
+                    await asyncio.sleep(0.05)
+                    return await coll.delete_many(*args, **kwargs)
+                finally:
+                    counter.now -= 1
+
+        return Counted()
 
 
 async def test_the_delete_batches_of_a_step_are_in_flight_together(settings: Settings) -> None:
-    listener = InFlight("erase_batches")
-    client = connect(settings.mongodb, event_listeners=[listener])
+    client = connect(settings.mongodb)
     try:
         db = database(client, settings.mongodb)
         ids = [f"d{i}" for i in range(3 * DELETE_BATCH + 1)]
         await db["erase_batches"].insert_many([{"_id": i} for i in ids])
-        run = _Erasure(db, Target(project_id="p", user_id="u"), None)
+        counted = InFlight(db)
+        run = _Erasure(cast(Any, counted), Target(project_id="p", user_id="u"), None)
         await run.delete_ids("erase_batches", ids)
         assert await db["erase_batches"].count_documents({}) == 0
         assert run.removed == {"erase_batches": len(ids)}
     finally:
         await client.close()
-    assert listener.most >= 2, listener.most  # not one batch after another
+    assert counted.most == DELETES_AT_ONCE, counted.most  # not one batch after another
