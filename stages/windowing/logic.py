@@ -312,7 +312,7 @@ class Window:
         expected = self.next_seq + len(self.open)
         if seq < self.next_seq:
             return "late"
-        if seq < expected or any(t.seq == seq for t in self.ahead):
+        if seq < expected or (self.ahead and any(t.seq == seq for t in self.ahead)):
             return "duplicate"
         if seq == expected:
             self.open.append(turn)
@@ -325,8 +325,10 @@ class Window:
                 self.gap_since = now
         if not self.ahead:
             self.gap_since = None
-        self.last_at = now if self.last_at is None else max(self.last_at, now)
-        self.seen_at = now if self.seen_at is None else max(self.seen_at, now)
+        if self.last_at is None or self.last_at < now:
+            self.last_at = now
+        if self.seen_at is None or self.seen_at < now:
+            self.seen_at = now
         if arrived_at is not None or self.arrived_at is not None:
             came = arrived_at or now
             self.arrived_at = came if self.arrived_at is None else max(self.arrived_at, came)
@@ -414,18 +416,20 @@ class Window:
     ) -> None:
         """Rules 1 and 2 at ``now``; ``arrived`` (a tick's view of historical turns) moves
         the times they are measured from to no earlier than it."""
-
-        def since(at: AwareDatetime) -> AwareDatetime:
-            return at if arrived is None else max(at, arrived)
-
+        if (
+            arrived is None
+            and not self.ahead
+            and (self.last_at is None or now - self.last_at < policy.idle_timeout)
+        ):
+            return  # nothing is due (the usual case: checked without the general rules)
         while (
             self.ahead
             and self.gap_since is not None
-            and now - since(self.gap_since) >= policy.gap_timeout
+            and now - _since(self.gap_since, arrived) >= policy.gap_timeout
         ):
             self._give_up_hole(now)
             self._count_closes(policy, now)
-        if self.last_at is not None and now - since(self.last_at) >= policy.idle_timeout:
+        if self.last_at is not None and now - _since(self.last_at, arrived) >= policy.idle_timeout:
             # Closed at the instant the session became idle, not at the event that noticed:
             # the next turn or any later watermark closes the same snapshot.
             at = self.last_at + policy.idle_timeout
@@ -437,6 +441,11 @@ class Window:
             self.last_at = None
             self.gap_since = None
             self.arrived_at = None
+
+
+def _since(at: AwareDatetime, arrived: AwareDatetime | None) -> AwareDatetime:
+    """When a rule's wait started: ``at``, or the arrival of historical turns if later."""
+    return at if arrived is None else max(at, arrived)
 
 
 def _by_seq(turn: SnapshotTurn) -> int:

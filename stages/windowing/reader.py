@@ -36,7 +36,7 @@ from mongomem.errors import MessageDecodeError
 from mongomem.models import SessionEnd, SessionKey, SnapshotTurn, Turn, Watermark
 from mongomem.stages.windowing.logic import snapshot_turn
 
-__all__ = ["EndRecord", "TurnReader", "TurnRecord", "read_generic"]
+__all__ = ["SESSION_EVENTS", "EndRecord", "TurnReader", "TurnRecord", "read_generic"]
 
 TURN_KIND = kind_of(Turn)
 WATERMARK_KIND = kind_of(Watermark)
@@ -49,13 +49,19 @@ LEGACY_TICK_KIND = "window-tick"
 _FIELDS = frozenset(Turn.model_fields) - {"recorded_at", "speaker"}
 _FIELDS_WITHOUT_METADATA = _FIELDS - {"metadata"}
 
+#: ``SnapshotTurn.model_validate`` without the wrapper's own work (the same validator).
+_validate_turn = SnapshotTurn.__pydantic_validator__.validate_python
+
 #: Sessions whose identifiers are remembered (the memo is emptied when it is full).
 _SESSIONS_REMEMBERED = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnRecord:
-    """A turn as the window logic needs it: whose it is, its Kafka key, and the turn."""
+    """A turn as the window logic needs it: whose it is, its Kafka key, and the turn.
+
+    Not changed once built, but not ``frozen``: one is built per record, and a frozen
+    dataclass's ``__init__`` costs three times as much."""
 
     session: SessionKey
     key: bytes
@@ -68,7 +74,7 @@ class TurnRecord:
         return self.turn.seq
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EndRecord:
     """A session end (``end_session``) as the window logic needs it."""
 
@@ -79,6 +85,10 @@ class EndRecord:
     @property
     def seq(self) -> int:
         return self.end.seq
+
+
+#: What belongs to one session (for ``isinstance``; a tuple is built once, a union per test).
+SESSION_EVENTS = (TurnRecord, EndRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +141,7 @@ class TurnReader:
         if data["turn_id"] != turn_id:
             return None
         try:
-            turn = SnapshotTurn.model_validate(
+            turn = _validate_turn(
                 {
                     "turn_id": turn_id,
                     "seq": seq,

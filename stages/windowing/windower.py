@@ -89,7 +89,7 @@ from mongomem.stages.windowing.ports import (
     SnapshotSink,
     WindowStore,
 )
-from mongomem.stages.windowing.reader import EndRecord, TurnReader, TurnRecord
+from mongomem.stages.windowing.reader import SESSION_EVENTS, EndRecord, TurnReader, TurnRecord
 
 __all__ = [
     "STAGE",
@@ -275,6 +275,7 @@ class SnapshotWindower:
     async def _prepare(self, run: PlannedBatch) -> None:
         """Decode the records; find where unknown sessions resume (:attr:`resume`)."""
         first: dict[bytes, TurnRecord | EndRecord] = {}
+        watermarked = False
         for i, (offset, _, value) in enumerate(run.records):
             if i and not i % PLAN_SLICE:
                 await asyncio.sleep(0)
@@ -288,15 +289,17 @@ class SnapshotWindower:
             if event is None:
                 continue  # skipped; planning reads it again
             run.events[offset] = event
-            if isinstance(event, TurnRecord | EndRecord) and event.key not in first:
-                first[event.key] = event
+            if isinstance(event, SESSION_EVENTS):
+                if event.key not in first:
+                    first[event.key] = event
+            else:
+                watermarked = True
         if self.erasures is not None and first:
             gone = await self.erasures.erased_among(r.session for r in first.values())
             run.erased = {k for k, r in first.items() if r.session in gone}
             first = {k: r for k, r in first.items() if k not in run.erased}
-        if self.erasures is not None and any(
-            isinstance(e, Watermark) for e in run.events.values()
-        ):  # an erased session that is only waiting (no event of its own) is dropped too
+        if self.erasures is not None and watermarked:
+            # an erased session that is only waiting (no event of its own) is dropped too
             waiting = {
                 k: s.session
                 for k in self._open_in(run.partition)
@@ -446,7 +449,7 @@ class SnapshotWindower:
                 event = self._reader.read(value)
             elif isinstance(event, InputError):
                 raise event
-            if isinstance(event, TurnRecord | EndRecord) and key is not None and key != event.key:
+            if isinstance(event, SESSION_EVENTS) and key is not None and key != event.key:
                 # A session's turns must share one partition, or its window splits.
                 raise MessageDecodeError(
                     f"seq {event.seq} of session {event.session.session_id!r} is not keyed "
@@ -461,7 +464,7 @@ class SnapshotWindower:
         if event is None:
             run.stats.ignored_ticks += 1
             return
-        if isinstance(event, TurnRecord | EndRecord) and event.key in run.erased:
+        if isinstance(event, SESSION_EVENTS) and event.key in run.erased:
             run.stats.erased += 1  # SPEC J3: an erased session's event leaves nothing behind
             run.windows.pop(event.key, None)
             return
