@@ -21,6 +21,13 @@ writes ``bench/results/windowing.md``.
   broker, no server — the ceiling that the stage's own code sets. The stage
   and its own work are run three times each (medians), as the raw loop is, and
   the share of the stage's drain that its process spent on a CPU is reported.
+  The stage's drains and MongoDB alone run in three rounds (a drain, then
+  MongoDB alone in each shape), after :data:`WARM_UP_DRAINS` drains that are not
+  counted; the goal's ratio is the median of the rounds' ratios, and each drain
+  writes into a database of its own, so that its upserts insert, as MongoDB
+  alone's do. ``--cores`` (:mod:`bench.cores`): by default P3 runs with the
+  servers on one half of the CPUs and this process on the other, as separate
+  machines would have them (the goal's rows), then again with every CPU shared.
   ``--only p3`` runs P3 alone (``bench/results/windowing_p3.md``); ``--no-faust``
   leaves the faust engine's row out (it applies one record at a time: a minute here).
 * **P4** time from a session's last turn (its ``created_at``) to its idle
@@ -54,6 +61,7 @@ import bson
 from aiokafka import AIOKafkaConsumer
 from pymongo import ReplaceOne
 
+from bench.cores import CoreSplit, core_split
 from bench.prose import texts
 from mongomem.adapters.kafka import SNAPSHOTS, TURNS, DeadLetter, ensure_topics, make_producer
 from mongomem.adapters.mongo import TURNS as TURNS_COLLECTION
@@ -95,6 +103,10 @@ RESULTS = Path(__file__).resolve().parent / "results" / "windowing.md"
 #: Where a run of one of P3, P4 (``--only``) writes its report, beside :data:`RESULTS`.
 ONLY_RESULTS = "windowing_{}.md"
 PARTITIONS = 3
+#: P3's drains of the stage before the ones it counts (they warm the servers' JVMs up).
+WARM_UP_DRAINS = 3
+#: P3's rounds: a drain of the stage, then MongoDB alone in each shape (:data:`MONGO_SHAPES`).
+ROUNDS = 3
 #: Turn texts (:mod:`bench.prose`): they compress as conversation text does.
 CONTENTS = texts(4096)
 
@@ -424,7 +436,8 @@ async def windowing_drain(
     engine: Literal["aiokafka", "faust"],
     pids: Pids | None = None,
 ) -> tuple[float, list[Snapshot], float, dict[str, float]]:
-    """Turns/s of the stage over the backlog (first turn applied → last turn applied).
+    """Turns/s of the stage over the backlog (first turn applied → last turn applied), in a
+    consumer group and a MongoDB database of its own (dropped after).
 
     Also returns the snapshots closed, the share of that time the process
     was on a CPU (:func:`time.process_time`; the servers are other processes),
@@ -432,6 +445,11 @@ async def windowing_drain(
     the servers of ``pids``).
     """
     suffix = f".bench-{engine}-{uuid.uuid4().hex[:6]}"
+    # a database of its own: its upserts insert, as MongoDB alone's do (not replace)
+    database = f"{settings.mongodb.database}{suffix.replace('.', '-')}"
+    settings = settings.model_copy(
+        update={"mongodb": MongoSettings(uri=settings.mongodb.uri, database=database)}
+    )
     closed: list[Snapshot] = []
     settle_heap()  # as `mongomem run windowing` does before the stage starts
     worker = WindowingWorker(
@@ -460,6 +478,11 @@ async def windowing_drain(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        client = connect(settings.mongodb)
+        try:
+            await client.drop_database(database)
+        finally:
+            await client.close()
 
 
 async def p3(
@@ -469,28 +492,43 @@ async def p3(
     *,
     faust: bool = True,
     pids: Pids | None = None,
+    split: CoreSplit | None = None,
 ) -> dict[str, Any]:
     """P3's rows (see the module docstring); ``faust=False`` leaves the faust engine's out;
-    ``pids``: the servers whose CPU time is reported beside the stage's."""
+    ``pids``: the servers whose CPU time is reported beside the stage's; ``split``: the
+    servers and this process each on CPUs of their own for every row (else shared)."""
+    if split is not None:
+        split.apply()
     settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600)
     records = await backlog(settings, sessions, per_session)
     total = len(records)
     raws = sorted([await raw_consume(settings, total) for _ in range(3)])
-    # Three runs each, the median reported, as for the raw loop (each run is a new group
-    # that reads the whole backlog again; its snapshot upserts rewrite the same documents).
-    drains = [await windowing_drain(settings, total, "aiokafka", pids) for _ in range(3)]
-    drains.sort(key=lambda drain: drain[0])
-    stage, snapshots, cpu, stage_cpu = drains[1]
-    # each shape three times (medians), the fastest shape is the row
-    writes = {
-        shape: sorted(
-            [await raw_mongo_writes(settings, snapshots, total, shape, pids) for _ in range(3)],
-            key=lambda run: run[0],
-        )[1]
-        for shape in MONGO_SHAPES
+    # Drains not counted warm the servers up first: the JVMs compile their write paths as they
+    # go (mongo-java-server's CPU time for the same upserts falls about fourfold over the
+    # first three drains), and the MongoDB-alone rows below run after the drains.
+    for _ in range(WARM_UP_DRAINS):
+        await windowing_drain(settings, total, "aiokafka", pids)
+    # Three rounds, each a drain of the stage and then MongoDB alone in each shape, so that
+    # a round's two rows are measured minutes apart at most, on a machine whose speed drifts
+    # (each drain is a new group that reads the whole backlog again, into a new database).
+    drains = []
+    runs: dict[tuple[int, int], list[tuple[float, dict[str, float]]]] = {
+        s: [] for s in MONGO_SHAPES
     }
-    shapes = {shape: rate for shape, (rate, _) in writes.items()}
+    for _ in range(ROUNDS):
+        drain = await windowing_drain(settings, total, "aiokafka", pids)
+        drains.append(drain)
+        for shape in MONGO_SHAPES:
+            runs[shape].append(await raw_mongo_writes(settings, drain[1], total, shape, pids))
+    # the fastest shape (by its median) is the row; the goal is the median of the rounds' ratios
+    shapes = {shape: statistics.median(r for r, _ in done) for shape, done in runs.items()}
     best = max(shapes, key=shapes.__getitem__)
+    paired = sorted(d[0] / w[0] for d, w in zip(drains, runs[best], strict=True))
+    writes = {
+        shape: sorted(done, key=lambda run: run[0])[len(done) // 2] for shape, done in runs.items()
+    }
+    drains.sort(key=lambda drain: drain[0])
+    stage, snapshots, cpu, stage_cpu = drains[len(drains) // 2]
     both = statistics.median(
         [await raw_servers(settings, snapshots, total, best) for _ in range(3)]
     )
@@ -502,6 +540,7 @@ async def p3(
         "raws": raws,
         "mongo": shapes[best],
         "shapes": shapes,
+        "paired": paired,
         "servers": both,
         "alone": alones[1],
         "alones": alones,
@@ -512,6 +551,9 @@ async def p3(
         "mongo_cpu": writes[best][1],
         "faust": on_faust[0] if on_faust is not None else None,
         "snapshots": len(snapshots),
+        "placement": split.describe() if split is not None else None,
+        "stage_cores": len(split.own_cpus) if split is not None else os.cpu_count() or 1,
+        "server_cores": len(split.servers_cpus) if split is not None else None,
     }
 
 
@@ -595,7 +637,7 @@ def _shape(shape: tuple[int, int]) -> str:
 def p3_section(r3: dict[str, Any]) -> str:
     """P3's part of the report (also what ``bench.scale`` may quote)."""
     ratio = r3["stage"] / r3["raw"]
-    to_store = r3["stage"] / r3["mongo"]
+    to_store = statistics.median(r3["paired"])
     to_servers = r3["stage"] / r3["servers"]
     per_turn_us, alone_us = 1e6 / r3["stage"], 1e6 / r3["alone"]
     shapes = "; ".join(f"{_shape(k)}: {v:,.0f}" for k, v in r3["shapes"].items())
@@ -609,6 +651,7 @@ def p3_section(r3: dict[str, Any]) -> str:
     cores = os.cpu_count() or 1
     all_s = sum(used.values())
     cores_bound = r3["turns"] * cores / all_s
+    turns = r3["turns"]
     named = {"stage": "the stage's process", "mongo": "the MongoDB server", "kafka": "the broker"}
     parts = ", ".join(f"{named.get(k, k)} {v:.2f} s" for k, v in used.items())
     alone_parts = ", ".join(
@@ -619,16 +662,37 @@ def p3_section(r3: dict[str, Any]) -> str:
     goal_s = r3["turns"] / (0.7 * r3["mongo"])
     servers_s = all_s - stage_s
     left_us = max(0.0, cores * goal_s - servers_s) / r3["turns"] * 1e6
+    own, theirs = r3["stage_cores"], r3["server_cores"]
+    split_budget = (
+        f"CPU time of the median drain ({turns / r3['stage']:.2f} s): {parts}. The stage's "
+        f"process has {own} CPU of its own: at most {turns * own / stage_s:,.0f} turns/s "
+        f"({turns * own / stage_s / r3['mongo']:.2f}× MongoDB alone) if it never waited; the "
+        f"servers have {theirs}: at most {turns * (theirs or 1) / max(servers_s, 1e-9):,.0f} "
+        f"turns/s for what they did in this drain. MongoDB alone used {alone_parts} for the "
+        f"same upserts. For 0.7× the drain must take at most {goal_s:.2f} s: the stage's "
+        f"process may then use {own * goal_s / turns * 1e6:.1f} µs a turn (it used "
+        f"{stage_s / turns * 1e6:.1f}), the servers {(theirs or 1) * goal_s / turns * 1e6:.1f} "
+        f"µs a turn between them (they used {servers_s / turns * 1e6:.1f})."
+    )
+    waiting = (
+        "a core (its own: the servers are on other CPUs)"
+        if theirs is not None
+        else "a core (shared with both servers and other work: see the load average above)"
+    )
     budget = (
-        f"CPU time of the median drain ({r3['turns'] / r3['stage']:.2f} s): {parts}; "
-        f"{all_s:.2f} s in all, which {cores} cores cannot run in less than "
-        f"{all_s / cores:.2f} s — at most {cores_bound:,.0f} turns/s "
-        f"({cores_bound / r3['mongo']:.2f}× MongoDB alone) if nothing else ran and nothing "
-        f"waited. MongoDB alone used {alone_parts} for the same upserts. "
-        f"For 0.7× the drain must take at most {goal_s:.2f} s: {cores} cores give "
-        f"{cores * goal_s:.2f} CPU-seconds in that time, the servers took {servers_s:.2f} s of "
-        f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
-        f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
+        split_budget
+        if theirs is not None
+        else (
+            f"CPU time of the median drain ({r3['turns'] / r3['stage']:.2f} s): {parts}; "
+            f"{all_s:.2f} s in all, which {cores} cores cannot run in less than "
+            f"{all_s / cores:.2f} s — at most {cores_bound:,.0f} turns/s "
+            f"({cores_bound / r3['mongo']:.2f}× MongoDB alone) if nothing else ran and nothing "
+            f"waited. MongoDB alone used {alone_parts} for the same upserts. "
+            f"For 0.7× the drain must take at most {goal_s:.2f} s: {cores} cores give "
+            f"{cores * goal_s:.2f} CPU-seconds in that time, the servers took {servers_s:.2f} s of "
+            f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
+            f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
+        )
     )
     if to_store >= 0.8:
         bound_text = (
@@ -648,15 +712,17 @@ def p3_section(r3: dict[str, Any]) -> str:
             f"stage's {per_turn_us:.1f} µs; the other {per_turn_us - alone_us:.1f} µs are the "
             "Kafka and MongoDB clients' work in the same process (aiokafka's fetch parsing, "
             "producer batching and zstd of the snapshots and of the changelog states, "
-            "pymongo's BSON) and time off the CPU: waiting for the servers' replies, or for a "
-            "core (two, shared with both servers and other work: see the load average above). "
-            + budget
+            "pymongo's BSON) and time off the CPU: waiting for the servers' replies, or for "
+            f"{waiting}. " + budget
         )
     return f"""## P3 — windowing turns/s vs a raw aiokafka consume loop and the servers alone
 
 Backlog: {r3["turns"]:,} turns (different texts of {statistics.mean(map(len, CONTENTS)):.0f}
 characters on average) in sessions of equal length, `max_messages` = 20, so the stage closes
-{r3["snapshots"]:,} count snapshots while draining.
+{r3["snapshots"]:,} count snapshots while draining. CPUs: \
+{r3["placement"] or "shared by the servers and the benchmark's process"}. Each row but the raw
+loop runs after {WARM_UP_DRAINS} drains of the stage that are not counted (they warm the
+servers' JVMs up).
 
 | reader | turns/s (first record → last) |
 |---|---|
@@ -679,7 +745,9 @@ publish acks=all; median of {_runs(r3["stages"])}) | {r3["stage"]:,.0f} |
 | windowing stage, `engine="faust"` (faust agent + table, same sinks) | {faust} |
 
 **Goal (issue 28): stage / MongoDB alone = {to_store:.2f}× (≥ 0.7×: \
-{"met" if to_store >= 0.7 else "not met"})**. Stage / both servers alone = {to_servers:.2f}×.
+{"met" if to_store >= 0.7 else "not met"})**: the median of the rounds' ratios \
+({", ".join(f"{x:.2f}×" for x in r3["paired"])}; each round a drain of the stage, then MongoDB
+alone, in the fastest shape). Stage / both servers alone = {to_servers:.2f}×.
 Stage / raw consume loop = {ratio:.3f}× (goal ≥ 0.5×: \
 {"met" if ratio >= 0.5 else "not met"}){faust_ratio}; stage / its own work alone =
 {r3["stage"] / r3["alone"]:.2f}×; the stage's process was on a CPU {r3["cpu"]:.0%} of its drain.
@@ -720,6 +788,30 @@ different — not measured here. The stage's own work does not depend on it.
 """
 
 
+def shared_section(r3: dict[str, Any]) -> str:
+    """P3's main rows again with every process on every CPU (after the split run)."""
+    stage_s = r3["stage_cpu"]["stage"]
+    servers_s = sum(r3["stage_cpu"].values()) - stage_s
+    return f"""## P3 with the CPUs shared
+
+The same rows in the same run, with the servers and the benchmark's process all on every CPU
+(as P3 ran before the split; a new backlog, {WARM_UP_DRAINS} drains not counted first). Here a
+"MongoDB alone" row has the whole machine, which the server never has while the stage runs
+beside it.
+
+| row | turns/s |
+|---|---|
+| MongoDB alone (fastest shape) | {r3["mongo"]:,.0f} |
+| the stage's own work alone (no server) | {r3["alone"]:,.0f} |
+| the stage's CPU bound (its drain's CPU time, {stage_s:.2f} s) | {r3["turns"] / stage_s:,.0f} |
+| windowing stage (median of {_runs(r3["stages"])}) | {r3["stage"]:,.0f} |
+
+Stage / MongoDB alone = {statistics.median(r3["paired"]):.2f}× (the median of the rounds'
+ratios); the stage's process was on a CPU \
+{r3["cpu"]:.0%} of its drain; the servers used {servers_s:.2f} CPU-s in it.
+"""
+
+
 def p4_section(r4: dict[str, Any], idle: float, tick: float) -> str:
     bound = idle + 1.0
     return f"""## P4 — last turn → idle snapshot on the snapshots topic
@@ -748,9 +840,14 @@ def report(
     r4: dict[str, Any] | None,
     idle: float,
     tick: float,
+    shared: dict[str, Any] | None = None,
 ) -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    parts = [p3_section(r3) if r3 is not None else "", p4_section(r4, idle, tick) if r4 else ""]
+    parts = [
+        p3_section(r3) if r3 is not None else "",
+        shared_section(shared) if shared is not None else "",
+        p4_section(r4, idle, tick) if r4 else "",
+    ]
     which = " and ".join(n for n, r in (("P3", r3), ("P4", r4)) if r is not None)
     return f"""# Benchmark: the windowing stage ({which})
 
@@ -770,9 +867,18 @@ Topics have 3 partitions; one windowing worker.
 async def run(
     args: argparse.Namespace, settings: Settings, servers: str, pids: Pids | None = None
 ) -> str:
-    r3 = r4 = None
+    r3 = r4 = shared = None
+    split = core_split(pids or {}) if args.cores != "shared" else None
     if args.only in (None, "p3"):
-        r3 = await p3(settings, args.sessions, args.per_session, faust=args.faust, pids=pids)
+        try:
+            r3 = await p3(
+                settings, args.sessions, args.per_session, faust=args.faust, pids=pids, split=split
+            )
+        finally:
+            if split is not None:
+                split.share()
+        if split is not None and args.cores == "both":
+            shared = await p3(settings, args.sessions, args.per_session, faust=False, pids=pids)
     if args.only in (None, "p4"):
         r4 = await p4(settings, args.idle_sessions, args.idle, args.tick)
     command = (
@@ -781,8 +887,9 @@ async def run(
         f"--idle {args.idle} --watermark-interval {args.tick}"
         + (f" --only {args.only}" if args.only else "")
         + ("" if args.faust else " --no-faust")
+        + ("" if args.cores == "both" else f" --cores {args.cores}")
     )
-    return report(command, servers, r3, r4, args.idle, args.tick)
+    return report(command, servers, r3, r4, args.idle, args.tick, shared)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -799,6 +906,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--no-faust", dest="faust", action="store_false", help="P3 without the faust engine's row"
+    )
+    parser.add_argument(
+        "--cores",
+        choices=("both", "split", "shared"),
+        default="both",
+        help="P3 with the servers and the stage on CPUs of their own (split), all on every CPU "
+        "(shared), or split then shared (both, the default; split needs local servers and "
+        "two CPUs, else shared)",
     )
     args = parser.parse_args(argv)
     base = load_settings()
