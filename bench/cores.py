@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["CoreSplit", "core_split"]
+__all__ = ["CoreSplit", "core_split", "pin"]
 
 
 def _threads(pid: int) -> list[int]:

@@ -496,9 +496,7 @@ async def p3(
 ) -> dict[str, Any]:
     """P3's rows (see the module docstring); ``faust=False`` leaves the faust engine's out;
     ``pids``: the servers whose CPU time is reported beside the stage's; ``split``: the
-    servers and this process each on CPUs of their own for every row (else shared)."""
-    if split is not None:
-        split.apply()
+    CPU split in force while it runs (the caller's to apply), named in the report."""
     settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600)
     records = await backlog(settings, sessions, per_session)
     total = len(records)
@@ -524,9 +522,7 @@ async def p3(
     shapes = {shape: statistics.median(r for r, _ in done) for shape, done in runs.items()}
     best = max(shapes, key=shapes.__getitem__)
     paired = sorted(d[0] / w[0] for d, w in zip(drains, runs[best], strict=True))
-    writes = {
-        shape: sorted(done, key=lambda run: run[0])[len(done) // 2] for shape, done in runs.items()
-    }
+    _, mongo_cpu = sorted(runs[best], key=lambda run: run[0])[ROUNDS // 2]
     drains.sort(key=lambda drain: drain[0])
     stage, snapshots, cpu, stage_cpu = drains[len(drains) // 2]
     both = statistics.median(
@@ -548,11 +544,11 @@ async def p3(
         "stages": [d[0] for d in drains],
         "cpu": cpu,
         "stage_cpu": stage_cpu,
-        "mongo_cpu": writes[best][1],
+        "mongo_cpu": mongo_cpu,
         "faust": on_faust[0] if on_faust is not None else None,
         "snapshots": len(snapshots),
         "placement": split.describe() if split is not None else None,
-        "stage_cores": len(split.own_cpus) if split is not None else os.cpu_count() or 1,
+        "stage_cores": len(split.own_cpus) if split is not None else None,
         "server_cores": len(split.servers_cpus) if split is not None else None,
     }
 
@@ -663,26 +659,22 @@ def p3_section(r3: dict[str, Any]) -> str:
     servers_s = all_s - stage_s
     left_us = max(0.0, cores * goal_s - servers_s) / r3["turns"] * 1e6
     own, theirs = r3["stage_cores"], r3["server_cores"]
-    split_budget = (
-        f"CPU time of the median drain ({turns / r3['stage']:.2f} s): {parts}. The stage's "
-        f"process has {own} CPU of its own: at most {turns * own / stage_s:,.0f} turns/s "
-        f"({turns * own / stage_s / r3['mongo']:.2f}× MongoDB alone) if it never waited; the "
-        f"servers have {theirs}: at most {turns * (theirs or 1) / max(servers_s, 1e-9):,.0f} "
-        f"turns/s for what they did in this drain. MongoDB alone used {alone_parts} for the "
-        f"same upserts. For 0.7× the drain must take at most {goal_s:.2f} s: the stage's "
-        f"process may then use {own * goal_s / turns * 1e6:.1f} µs a turn (it used "
-        f"{stage_s / turns * 1e6:.1f}), the servers {(theirs or 1) * goal_s / turns * 1e6:.1f} "
-        f"µs a turn between them (they used {servers_s / turns * 1e6:.1f})."
-    )
-    waiting = (
-        "a core (its own: the servers are on other CPUs)"
-        if theirs is not None
-        else "a core (shared with both servers and other work: see the load average above)"
-    )
-    budget = (
-        split_budget
-        if theirs is not None
-        else (
+    if theirs is not None:
+        waiting = "a core (its own: the servers are on other CPUs)"
+        budget = (
+            f"CPU time of the median drain ({turns / r3['stage']:.2f} s): {parts}. The stage's "
+            f"process has {own} CPU of its own: at most {turns * own / stage_s:,.0f} turns/s "
+            f"({turns * own / stage_s / r3['mongo']:.2f}× MongoDB alone) if it never waited; "
+            f"the servers have {theirs}: at most {turns * theirs / servers_s:,.0f} turns/s for "
+            f"what they did in this drain. MongoDB alone used {alone_parts} for the same "
+            f"upserts. For 0.7× the drain must take at most {goal_s:.2f} s: the stage's process "
+            f"may then use {own * goal_s / turns * 1e6:.1f} µs a turn (it used "
+            f"{stage_s / turns * 1e6:.1f}), the servers {theirs * goal_s / turns * 1e6:.1f} µs a "
+            f"turn between them (they used {servers_s / turns * 1e6:.1f})."
+        )
+    else:
+        waiting = "a core (shared with both servers and other work: see the load average above)"
+        budget = (
             f"CPU time of the median drain ({r3['turns'] / r3['stage']:.2f} s): {parts}; "
             f"{all_s:.2f} s in all, which {cores} cores cannot run in less than "
             f"{all_s / cores:.2f} s — at most {cores_bound:,.0f} turns/s "
@@ -693,7 +685,6 @@ def p3_section(r3: dict[str, Any]) -> str:
             f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
             f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
         )
-    )
     if to_store >= 0.8:
         bound_text = (
             f"MongoDB — the stage reaches {to_store:.2f}× of what the server alone does with "
@@ -870,6 +861,8 @@ async def run(
     r3 = r4 = shared = None
     split = core_split(pids or {}) if args.cores != "shared" else None
     if args.only in (None, "p3"):
+        if split is not None:
+            split.apply()
         try:
             r3 = await p3(
                 settings, args.sessions, args.per_session, faust=args.faust, pids=pids, split=split
