@@ -379,8 +379,8 @@ async def raw_servers(
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False
     )
-    await consumer.start()
     try:
+        await consumer.start()
         turns = settings.kafka.topic(TURNS)
         consumer.assign([TopicPartition(turns, p) for p in range(PARTITIONS)])
         await consumer.seek_to_beginning()
