@@ -112,7 +112,8 @@ ONLY_RESULTS = "windowing_{}.md"
 PARTITIONS = 3
 #: P3's drains of the stage before the ones it counts (they warm the servers' JVMs up).
 WARM_UP_DRAINS = 3
-#: P3's rounds: a drain of the stage, then MongoDB alone in each shape (:data:`MONGO_SHAPES`).
+#: P3's rounds: a drain of the stage, then MongoDB alone and both servers alone in each
+#: shape (:data:`MONGO_SHAPES`).
 ROUNDS = 5
 #: Turn texts (:mod:`bench.prose`): they compress as conversation text does.
 CONTENTS = texts(4096)
