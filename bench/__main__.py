@@ -17,6 +17,7 @@ ORDER = [
     "stm_watcher",
     "watchers",
     "windowing",
+    "windowing_floor",
     "embeddings",
     "reconciler",
     "pipeline_e2e",
