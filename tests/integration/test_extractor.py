@@ -170,6 +170,7 @@ def candidates_of(values: list[bytes]) -> list[MemoryCandidate]:
 async def test_one_snapshot_fans_out_to_every_enabled_type_only(
     settings: Settings, server: FakeOpenAIServer, mongo: AsyncMongoClient[Document]
 ) -> None:
+    """One handler per enabled type (SPEC C1); every candidate carries its embedding (SPEC C3)."""
     cfg = configure(settings, server, ("semantic", "procedural", "taxonomic"))
     snapshot = make_snapshot([("user", "My home airport is Boston."), ("assistant", "Noted.")])
     await publish(cfg, snapshot)

@@ -137,6 +137,8 @@ def test_the_core_runs_the_llm_stand_in_and_the_test_doubles(core: tuple[Path, s
 def test_a_missing_extra_is_one_line_that_names_it(
     core: tuple[Path, str], tmp_path: Path, argv: list[str], extra: str
 ) -> None:
+    """One package, ``mongomem-ltm``; the stages, the service and the MCP server are its
+    extras (SPEC G7)."""
     bin_dir, _ = core
     done = _run(bin_dir / "mongomem", *argv, cwd=tmp_path)
     assert done.returncode == 1

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 async def test_run_all_in_one_process(
     settings: Settings, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
+    """Turns are recorded at once; the fact is learned in the background (SPEC B3)."""
     with stand_in_llm() as llm:
         stage = all_stages(subprocess_env, tmp_path, llm.base_url)
         await asyncio.to_thread(stage.start)

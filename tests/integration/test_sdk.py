@@ -184,6 +184,7 @@ async def test_bad_input_is_rejected_before_anything_is_stored(memory: AsyncMemo
 
 
 async def test_short_term_memory_on_the_bound_context(memory: AsyncMemory) -> None:
+    """Recent turns and sessions through the bound SDK context (SPEC A2)."""
     chat = memory.bind(ctx("alice", "s-1"))
     await chat.record_turn("user", "Find me a flight to Lisbon")
     await chat.record_turn("assistant", "Here are three options.", {"tool": "search"})
@@ -193,6 +194,24 @@ async def test_short_term_memory_on_the_bound_context(memory: AsyncMemory) -> No
     assert [s.session_id for s in await chat.list_sessions()] == ["s-1"]
     with pytest.raises(InputError):
         await memory.bind(MemoryRequestContext(user_id="alice")).recent_turns()
+
+
+async def test_what_one_conversation_learned_is_known_in_the_next(memory: AsyncMemory) -> None:
+    """Long-term memory is the user's, not the session's: the next conversation reads,
+    searches and is given what an earlier one learned, while recent turns stay with
+    their own session (SPEC B3)."""
+    first, second = memory.bind(ctx("alice", "s-1")), memory.bind(ctx("alice", "s-2"))
+    await first.record_turn("user", "My home airport is Boston.")
+    saved = await first.save_semantic("home-airport", "The user's home airport is Boston.")
+    fact = await second.get_semantic("home-airport")
+    assert fact is not None
+    assert fact.memory_id == saved.memory_id
+    assert [h.memory.memory_id for h in await second.search_semantic("home airport")] == [
+        saved.memory_id
+    ]
+    assert "home airport is Boston" in (await second.build_context("home airport")).text
+    assert await second.recent_turns() == []
+    assert [t.content for t in await first.recent_turns()] == ["My home airport is Boston."]
 
 
 async def test_end_session_is_an_event_at_the_next_seq_that_no_reader_takes_for_a_turn(
@@ -220,6 +239,7 @@ async def test_end_session_is_an_event_at_the_next_seq_that_no_reader_takes_for_
 def test_sync_round_trip_of_every_call(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
+    """Every call of the blocking SDK on the real servers (SPEC G1, E1)."""
     with Memory(project_id="travel", settings=settings, embedder=EMBEDDER) as memory:
         chat = memory.bind(ctx("user_1"))
         s = chat.save_semantic(label="home-airport", text="The user's home airport is Boston.")

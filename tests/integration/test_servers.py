@@ -20,6 +20,7 @@ pytestmark = pytest.mark.integration
 async def test_change_stream_sees_insert_and_resumes_after_token(
     mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
+    """The suite's MongoDB is a real server: change streams and resume tokens (SPEC I4)."""
     coll = mongo[settings.mongodb.database]["events"]
     async with await coll.watch([{"$match": {"operationType": "insert"}}]) as stream:
         await coll.insert_one({"n": 1})
@@ -33,6 +34,7 @@ async def test_change_stream_sees_insert_and_resumes_after_token(
 
 
 async def test_kafka_committed_offsets_are_resumed_by_a_new_consumer(settings: Settings) -> None:
+    """The suite's Kafka is a real broker: committed offsets resume (SPEC I4)."""
     topic = settings.kafka.topic("proof")
     await ensure_topics(settings.kafka, [topic], partitions=1)
     producer = make_producer(settings.kafka)

@@ -197,6 +197,7 @@ async def test_a_missing_wrong_or_revoked_key_is_refused(
 async def test_a_key_of_one_project_never_reads_or_writes_another(
     url: str, settings: Settings, direct: AsyncMemory
 ) -> None:
+    """The service is scoped to its key's project (SPEC F2, F3)."""
     await direct.bind(ctx("alice")).save_semantic("home", "Alice lives in Boston.")
     async with AsyncMemory(project_id="travel", api_key=KEY_B, base_url=url) as m:  # B's key
         chat = m.bind(ctx("alice"))
@@ -224,6 +225,7 @@ async def test_a_key_of_one_project_never_reads_or_writes_another(
 
 
 async def test_users_are_isolated_by_explicit_user_id(remote: AsyncMemory, url: str) -> None:
+    """The project-scoped service takes the caller's explicit ``user_id`` (SPEC F2)."""
     alice, bob = remote.bind(ctx("alice")), remote.bind(ctx("bob"))
     a = await alice.save_semantic("home-airport", "The user's home airport is Boston.")
     b = await bob.save_semantic("home-airport", "The user's home airport is Denver.")

@@ -30,6 +30,7 @@ KEY = SessionKey(project_id="proj", user_id="user_1", session_id="thread_123")
 
 
 async def test_record_then_read_in_order(stm: ShortTermMemory) -> None:
+    """Recorded turns are readable at once, in order (SPEC A1, A2)."""
     written = [
         await stm.record_turn(KEY, Role.USER, "Book me a flight to Lisbon."),
         await stm.record_turn(KEY, "assistant", "Which dates?", {"tool_calls": [1, 2]}),
@@ -50,6 +51,7 @@ async def test_record_then_read_in_order(stm: ShortTermMemory) -> None:
 async def test_list_sessions_most_recent_first(
     mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
+    """A user's sessions are listed, most recent first (SPEC A2)."""
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
 
     def clock() -> datetime:

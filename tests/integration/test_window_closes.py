@@ -201,6 +201,7 @@ async def test_a_watcher_down_for_three_idle_timeouts_closes_what_an_uninterrupt
 async def test_end_session_closes_the_window_at_once_and_a_replay_closes_the_same(
     mongo: AsyncMongoClient[Document], settings: Settings
 ) -> None:
+    """``end_session`` closes the window at once; a replay closes the same one (SPEC J5)."""
     settings = with_windows(settings, max_messages=50, idle_timeout_s=600)
     stop = asyncio.Event()
     watching = asyncio.create_task(run_watcher(settings, stop))

@@ -184,6 +184,7 @@ async def test_a_window_closes_on_count(
 async def test_an_idle_session_closes_at_the_first_watermark_past_its_idle_timeout(
     settings: Settings, mongo: AsyncMongoClient[Document]
 ) -> None:
+    """An idle session is closed in the background by the periodic watermark (SPEC B1, B3)."""
     idle, tick = 1.5, WATERMARK_S
     settings = with_windows(settings, max_messages=50, idle_timeout_s=idle)
     b = SessionKey(project_id="p", user_id="u", session_id="b")

@@ -35,6 +35,7 @@ def _commands(verb: str = "run") -> list[list[str]]:
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_every_stage_is_deployed(stage: str) -> None:
+    """Every stage is a service in compose and a Deployment on Kubernetes (SPEC I3)."""
     stages = {cmd[1] for cmd in _commands()}
     assert stage in stages
 
@@ -68,5 +69,6 @@ def test_watcher_runs_as_a_single_replica() -> None:
 
 
 def test_image_entrypoint_is_the_cli() -> None:
+    """The container image runs the ``mongomem`` command (SPEC I3)."""
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["mongomem"]' in dockerfile

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from mongomem.ltm.kinds import KINDS
-from mongomem.models import utcnow
+from mongomem.ltm.kinds import KINDS, scope_for
+from mongomem.models import BUILTIN_MEMORY_TYPES, ScopeKind, utcnow
 from mongomem.sdk.models import MemoryRecord, typed
+from mongomem.stages.extractor.core import scope_of
 from mongomem.stages.extractor.types import builtin_spec
+from mongomem.testing import make_snapshot
 
 ITEMS: dict[str, dict[str, Any]] = {
     "semantic": {"label": "Home Airport", "fact": "The user's home airport is Boston."},
@@ -35,6 +37,7 @@ ITEMS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("memory_type", sorted(KINDS))
 def test_extracted_fields_match_the_shared_kind(memory_type: str) -> None:
+    """Each built-in type's fields, extracted and saved alike (SPEC C2)."""
     spec = builtin_spec(memory_type)
     kind = KINDS[memory_type]
     fields = spec.normalise(spec.item_model.model_validate(ITEMS[memory_type]).model_dump())
@@ -56,3 +59,25 @@ def test_extracted_fields_match_the_shared_kind(memory_type: str) -> None:
         updated_at=now,
     )
     assert typed(record).memory_type == memory_type  # the SDK reads it back
+
+
+#: The four built-in types, their stored fields and their scope.
+BUILT_IN = {
+    "semantic": (("label", "text"), ScopeKind.USER),
+    "episodic": (("title", "content"), ScopeKind.USER),
+    "procedural": (("name", "description", "content"), ScopeKind.USER),
+    "taxonomic": (("domain", "term", "definition"), ScopeKind.PROJECT),
+}
+
+
+def test_the_four_built_in_types_with_their_fields_and_scopes() -> None:
+    """Semantic, episodic and procedural memories are a user's; taxonomic terms are shared
+    by the whole project, extracted and saved alike (SPEC C2)."""
+    assert sorted(BUILTIN_MEMORY_TYPES) == sorted(KINDS) == sorted(BUILT_IN)
+    snapshot = make_snapshot([("user", "x")], project_id="p", user_id="u")
+    for memory_type, (fields, scope) in BUILT_IN.items():
+        assert (KINDS[memory_type].fields, KINDS[memory_type].scope) == (fields, scope)
+        assert builtin_spec(memory_type).scope is scope, memory_type
+        extracted = scope_of(builtin_spec(memory_type), snapshot)
+        assert extracted == scope_for(memory_type, "p", "u"), memory_type
+        assert extracted.kind is scope, memory_type

@@ -111,6 +111,7 @@ USER_FACING = [
 
 
 def test_the_user_facing_names_are_exported_and_load_on_use() -> None:
+    """The small public API: the user-facing names, from ``mongomem`` itself (SPEC G7)."""
     from mongomem.sdk import AsyncMemory, HttpTransport, Memory, MemoryRequestContext
     from mongomem.sdk.spaces import HttpSpaces, Spaces
     from mongomem.spaces import AsyncSpaces

@@ -17,6 +17,7 @@ def _public(cls: type) -> set[str]:
 
 
 def test_every_async_call_has_a_blocking_twin_with_the_same_parameters() -> None:
+    """The Python SDK is both async and blocking, call for call (SPEC G1)."""
     calls = _public(AsyncBoundMemory)
     assert calls
     assert calls == _public(BoundMemory)

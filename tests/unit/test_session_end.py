@@ -69,6 +69,7 @@ def run(events: list[Turn | SessionEnd | Watermark]) -> list[Snapshot]:
 
 
 def test_an_end_closes_the_open_window_at_once_and_the_next_turn_starts_a_new_one() -> None:
+    """An end closes the window where it stands, at the last turn's own time (SPEC J5)."""
     closed = run([turn(1, 0), turn(2, 1), turn(3, 2), end(4, 3), turn(5, 4), turn(6, 5)])
     assert spans(closed) == [(1, 3, "end")]
     assert closed[0].closed_at == T0 + timedelta(seconds=2), "the last turn's own time"
