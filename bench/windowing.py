@@ -57,7 +57,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -241,6 +241,15 @@ def turn_documents(turns: list[Turn]) -> list[dict[str, Any]]:
     return docs
 
 
+def backlog_turns(sessions: int, per_session: int) -> Iterator[list[Turn]]:
+    """P3's backlog, seq by seq: each of ``sessions`` sessions' turn of seq 1, then of 2, …"""
+    keys = [
+        SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}") for i in range(sessions)
+    ]
+    for seq in range(1, per_session + 1):
+        yield [make_turn(k, seq) for k in keys]
+
+
 async def backlog(settings: Settings, sessions: int, per_session: int) -> list[tuple[bytes, bytes]]:
     """Write ``sessions × per_session`` turns into MongoDB and onto the turns topic.
 
@@ -248,17 +257,13 @@ async def backlog(settings: Settings, sessions: int, per_session: int) -> list[t
     """
     topic = settings.kafka.topic(TURNS)
     await ensure_topics(settings.kafka, [topic, settings.kafka.topic(SNAPSHOTS)])
-    keys = [
-        SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}") for i in range(sessions)
-    ]
     client = connect(settings.mongodb)
     producer = make_producer(settings.kafka, linger_ms=20)
     await producer.start()
     try:
         coll = client[settings.mongodb.database][TURNS_COLLECTION]
         records: list[tuple[bytes, bytes]] = []
-        for seq in range(1, per_session + 1):
-            turns = [make_turn(k, seq) for k in keys]
+        for turns in backlog_turns(sessions, per_session):
             await coll.insert_many(turn_documents(turns))
             batch = [(t.session.kafka_key(), encode(t)) for t in turns]
             sent = [await producer.send(topic, value, key=key) for key, value in batch]

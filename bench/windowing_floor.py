@@ -48,7 +48,7 @@ import bson
 import orjson
 
 from bench.report import publish
-from bench.windowing import make_turn, own_work, scoped
+from bench.windowing import backlog_turns, own_work, scoped
 from mongomem.codec import SCHEMA_VERSION, encode, kind_of
 from mongomem.models import Role, SessionKey, Snapshot, Turn, stable_id
 from mongomem.settings import Settings, load_settings
@@ -76,16 +76,13 @@ _ROLES = frozenset(r.value for r in Role)
 
 
 def records(sessions: int, per_session: int) -> list[Pair]:
-    """P3's backlog shape, built in memory: ``per_session`` turns of each session, seq by seq."""
-    keys = [
-        SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}") for i in range(sessions)
+    """P3's backlog (:func:`~bench.windowing.backlog_turns`) as the records it sends, built
+    in memory."""
+    return [
+        (t.session.kafka_key(), encode(t))
+        for turns in backlog_turns(sessions, per_session)
+        for t in turns
     ]
-    out = []
-    for seq in range(1, per_session + 1):
-        for key in keys:
-            turn = make_turn(key, seq)
-            out.append((key.kafka_key(), encode(turn)))
-    return out
 
 
 def floor(pairs: list[Pair], max_messages: int) -> list[Sent]:
