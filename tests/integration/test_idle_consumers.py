@@ -3,7 +3,8 @@
 The stages' consumers (:func:`mongomem.stages.runtime.kafka.kafka_source`) hold
 an idle fetch on the broker for ``FETCH_MAX_WAIT_MS`` and let aiokafka's fetch
 routine tick every ``CONSUMER_TIMEOUT_MS`` instead of every 200 ms; neither may
-delay a record that arrives. The local broker runs with the idle JVM options.
+delay a record that arrives, nor a partition the consumer is behind on. The local
+broker runs with the idle JVM options.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from mongomem.adapters.kafka import ensure_topics, make_producer
 from mongomem.local.infra import Servers
 from mongomem.local.servers import IDLE_JVM_FLAGS, KAFKA_JVM_FLAGS
 from mongomem.settings import Settings
-from mongomem.stages.runtime.kafka import CONSUMER_TIMEOUT_MS, FETCH_MAX_WAIT_MS, kafka_source
+from mongomem.stages.runtime.kafka import (
+    BEHIND_FETCH_MAX_WAIT_MS,
+    CONSUMER_TIMEOUT_MS,
+    FETCH_MAX_WAIT_MS,
+    kafka_source,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,10 +55,13 @@ async def test_an_idle_stage_consumer_wakes_rarely_and_a_record_arrives_at_once(
     topic = settings.kafka.topic("idle")
     await ensure_topics(settings.kafka, [topic], partitions=3)
     async with kafka_source(settings.kafka, topic, "windowing") as source:
-        # assigned and positioned: the first polls come back empty
+        # assigned and positioned: the first polls come back empty; until every partition's
+        # end is known its fetches are held briefly (BEHIND_FETCH_MAX_WAIT_MS), then one more
+        # poll lets the last brief fetch come back
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and all(source.highwater(p) is None for p in range(3)):
+        while time.monotonic() < deadline and any(source.highwater(p) is None for p in range(3)):
             await source.poll(10, 0.5)
+        await source.poll(10, 0.5)
         turns = LoopTurns(asyncio.get_running_loop())
         try:
             started = time.monotonic()
@@ -84,6 +93,40 @@ async def test_an_idle_stage_consumer_wakes_rarely_and_a_record_arrives_at_once(
         assert got == [b"v"]
         # answered by the held fetch, not after it or after the routine's next tick
         assert latency < 0.8, latency
+
+
+async def test_a_partition_behind_is_not_held_up_by_the_fetch_of_caught_up_ones(
+    settings: Settings,
+) -> None:
+    """Partitions 1 and 2 caught up, partition 0 behind, each of its fetches a few records, and
+    the stage slower than aiokafka's 100 ms prefetch backoff: the fetch of 1 and 2 goes out
+    alone and is held on the broker, and 0 cannot be fetched again until it is back. Held
+    ``FETCH_MAX_WAIT_MS`` (5 s) every time, these 12 records took about a minute."""
+    topic = settings.kafka.topic("behind")
+    await ensure_topics(settings.kafka, [topic], partitions=3)
+    producer = make_producer(settings.kafka, compression_type=None, linger_ms=0)
+    await producer.start()
+    try:
+        for partition in (1, 2):
+            await producer.send_and_wait(topic, b"caught up", key=b"k", partition=partition)
+        for i in range(12):  # a record batch each: a fetch of 600 bytes takes one
+            await producer.send_and_wait(topic, b"%03d" % i + b"x" * 400, partition=0)
+    finally:
+        await producer.stop()
+    async with kafka_source(
+        settings.kafka, topic, "windowing", max_partition_fetch_bytes=600
+    ) as source:
+        read: dict[int, int] = {}
+        started = time.monotonic()
+        while sum(read.values()) < 14 and time.monotonic() - started < FETCH_MAX_WAIT_MS / 1000:
+            batch = await source.poll(100, 1.0)
+            for partition, records in batch.items():
+                read[partition] = read.get(partition, 0) + len(records)
+            if batch:
+                await asyncio.sleep(0.12)  # the stage's work on them
+        elapsed = time.monotonic() - started
+    assert read == {0: 12, 1: 1, 2: 1}, (read, elapsed)
+    assert BEHIND_FETCH_MAX_WAIT_MS <= 100
 
 
 def test_the_local_broker_runs_with_the_idle_jvm_options(servers: Servers) -> None:
