@@ -22,10 +22,8 @@ import argparse
 import asyncio
 import os
 import platform
-import re
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +37,7 @@ from bench.scale import (
     server_pids,
     stand_in_pipeline,
 )
+from bench.threads import thread_ticks
 from mongomem.sdk import AsyncMemory
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale_idle.md"
@@ -48,56 +47,6 @@ GOAL = 0.05
 MARGIN = 0.035
 #: Threads below this share of a core are summed into one "other threads" line.
 THREAD_FLOOR = 0.0005
-
-
-# ------------------------------------------------------------------ /proc by thread
-
-
-def _tree(roots: Sequence[int]) -> list[int]:
-    """``roots`` and every process below them."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry))
-    out, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in out:
-            continue
-        out.append(pid)
-        todo.extend(children.get(pid, ()))
-    return out
-
-
-def _thread_name(comm: str) -> str:
-    """A thread's name with its number dropped (``C2 CompilerThre0`` → ``C2 CompilerThre``,
-    ``kafka-request-handler-1`` → ``kafka-request-handler-``): threads of one pool add up."""
-    return re.sub(r"[-#]?\d+$", "", comm) or comm
-
-
-def thread_ticks(roots: Sequence[int]) -> dict[tuple[int, int], tuple[str, int]]:
-    """(pid, tid) → (thread name, utime + stime in ticks) of every thread below ``roots``."""
-    out: dict[tuple[int, int], tuple[str, int]] = {}
-    for pid in _tree(roots):
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[(pid, int(tid))] = (_thread_name(comm), int(fields[11]) + int(fields[12]))
-    return out
 
 
 @dataclass

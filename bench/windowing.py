@@ -69,6 +69,7 @@ from pymongo import ReplaceOne
 
 from bench.cores import CoreSplit, core_split
 from bench.prose import texts
+from bench.threads import thread_ticks
 from mongomem.adapters.kafka import SNAPSHOTS, TURNS, DeadLetter, ensure_topics, make_producer
 from mongomem.adapters.mongo import TURNS as TURNS_COLLECTION
 from mongomem.adapters.mongo import connect
@@ -144,6 +145,38 @@ def spent(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, 
     return {name: after[name] - before[name] for name in after if name in before}
 
 
+#: A JVM server's threads that are its own housekeeping, not its requests, by the thread
+#: names :func:`~bench.threads.thread_ticks` gives: its JIT compilers and its garbage collector.
+HOUSEKEEPING = {
+    "C1 CompilerThre": "JIT",
+    "C2 CompilerThre": "JIT",
+    "GC Thread": "GC",
+    "G1 Conc": "GC",
+    "G1 Refine": "GC",
+    "G1 Main Marker": "GC",
+    "G1 Service": "GC",
+    "VM Thread": "GC",  # safepoint operations: the collector's pauses among them
+}
+
+
+def housekeeping_seconds(pids: Pids) -> dict[str, float]:
+    """CPU seconds so far of each server's JIT compiler and GC threads (:data:`HOUSEKEEPING`),
+    as ``"<server> JIT"`` and ``"<server> GC"``; :func:`spent` gives what a drain used."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for name, pid in pids.items():
+        out.update({f"{name} JIT": 0.0, f"{name} GC": 0.0})
+        for thread, ticks in thread_ticks([pid], children=False).values():
+            kind = HOUSEKEEPING.get(thread)
+            if kind is not None:
+                out[f"{name} {kind}"] += ticks / hz
+    return out
+
+
+#: A reading of :class:`DrainClock`: (wall time, CPU by process, servers' housekeeping).
+_Reading = tuple[float, dict[str, float], dict[str, float]]
+
+
 class DrainClock:
     """Times a drain of the stage: from when it is handed its first records to when it
     has applied the last of ``total`` turns, in wall time (``now``) and CPU time
@@ -161,11 +194,11 @@ class DrainClock:
         self.total = total
         self._pids = pids
         self._now = now
-        self.start: tuple[float, dict[str, float]] | None = None
-        self.end: tuple[float, dict[str, float]] | None = None
+        self.start: _Reading | None = None
+        self.end: _Reading | None = None
 
-    def _reading(self) -> tuple[float, dict[str, float]]:
-        return self._now(), cpu_seconds(self._pids)
+    def _reading(self) -> _Reading:
+        return self._now(), cpu_seconds(self._pids), housekeeping_seconds(self._pids)
 
     def handed(self) -> None:
         if self.start is None:
@@ -179,7 +212,7 @@ class DrainClock:
             self.end = self._reading()
         return self.end is not None
 
-    def _span(self) -> tuple[tuple[float, dict[str, float]], tuple[float, dict[str, float]]]:
+    def _span(self) -> tuple[_Reading, _Reading]:
         if self.start is None or self.end is None:
             raise RuntimeError("the drain is not over")
         return self.start, self.end
@@ -196,6 +229,11 @@ class DrainClock:
         """CPU seconds used over the drain, by process."""
         start, end = self._span()
         return spent(start[1], end[1])
+
+    def housekeeping(self) -> dict[str, float]:
+        """CPU seconds the servers' JIT compilers and collectors used over the drain."""
+        start, end = self._span()
+        return spent(start[2], end[2])
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -341,7 +379,8 @@ async def raw_mongo_writes(
 ) -> tuple[float, dict[str, float]]:
     """Turns/s of bare ``bulk_write`` calls doing the stage's MongoDB writes for the backlog,
     and the CPU seconds used meanwhile (:func:`cpu_seconds`: this client's process as
-    ``"stage"``, and the servers of ``pids``).
+    ``"stage"``, and the servers of ``pids``; with their JIT compilers' and collectors',
+    :func:`housekeeping_seconds`).
 
     The stage writes one snapshot upsert per snapshot and nothing to the turns
     (lineage is the snapshot's seq range, :mod:`mongomem.stm.lineage`), in
@@ -353,11 +392,12 @@ async def raw_mongo_writes(
     name = f"{settings.mongodb.database}-raw"
     try:
         await _ready(client[name])
-        before = cpu_seconds(pids or {})
+        before = cpu_seconds(pids or {}) | housekeeping_seconds(pids or {})
         started = time.perf_counter()
         await _upserts(client[name], snapshots, shape)
         elapsed = time.perf_counter() - started
-        return total / elapsed, spent(before, cpu_seconds(pids or {}))
+        after = cpu_seconds(pids or {}) | housekeeping_seconds(pids or {})
+        return total / elapsed, spent(before, after)
     finally:
         await client.drop_database(name)
         await client.close()
@@ -530,8 +570,9 @@ async def own_work(settings: Settings, records: list[tuple[bytes, bytes]]) -> fl
 
 #: Bare runs per shape: (turns/s, CPU seconds used meanwhile), one per round.
 Runs = dict[tuple[int, int], list[tuple[float, dict[str, float]]]]
-#: A drain of the stage: (turns/s, snapshots, share on a CPU, CPU seconds).
-Drain = tuple[float, list[Snapshot], float, dict[str, float]]
+#: A drain of the stage: (turns/s, snapshots, share on a CPU, CPU seconds, the servers'
+#: housekeeping CPU seconds: :meth:`DrainClock.housekeeping`).
+Drain = tuple[float, list[Snapshot], float, dict[str, float], dict[str, float]]
 
 
 async def windowing_drain(
@@ -551,8 +592,9 @@ async def windowing_drain(
 
     Also returns the snapshots closed, the share of that time the process
     was on a CPU (:func:`time.process_time`; the servers are other processes),
-    and the CPU seconds of that time (:func:`cpu_seconds`: the stage's process, and
-    the servers of ``pids``).
+    the CPU seconds of that time (:func:`cpu_seconds`: the stage's process, and
+    the servers of ``pids``), and how much of the servers' were their JIT compilers and
+    collectors (:func:`housekeeping_seconds`).
     """
     suffix = f".bench-{engine}-{uuid.uuid4().hex[:6]}"
     # a database of its own: its upserts insert, as MongoDB alone's do (not replace)
@@ -580,7 +622,7 @@ async def windowing_drain(
                     task.result()
                 await asyncio.sleep(0.005)
         used = clock.used()
-        return clock.rate(), closed, used["stage"] / clock.elapsed(), used
+        return clock.rate(), closed, used["stage"] / clock.elapsed(), used, clock.housekeeping()
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -646,7 +688,7 @@ async def p3(
             servers_runs[shape].append(await raw_servers(settings, drain[1], total, shape, pids))
     mongo, servers = _fastest(mongo_runs, drains), _fastest(servers_runs, drains)
     drains.sort(key=lambda drain: drain[0])
-    stage, snapshots, cpu, stage_cpu = drains[len(drains) // 2]
+    stage, snapshots, cpu, stage_cpu, housekeeping = drains[len(drains) // 2]
     alones = sorted([await own_work(settings, records) for _ in range(3)])
     on_faust = await windowing_drain(settings, total, "faust", pids) if faust else None
     return {
@@ -668,6 +710,7 @@ async def p3(
         "stages": [d[0] for d in drains],
         "cpu": cpu,
         "stage_cpu": stage_cpu,
+        "housekeeping": housekeeping,
         "mongo_cpu": mongo.cpu,
         "faust": on_faust[0] if on_faust is not None else None,
         "snapshots": len(snapshots),
@@ -754,6 +797,36 @@ def _shape(shape: tuple[int, int]) -> str:
     return f"{shape[0]} upserts a write, {shape[1]} writes at a time"
 
 
+def housekeeping_text(
+    used: Mapping[str, float], housekeeping: Mapping[str, float], alone: Mapping[str, float]
+) -> str:
+    """What each server's CPU in the stage's drain went to: its JIT compilers, its collector
+    and the rest (its requests); for MongoDB, beside what MongoDB alone used in all."""
+    named = {"mongo": "mongo-java-server", "kafka": "the broker"}
+    parts = []
+    for server in ("mongo", "kafka"):
+        if server not in used or f"{server} JIT" not in housekeeping:
+            continue
+        jit, gc = housekeeping[f"{server} JIT"], housekeeping[f"{server} GC"]
+        rest = max(0.0, used[server] - jit - gc)
+        part = (
+            f"{named[server]} {used[server]:.2f} s: its JIT compilers {jit:.2f} s, its "
+            f"collector {gc:.2f} s, the rest (its requests) {rest:.2f} s"
+        )
+        if server == "mongo" and "mongo" in alone and "mongo JIT" in alone:
+            a_jit, a_gc = alone["mongo JIT"], alone["mongo GC"]
+            part += (
+                f" (MongoDB alone, for the same upserts: {alone['mongo']:.2f} s, {a_jit:.2f} s, "
+                f"{a_gc:.2f} s, {max(0.0, alone['mongo'] - a_jit - a_gc):.2f} s)"
+            )
+        parts.append(part)
+    if not parts:
+        return ""
+    return (
+        " The servers' CPU in this drain, by thread (`/proc/<pid>/task`): " + "; ".join(parts) + "."
+    )
+
+
 def p3_section(r3: dict[str, Any]) -> str:
     """P3's part of the report (also what ``bench.scale`` may quote)."""
     ratio = r3["stage"] / r3["raw"]
@@ -777,7 +850,7 @@ def p3_section(r3: dict[str, Any]) -> str:
     alone_parts = ", ".join(
         f"{'the client' if k == 'stage' else named.get(k, k)} {v:.2f} s"
         for k, v in alone_used.items()
-        if k != "kafka"
+        if k in ("stage", "mongo")
     )
     goal_s = r3["turns"] / (0.7 * r3["mongo"])
     servers_s = all_s - stage_s
@@ -809,6 +882,7 @@ def p3_section(r3: dict[str, Any]) -> str:
             f"them in this drain, which leaves {left_us:.1f} µs a turn for the stage's process "
             f"(it used {stage_s / r3['turns'] * 1e6:.1f})."
         )
+    budget += housekeeping_text(used, r3.get("housekeeping", {}), alone_used)
     servers_own = sum(v for k, v in r3["servers_cpu"].items() if k != "stage")
     servers_wall = r3["turns"] / r3["servers"]
     servers_ratio = statistics.median(r3["servers_to_mongo"])

@@ -55,3 +55,12 @@ def test_a_drain_not_over_has_no_rate():
     clock.handed()
     with pytest.raises(RuntimeError, match="not over"):
         clock.rate()
+
+
+def test_with_no_server_the_drain_has_no_housekeeping():
+    ticks = Ticks()
+    clock = DrainClock(10, {}, now=ticks)
+    clock.handed()
+    ticks.t = 1.0
+    assert clock.applied(10)
+    assert clock.housekeeping() == {}
