@@ -47,6 +47,7 @@ from pymongo import AsyncMongoClient
 
 from bench.report import publish
 from bench.scale_seed import SeedShare, seed_share
+from bench.threads import process_table
 from mongomem.adapters.embeddings import make_embedder
 from mongomem.adapters.mongo import DECISIONS, MEMORIES, SNAPSHOTS, TURNS
 from mongomem.erasure.erase import _LANDING_S
@@ -167,21 +168,6 @@ def stand_in_pipeline(name: str, llm_latency: float) -> Iterator[ScalePipeline]:
 # ------------------------------------------------------------------ CPU from /proc
 
 
-def _ticks_by_pid() -> dict[int, tuple[int, int]]:
-    """pid → (parent pid, utime + stime in clock ticks) of every process."""
-    out: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    return out
-
-
 def _tree_ticks(roots: Sequence[int], table: dict[int, tuple[int, int]]) -> int:
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in table.items():
@@ -210,10 +196,10 @@ async def cpu_during(
     """``work``'s result, and the cores each group of process trees used while it ran;
     ``"bench"`` is this process and the seed workers it ran (and reaped) meanwhile."""
     hz = os.sysconf("SC_CLK_TCK")
-    before, own = _ticks_by_pid(), _own_ticks(os.getpid())
+    before, own = process_table(), _own_ticks(os.getpid())
     started = time.monotonic()
     result = await work
-    after, own = _ticks_by_pid(), _own_ticks(os.getpid()) - own
+    after, own = process_table(), _own_ticks(os.getpid()) - own
     elapsed = time.monotonic() - started
     cores = {
         name: (_tree_ticks(pids, after) - _tree_ticks(pids, before)) / hz / elapsed
@@ -226,10 +212,10 @@ async def cpu_during(
 async def idle_cpu(groups: dict[str, list[int]], seconds: float) -> dict[str, float]:
     """Cores used per group of process trees over ``seconds`` (1.0 = one core busy)."""
     hz = os.sysconf("SC_CLK_TCK")
-    before = _ticks_by_pid()
+    before = process_table()
     started = time.monotonic()
     await asyncio.sleep(seconds)
-    after = _ticks_by_pid()
+    after = process_table()
     elapsed = time.monotonic() - started
     return {
         name: (_tree_ticks(pids, after) - _tree_ticks(pids, before)) / hz / elapsed

@@ -12,12 +12,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["thread_name", "thread_ticks"]
+__all__ = ["process_table", "thread_name", "thread_ticks"]
 
 
-def _tree(roots: Sequence[int]) -> list[int]:
-    """``roots`` and every process below them."""
-    children: dict[int, list[int]] = {}
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, utime + stime in clock ticks) of every process."""
+    out: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -25,8 +25,16 @@ def _tree(roots: Sequence[int]) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry))
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return out
+
+
+def _tree(roots: Sequence[int]) -> list[int]:
+    """``roots`` and every process below them."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in process_table().items():
+        children.setdefault(parent, []).append(pid)
     out, todo = [], list(roots)
     while todo:
         pid = todo.pop()
