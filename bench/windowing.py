@@ -801,7 +801,7 @@ def housekeeping_text(
     used: Mapping[str, float], housekeeping: Mapping[str, float], alone: Mapping[str, float]
 ) -> str:
     """What each server's CPU in the stage's drain went to: its JIT compilers, its collector
-    and the rest (its requests); for MongoDB, beside what MongoDB alone used in all."""
+    and the rest (its requests); for MongoDB, beside the same split of MongoDB alone's."""
     named = {"mongo": "mongo-java-server", "kafka": "the broker"}
     parts = []
     for server in ("mongo", "kafka"):

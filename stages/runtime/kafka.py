@@ -113,12 +113,23 @@ class KafkaSource:
             raise BrokerError(f"reading {self.topic} failed: {exc}") from exc
         if self._listener is not None:
             self._listener.check()  # records fetched after a failed assignment are not used
-        self._hold_fetches(behind=bool(batch) or self._behind())
+        self._hold_fetches(fetched=bool(batch))
         return {tp.partition: records for tp, records in batch.items()}
 
+    def _hold_fetches(self, *, fetched: bool) -> None:
+        """How long the broker may hold the next fetches: :data:`BEHIND_FETCH_MAX_WAIT_MS`
+        while this poll ``fetched`` records or a partition is behind, :data:`FETCH_MAX_WAIT_MS`
+        when all are caught up. aiokafka reads its fetcher's setting for every fetch it sends
+        (the option itself is fixed at the start); without that fetcher, nothing changes."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is not None:
+            behind = fetched or self._behind()
+            fetcher._fetch_max_wait_ms = BEHIND_FETCH_MAX_WAIT_MS if behind else FETCH_MAX_WAIT_MS
+
     def _behind(self) -> bool:
-        """Whether a partition has records this consumer has not read yet, or no known end or
-        position (as aiokafka's own ``highwater`` does, without waiting for a position)."""
+        """Whether a partition has records this consumer has not read yet (its end, as last
+        fetched, past its position), or no end or position known yet; read from aiokafka's
+        assignment state, as its own ``highwater`` is, without waiting for a position."""
         subscription = self._consumer._subscription.subscription
         assignment = subscription.assignment if subscription is not None else None
         if assignment is None:
@@ -130,14 +141,6 @@ class KafkaSource:
             if state.highwater > state.position:
                 return True
         return False
-
-    def _hold_fetches(self, *, behind: bool) -> None:
-        """How long the broker may hold the next fetches: :data:`BEHIND_FETCH_MAX_WAIT_MS`
-        while behind, :data:`FETCH_MAX_WAIT_MS` when caught up (aiokafka reads its fetcher's
-        setting for every fetch it sends; the option itself is fixed at the start)."""
-        fetcher = getattr(self._consumer, "_fetcher", None)
-        if fetcher is not None:
-            fetcher._fetch_max_wait_ms = BEHIND_FETCH_MAX_WAIT_MS if behind else FETCH_MAX_WAIT_MS
 
     async def commit(self, offsets: Mapping[int, int]) -> bool:
         """Commit; ``False`` when a rebalance took the partitions first (the new owner

@@ -4,6 +4,7 @@ collector and the rest (its requests), by thread name from /proc."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -18,10 +19,16 @@ def test_thread_names_drop_their_numbers_so_a_pool_adds_up():
     assert thread_name("mongo-server-worker-12") == "mongo-server-worker"
 
 
-def test_this_process_threads_are_read_without_a_walk_of_proc():
-    ticks = thread_ticks([os.getpid()], children=False)
-    assert ticks
-    assert {pid for pid, _ in ticks} == {os.getpid()}
+def test_a_process_alone_or_with_the_processes_below_it():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        alone = thread_ticks([os.getpid()], children=False)
+        tree = thread_ticks([os.getpid()])
+    finally:
+        child.kill()
+        child.wait()
+    assert {pid for pid, _ in alone} == {os.getpid()}
+    assert {os.getpid(), child.pid} <= {pid for pid, _ in tree}
 
 
 def test_compiler_and_collector_threads_are_counted_apart_from_the_rest(
