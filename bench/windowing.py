@@ -33,7 +33,9 @@ writes ``bench/results/windowing.md``.
   alone's do. ``--cores`` (:mod:`bench.cores`): by default P3 runs with the
   servers on one half of the CPUs and this process on the other, as separate
   machines would have them (the goal's rows), then again with every CPU shared.
-  ``--only p3`` runs P3 alone (``bench/results/windowing_p3.md``); ``--no-faust``
+  ``--only p3`` runs P3 alone (``bench/results/windowing_p3.md``); ``--phases N`` puts
+  the backlog's sessions at N phases instead of in step (its closings spread over the
+  backlog; written beside, ``windowing_p3_phasesN.md``); ``--no-faust``
   leaves the faust engine's row out (it applies one record at a time: a minute here).
 * **P4** time from a session's last turn (its ``created_at``) to its idle
   snapshot arriving on the snapshots topic, for many sessions that go quiet
@@ -114,8 +116,10 @@ PARTITIONS = 3
 #: P3's drains of the stage before the ones it counts (they warm the servers' JVMs up).
 WARM_UP_DRAINS = 3
 #: P3's rounds: a drain of the stage, then MongoDB alone and both servers alone in each
-#: shape (:data:`MONGO_SHAPES`).
-ROUNDS = 5
+#: shape (:data:`MONGO_SHAPES`). Nine: one run's rounds' ratios spread from 0.3x to 1.3x (the
+#: servers' JVMs collect and compile in some runs and not others), and five left the median
+#: of them moving by a tenth between runs of the same code.
+ROUNDS = 9
 #: Turn texts (:mod:`bench.prose`): they compress as conversation text does.
 CONTENTS = texts(4096)
 
@@ -279,17 +283,33 @@ def turn_documents(turns: list[Turn]) -> list[dict[str, Any]]:
     return docs
 
 
-def backlog_turns(sessions: int, per_session: int) -> Iterator[list[Turn]]:
-    """P3's backlog, seq by seq: each of ``sessions`` sessions' turn of seq 1, then of 2, …"""
+def backlog_turns(sessions: int, per_session: int, phases: int = 1) -> Iterator[list[Turn]]:
+    """P3's backlog, step by step: at step ``n`` every session whose turn of seq ``n - phase``
+    exists sends it, session ``i`` at phase ``i % phases``.
+
+    With ``phases`` = 1 (the default) the sessions move in step — every session's turn of
+    seq 1, then of 2, … —, so every session closes its windows with the same turns and half
+    of the backlog's snapshots close with its last turns. With more phases the closings
+    spread over the backlog, as sessions that started at different times would have them.
+    """
     keys = [
         SessionKey(project_id="bench", user_id=f"u{i}", session_id=f"s{i}") for i in range(sessions)
     ]
-    for seq in range(1, per_session + 1):
-        yield [make_turn(k, seq) for k in keys]
+    for step in range(1, per_session + phases):
+        turns = [
+            make_turn(key, seq)
+            for i, key in enumerate(keys)
+            if 1 <= (seq := step - i % phases) <= per_session
+        ]
+        if turns:
+            yield turns
 
 
-async def backlog(settings: Settings, sessions: int, per_session: int) -> list[tuple[bytes, bytes]]:
-    """Write ``sessions × per_session`` turns into MongoDB and onto the turns topic.
+async def backlog(
+    settings: Settings, sessions: int, per_session: int, phases: int = 1
+) -> list[tuple[bytes, bytes]]:
+    """Write ``sessions × per_session`` turns into MongoDB and onto the turns topic, in the
+    order of :func:`backlog_turns`.
 
     Returns the records sent, ``(key, value)`` in the order sent.
     """
@@ -301,7 +321,7 @@ async def backlog(settings: Settings, sessions: int, per_session: int) -> list[t
     try:
         coll = client[settings.mongodb.database][TURNS_COLLECTION]
         records: list[tuple[bytes, bytes]] = []
-        for turns in backlog_turns(sessions, per_session):
+        for turns in backlog_turns(sessions, per_session, phases):
             await coll.insert_many(turn_documents(turns))
             batch = [(t.session.kafka_key(), encode(t)) for t in turns]
             sent = [await producer.send(topic, value, key=key) for key, value in batch]
@@ -657,6 +677,7 @@ async def p3(
     sessions: int,
     per_session: int,
     *,
+    phases: int = 1,
     faust: bool = True,
     pids: Pids | None = None,
     split: CoreSplit | None = None,
@@ -665,7 +686,7 @@ async def p3(
     ``pids``: the servers whose CPU time is reported beside the stage's; ``split``: the
     CPU split in force while it runs (the caller's to apply), named in the report."""
     settings = scoped(base, "p3", max_messages=20, idle_timeout_s=3600)
-    records = await backlog(settings, sessions, per_session)
+    records = await backlog(settings, sessions, per_session, phases)
     total = len(records)
     raws = sorted([await raw_consume(settings, total) for _ in range(3)])
     # Drains not counted warm the servers up first: the JVMs compile their write paths as they
@@ -693,6 +714,7 @@ async def p3(
     on_faust = await windowing_drain(settings, total, "faust", pids) if faust else None
     return {
         "turns": total,
+        "phases": phases,
         "raw": raws[1],
         "raws": raws,
         "mongo": mongo.rate,
@@ -827,6 +849,12 @@ def housekeeping_text(
     )
 
 
+def _phases(phases: int) -> str:
+    if phases == 1:
+        return "moving in step (half the snapshots close with the backlog's last turns)"
+    return f"at {phases} phases (`--phases`: the closings spread over the backlog)"
+
+
 def p3_section(r3: dict[str, Any]) -> str:
     """P3's part of the report (also what ``bench.scale`` may quote)."""
     ratio = r3["stage"] / r3["raw"]
@@ -924,8 +952,8 @@ def p3_section(r3: dict[str, Any]) -> str:
     return f"""## P3 — windowing turns/s vs a raw aiokafka consume loop and the servers alone
 
 Backlog: {r3["turns"]:,} turns (different texts of {statistics.mean(map(len, CONTENTS)):.0f}
-characters on average) in sessions of equal length, `max_messages` = 20, so the stage closes
-{r3["snapshots"]:,} count snapshots while draining. CPUs: \
+characters on average) in sessions of equal length, {_phases(r3.get("phases", 1))},
+`max_messages` = 20, so the stage closes {r3["snapshots"]:,} count snapshots while draining. CPUs: \
 {r3["placement"] or "shared by the servers and the benchmark's process"}. Each row but the raw
 loop runs after {WARM_UP_DRAINS} drains of the stage that are not counted (they warm the
 servers' JVMs up).
@@ -1083,19 +1111,33 @@ async def run(
             split.apply()
         try:
             r3 = await p3(
-                settings, args.sessions, args.per_session, faust=args.faust, pids=pids, split=split
+                settings,
+                args.sessions,
+                args.per_session,
+                phases=args.phases,
+                faust=args.faust,
+                pids=pids,
+                split=split,
             )
         finally:
             if split is not None:
                 split.share()
         if split is not None and args.cores == "both":
-            shared = await p3(settings, args.sessions, args.per_session, faust=False, pids=pids)
+            shared = await p3(
+                settings,
+                args.sessions,
+                args.per_session,
+                phases=args.phases,
+                faust=False,
+                pids=pids,
+            )
     if args.only in (None, "p4"):
         r4 = await p4(settings, args.idle_sessions, args.idle, args.tick)
     command = (
         f".venv/bin/python -m bench.windowing --sessions {args.sessions} "
         f"--per-session {args.per_session} --idle-sessions {args.idle_sessions} "
-        f"--idle {args.idle} --watermark-interval {args.tick}"
+        + (f"--phases {args.phases} " if args.phases != 1 else "")
+        + f"--idle {args.idle} --watermark-interval {args.tick}"
         + (f" --only {args.only}" if args.only else "")
         + ("" if args.faust else " --no-faust")
         + ("" if args.cores == "both" else f" --cores {args.cores}")
@@ -1107,6 +1149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=500, help="P3 sessions in the backlog")
     parser.add_argument("--per-session", type=int, default=40, help="P3 turns per session")
+    parser.add_argument(
+        "--phases",
+        type=int,
+        default=1,
+        help="P3 sessions at this many phases (1: all in step; 20: closings spread)",
+    )
     parser.add_argument("--idle-sessions", type=int, default=200, help="P4 sessions")
     parser.add_argument("--idle", type=float, default=2.0, help="P4 idle timeout (s)")
     parser.add_argument(
@@ -1145,6 +1193,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         servers.stop()
     results = RESULTS if args.only is None else RESULTS.with_name(ONLY_RESULTS.format(args.only))
+    if args.phases != 1:  # beside the backlog in step, not over it
+        results = results.with_name(f"{results.stem}_phases{args.phases}.md")
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(text)
     print(text)
