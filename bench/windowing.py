@@ -116,7 +116,7 @@ PARTITIONS = 3
 #: P3's drains of the stage before the ones it counts (they warm the servers' JVMs up).
 WARM_UP_DRAINS = 3
 #: P3's rounds: a drain of the stage, then MongoDB alone and both servers alone in each
-#: shape (:data:`MONGO_SHAPES`). Nine: one run's rounds' ratios spread from 0.3x to 1.3x (the
+#: shape (:data:`MONGO_SHAPES`). Nine: one run's rounds' ratios spread from 0.3x to 0.9x (the
 #: servers' JVMs collect and compile in some runs and not others), and five left the median
 #: of them moving by a tenth between runs of the same code.
 ROUNDS = 9
