@@ -952,7 +952,7 @@ def p3_section(r3: dict[str, Any]) -> str:
     return f"""## P3 — windowing turns/s vs a raw aiokafka consume loop and the servers alone
 
 Backlog: {r3["turns"]:,} turns (different texts of {statistics.mean(map(len, CONTENTS)):.0f}
-characters on average) in sessions of equal length, {_phases(r3.get("phases", 1))},
+characters on average) in sessions of equal length, {_phases(r3["phases"])},
 `max_messages` = 20, so the stage closes {r3["snapshots"]:,} count snapshots while draining. CPUs: \
 {r3["placement"] or "shared by the servers and the benchmark's process"}. Each row but the raw
 loop runs after {WARM_UP_DRAINS} drains of the stage that are not counted (they warm the
@@ -1145,13 +1145,20 @@ async def run(
     return report(command, servers, r3, r4, args.idle, args.tick, shared)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=500, help="P3 sessions in the backlog")
     parser.add_argument("--per-session", type=int, default=40, help="P3 turns per session")
     parser.add_argument(
         "--phases",
-        type=int,
+        type=_positive,
         default=1,
         help="P3 sessions at this many phases (1: all in step; 20: closings spread)",
     )
